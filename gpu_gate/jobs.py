@@ -1,0 +1,61 @@
+"""Jobs: one spec (or one kernel file) x one check. Plain, JSON-serialisable data."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecRef:
+    file: str  # repo-relative path of the spec module
+    name: str  # the decorated function's name (or the spec's explicit name)
+
+    @property
+    def id(self) -> str:
+        return f"{self.file}::{self.name}"
+
+    @classmethod
+    def parse(cls, text: str) -> SpecRef:
+        file, sep, name = text.partition("::")
+        if not sep or not file or not name:
+            raise ValueError(f"not a spec id: {text!r} (expected PATH::NAME)")
+        return cls(file, name)
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    id: str
+    check: str
+    level: str  # "required" | "advisory"
+    kernels: tuple[str, ...]  # repo-relative kernel files this job covers
+    spec: SpecRef | None = None  # for spec-scoped checks
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)  # the check's resolved policy options
+    cost: float = 1.0
+    seed: int = 0
+    case: str | None = None  # re-run just this case (repro)
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["kernels"] = list(self.kernels)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Job:
+        d = dict(d)
+        spec = d.pop("spec", None)
+        d["kernels"] = tuple(d.get("kernels", ()))
+        return cls(spec=SpecRef(**spec) if spec else None, **d)
+
+    def write(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_json(), indent=1, sort_keys=True))
+
+    @classmethod
+    def read(cls, path: Path) -> Job:
+        return cls.from_json(json.loads(path.read_text()))
+
+    @property
+    def label(self) -> str:
+        target = self.spec.id if self.spec else ", ".join(self.kernels)
+        return f"{self.check} {target}"

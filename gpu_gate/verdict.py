@@ -1,0 +1,113 @@
+"""From findings to a verdict. The policy decides; nothing else does.
+
+Fail closed: a required check that could not run (status ERROR or NOT_RUN) blocks,
+unless the policy says ``not_run: warn``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Literal
+
+from .exitcodes import ExitCode
+from .findings import Finding, JobResult, Severity, Status
+from .record import RunRecord
+
+Mode = Literal["fail", "warn", "ignore"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Rules:
+    """The parts of the policy the verdict needs (kept small so ``report`` can run from a record)."""
+
+    uncovered: Mode = "fail"
+    not_run: Literal["fail", "warn"] = "fail"
+    refusals: Mode = "warn"
+
+
+@dataclasses.dataclass(frozen=True)
+class Item:
+    """One reason in the verdict: a finding or a job that did not produce one."""
+
+    reason: str
+    finding: Finding | None = None
+    job: JobResult | None = None
+
+
+@dataclasses.dataclass
+class Verdict:
+    passed: bool
+    blocking: list[Item]
+    warnings: list[Item]
+    counts: dict[str, int]
+    no_kernel_changes: bool
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.PASSED if self.passed else ExitCode.POLICY_BREACHED
+
+    @property
+    def headline(self) -> str:
+        if self.no_kernel_changes:
+            return "gpu-gate: PASSED - no kernel changes"
+        c = self.counts
+        parts = [f"{c['jobs']} jobs", f"{c['passed']} passed", f"{c['failed']} failed"]
+        if c["error"]:
+            parts.append(f"{c['error']} could not run")
+        if c["not_run"]:
+            parts.append(f"{c['not_run']} not run")
+        word = "PASSED" if self.passed else "FAILED"
+        tail = f"; {len(self.blocking)} blocking" if self.blocking else ""
+        return f"gpu-gate: {word} - {', '.join(parts)}{tail}"
+
+
+def _mode_for(finding: Finding, rules: Rules) -> Mode:
+    if finding.kind == "uncovered":
+        return rules.uncovered
+    if finding.kind == "refused":
+        return rules.refusals
+    return "fail" if finding.severity is Severity.ERROR else "warn"
+
+
+def _classify_job(r: JobResult, rules: Rules, blocking: list[Item], warnings: list[Item]) -> None:
+    required = r.level == "required"
+    if r.status in (Status.ERROR, Status.NOT_RUN):
+        verb = "could not run" if r.status is Status.ERROR else "was not run"
+        reason = f"{r.check} {verb} for {r.spec or ', '.join(r.kernels)}: {r.reason or 'no reason given'}"
+        item = Item(reason, job=r)
+        fail_closed = r.status is Status.ERROR or rules.not_run == "fail"
+        (blocking if required and fail_closed else warnings).append(item)
+    for f in r.findings:
+        mode = _mode_for(f, rules)
+        if mode == "ignore" or f.severity is Severity.NOTE:
+            continue
+        item = Item(f.message, finding=f, job=r)
+        (blocking if mode == "fail" and required else warnings).append(item)
+
+
+def decide(record: RunRecord, rules: Rules) -> Verdict:
+    blocking: list[Item] = []
+    warnings: list[Item] = []
+    for f in record.plan_findings:
+        mode = _mode_for(f, rules)
+        if mode == "fail":
+            blocking.append(Item(f.message, finding=f))
+        elif mode == "warn" and f.severity is not Severity.NOTE:
+            warnings.append(Item(f.message, finding=f))
+    for r in record.results:
+        _classify_job(r, rules, blocking, warnings)
+    done = {r.job_id for r in record.results}
+    for job_id in record.planned_jobs:
+        if job_id not in done:  # a shard that crashed, was cancelled or never ran
+            blocking.append(Item(f"job {job_id} produced no result (its shard failed, was cancelled or never ran)"))
+    counts = {
+        "jobs": len(record.results),
+        "passed": sum(r.status is Status.PASSED for r in record.results),
+        "failed": sum(r.status is Status.FAILED for r in record.results),
+        "error": sum(r.status is Status.ERROR for r in record.results),
+        "not_run": sum(r.status is Status.NOT_RUN for r in record.results),
+        "missing": len([j for j in record.planned_jobs if j not in done]),
+        "findings": sum(len(r.findings) for r in record.results) + len(record.plan_findings),
+    }
+    no_changes = not record.kernels and not record.plan_findings and not record.results
+    return Verdict(passed=not blocking, blocking=blocking, warnings=warnings, counts=counts,
+                   no_kernel_changes=no_changes)
