@@ -1,0 +1,245 @@
+"""Which kernels a change touches: ``git diff base...head`` -> kernel files, with propagation.
+
+Kernel files are changed ``.cu``/``.cuh`` files matched by the policy's globs,
+and changed Python files in those globs that define Triton kernels. A changed
+header makes every kernel that includes it (transitively) affected; a changed
+Python module makes every gate spec that imports it (transitively) affected.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+from . import cudascan, git, pyscan
+from .findings import Finding, Severity
+from .git import FileChange
+from .record import ChangedKernel
+
+_KERNEL_STATUS = {"added": "added", "copied": "added", "modified": "modified", "type_changed": "modified",
+                  "renamed": "renamed", "deleted": "deleted"}
+
+
+class PolicyLike(Protocol):
+    """The parts of :class:`gpu_gate.policy.Policy` that change detection reads."""
+
+    kernels: Any  # .include, .exclude: globs
+    specs: Sequence[str]
+    cuda: Any  # .include_dirs: repo-relative directories
+
+
+# --- globs ---------------------------------------------------------------------------------
+
+@functools.lru_cache(maxsize=1024)
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    pat = pattern.strip()
+    if pat.endswith("/"):
+        pat += "**"
+    anchored = "/" in pat.rstrip("/")
+    pat = pat.lstrip("/")
+    out: list[str] = []
+    i = 0
+    while i < len(pat):
+        if pat.startswith("**/", i):
+            out.append("(?:.*/)?")
+            i += 3
+        elif pat.startswith("**", i):
+            out.append(".*")
+            i += 2
+        elif pat[i] == "*":
+            out.append("[^/]*")
+            i += 1
+        elif pat[i] == "?":
+            out.append("[^/]")
+            i += 1
+        elif pat[i] == "[" and "]" in pat[i + 2:]:
+            end = pat.index("]", i + 2)
+            body = pat[i + 1:end]
+            out.append("[" + ("^" + body[1:] if body[0] == "!" else body).replace("\\", "\\\\") + "]")
+            i = end + 1
+        else:
+            out.append(re.escape(pat[i]))
+            i += 1
+    prefix = "" if anchored else "(?:.*/)?"
+    # A pattern that names a directory matches everything below it, as in .gitignore.
+    return re.compile(prefix + "".join(out) + "(?:/.*)?", re.S)
+
+
+def match(path: str, pattern: str) -> bool:
+    """gitignore-style glob: ``*`` stays inside one directory, ``**/`` spans zero or more,
+    a pattern without a slash matches at any depth, a directory matches what it contains."""
+    return _glob_regex(pattern).fullmatch(path) is not None
+
+
+def matcher(include: Iterable[str], exclude: Iterable[str] = ()) -> Callable[[str], bool]:
+    inc = [_glob_regex(p) for p in include]
+    exc = [_glob_regex(p) for p in exclude]
+    return lambda path: any(r.fullmatch(path) for r in inc) and not any(r.fullmatch(path) for r in exc)
+
+
+# --- the change set --------------------------------------------------------------------------
+
+@dataclasses.dataclass
+class ChangeSet:
+    base: str  # the merge base sha
+    head: str
+    files: list[FileChange]
+    kernels: list[ChangedKernel]
+    parse_errors: list[Finding]
+    affected_specs: list[str]  # spec files that import a changed module (transitively)
+    changed_modules: list[str] = dataclasses.field(default_factory=list)  # changed .py files
+    header_includers: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+
+    @property
+    def no_kernel_changes(self) -> bool:
+        return not self.kernels
+
+    def kernel(self, path: str) -> ChangedKernel | None:
+        return next((k for k in self.kernels if k.path == path), None)
+
+
+def parse_error_finding(err: pyscan.ParseError) -> Finding:
+    return Finding(check="changes", kind="parse-error", message=str(err), severity=Severity.ERROR,
+                   file=err.file, line=err.line)
+
+
+def detect(repo: Path | str, base: str, head: str, policy: PolicyLike) -> ChangeSet:
+    """Kernel changes on ``head`` since it branched from ``base`` (three-dot)."""
+    root = Path(repo)
+    merge_base = git.merge_base(root, base, head)
+    head_sha = git.resolve(root, head)
+    files = git.diff(root, merge_base, head_sha)
+    snap = git.Snapshot(root, head_sha)
+    is_kernel_path = matcher(policy.kernels.include, policy.kernels.exclude)
+    errors: list[Finding] = []
+
+    kernels = _direct_kernels(root, merge_base, files, snap, is_kernel_path, errors)
+    includers = _header_propagation(files, snap, is_kernel_path, policy, kernels)
+    modules = sorted(f.path for f in files if f.path.endswith(".py"))
+    affected = _affected_specs(snap, policy.specs, files, errors)
+    ordered = sorted(kernels.values(), key=lambda k: k.path)
+    return ChangeSet(merge_base, head_sha, files, ordered, _dedupe(errors), affected, modules, includers)
+
+
+def _dedupe(findings: list[Finding]) -> list[Finding]:
+    seen: dict[tuple[str | None, int | None], Finding] = {}
+    for f in findings:
+        seen.setdefault((f.file, f.line), f)
+    return sorted(seen.values(), key=lambda f: (f.file or "", f.line or 0))
+
+
+def _direct_kernels(root: Path, merge_base: str, files: list[FileChange], snap: git.Snapshot,
+                    is_kernel_path: Callable[[str], bool], errors: list[Finding]) -> dict[str, ChangedKernel]:
+    kernels: dict[str, ChangedKernel] = {}
+    candidates = [f for f in files if is_kernel_path(f.path)]
+    for f in candidates:
+        if f.path.endswith(cudascan.KERNEL_SUFFIXES):
+            kernels[f.path] = ChangedKernel(f.path, "cuda", _KERNEL_STATUS[f.status])
+    py_live = [f for f in candidates if f.path.endswith(".py") and f.status != "deleted" and not f.binary]
+    contents = snap.read_many(f.path for f in py_live)
+    for f in py_live:
+        if _defines_triton(f.path, contents.get(f.path, b""), errors):
+            kernels[f.path] = ChangedKernel(f.path, "triton", _KERNEL_STATUS[f.status])
+    py_gone = [f for f in candidates if f.path.endswith(".py") and f.status == "deleted"]
+    if py_gone:
+        old = git.Snapshot(root, merge_base).read_many(f.path for f in py_gone)
+        for f in py_gone:
+            # A deleted file's parse errors are not the head's problem.
+            if _defines_triton(f.path, old.get(f.path, b""), []):
+                kernels[f.path] = ChangedKernel(f.path, "triton", "deleted")
+    return kernels
+
+
+def _defines_triton(path: str, source: bytes, errors: list[Finding]) -> bool:
+    try:
+        return bool(pyscan.find_triton_kernels(source, path))
+    except pyscan.ParseError as err:
+        errors.append(parse_error_finding(err))
+        return False
+
+
+def _header_propagation(files: list[FileChange], snap: git.Snapshot, is_kernel_path: Callable[[str], bool],
+                        policy: PolicyLike, kernels: dict[str, ChangedKernel]) -> dict[str, tuple[str, ...]]:
+    changed_c = [f for f in files if cudascan.is_c_source(f.path)]
+    if not changed_c:
+        return {}
+    # Deleted and renamed-away headers still resolve, so their includers are affected too.
+    gone = {f.old_path for f in files if f.status == "renamed" and f.old_path}
+    gone |= {f.path for f in files if f.status == "deleted"}
+    universe = snap.files | gone
+    sources = snap.read_many(p for p in snap.files if cudascan.is_c_source(p))
+    graph = cudascan.include_graph(sources, tuple(policy.cuda.include_dirs), universe)
+    result: dict[str, tuple[str, ...]] = {}
+    for changed in sorted({f.path for f in changed_c} | {f.old_path for f in changed_c if f.old_path}):
+        users = cudascan.includers(changed, graph)
+        result[changed] = tuple(sorted(users))
+        for user in users:
+            if not user.endswith(cudascan.KERNEL_SUFFIXES) or not is_kernel_path(user):
+                continue
+            k = kernels.get(user)
+            if k is None:
+                kernels[user] = ChangedKernel(user, "cuda", "affected", via=(changed,))
+            elif k.status == "affected" and changed not in k.via:
+                k.via = tuple(sorted((*k.via, changed)))
+    return {h: u for h, u in result.items() if u}
+
+
+def _affected_specs(snap: git.Snapshot, spec_globs: Sequence[str], files: list[FileChange],
+                    errors: list[Finding]) -> list[str]:
+    changed = {f.path for f in files if f.path.endswith(".py")}
+    changed |= {f.old_path for f in files if f.old_path and f.old_path.endswith(".py")}
+    if not changed:
+        return []
+    is_spec = matcher(spec_globs)
+    specs = sorted(p for p in snap.files if p.endswith(".py") and is_spec(p))
+    graph = ImportGraph(snap, errors)
+    graph.load(specs)
+    return [s for s in specs if s in changed or graph.closure(s) & changed]
+
+
+class ImportGraph:
+    """Transitive imports inside one snapshot, read breadth first in batches (one git call a level)."""
+
+    def __init__(self, snap: git.Snapshot, errors: list[Finding]) -> None:
+        self.snap = snap
+        self.index = pyscan.ModuleIndex(snap.files)
+        self.errors = errors
+        self.direct: dict[str, set[str]] = {}
+        self.trees: dict[str, Any] = {}
+
+    def closure(self, start: str) -> set[str]:
+        """Repository files ``start`` imports, directly or not (``start`` itself excluded)."""
+        self.load([start])
+        seen: set[str] = set()
+        todo = [start]
+        while todo:
+            for dep in self.direct.get(todo.pop(), ()):
+                if dep not in seen and dep != start:
+                    seen.add(dep)
+                    todo.append(dep)
+        return seen
+
+    def load(self, starts: Iterable[str]) -> None:
+        frontier = [s for s in starts if s not in self.direct]
+        while frontier:
+            contents = self.snap.read_many(frontier)
+            nxt: set[str] = set()
+            for path in frontier:
+                deps = self._scan(path, contents.get(path))
+                self.direct[path] = deps
+                nxt |= {d for d in deps if d not in self.direct}
+            frontier = sorted(nxt)
+
+    def _scan(self, path: str, source: bytes | None) -> set[str]:
+        if source is None:
+            return set()
+        try:
+            tree = pyscan.parse(source, path)
+        except pyscan.ParseError as err:
+            self.errors.append(parse_error_finding(err))
+            return set()
+        self.trees[path] = tree
+        return pyscan.module_imports(tree, path, self.index)

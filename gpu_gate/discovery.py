@@ -1,0 +1,160 @@
+"""Gate specs found statically (no import, no torch), and which changed kernels they cover.
+
+A spec is a function decorated with ``gpu_gate.spec(...)`` under any alias. What
+it covers is, in order: its literal ``covers=[...]`` (paths or globs), else the
+kernel files it imports (transitively) and the ``.cu`` files whose paths appear
+as string literals in it or in the modules it imports.
+"""
+from __future__ import annotations
+
+import ast
+import dataclasses
+import posixpath
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from . import cudascan, git, pyscan
+from .changes import ChangeSet, ImportGraph, PolicyLike, match, matcher
+from .findings import Finding, Severity
+
+
+@dataclasses.dataclass(frozen=True)
+class SpecInfo:
+    file: str  # repo-relative spec module
+    name: str
+    line: int
+    covers: tuple[str, ...] = ()  # literal covers=: paths or globs
+    imports: frozenset[str] = frozenset()  # repo .py files imported, transitively
+    checks: tuple[str, ...] | None = None  # literal checks=, when given
+    references: frozenset[str] = frozenset()  # C/CUDA files named by string literals
+
+    @property
+    def id(self) -> str:
+        return f"{self.file}::{self.name}"
+
+    def covers_path(self, path: str) -> bool:
+        if self.covers:
+            return any(match(path, pat) for pat in self.covers)
+        return path == self.file or path in self.imports or path in self.references
+
+
+@dataclasses.dataclass
+class Discovery:
+    specs: list[SpecInfo]
+    findings: list[Finding]  # spec files that do not parse, unreadable covers=
+
+
+def is_spec_decorator(qualname: str | None) -> bool:
+    return qualname is not None and (qualname == "gpu_gate.spec"
+                                     or (qualname.startswith("gpu_gate.") and qualname.endswith(".spec")))
+
+
+def discover(repo: Path | str, rev: str | None, policy: PolicyLike) -> Discovery:
+    """Specs in the files matched by ``policy.specs``, at ``rev`` (None: the work tree)."""
+    snap = git.Snapshot(repo, rev)
+    is_spec = matcher(policy.specs)
+    files = sorted(p for p in snap.files if p.endswith(".py") and is_spec(p))
+    findings: list[Finding] = []
+    graph = ImportGraph(snap, findings)
+    graph.load(files)
+    specs: list[SpecInfo] = []
+    for path in files:
+        tree = graph.trees.get(path)
+        if tree is None:
+            continue  # did not parse: the graph recorded a parse-error finding
+        imports = frozenset(graph.closure(path))
+        refs = _c_references(graph, [path, *sorted(imports)], snap.files)
+        specs.extend(_specs_in(tree, path, imports, refs, findings))
+    return Discovery(specs, findings)
+
+
+def discover_specs(repo: Path | str, rev: str | None, policy: PolicyLike) -> list[SpecInfo]:
+    return discover(repo, rev, policy).specs
+
+
+def _specs_in(tree: ast.Module, path: str, imports: frozenset[str], refs: frozenset[str],
+              findings: list[Finding]) -> list[SpecInfo]:
+    aliases = pyscan.import_aliases(tree)
+    found: list[SpecInfo] = []
+    for fn in pyscan.functions(tree):
+        deco = next((d for d in fn.decorator_list if is_spec_decorator(pyscan.qualified_name(d, aliases))), None)
+        if deco is None:
+            continue
+        kw = {k.arg: k.value for k in deco.keywords if k.arg} if isinstance(deco, ast.Call) else {}
+        name = _literal_str(kw.get("name")) or fn.name
+        covers = _literal_strings(kw.get("covers"), "covers", path, name, findings) or ()
+        checks = _literal_strings(kw.get("checks"), "checks", path, name, findings)
+        found.append(SpecInfo(path, name, deco.lineno, covers, imports, checks, refs))
+    return found
+
+
+def _literal_str(node: ast.expr | None) -> str | None:
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+def _literal_strings(node: ast.expr | None, key: str, path: str, name: str,
+                     findings: list[Finding]) -> tuple[str, ...] | None:
+    if node is None:
+        return None
+    try:
+        value = ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        value = None
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    findings.append(Finding(
+        check="coverage", kind="spec-not-static", severity=Severity.WARNING, spec=f"{path}::{name}",
+        file=path, line=node.lineno,
+        message=f"{path}:{node.lineno}: {key}= of spec {name} is not a literal list of strings, so gpu-gate "
+                f"cannot read it without importing the spec (write {key}=[\"...\", ...])"))
+    return None
+
+
+def _c_references(graph: ImportGraph, modules: Iterable[str], files: frozenset[str]) -> frozenset[str]:
+    """C/CUDA files whose paths (repo-relative or relative to the module) appear as string literals."""
+    refs: set[str] = set()
+    for module in modules:
+        tree = graph.trees.get(module)
+        if tree is None:
+            continue
+        here = posixpath.dirname(module)
+        for s in pyscan.string_literals(tree):
+            if not cudascan.is_c_source(s) or "\n" in s:
+                continue
+            for cand in (posixpath.normpath(s.lstrip("/")), posixpath.normpath(posixpath.join(here, s))):
+                if cand in files:
+                    refs.add(cand)
+    return frozenset(refs)
+
+
+# --- coverage --------------------------------------------------------------------------------
+
+def coverage(changeset: ChangeSet, specs: Sequence[SpecInfo]) -> dict[str, list[str]]:
+    """Changed kernel path -> ids of the specs that cover it (deleted kernels need none)."""
+    result: dict[str, list[str]] = {}
+    for k in changeset.kernels:
+        if k.status == "deleted":
+            continue
+        # A header is exercised by whatever exercises a file that includes it.
+        targets = [k.path, *changeset.header_includers.get(k.path, ())]
+        result[k.path] = [s.id for s in specs if any(s.covers_path(t) for t in targets)]
+    return result
+
+
+def uncovered(coverage_map: dict[str, list[str]], spec_globs: Sequence[str]) -> list[Finding]:
+    where = spec_globs[0] if spec_globs else "a path matched by the policy's specs globs"
+    return [
+        Finding(check="coverage", kind="uncovered", severity=Severity.ERROR, file=path,
+                message=f"{path} changed but no gate spec covers it (add a spec under {where} or list it in covers=)")
+        for path, ids in sorted(coverage_map.items()) if not ids
+    ]
+
+
+def annotate(changeset: ChangeSet, coverage_map: dict[str, list[str]]) -> None:
+    """Record each changed kernel's covering specs on the kernel itself (for the run record)."""
+    for k in changeset.kernels:
+        k.specs = tuple(coverage_map.get(k.path, ()))
