@@ -1,0 +1,202 @@
+"""The policy as frozen, typed records. Validation rules live here; reading YAML does not."""
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from ..checks import CHECKS
+from ..verdict import Rules
+
+Level = Literal["required", "advisory", "off"]
+DType = Literal[
+    "float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
+    "int64", "int32", "int16", "int8", "uint8", "bool",
+]
+MiB = 1024 * 1024
+_ARCH = re.compile(r"^(sm|compute)_\d{2,3}[af]?$")
+
+
+def _level_from_bool(value: Any) -> Any:
+    # YAML 1.1 reads a bare `off` as false and `on`/`yes` as true.
+    if isinstance(value, bool):
+        return "required" if value else "off"
+    return value
+
+
+def _arch(value: str) -> str:
+    if not _ARCH.match(value):
+        raise PydanticCustomError("arch", "'{arch}' is not a CUDA architecture", {"arch": value, "hint": "write e.g. sm_80 or sm_90a"})
+    return value
+
+
+def _check_shorthand(value: Any) -> Any:
+    """`memcheck: required` means `memcheck: {level: required}`."""
+    if isinstance(value, (str, bool)):
+        return {"level": value}
+    return value
+
+
+LevelField = Annotated[Level, BeforeValidator(_level_from_bool, json_schema_input_type=Union[Level, bool])]
+Arch = Annotated[str, AfterValidator(_arch)]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class CheckPolicy(_Frozen):
+    level: LevelField = Field("required", description="required: blocks the merge; advisory: reported only; off: not run")
+
+    def options(self) -> dict[str, Any]:
+        """The check's settings as JSON data, for ``Job.options``."""
+        return self.model_dump(mode="json", exclude={"level"})
+
+
+class KernelSelection(_Frozen):
+    include: tuple[str, ...] = Field(("**/*.cu", "**/*.cuh", "**/*.py"), description="globs of kernel files")
+    exclude: tuple[str, ...] = Field(("third_party/**", ".git/**"), description="globs never treated as kernels")
+
+
+class CompilePolicy(CheckPolicy):
+    archs: tuple[Arch, ...] = Field(("sm_80", "sm_90"), min_length=1, description="target architectures, e.g. sm_90")
+    max_spill_bytes: int | None = Field(None, ge=0, description="most spill stores+loads allowed per kernel")
+    max_local_bytes: int | None = Field(None, ge=0, description="most local memory allowed per thread")
+    resources_level: Literal["required", "advisory"] = Field(
+        "advisory", description="whether breaching max_spill_bytes/max_local_bytes blocks")
+
+
+class Tolerance(_Frozen):
+    baseline_factor: float = Field(2.0, gt=0, description="allowed error = factor x torch's own error in the kernel's dtype")
+    atol: float | None = Field(None, ge=0, description="fixed absolute floor replacing the per-dtype floor (with rtol)")
+    rtol: float | None = Field(None, ge=0, description="fixed relative floor replacing the per-dtype floor (with atol)")
+
+    @model_validator(mode="after")
+    def _atol_rtol_together(self) -> Tolerance:
+        if (self.atol is None) != (self.rtol is None):
+            given, missing = ("atol", "rtol") if self.rtol is None else ("rtol", "atol")
+            raise PydanticCustomError(
+                "tolerance_pair", "{given} is set without {missing}",
+                {"given": given, "missing": missing, "hint": "give atol and rtol together, or neither"})
+        return self
+
+
+class EquivalencePolicy(CheckPolicy):
+    cases: int = Field(64, ge=1, description="fuzzed cases per spec")
+    dtypes: tuple[DType, ...] | None = Field(None, min_length=1, description="dtypes to test; null: all the spec allows")
+    seed: int | None = Field(None, description="fixed seed; null: a fresh seed per run (always recorded)")
+    tolerance: Tolerance = Tolerance()
+    max_case_bytes: int = Field(256 * MiB, ge=1, description="largest input+output size of one case")
+    time_budget_s: float = Field(300.0, gt=0, description="stop generating cases after this long")
+    growth: bool = Field(True, description="check how the error grows with the reduction length")
+    shrink: bool = Field(True, description="shrink a failing case to a minimal one")
+    shrink_budget_s: float = Field(60.0, ge=0, description="time allowed for shrinking")
+
+
+class DeterminismPolicy(CheckPolicy):
+    repeats: int = Field(8, ge=2, description="runs per case")
+    concurrent_load: bool = Field(True, description="also run while other kernels load the GPU")
+
+
+class SanitizerPolicy(CheckPolicy):
+    cases: int = Field(4, ge=1, description="cases run under compute-sanitizer")
+    print_limit: int = Field(100, ge=1, description="compute-sanitizer --print-limit")
+    launch_timeout_s: int = Field(60, ge=0, description="compute-sanitizer --launch-timeout")
+    leak_check: bool = Field(False, description="memcheck --leak-check full")
+    racecheck_report: Literal["all", "hazard", "analysis"] = Field("analysis", description="racecheck --racecheck-report")
+    timeout_minutes: float = Field(20.0, gt=0, description="kill the sanitized run after this long")
+
+
+def _check_field(model: type[CheckPolicy], default: CheckPolicy) -> Any:
+    return Field(default, description=f"level string, or a mapping of settings ({model.__name__})")
+
+
+CompileField = Annotated[CompilePolicy, BeforeValidator(_check_shorthand, json_schema_input_type=Union[CompilePolicy, Level, bool])]
+EquivalenceField = Annotated[EquivalencePolicy, BeforeValidator(_check_shorthand, json_schema_input_type=Union[EquivalencePolicy, Level, bool])]
+DeterminismField = Annotated[DeterminismPolicy, BeforeValidator(_check_shorthand, json_schema_input_type=Union[DeterminismPolicy, Level, bool])]
+SanitizerField = Annotated[SanitizerPolicy, BeforeValidator(_check_shorthand, json_schema_input_type=Union[SanitizerPolicy, Level, bool])]
+
+
+class Checks(_Frozen):
+    """One field per registered check, in the registry's order."""
+
+    compile: CompileField = _check_field(CompilePolicy, CompilePolicy())
+    equivalence: EquivalenceField = _check_field(EquivalencePolicy, EquivalencePolicy())
+    determinism: DeterminismField = _check_field(DeterminismPolicy, DeterminismPolicy())
+    memcheck: SanitizerField = _check_field(SanitizerPolicy, SanitizerPolicy())
+    racecheck: SanitizerField = _check_field(SanitizerPolicy, SanitizerPolicy())
+    synccheck: SanitizerField = _check_field(SanitizerPolicy, SanitizerPolicy())
+    initcheck: SanitizerField = _check_field(SanitizerPolicy, SanitizerPolicy(level="advisory"))
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keep_default_level(cls, data: Any) -> Any:
+        # A mapping without `level` keeps that check's own default level (initcheck is advisory).
+        if not isinstance(data, dict):
+            return data
+        out = dict(data)
+        for name, value in data.items():
+            field = cls.model_fields.get(name) if isinstance(name, str) else None
+            if field is not None and isinstance(value, dict) and "level" not in value:
+                out[name] = {"level": field.default.level, **value}
+        return out
+
+
+class CudaSettings(_Frozen):
+    include_dirs: tuple[str, ...] = Field((), description="extra -I directories, relative to the repository root")
+    sanitizer: str | None = Field(None, description="path to compute-sanitizer; null: search the usual places")
+    nvcc: str | None = Field(None, description="path to nvcc; null: search PATH and CUDA_HOME")
+    nvcc_flags: tuple[str, ...] = Field((), description="extra nvcc flags")
+
+
+class RunnerSettings(_Frozen):
+    labels: tuple[str, ...] = Field(("self-hosted", "linux", "gpu"), min_length=1, description="runs-on labels of GPU runners")
+    job_timeout_minutes: float = Field(30.0, gt=0, description="timeout of one job (spec x check)")
+    run_timeout_minutes: float = Field(120.0, gt=0, description="timeout of the whole gate")
+    gpus: Literal["all"] | int = Field("all", description="GPUs to use on a runner: all, or a count")
+    fail_fast: bool = Field(False, description="stop at the first blocking failure")
+
+    @field_validator("gpus", mode="before")
+    @classmethod
+    def _gpus(cls, value: Any) -> Any:
+        if value == "all" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+            return value
+        raise PydanticCustomError(
+            "gpus", "expected 'all' or a number of GPUs, got {got}", {"got": repr(value), "hint": "write gpus: all or gpus: 2"})
+
+
+class CacheSettings(_Frozen):
+    enabled: bool = Field(True, description="reuse results of unchanged kernel+spec+check")
+    dir: str = Field(".gpu-gate/cache", description="cache directory, relative to the repository root")
+
+
+class Policy(_Frozen):
+    """A whole `.gpu-gate.yml`, after `extends` has been merged in."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", title="gpu-gate policy (.gpu-gate.yml)")
+
+    version: Literal[1] = Field(1, description="policy format version")
+    extends: str | None = Field(None, description="preset (default, strict) or relative path of a YAML file to extend")
+    kernels: KernelSelection = KernelSelection()
+    specs: tuple[str, ...] = Field(("gate/**/*_gate.py", "**/*_gate.py"), description="globs of gate spec files")
+    uncovered: Literal["fail", "warn", "ignore"] = Field("fail", description="a changed kernel with no gate spec")
+    not_run: Literal["fail", "warn"] = Field("fail", description="a required check that could not run")
+    refusals: Literal["fail", "warn", "ignore"] = Field("warn", description="a kernel that refuses an input loudly")
+    checks: Checks = Checks()
+    cuda: CudaSettings = CudaSettings()
+    runner: RunnerSettings = RunnerSettings()
+    cache: CacheSettings = CacheSettings()
+
+    def check(self, name: str) -> CheckPolicy:
+        if name not in CHECKS:
+            raise KeyError(f"unknown check {name!r}; known: {', '.join(CHECKS)}")
+        policy: CheckPolicy = getattr(self.checks, name)
+        return policy
+
+    def enabled_checks(self) -> list[tuple[str, CheckPolicy]]:
+        return [(name, self.check(name)) for name in CHECKS if self.check(name).level != "off"]
+
+    def rules(self) -> Rules:
+        return Rules(uncovered=self.uncovered, not_run=self.not_run, refusals=self.refusals)

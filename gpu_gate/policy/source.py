@@ -1,0 +1,150 @@
+"""Reading one policy YAML file into plain data, remembering where every key and value sits."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import PolicyError
+
+KeyPath = tuple[str | int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Where:
+    """A 1-based position in a policy file."""
+
+    file: str
+    line: int
+    col: int
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+    @classmethod
+    def of(cls, file: str, mark: yaml.Mark) -> Where:
+        return cls(file, mark.line + 1, mark.column + 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spot:
+    key: Where  # where the key is written (the value's position for list items and the root)
+    value: Where
+
+
+@dataclasses.dataclass
+class Document:
+    """Data from one or more policy files, with the spot of every path in it."""
+
+    data: dict[str, Any]
+    spots: dict[KeyPath, Spot]
+
+    def where(self, path: KeyPath, *, key: bool = False) -> Where:
+        """The spot of ``path``, or of its closest written ancestor (values pydantic fills in have none)."""
+        for end in range(len(path), -1, -1):
+            spot = self.spots.get(path[:end])
+            if spot is not None:
+                return spot.key if key and end == len(path) else spot.value
+        raise KeyError(path)  # the root always has a spot
+
+
+def read_document(path: Path, display: str) -> Document:
+    """Parse ``path``; YAML errors become a PolicyError at the offending line and column."""
+    text = _read_text(path, display)
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        root = Where.of(display, node.start_mark) if node is not None else Where(display, 1, 1)
+        spots: dict[KeyPath, Spot] = {(): Spot(root, root)}
+        errors: list[str] = []
+        if node is not None:
+            _record(node, (), display, spots, errors, set())
+        if errors:
+            raise PolicyError("\n".join(errors))
+        data = loader.construct_document(node) if node is not None else None
+    except yaml.MarkedYAMLError as err:
+        raise PolicyError(_yaml_message(err, display)) from None
+    finally:
+        loader.dispose()
+    return Document(_as_mapping(data, root), spots)
+
+
+def _read_text(path: Path, display: str) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise PolicyError(f"{display}: file not found", "check the path, or remove it to use the default preset") from None
+    except IsADirectoryError:
+        raise PolicyError(f"{display}: is a directory, not a policy file", "give the path of a YAML file") from None
+    except UnicodeDecodeError as err:
+        raise PolicyError(f"{display}: not UTF-8 text ({err.reason})", "save the file as UTF-8") from None
+
+
+def _as_mapping(data: Any, root: Where) -> dict[str, Any]:
+    if data is None:  # an empty file (or only comments) means every default
+        return {}
+    if not isinstance(data, dict):
+        got = "a list" if isinstance(data, list) else f"{type(data).__name__} {data!r}"
+        raise PolicyError(f"{root}: the policy must be a mapping, got {got}",
+                          "start the file with `version: 1` and put each setting on its own `key: value` line")
+    return data
+
+
+def _record(node: yaml.Node, path: KeyPath, file: str, spots: dict[KeyPath, Spot],
+            errors: list[str], stack: set[int]) -> None:
+    """Walk the node tree before construction: marks are on nodes, not on the constructed data."""
+    if id(node) in stack:  # a recursive alias; the constructor reports nothing useful for it
+        return
+    stack = stack | {id(node)}
+    if isinstance(node, yaml.MappingNode):
+        _record_mapping(node, path, file, spots, errors, stack)
+    elif isinstance(node, yaml.SequenceNode):
+        for index, item in enumerate(node.value):
+            here = Where.of(file, item.start_mark)
+            spots[path + (index,)] = Spot(here, here)
+            _record(item, path + (index,), file, spots, errors, stack)
+
+
+def _record_mapping(node: yaml.MappingNode, path: KeyPath, file: str, spots: dict[KeyPath, Spot],
+                    errors: list[str], stack: set[int]) -> None:
+    first_line: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        if not isinstance(key_node, yaml.ScalarNode) or key_node.value == "<<":
+            continue
+        name = key_node.value
+        key_at = Where.of(file, key_node.start_mark)
+        if name in first_line:
+            # PyYAML silently keeps the last one; a duplicated setting is almost always a mistake.
+            errors.append(f"{key_at}: duplicate key '{name}' (it is already set on line {first_line[name]}; keep one)")
+            continue
+        first_line[name] = key_at.line
+        spots[path + (name,)] = Spot(key_at, Where.of(file, value_node.start_mark))
+        _record(value_node, path + (name,), file, spots, errors, stack)
+
+
+def _yaml_message(err: yaml.MarkedYAMLError, display: str) -> str:
+    mark = err.problem_mark or err.context_mark
+    at = Where.of(display, mark) if mark is not None else Where(display, 1, 1)
+    what = err.problem or err.context or "cannot be parsed"
+    if err.problem and err.context and err.context_mark is not None:
+        what += f", {err.context} started at line {err.context_mark.line + 1}"
+    return f"{at}: invalid YAML: {what} ({_yaml_hint(err)})"
+
+
+def _yaml_hint(err: yaml.MarkedYAMLError) -> str:
+    problem, context = err.problem or "", err.context or ""
+    if "'\\t'" in problem:
+        return "indent with spaces; YAML does not allow tabs"
+    if "another document" in problem:
+        return "a policy file holds one document; remove the '---' line"
+    if "mapping values are not allowed" in problem:
+        return "indent this line like the keys above it, or quote a value that contains ': '"
+    if "flow" in context:
+        return "close the brackets, and separate the items with commas"
+    if "quoted scalar" in context:
+        return "close the quote"
+    if "block" in context:
+        return "indent this line like the keys above it"
+    return "check the indentation and quoting here and on the line above"
