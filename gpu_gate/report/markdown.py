@@ -1,0 +1,395 @@
+"""The Markdown report: the sticky PR comment and ``$GITHUB_STEP_SUMMARY``.
+
+Layout, most important first: verdict line, what blocks, one table per changed kernel,
+failure details (messages verbatim in code blocks, reproducers), error-growth curves,
+compile resources, what was not run and why, and advisory warnings.
+
+With ``max_chars`` (65,536 for a PR comment) the report is fitted by whole blocks, so a
+cut never falls inside a code fence, a table or a character: the verdict, the blocking
+list and the kernel tables come first, details are shortened and dropped from the end,
+and a last line says where the full report is. Lengths are counted in characters
+(code points), as GitHub counts the comment limit.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from ..findings import Finding, JobResult, Severity, Status
+from ..record import ChangedKernel, RunRecord
+from ..verdict import Item, Verdict
+from . import (blocking_findings, blocking_jobs, check_order, clean_text, first_line, job_target,
+               missing_items, not_run_jobs, short_sha)
+
+SHORT_MESSAGE_CHARS = 1500  # per message once the report has to be shortened
+SHORT_LOG_LINES = 15
+FULL_LOG_LINES = 60
+LOG10_FLOOR = -20.0  # stands in for an error of exactly 0 on the log chart
+
+
+# --- Markdown primitives --------------------------------------------------------------
+
+def code(text: str) -> str:
+    """An inline code span that survives backticks, newlines and table pipes in ``text``."""
+    text = clean_text(text).replace("\n", " ")
+    ticks = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{ticks}{pad}{text}{pad}{ticks}".replace("|", "\\|")
+
+
+def fence(text: str, lang: str = "text") -> str:
+    """A fenced block longer than any backtick run inside, so the content cannot close it."""
+    text = clean_text(text).rstrip("\n")
+    ticks = "`" * max(3, max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
+    return f"{ticks}{lang}\n{text}\n{ticks}"
+
+
+def escape(text: str) -> str:
+    """Plain text shown as text: no HTML, no emphasis, no links, no table breaks."""
+    return re.sub(r"([\\`*_\[\]<>|#])", r"\\\1", clean_text(text))
+
+
+def _shorten(text: str, limit: int | None) -> str:
+    text = clean_text(text)
+    if limit is None or len(text) <= limit:
+        return text
+    return text[:limit].rstrip() + f"\n… ({len(text) - limit} more characters in the full report)"
+
+
+def _tail(text: str, lines: int) -> str:
+    kept = clean_text(text).rstrip("\n").split("\n")
+    return "\n".join(kept[-lines:])
+
+
+# --- Result vocabulary --------------------------------------------------------------
+
+def _badge(r: JobResult, blocks: bool) -> str:
+    advisory = "" if r.level == "required" else " (advisory)"
+    if r.status is Status.PASSED:
+        warnings = sum(f.severity is Severity.WARNING for f in r.findings)
+        text = "✅ passed" + (f" ({warnings} warning{'s' * (warnings != 1)})" if warnings else "")
+    elif r.status is Status.FAILED:
+        text = "❌ failed" if blocks else "⚠️ failed"
+        text += f" ({len(r.errors)} error{'s' * (len(r.errors) != 1)})" if r.errors else ""
+    elif r.status is Status.ERROR:
+        text = ("💥" if blocks else "⚠️") + " could not run"
+    else:
+        text = ("⛔" if blocks else "⏭️") + " not run"
+    cached = f" · cached from {code(short_sha(r.cached_from))}" if r.cached_from else ""
+    return text + advisory + cached
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.1f}s" if seconds else ""
+
+
+# --- Sections -----------------------------------------------------------------------
+
+@dataclasses.dataclass
+class _Section:
+    title: str | None
+    blocks: list[str]
+    essential: bool = False
+    joiner: str = "\n\n"
+    omitted: str = "more not shown"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Ctx:
+    record: RunRecord
+    verdict: Verdict
+    blocking_jobs: set[int]
+    blocking_findings: set[int]
+    message_limit: int | None
+    log_lines: int
+
+
+def render_markdown(record: RunRecord, verdict: Verdict, *, max_chars: int | None = None,
+                    artifact_url: str | None = None) -> str:
+    full = _assemble(_sections(_ctx(record, verdict, shortened=False)), None)
+    if max_chars is None or len(full) <= max_chars:
+        return full
+    sections = _sections(_ctx(record, verdict, shortened=True))
+    footer = (f"---\nFull report: {artifact_url}" if artifact_url
+              else "---\nThe full report (report.md, junit.xml, report.sarif, results.json) "
+                   "is in this run's job artifacts.")
+    return _fit(sections, footer, max_chars)
+
+
+def _ctx(record: RunRecord, verdict: Verdict, *, shortened: bool) -> _Ctx:
+    return _Ctx(record, verdict, blocking_jobs(verdict), blocking_findings(verdict),
+                SHORT_MESSAGE_CHARS if shortened else None,
+                SHORT_LOG_LINES if shortened else FULL_LOG_LINES)
+
+
+def _sections(ctx: _Ctx) -> list[_Section]:
+    return [
+        _Section(None, [_verdict_block(ctx)], essential=True),
+        _Section("### Blocking", [_blocking_line(i) for i in ctx.verdict.blocking],
+                 essential=True, joiner="\n", omitted="more blocking reasons not shown"),
+        _Section("### Kernels", _kernel_blocks(ctx), essential=True, omitted="more kernels not shown"),
+        _Section("### Failure details", _detail_blocks(ctx), omitted="more failure details not shown"),
+        _Section("### Error growth with size", _growth_blocks(ctx.record.results)),
+        _Section("### Compile resources", _resource_blocks(ctx.record.results)),
+        _Section("### Not run, and why", _not_run_blocks(ctx), essential=True,
+                 omitted="more jobs that did not run are not shown"),
+        _Section("### Warnings (do not block the merge)", _warning_blocks(ctx), omitted="more warnings not shown"),
+    ]
+
+
+def _verdict_block(ctx: _Ctx) -> str:
+    icon = "✅" if ctx.verdict.passed else "❌"
+    lines = [f"## {icon} {escape(ctx.verdict.headline)}"]
+    rec = ctx.record
+    meta = []
+    if rec.base or rec.head:
+        meta.append(f"base {code(short_sha(rec.base or '?'))} → head {code(short_sha(rec.head or '?'))}")
+    if rec.policy_source:
+        meta.append(f"policy {code(rec.policy_source)}")
+    if meta:
+        lines.append(" · ".join(meta))
+    lines.extend(f"> {escape(n)}" for n in rec.notes)
+    return "\n\n".join(lines)
+
+
+def _blocking_line(item: Item) -> str:
+    f = item.finding
+    if f is None:
+        return f"- {escape(first_line(item.reason, 300))}"
+    target = f" {code(f.spec)}" if f.spec else ""
+    where = f" — {code(f.location)}" if f.location else ""
+    return f"- **{escape(f.check)}**{target}: {escape(first_line(item.reason, 300))}{where}"
+
+
+# --- Kernel tables --------------------------------------------------------------------
+
+def _kernel_blocks(ctx: _Ctx) -> list[str]:
+    blocks = []
+    claimed: set[int] = set()
+    for k in ctx.record.kernels:
+        jobs = [r for r in ctx.record.results if k.path in r.kernels or (r.spec and r.spec in k.specs)]
+        claimed.update(id(r) for r in jobs)
+        blocks.append(_kernel_block(ctx, k, jobs))
+    others = [r for r in ctx.record.results if id(r) not in claimed]
+    if others:
+        blocks.append("#### Other jobs\n\n" + _job_table(ctx, others))
+    return blocks
+
+
+def _kernel_block(ctx: _Ctx, k: ChangedKernel, jobs: list[JobResult]) -> str:
+    specs = ", ".join(code(s) for s in k.specs) if k.specs else "**none** — no gate spec covers this kernel"
+    change = escape(k.status) + (f" via {', '.join(code(v) for v in k.via)}" if k.via else "")
+    head = f"#### {code(k.path)}\n\n{escape(k.language)} · {change} · specs: {specs}"
+    if not jobs:
+        return head + "\n\nNo checks ran for this kernel."
+    return f"{head}\n\n{_job_table(ctx, jobs)}"
+
+
+def _job_table(ctx: _Ctx, jobs: list[JobResult]) -> str:
+    rows = ["| Check | Spec | Result | Cases | Time |", "| --- | --- | --- | --- | --- |"]
+    order = {c: i for i, c in enumerate(check_order(r.check for r in jobs))}
+    for r in sorted(jobs, key=lambda r: (order[r.check], job_target(r))):
+        spec = code(r.spec) if r.spec else "—"
+        badge = _badge(r, id(r) in ctx.blocking_jobs)
+        rows.append(f"| {escape(r.check)} | {spec} | {badge} | {r.cases or ''} | {_duration(r.duration_s)} |")
+    return "\n".join(rows)
+
+
+# --- Failure details --------------------------------------------------------------------
+
+def _detail_blocks(ctx: _Ctx) -> list[str]:
+    blocks: list[str] = []
+    seen_jobs: set[int] = set()
+    for item in ctx.verdict.blocking:
+        f = item.finding
+        if f is None or ("\n" not in f.message.strip() and not f.repro and not f.case):
+            continue  # a one-line finding is shown whole in the blocking list
+        heading = None
+        if item.job is not None and id(item.job) not in seen_jobs:
+            seen_jobs.add(id(item.job))
+            heading = f"#### ❌ {escape(item.job.check)} · {code(job_target(item.job))}"
+        blocks.append(_finding_block(item.finding, heading, ctx.message_limit))
+    return blocks
+
+
+def _finding_block(f: Finding, heading: str | None, limit: int | None) -> str:
+    facts = [f"**{escape(f.kind)}**"]
+    if f.case:
+        facts.append(f"case {code(f.case)}")
+    if f.location:
+        facts.append(f"at {code(f.location)}")
+    parts = [heading] if heading else []
+    parts += [" ".join(facts), fence(_shorten(f.message, limit))]
+    if f.repro:
+        parts += ["Reproduce:", fence(f.repro, "sh")]
+    return "\n\n".join(parts)
+
+
+# --- Error growth and resources -------------------------------------------------------
+
+def _growth_blocks(results: Iterable[JobResult]) -> list[str]:
+    return [_growth_block(r, r.extra["growth"]) for r in results if isinstance(r.extra.get("growth"), dict)]
+
+
+def _growth_block(r: JobResult, g: dict[str, Any]) -> str:
+    dim, dtype = str(g.get("dim", "size")), str(g.get("dtype", ""))
+    rows = [row for row in g.get("rows", []) if isinstance(row, dict)]
+    head = f"#### {escape(r.check)} · {code(job_target(r))} · error vs {code(dim)}" + (f" ({escape(dtype)})" if dtype else "")
+    table = [f"| {escape(dim)} | candidate error | baseline error | ratio |", "| ---: | ---: | ---: | ---: |"]
+    for row in rows:
+        cand, base = _num(row.get("candidate")), _num(row.get("baseline"))
+        ratio = f"{cand / base:.3g}×" if cand is not None and base else "—"
+        table.append(f"| {row.get('size')} | {_fmt(cand)} | {_fmt(base)} | {ratio} |")
+    parts = [head, "\n".join(table), _slope_line(g)]
+    if rows:
+        parts.append(_xychart(dim, dtype, rows))
+    return "\n\n".join(p for p in parts if p)
+
+
+def _slope_line(g: dict[str, Any]) -> str:
+    sc, sb = _num(g.get("slope_candidate")), _num(g.get("slope_baseline"))
+    if sc is None or sb is None:
+        return ""
+    text = f"Slope of log₁₀ error against log₁₀ size: candidate {sc:.2f}, baseline {sb:.2f}."
+    if g.get("flagged"):
+        text += " ⚠️ **The candidate's error grows faster with size than the baseline's.**"
+    return text
+
+
+def _xychart(dim: str, dtype: str, rows: list[dict[str, Any]]) -> str:
+    cand = [_log10(row.get("candidate")) for row in rows]
+    base = [_log10(row.get("baseline")) for row in rows]
+    low, high = math.floor(min(cand + base)), math.ceil(max(cand + base))
+    if low == high:
+        high += 1
+    label = re.sub(r'["\n]', "", f"log10(error) vs {dim} {dtype}: line 1 candidate, line 2 baseline")
+    sizes = ", ".join(re.sub(r"[^0-9A-Za-z_.-]", "", str(row.get("size"))) or "?" for row in rows)
+    return "\n".join([
+        "```mermaid", "xychart-beta", f'    title "{label}"',
+        f'    x-axis "{re.sub(r"[^0-9A-Za-z_ -]", "", dim)}" [{sizes}]',
+        f'    y-axis "log10(error)" {low} --> {high}',
+        f"    line [{', '.join(f'{v:.3f}' for v in cand)}]",
+        f"    line [{', '.join(f'{v:.3f}' for v in base)}]", "```",
+    ])
+
+
+def _resource_blocks(results: Iterable[JobResult]) -> list[str]:
+    return [_resource_block(r, r.extra["resources"]) for r in results if isinstance(r.extra.get("resources"), list)]
+
+
+def _resource_block(r: JobResult, resources: list[Any]) -> str:
+    rows = [f"#### {escape(r.check)} · {code(job_target(r))}", "",
+            "| Kernel | Arch | Registers | Spill stores | Spill loads | Local bytes | Shared bytes |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for res in (x for x in resources if isinstance(x, dict)):
+        spills = (res.get("spill_store") or 0) + (res.get("spill_load") or 0)
+        warn = " ⚠️" if spills else ""
+        rows.append(f"| {code(str(res.get('kernel', '?')))}{warn} | {escape(str(res.get('arch', '')))} | "
+                    + " | ".join(str(res.get(k, "")) for k in
+                                 ("registers", "spill_store", "spill_load", "local_bytes", "shared_bytes"))
+                    + " |")
+    return "\n".join(rows)
+
+
+def _num(value: Any) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+
+def _fmt(value: float | None) -> str:
+    return "—" if value is None else f"{value:.3g}"
+
+
+def _log10(value: Any) -> float:
+    v = _num(value)
+    return math.log10(v) if v is not None and v > 0 else LOG10_FLOOR
+
+
+# --- Not run, warnings ----------------------------------------------------------------
+
+def _not_run_blocks(ctx: _Ctx) -> list[str]:
+    blocks = [_not_run_block(r, id(r) in ctx.blocking_jobs, ctx.log_lines)
+              for r in not_run_jobs(ctx.record.results)]
+    blocks += [f"- ⛔ {escape(first_line(i.reason, 300))} — **blocks the merge**" for i in missing_items(ctx.verdict)]
+    return blocks
+
+
+def _not_run_block(r: JobResult, blocks: bool, log_lines: int) -> str:
+    verb = "not run" if r.status is Status.NOT_RUN else "could not run"
+    impact = "**blocks the merge**" if blocks else "does not block the merge"
+    icon = ("⛔" if r.status is Status.NOT_RUN else "💥") if blocks else "⏭️"
+    line = (f"- {icon} **{escape(r.check)}** {code(job_target(r))}: {verb}: "
+            f"{escape(first_line(r.reason or 'no reason given', 300))} — {impact}")
+    if not r.log_tail:
+        return line
+    return f"{line}\n\n<details><summary>log tail</summary>\n\n{fence(_tail(r.log_tail, log_lines))}\n\n</details>"
+
+
+def _warning_blocks(ctx: _Ctx) -> list[str]:
+    return [_warning_block(i, ctx.message_limit) for i in ctx.verdict.warnings if i.finding is not None]
+
+
+def _warning_block(item: Item, limit: int | None) -> str:
+    f = item.finding
+    assert f is not None
+    advisory = " (advisory)" if item.job is not None and item.job.level != "required" else ""
+    target = f" {code(f.spec)}" if f.spec else ""
+    where = f" — {code(f.location)}" if f.location else ""
+    line = f"- ⚠️ **{escape(f.check)}**{advisory}{target}: {escape(first_line(f.message, 300))}{where}"
+    if "\n" not in f.message.strip() and not f.repro:
+        return line
+    parts = [line, "<details><summary>details</summary>", fence(_shorten(f.message, limit))]
+    if f.repro:
+        parts += ["Reproduce:", fence(f.repro, "sh")]
+    return "\n\n".join(parts + ["</details>"])
+
+
+# --- Assembly and fitting -------------------------------------------------------------
+
+def _section_text(s: _Section, shown: int) -> str:
+    body = s.joiner.join(s.blocks[:shown])
+    hidden = len(s.blocks) - shown
+    note = f"_… {hidden} {s.omitted}; see the full report._" if hidden else ""
+    if not body and not note:
+        return ""
+    return "\n\n".join(p for p in (s.title, body, note) if p)
+
+
+def _assemble(sections: list[_Section], shown: list[int] | None, footer: str = "") -> str:
+    counts = shown if shown is not None else [len(s.blocks) for s in sections]
+    texts = [_section_text(s, n) for s, n in zip(sections, counts)]
+    return "\n\n".join(t for t in texts + [footer] if t) + "\n"
+
+
+def _fit(sections: list[_Section], footer: str, max_chars: int) -> str:
+    shown = [0] * len(sections)
+    lengths = [len(_section_text(s, 0)) for s in sections]
+    order = [i for i, s in enumerate(sections) if s.essential] + [i for i, s in enumerate(sections) if not s.essential]
+    for i in order:
+        while shown[i] < len(sections[i].blocks):
+            candidate = len(_section_text(sections[i], shown[i] + 1))
+            if _total(lengths, i, candidate, footer) > max_chars:
+                break
+            shown[i] += 1
+            lengths[i] = candidate
+    text = _assemble(sections, shown, footer)
+    if len(text) > max_chars:  # not even the verdict and the footer fit: keep whole lines only
+        text = _whole_lines(text, max_chars)
+    return text
+
+
+def _total(lengths: list[int], i: int, replaced: int, footer: str) -> int:
+    parts = [replaced if j == i else n for j, n in enumerate(lengths)] + [len(footer)]
+    present = [n for n in parts if n]
+    return sum(present) + 2 * (len(present) - 1) + 1
+
+
+def _whole_lines(text: str, max_chars: int) -> str:
+    out = ""
+    for line in text.splitlines(keepends=True):
+        if len(out) + len(line) > max_chars or line.startswith("```"):
+            break
+        out += line
+    return out
