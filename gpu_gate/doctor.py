@@ -1,0 +1,460 @@
+"""``gpu-gate doctor``: is this machine fit to be a GPU runner?
+
+It reads the driver and every GPU through NVML (:mod:`gpu_gate.nvml`), finds the
+tools gpu-gate needs (compute-sanitizer, nvcc, torch, triton, cupy), and proves
+that CUDA works through torch and through cupy with a tiny allocation, kernel and
+synchronise. Those proofs run in a subprocess with a timeout, so a broken driver
+can neither hang nor crash doctor.
+
+The result is data (:class:`DoctorReport`). Every problem is one line; ``check``
+turns them into infrastructure findings (:func:`infrastructure_findings`) and fails
+closed on an unfit runner. A runner without a GPU is not fit.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.metadata
+import importlib.util
+import json
+import os
+import re
+import shutil
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+from . import nvml, proc
+from .exitcodes import ExitCode
+from .findings import Finding, Severity
+
+MIB = 1024 * 1024
+
+# Clock events that mean the GPU is being slowed by the hardware: results and
+# timings taken now are not trustworthy. Idle, application clocks, sync boost
+# and a software power cap under load are normal operation.
+BAD_THROTTLE = frozenset({"hw_slowdown", "sw_thermal_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown"})
+
+NO_GPU = "no NVIDIA GPU"
+
+
+@dataclasses.dataclass(frozen=True)
+class Thresholds:
+    max_temperature_c: int = 85
+    min_free_memory_mib: int = 1024
+    # Lifetime uncorrectable ECC errors are history; None reports them without judging.
+    max_aggregate_uncorrected_ecc: int | None = None
+    allow_other_processes: bool = False
+    probe_timeout_s: float = 120.0
+    tool_timeout_s: float = 30.0
+    required_tools: tuple[str, ...] = ("compute-sanitizer", "torch", "triton", "cupy")
+
+
+@dataclasses.dataclass
+class ToolInfo:
+    name: str
+    version: str | None = None  # None: not found
+    path: str | None = None
+    cuda_works: bool | None = None  # None: not probed
+    detail: str | None = None  # why not found / why CUDA failed / what was probed
+
+    @property
+    def found(self) -> bool:
+        return self.version is not None
+
+
+@dataclasses.dataclass
+class GpuHealth:
+    index: int
+    name: str
+    uuid: str | None
+    memory_total_mib: int | None
+    memory_free_mib: int | None
+    temperature_c: int | None
+    throttle_reasons: list[str]
+    ecc_uncorrected: dict[str, int | None]  # {"volatile": n, "aggregate": n}
+    retired_pages: dict[str, int | bool | None]  # {"sbe": n, "dbe": n, "pending": bool}
+    row_remap: dict[str, int | bool | None]  # {"correctable", "uncorrectable", "pending", "failure"}
+    processes: list[dict[str, Any]] | None  # other compute processes: pid, name, used_memory_mib
+    unsupported: list[str]
+    problems: list[str]
+
+
+@dataclasses.dataclass
+class DoctorReport:
+    has_gpu: bool
+    gpus: list[GpuHealth]
+    tools: dict[str, ToolInfo]
+    problems: list[str]
+    notes: list[str]
+    driver_version: str | None = None
+    cuda_driver_version: str | None = None
+
+    @property
+    def healthy(self) -> bool:
+        return not self.problems
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["healthy"] = self.healthy
+        return d
+
+
+ToolProbe = Callable[[bool, Thresholds], dict[str, ToolInfo]]
+
+
+def run_doctor(
+    *,
+    thresholds: Thresholds | None = None,
+    nvml_lib: Any | None = None,
+    tool_probe: ToolProbe | None = None,
+) -> DoctorReport:
+    """Examine this machine. ``nvml_lib`` replaces ``pynvml`` and ``tool_probe`` the tool search (tests)."""
+    t = thresholds or Thresholds()
+    problems: list[str] = []
+    notes: list[str] = []
+    gpus: list[GpuHealth] = []
+    driver = cuda = None
+    try:
+        snap = nvml.snapshot(nvml_lib)
+    except nvml.NvmlUnavailable as exc:
+        problems.append(_no_gpu_message(exc))
+    else:
+        driver, cuda = snap.driver_version, snap.cuda_driver_version
+        gpus = [_judge_gpu(s, t, notes) for s in snap.gpus]
+        if not gpus:
+            problems.append(f"{NO_GPU}: the driver is loaded but NVML sees no GPU (is one assigned to this runner?)")
+    has_gpu = bool(gpus)
+    for g in gpus:
+        problems.extend(g.problems)
+    tools = (tool_probe or collect_tools)(has_gpu, t)
+    if has_gpu:
+        problems.extend(_tool_problems(tools, t))
+    notes.extend(_tool_notes(tools, t, has_gpu))
+    return DoctorReport(has_gpu, gpus, tools, problems, notes, driver, cuda)
+
+
+def _no_gpu_message(exc: nvml.NvmlUnavailable) -> str:
+    if exc.code == nvml.ERROR_LIBRARY_NOT_FOUND:
+        return (
+            f"{NO_GPU}: NVML library not found ({exc.reason}: libnvidia-ml.so.1 is not loadable; install the "
+            "NVIDIA driver, or start the container with the NVIDIA runtime: --gpus all / runtimeClassName: nvidia)"
+        )
+    if exc.code == nvml.ERROR_DRIVER_NOT_LOADED:
+        return f"{NO_GPU}: the NVIDIA kernel driver is not loaded ({exc.reason}; check `nvidia-smi` and dmesg)"
+    return f"{NO_GPU}: NVML could not start ({exc.reason})"
+
+
+# --- GPUs ---------------------------------------------------------------------------------------
+
+
+def _mib(n: int | None) -> int | None:
+    return None if n is None else n // MIB
+
+
+def _judge_gpu(s: nvml.GpuSample, t: Thresholds, notes: list[str]) -> GpuHealth:
+    throttle = nvml.decode_throttle(s.throttle_mask) if s.throttle_mask is not None else []
+    others = [
+        {"pid": p.pid, "name": p.name, "used_memory_mib": _mib(p.used_memory)} for p in (s.processes or ())
+    ]
+    health = GpuHealth(
+        index=s.index,
+        name=s.name,
+        uuid=s.uuid,
+        memory_total_mib=_mib(s.memory_total),
+        memory_free_mib=_mib(s.memory_free),
+        temperature_c=s.temperature_c,
+        throttle_reasons=throttle,
+        ecc_uncorrected={"volatile": s.ecc_uncorrected_volatile, "aggregate": s.ecc_uncorrected_aggregate},
+        retired_pages={"sbe": s.retired_pages_sbe, "dbe": s.retired_pages_dbe, "pending": s.retired_pages_pending},
+        row_remap={
+            "correctable": s.remapped_rows_correctable,
+            "uncorrectable": s.remapped_rows_uncorrectable,
+            "pending": s.remap_pending,
+            "failure": s.remap_failure,
+        },
+        processes=others if s.processes is not None else None,
+        unsupported=list(s.unsupported),
+        problems=[],
+    )
+    prefix = f"GPU {s.index} ({s.name})"
+    health.problems = [f"{prefix}: {p}" for p in _gpu_problems(health, s, t)]
+    notes.extend(f"{prefix}: {n}" for n in _gpu_notes(health, t))
+    return health
+
+
+def _gpu_problems(h: GpuHealth, s: nvml.GpuSample, t: Thresholds) -> list[str]:
+    out: list[str] = []
+    if h.memory_free_mib is not None and h.memory_free_mib < t.min_free_memory_mib:
+        out.append(f"only {h.memory_free_mib} MiB of {h.memory_total_mib} MiB memory free (need {t.min_free_memory_mib})")
+    if h.temperature_c is not None and h.temperature_c > t.max_temperature_c:
+        out.append(f"temperature {h.temperature_c} C is above {t.max_temperature_c} C")
+    bad = [r for r in h.throttle_reasons if r in BAD_THROTTLE]
+    if bad:
+        out.append(f"clocks are being slowed by the hardware: {', '.join(bad)} (check cooling and power)")
+    out.extend(_memory_problems(h, t))
+    if not t.allow_other_processes:
+        for p in h.processes or ():
+            used = f"{p['used_memory_mib']} MiB" if p["used_memory_mib"] is not None else "memory"
+            who = f"pid {p['pid']}" + (f" ({p['name']})" if p["name"] else "")
+            out.append(f"another process holds GPU memory: {who}, {used}; the GPU must be free for a gate run")
+    out.extend(f"could not read {what} ({err})" for what, err in s.errors.items())
+    return out
+
+
+def _memory_problems(h: GpuHealth, t: Thresholds) -> list[str]:
+    out: list[str] = []
+    vol, agg = h.ecc_uncorrected["volatile"], h.ecc_uncorrected["aggregate"]
+    if vol:
+        out.append(f"{vol} uncorrectable ECC error(s) since the driver loaded (drain the node and reset the GPU)")
+    limit = t.max_aggregate_uncorrected_ecc
+    if agg is not None and limit is not None and agg > limit:
+        out.append(f"{agg} uncorrectable ECC error(s) over the GPU's life, more than {limit} allowed")
+    if h.retired_pages["pending"]:
+        out.append("a page retirement is pending (reset the GPU or reboot to apply it)")
+    if h.row_remap["failure"]:
+        out.append("row remapping failed: the GPU's memory cannot be repaired (the GPU needs service)")
+    if h.row_remap["pending"]:
+        out.append("a row remap is pending (reset the GPU to apply it)")
+    return out
+
+
+def _gpu_notes(h: GpuHealth, t: Thresholds) -> list[str]:
+    out: list[str] = []
+    agg = h.ecc_uncorrected["aggregate"]
+    if agg and t.max_aggregate_uncorrected_ecc is None:
+        out.append(f"{agg} uncorrectable ECC error(s) over the GPU's life (history; none since the driver loaded)")
+    if h.unsupported:
+        out.append(f"not supported by this GPU or driver: {', '.join(h.unsupported)}")
+    if t.allow_other_processes and h.processes:
+        out.append(f"{len(h.processes)} other compute process(es) on this GPU (allowed by the thresholds)")
+    return out
+
+
+# --- tools --------------------------------------------------------------------------------------
+
+
+def collect_tools(has_gpu: bool, t: Thresholds) -> dict[str, ToolInfo]:
+    """Find every tool and, when there is a GPU, prove CUDA works through torch and cupy."""
+    tools = {
+        "compute-sanitizer": _binary_tool("compute-sanitizer", find_compute_sanitizer(), r"Version\s+(\S+)", t),
+        "nvcc": _binary_tool("nvcc", _find_binary("nvcc"), r"release\s+[\d.]+,\s+V(\S+)", t),
+        "torch": _package_tool("torch", ("torch",)),
+        "triton": _package_tool("triton", ("triton",)),
+        "cupy": _package_tool("cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy")),
+    }
+    for name in ("torch", "cupy"):
+        info = tools[name]
+        if not info.found:
+            continue
+        if not has_gpu:
+            info.detail = "CUDA not probed: no GPU"
+            continue
+        info.cuda_works, info.detail = probe_cuda(CUDA_PROBES[name], t.probe_timeout_s)
+    return tools
+
+
+def _cuda_dirs() -> list[Path]:
+    dirs = [Path(os.environ[v]) / "bin" for v in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(v)]
+    return dirs
+
+
+def _find_binary(name: str, extra: Iterable[Path] = ()) -> str | None:
+    """``$CUDA_HOME/bin``, then PATH, then /usr/local/cuda/bin, then ``extra``."""
+    for d in _cuda_dirs():
+        if os.access(d / name, os.X_OK):
+            return str(d / name)
+    found = shutil.which(name)
+    if found:
+        return found
+    for d in (Path("/usr/local/cuda/bin"), *extra):
+        if os.access(d / name, os.X_OK):
+            return str(d / name)
+    return None
+
+
+def _sanitizer_wheel_dirs() -> list[Path]:
+    """``bin`` folders of the nvidia-cuda-sanitizer-api wheel (``nvidia/cu13/bin`` and older layouts)."""
+    spec = importlib.util.find_spec("nvidia")
+    if spec is None or not spec.submodule_search_locations:
+        return []
+    dirs: list[Path] = []
+    for root in spec.submodule_search_locations:
+        dirs.extend(sorted(Path(root).glob("*/bin")))
+    return dirs
+
+
+def find_compute_sanitizer() -> str | None:
+    located = _locate_with_sanitizer_module()
+    return located or _find_binary("compute-sanitizer", _sanitizer_wheel_dirs())
+
+
+def _locate_with_sanitizer_module() -> str | None:
+    try:
+        from .cuda import sanitizer  # type: ignore[attr-defined]
+    except ImportError:
+        return None
+    locate = getattr(sanitizer, "locate", None)
+    if locate is None:
+        return None
+    try:
+        found = locate()
+    except Exception:  # noqa: BLE001 - its own error is reported by the sanitizer checks; doctor looks on
+        return None
+    found = getattr(found, "path", found)
+    return str(found) if found else None
+
+
+def _binary_tool(name: str, path: str | None, pattern: str, t: Thresholds) -> ToolInfo:
+    if path is None:
+        return ToolInfo(name, detail="not found in $CUDA_HOME/bin, PATH or /usr/local/cuda/bin")
+    res = proc.run([path, "--version"], timeout=t.tool_timeout_s)
+    match = re.search(pattern, res.stdout + res.stderr)
+    if not res.ok or not match:
+        return ToolInfo(name, path=path, detail=f"`--version` failed: {res.describe()}")
+    return ToolInfo(name, version=match.group(1), path=path)
+
+
+def _package_tool(name: str, dists: tuple[str, ...]) -> ToolInfo:
+    for dist in dists:
+        try:
+            return ToolInfo(name, version=importlib.metadata.version(dist), detail=f"package {dist}")
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ToolInfo(name, detail=f"Python package not installed ({' or '.join(dists)})")
+
+
+# A tiny allocation, one kernel, a synchronise and a check of the answer.
+CUDA_PROBES: dict[str, str] = {
+    "torch": """
+import json, torch
+x = torch.arange(4096, device="cuda", dtype=torch.float32)
+y = float((x * 2).sum())
+torch.cuda.synchronize()
+assert y == 4095 * 4096, y
+print(json.dumps({"device": torch.cuda.get_device_name(0), "cuda": torch.version.cuda}))
+""",
+    "cupy": """
+import json, cupy
+k = cupy.ElementwiseKernel("float32 x", "float32 y", "y = x * 2", "gpu_gate_doctor_double")
+x = cupy.arange(4096, dtype=cupy.float32)
+y = float(k(x).sum())
+cupy.cuda.Device().synchronize()
+assert y == 4095 * 4096, y
+print(json.dumps({"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].decode(),
+                  "cuda": cupy.cuda.runtime.runtimeGetVersion()}))
+""",
+}
+
+
+def probe_cuda(script: str, timeout: float) -> tuple[bool, str]:
+    """Run ``script`` in a fresh interpreter; (worked, what it said or why it failed)."""
+    res = proc.run([sys.executable, "-c", script], timeout=timeout)
+    if res.ok:
+        last = (res.stdout.strip().splitlines() or [""])[-1]
+        try:
+            info = json.loads(last)
+        except ValueError:
+            return True, last
+        return True, f"CUDA works on {info.get('device')} (CUDA {info.get('cuda')})"
+    why = res.tail(1).strip() or res.tail(1, "stdout").strip()
+    return False, f"{res.describe()}" + (f": {why}" if why and not res.timed_out else "")
+
+
+def _tool_problems(tools: dict[str, ToolInfo], t: Thresholds) -> list[str]:
+    out: list[str] = []
+    for name in t.required_tools:
+        info = tools.get(name)
+        if info is None or not info.found:
+            out.append(f"{name} is missing: {info.detail if info else 'not looked for'} ({_INSTALL_HINT.get(name, '')})")
+        elif info.cuda_works is False:
+            out.append(f"CUDA does not work through {name}: {info.detail}")
+    return out
+
+
+def _tool_notes(tools: dict[str, ToolInfo], t: Thresholds, has_gpu: bool) -> list[str]:
+    out: list[str] = []
+    for name, info in tools.items():
+        if has_gpu and name in t.required_tools:
+            continue
+        if not info.found:
+            out.append(f"{name} not found ({info.detail})")
+        elif info.cuda_works is False:
+            out.append(f"CUDA does not work through {name}: {info.detail}")
+    return out
+
+
+_INSTALL_HINT = {
+    "compute-sanitizer": "install cuda-sanitizer-13-0, or pip install nvidia-cuda-sanitizer-api",
+    "torch": "pip install torch from the CUDA index",
+    "triton": "pip install triton",
+    "cupy": "pip install cupy-cuda13x",
+    "nvcc": "install the CUDA toolkit (cuda-nvcc-13-0)",
+}
+
+
+# --- output -------------------------------------------------------------------------------------
+
+
+def infrastructure_findings(report: DoctorReport) -> list[Finding]:
+    """One ERROR finding per problem, so that ``check`` fails closed on an unfit runner."""
+    return [Finding(check="doctor", kind="infrastructure", message=p, severity=Severity.ERROR) for p in report.problems]
+
+
+def format_report(report: DoctorReport) -> str:
+    lines = ["gpu-gate doctor"]
+    if report.driver_version or report.cuda_driver_version:
+        lines.append(f"driver {report.driver_version or '?'}, CUDA {report.cuda_driver_version or '?'} (driver API)")
+    for g in report.gpus:
+        lines.extend(_format_gpu(g))
+    lines.append("tools:")
+    for info in report.tools.values():
+        lines.append("  " + _format_tool(info))
+    if report.notes:
+        lines.append("notes:")
+        lines.extend(f"  {n}" for n in report.notes)
+    if report.healthy:
+        lines.append("healthy: this machine is fit to run gpu-gate")
+    else:
+        lines.append(f"NOT FIT: {len(report.problems)} problem(s):")
+        lines.extend(report.problems)
+    return "\n".join(lines)
+
+
+def _na(v: object) -> str:
+    return "n/a" if v is None else str(v)
+
+
+def _format_gpu(g: GpuHealth) -> list[str]:
+    procs = g.processes
+    return [
+        f"GPU {g.index}: {g.name}" + (f" ({g.uuid})" if g.uuid else ""),
+        f"  memory      {_na(g.memory_free_mib)} MiB free of {_na(g.memory_total_mib)} MiB",
+        f"  temperature {_na(g.temperature_c)} C",
+        f"  clocks      {', '.join(g.throttle_reasons) or 'no slowdown'}",
+        f"  ECC uncorr. {_na(g.ecc_uncorrected['volatile'])} volatile, {_na(g.ecc_uncorrected['aggregate'])} aggregate",
+        f"  retired     sbe {_na(g.retired_pages['sbe'])}, dbe {_na(g.retired_pages['dbe'])}, "
+        f"pending {_na(g.retired_pages['pending'])}",
+        f"  row remap   {_na(g.row_remap['correctable'])} correctable, {_na(g.row_remap['uncorrectable'])} "
+        f"uncorrectable, pending {_na(g.row_remap['pending'])}, failure {_na(g.row_remap['failure'])}",
+        f"  processes   {'n/a' if procs is None else (len(procs) or 'none')}",
+    ]
+
+
+def _format_tool(info: ToolInfo) -> str:
+    text = f"{info.name:<18} {info.version or 'missing'}"
+    if info.path:
+        text += f"  {info.path}"
+    if info.detail:
+        text += f"  ({info.detail})"
+    return text
+
+
+def doctor_main(json_output: bool) -> int:
+    """``gpu-gate doctor [--json]``: print the report; 0 when fit, 1 with one line per problem."""
+    report = run_doctor()
+    if json_output:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        print(format_report(report))
+    return int(ExitCode.PASSED if report.healthy else ExitCode.POLICY_BREACHED)
