@@ -287,6 +287,7 @@ class Snapshot:
 
     def read_many(self, paths: Iterable[str]) -> dict[str, bytes]:
         """Contents of the paths that exist here; missing paths are left out."""
+        paths = list(paths)
         todo = [p for p in dict.fromkeys(paths) if p in self.files and p not in self._cache]
         if self.rev is None:
             for p in todo:
