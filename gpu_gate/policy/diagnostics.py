@@ -97,6 +97,8 @@ def _what_and_hint(detail: ErrorDetails, loc: KeyPath) -> tuple[str, str]:
     kind, ctx, got = detail["type"], detail.get("ctx") or {}, _show(detail["input"])
     default = _default_at(loc)
     example = f"e.g. {loc[-1]}: {_yaml_value(default)}" if loc and isinstance(loc[-1], str) and default is not None else ""
+    if len(loc) == 2 and loc[0] == "checks" and kind in ("model_type", "model_attributes_type"):
+        return f"expected 'required', 'advisory', 'off' or a mapping of settings, got {got}", f"e.g. {loc[1]}: required"
     if "hint" in ctx:
         return detail["msg"], str(ctx["hint"])
     if kind == "literal_error":

@@ -67,8 +67,8 @@ def _target(doc: Document, current: Path, seen: list[Path], display: Display) ->
         names = [preset_display(p) or display(p) for p in seen + [target.resolve()]]
         raise PolicyError(f"{at}: extends cycle: {' -> '.join(names)}", "remove one of these extends")
     if not target.is_file():
-        raise PolicyError(f"{at}: extends: file '{value}' not found (looked for {display(target)})",
-                          "paths are relative to the file that extends them")
+        raise PolicyError(f"{at}: extends: file '{value}' not found",
+                          f"looked for {display(target)}; paths are relative to the file that extends them")
     return target
 
 

@@ -75,7 +75,7 @@ def _read_text(path: Path, display: str) -> str:
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:
-        raise PolicyError(f"{display}: file not found", "check the path, or remove it to use the default preset") from None
+        raise PolicyError(f"{display}: file not found", "check the path; with no policy file the default preset applies") from None
     except IsADirectoryError:
         raise PolicyError(f"{display}: is a directory, not a policy file", "give the path of a YAML file") from None
     except UnicodeDecodeError as err:
@@ -128,7 +128,9 @@ def _yaml_message(err: yaml.MarkedYAMLError, display: str) -> str:
     mark = err.problem_mark or err.context_mark
     at = Where.of(display, mark) if mark is not None else Where(display, 1, 1)
     what = err.problem or err.context or "cannot be parsed"
-    if err.problem and err.context and err.context_mark is not None:
+    if "another document" in what:
+        what = "a second document starts here"
+    elif err.problem and err.context and err.context_mark is not None:
         what += f", {err.context} started at line {err.context_mark.line + 1}"
     return f"{at}: invalid YAML: {what} ({_yaml_hint(err)})"
 
