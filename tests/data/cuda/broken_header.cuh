@@ -1,0 +1,4 @@
+#pragma once
+__device__ float twice(float v) {
+  return v * not_declared;
+}

@@ -1,0 +1,3 @@
+#pragma once
+template <int S>
+__device__ __forceinline__ float times(float v) { return v * S; }
