@@ -50,8 +50,18 @@ def render_junit(record: RunRecord, verdict: Verdict) -> str:
     for key, value in totals.items():
         root.set(key, str(value))
     root.set("time", f"{seconds:.3f}")
+    _scrub(root)
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _scrub(root: ET.Element) -> None:
+    """Make every attribute and text XML 1.0-legal, whatever a kernel or a spec name contained."""
+    for element in root.iter():
+        for key, value in element.attrib.items():
+            element.set(key, clean_text(value))
+        if element.text:
+            element.text = clean_text(element.text)
 
 
 def _plan_suite(record: RunRecord, verdict: Verdict) -> list[TestSuite]:
@@ -121,7 +131,7 @@ def _skip_message(r: JobResult, blocks: bool) -> str:
 def _failure_message(failing: list[Finding]) -> str:
     f = failing[0]
     where = (f" in case {f.case}" if f.case else "") + (f" at {f.location}" if f.location else "")
-    head = first_line(f"{f.kind}{where}: {f.message}", limit=300)
+    head = f"{f.kind}{where}: {first_line(f.message, limit=300)}"
     return head if len(failing) == 1 else f"{len(failing)} errors; first: {head}"
 
 

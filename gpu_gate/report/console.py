@@ -1,0 +1,129 @@
+"""Terminal output: one progress line per finished job, a summary at the end, and the
+GitHub Actions workflow commands (log groups, annotations) the CLI prints when
+``GITHUB_ACTIONS=true``. Plain ASCII apart from what the findings themselves contain.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from ..findings import Finding, JobResult, Severity, Status
+from ..record import RunRecord
+from ..verdict import Item, Verdict
+from . import (blocking_findings, clean_text, first_line, job_target, missing_items, not_run_jobs,
+               short_sha, warning_findings)
+
+_WORDS = {Status.PASSED: "PASS", Status.FAILED: "FAIL", Status.ERROR: "ERROR", Status.NOT_RUN: "NOT RUN"}
+MESSAGE_LINES = 8  # lines of a multi-line message shown in the terminal summary
+
+AnnotationLevel = Literal["error", "warning", "notice"]
+
+
+def progress_line(result: JobResult, done: int, total: int, elapsed_s: float) -> str:
+    width = len(str(total))
+    check = result.check + (" (advisory)" if result.level != "required" else "")
+    return (f"[{done:>{width}}/{total}] {_WORDS[result.status]:<7} {check} {job_target(result)}  "
+            f"{_outcome(result)}  {result.duration_s:.1f}s  (elapsed {elapsed_s:.1f}s)")
+
+
+def _outcome(r: JobResult) -> str:
+    if r.status in (Status.NOT_RUN, Status.ERROR):
+        return first_line(r.reason or "no reason given", 120)
+    parts = []
+    if r.errors:
+        parts.append(f"{len(r.errors)} error{'s' * (len(r.errors) != 1)}")
+    if r.cases:
+        parts.append(f"{r.cases} cases")
+    if r.cached_from:
+        parts.append(f"cached from {short_sha(r.cached_from)}")
+    return ", ".join(parts) or "ok"
+
+
+def render_summary(record: RunRecord, verdict: Verdict) -> str:
+    lines = [verdict.headline]
+    blockers = [i for i in verdict.blocking if i.finding is not None]  # the rest are listed as not run
+    if blockers:
+        lines += ["", "Blocking:"]
+        for item in blockers:
+            lines += _item_lines(item)
+    gaps = not_run_jobs(record.results)
+    if gaps or missing_items(verdict):
+        lines += ["", "Not run, and why:"]
+        blocking = {id(i.job) for i in verdict.blocking if i.job is not None}
+        for r in gaps:
+            verb = "not run" if r.status is Status.NOT_RUN else "could not run"
+            impact = "blocks the merge" if id(r) in blocking else "does not block"
+            lines.append(f"  - {r.check} {job_target(r)}: {verb}: {first_line(r.reason or 'no reason given', 300)}"
+                         f" ({impact})")
+        lines += [f"  - {first_line(i.reason, 300)} (blocks the merge)" for i in missing_items(verdict)]
+    warned = [i for i in verdict.warnings if i.finding is not None]
+    if warned:
+        lines += ["", f"Warnings ({len(warned)}, do not block the merge):"]
+        lines += [f"  - {_label(i.finding)}: {first_line(i.finding.message, 200)}" for i in warned if i.finding]
+    return "\n".join(lines) + "\n"
+
+
+def _item_lines(item: Item) -> list[str]:
+    f = item.finding
+    if f is None:
+        return [f"  - {first_line(item.reason, 300)}"]
+    message = [ln.rstrip() for ln in clean_text(f.message).strip().split("\n") if ln.strip()]
+    shown = message[:MESSAGE_LINES] + ([f"... ({len(message) - MESSAGE_LINES} more lines)"]
+                                       if len(message) > MESSAGE_LINES else [])
+    lines = [f"  - {_label(f)}: {shown[0]}"] + [f"      {ln}" for ln in shown[1:]]
+    where = [p for p in (f.location, f"case {f.case}" if f.case else None) if p]
+    if where:
+        lines.append(f"      at {', '.join(where)}")
+    if f.repro:
+        lines.append(f"      repro: {clean_text(f.repro)}")
+    return lines
+
+
+def _label(f: Finding) -> str:
+    return f"{f.check} {f.kind}" + (f" {f.spec}" if f.spec else "")
+
+
+# --- GitHub Actions workflow commands -----------------------------------------------
+
+def gha_group(title: str) -> tuple[str, str]:
+    return f"::group::{_escape_data(title)}", "::endgroup::"
+
+
+def gha_annotation(finding: Finding, level: AnnotationLevel | None = None) -> str:
+    """``::error file=...,line=...,title=...::message``; the level follows severity unless given."""
+    level = level or _level(finding.severity)
+    props = []
+    if finding.file:
+        props.append(f"file={_escape_property(finding.file)}")
+        if finding.line:
+            props.append(f"line={finding.line}")
+    title = f"gpu-gate {finding.check}: {finding.kind}" + (f" ({finding.spec})" if finding.spec else "")
+    props.append(f"title={_escape_property(title)}")
+    message = clean_text(finding.message).strip()
+    if finding.repro:
+        message += f"\nReproduce: {clean_text(finding.repro)}"
+    return f"::{level} {','.join(props)}::{_escape_data(message)}"
+
+
+def gha_annotations(record: RunRecord, verdict: Verdict) -> list[str]:
+    """Annotations for every finding that blocks (error) or warns (warning), in report order."""
+    blocking, warned = blocking_findings(verdict), warning_findings(verdict)
+    findings = list(record.plan_findings) + [f for r in record.results for f in r.findings]
+    out = []
+    for f in findings:
+        if id(f) in blocking:
+            out.append(gha_annotation(f, "error"))
+        elif id(f) in warned:
+            out.append(gha_annotation(f, "warning"))
+    return out
+
+
+def _level(severity: Severity) -> AnnotationLevel:
+    return {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.NOTE: "notice"}[severity]
+
+
+def _escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _escape_property(text: str) -> str:
+    return _escape_data(clean_text(text)).replace(":", "%3A").replace(",", "%2C")

@@ -1,0 +1,77 @@
+"""Output formats and the one function that writes them all into a directory."""
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import assert_never
+
+from ..errors import GateError
+from ..record import RunRecord
+from ..verdict import Verdict
+from .junit import render_junit
+from .markdown import render_markdown
+from .sarif import render_sarif
+
+
+class OutputFormat(str, enum.Enum):
+    JUNIT = "junit"
+    MARKDOWN = "markdown"
+    SARIF = "sarif"
+    JSON = "json"
+
+    @property
+    def filename(self) -> str:
+        return FILENAMES[self]
+
+
+FILENAMES = {
+    OutputFormat.JUNIT: "junit.xml",
+    OutputFormat.MARKDOWN: "report.md",
+    OutputFormat.SARIF: "report.sarif",
+    OutputFormat.JSON: "results.json",
+}
+
+
+def write_reports(record: RunRecord, verdict: Verdict, out_dir: Path,
+                  formats: Iterable[OutputFormat | str]) -> dict[str, Path]:
+    """Write each format to ``out_dir``; returns {format name: path}.
+
+    A report that cannot be written (disk full, a directory in the way) does not stop the
+    others: they are written first, then a GateError names the first path that failed.
+    """
+    written: dict[str, Path] = {}
+    failed: list[tuple[Path, OSError]] = []
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise GateError(f"cannot create the report directory {out_dir}: {err.strerror or err}",
+                        hint="choose another --out directory") from err
+    for fmt in dict.fromkeys(OutputFormat(f) for f in formats):
+        path = out_dir / fmt.filename
+        try:
+            _write(fmt, record, verdict, path)
+        except OSError as err:
+            failed.append((path, err))
+        else:
+            written[fmt.value] = path
+    if failed:
+        path, err = failed[0]
+        more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
+        raise GateError(f"cannot write report {path}: {err.strerror or err}{more}",
+                        hint="check free disk space and that the directory is writable")
+    return written
+
+
+def _write(fmt: OutputFormat, record: RunRecord, verdict: Verdict, path: Path) -> None:
+    if fmt is OutputFormat.JUNIT:
+        path.write_text(render_junit(record, verdict), encoding="utf-8")
+    elif fmt is OutputFormat.MARKDOWN:
+        path.write_text(render_markdown(record, verdict), encoding="utf-8")
+    elif fmt is OutputFormat.SARIF:
+        path.write_text(json.dumps(render_sarif(record, verdict), indent=1), encoding="utf-8")
+    elif fmt is OutputFormat.JSON:
+        record.write(path)
+    else:
+        assert_never(fmt)
