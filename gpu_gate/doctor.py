@@ -357,8 +357,17 @@ def probe_cuda(script: str, timeout: float) -> tuple[bool, str]:
         except ValueError:
             return True, last
         return True, f"CUDA works on {info.get('device')} (CUDA {info.get('cuda')})"
-    why = res.tail(1).strip() or res.tail(1, "stdout").strip()
-    return False, f"{res.describe()}" + (f": {why}" if why and not res.timed_out else "")
+    return False, _probe_failure(res)
+
+
+def _probe_failure(res: proc.ProcResult) -> str:
+    if res.timed_out:
+        return f"the CUDA probe timed out after {res.duration_s:.0f}s (a hung driver or GPU)"
+    if res.signal:
+        # The argv holds the whole script; name the signal without it.
+        return res.describe().split(":", 1)[0] + " during the CUDA probe"
+    why = res.tail(1).strip() or res.tail(1, "stdout").strip() or "no output"
+    return f"the CUDA probe exited with code {res.returncode}: {why}"
 
 
 def _tool_problems(tools: dict[str, ToolInfo], t: Thresholds) -> list[str]:
@@ -450,9 +459,9 @@ def _format_tool(info: ToolInfo) -> str:
     return text
 
 
-def doctor_main(json_output: bool) -> int:
+def doctor_main(json_output: bool, *, nvml_lib: Any | None = None, tool_probe: ToolProbe | None = None) -> int:
     """``gpu-gate doctor [--json]``: print the report; 0 when fit, 1 with one line per problem."""
-    report = run_doctor()
+    report = run_doctor(nvml_lib=nvml_lib, tool_probe=tool_probe)
     if json_output:
         print(json.dumps(report.to_json(), indent=2))
     else:
