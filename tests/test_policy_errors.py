@@ -58,6 +58,11 @@ CHECK_NAMES = "compile, equivalence, determinism, memcheck, racecheck, synccheck
         ".gpu-gate.yml:2:1: the policy must be a mapping, got a list"
         " (start the file with `version: 1` and put each setting on its own `key: value` line)",
         id="not-a-mapping"),
+    pytest.param(
+        "on: push\nchecks: {1: required}\n",
+        ".gpu-gate.yml:1:1: key 'on' is read by YAML as a boolean, not a name (quote it, or fix the key)\n"
+        ".gpu-gate.yml:2:10: key '1' is read by YAML as a number, not a name (quote it, or fix the key)",
+        id="non-name-keys"),
 ])
 def test_malformed_yaml(tmp_path: Path, text: str, message: str) -> None:
     assert error_of(tmp_path, text) == message
@@ -128,6 +133,13 @@ def test_malformed_yaml(tmp_path: Path, text: str, message: str) -> None:
 ])
 def test_wrong_values(tmp_path: Path, text: str, message: str) -> None:
     assert error_of(tmp_path, text) == message
+
+
+def test_file_that_is_not_utf8(tmp_path: Path) -> None:
+    (tmp_path / ".gpu-gate.yml").write_bytes(b"version: 1\nspecs: [caf\xe9]\n")
+    with pytest.raises(PolicyError) as info:
+        load_policy(tmp_path)
+    assert str(info.value) == ".gpu-gate.yml:2:12: not UTF-8 text (invalid continuation byte) (save the file as UTF-8)"
 
 
 def test_all_errors_are_collected_one_per_line_in_file_order(tmp_path: Path) -> None:

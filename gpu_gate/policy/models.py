@@ -48,7 +48,7 @@ class _Frozen(BaseModel):
 
 
 class CheckPolicy(_Frozen):
-    level: LevelField = Field("required", description="required: blocks the merge; advisory: reported only; off: not run")
+    level: LevelField = Field(default="required", description="required: blocks the merge; advisory: reported only; off: not run")
 
     def options(self) -> dict[str, Any]:
         """The check's settings as JSON data, for ``Job.options``."""
@@ -56,22 +56,22 @@ class CheckPolicy(_Frozen):
 
 
 class KernelSelection(_Frozen):
-    include: tuple[str, ...] = Field(("**/*.cu", "**/*.cuh", "**/*.py"), description="globs of kernel files")
-    exclude: tuple[str, ...] = Field(("third_party/**", ".git/**"), description="globs never treated as kernels")
+    include: tuple[str, ...] = Field(default=("**/*.cu", "**/*.cuh", "**/*.py"), description="globs of kernel files")
+    exclude: tuple[str, ...] = Field(default=("third_party/**", ".git/**"), description="globs never treated as kernels")
 
 
 class CompilePolicy(CheckPolicy):
-    archs: tuple[Arch, ...] = Field(("sm_80", "sm_90"), min_length=1, description="target architectures, e.g. sm_90")
-    max_spill_bytes: int | None = Field(None, ge=0, description="most spill stores+loads allowed per kernel")
-    max_local_bytes: int | None = Field(None, ge=0, description="most local memory allowed per thread")
+    archs: tuple[Arch, ...] = Field(default=("sm_80", "sm_90"), min_length=1, description="target architectures, e.g. sm_90")
+    max_spill_bytes: int | None = Field(default=None, ge=0, description="most spill stores+loads allowed per kernel")
+    max_local_bytes: int | None = Field(default=None, ge=0, description="most local memory allowed per thread")
     resources_level: Literal["required", "advisory"] = Field(
-        "advisory", description="whether breaching max_spill_bytes/max_local_bytes blocks")
+        default="advisory", description="whether breaching max_spill_bytes/max_local_bytes blocks")
 
 
 class Tolerance(_Frozen):
-    baseline_factor: float = Field(2.0, gt=0, description="allowed error = factor x torch's own error in the kernel's dtype")
-    atol: float | None = Field(None, ge=0, description="fixed absolute floor replacing the per-dtype floor (with rtol)")
-    rtol: float | None = Field(None, ge=0, description="fixed relative floor replacing the per-dtype floor (with atol)")
+    baseline_factor: float = Field(default=2.0, gt=0, description="allowed error = factor x torch's own error in the kernel's dtype")
+    atol: float | None = Field(default=None, ge=0, description="fixed absolute floor replacing the per-dtype floor (with rtol)")
+    rtol: float | None = Field(default=None, ge=0, description="fixed relative floor replacing the per-dtype floor (with atol)")
 
     @model_validator(mode="after")
     def _atol_rtol_together(self) -> Tolerance:
@@ -84,33 +84,33 @@ class Tolerance(_Frozen):
 
 
 class EquivalencePolicy(CheckPolicy):
-    cases: int = Field(64, ge=1, description="fuzzed cases per spec")
-    dtypes: tuple[DType, ...] | None = Field(None, min_length=1, description="dtypes to test; null: all the spec allows")
-    seed: int | None = Field(None, description="fixed seed; null: a fresh seed per run (always recorded)")
+    cases: int = Field(default=64, ge=1, description="fuzzed cases per spec")
+    dtypes: tuple[DType, ...] | None = Field(default=None, min_length=1, description="dtypes to test; null: all the spec allows")
+    seed: int | None = Field(default=None, description="fixed seed; null: a fresh seed per run (always recorded)")
     tolerance: Tolerance = Tolerance()
-    max_case_bytes: int = Field(256 * MiB, ge=1, description="largest input+output size of one case")
-    time_budget_s: float = Field(300.0, gt=0, description="stop generating cases after this long")
-    growth: bool = Field(True, description="check how the error grows with the reduction length")
-    shrink: bool = Field(True, description="shrink a failing case to a minimal one")
-    shrink_budget_s: float = Field(60.0, ge=0, description="time allowed for shrinking")
+    max_case_bytes: int = Field(default=256 * MiB, ge=1, description="largest input+output size of one case")
+    time_budget_s: float = Field(default=300.0, gt=0, description="stop generating cases after this long")
+    growth: bool = Field(default=True, description="check how the error grows with the reduction length")
+    shrink: bool = Field(default=True, description="shrink a failing case to a minimal one")
+    shrink_budget_s: float = Field(default=60.0, ge=0, description="time allowed for shrinking")
 
 
 class DeterminismPolicy(CheckPolicy):
-    repeats: int = Field(8, ge=2, description="runs per case")
-    concurrent_load: bool = Field(True, description="also run while other kernels load the GPU")
+    repeats: int = Field(default=8, ge=2, description="runs per case")
+    concurrent_load: bool = Field(default=True, description="also run while other kernels load the GPU")
 
 
 class SanitizerPolicy(CheckPolicy):
-    cases: int = Field(4, ge=1, description="cases run under compute-sanitizer")
-    print_limit: int = Field(100, ge=1, description="compute-sanitizer --print-limit")
-    launch_timeout_s: int = Field(60, ge=0, description="compute-sanitizer --launch-timeout")
-    leak_check: bool = Field(False, description="memcheck --leak-check full")
-    racecheck_report: Literal["all", "hazard", "analysis"] = Field("analysis", description="racecheck --racecheck-report")
-    timeout_minutes: float = Field(20.0, gt=0, description="kill the sanitized run after this long")
+    cases: int = Field(default=4, ge=1, description="cases run under compute-sanitizer")
+    print_limit: int = Field(default=100, ge=1, description="compute-sanitizer --print-limit")
+    launch_timeout_s: int = Field(default=60, ge=0, description="compute-sanitizer --launch-timeout")
+    leak_check: bool = Field(default=False, description="memcheck --leak-check full")
+    racecheck_report: Literal["all", "hazard", "analysis"] = Field(default="analysis", description="racecheck --racecheck-report")
+    timeout_minutes: float = Field(default=20.0, gt=0, description="kill the sanitized run after this long")
 
 
-def _check_field(model: type[CheckPolicy], default: CheckPolicy) -> Any:
-    return Field(default, description=f"level string, or a mapping of settings ({model.__name__})")
+def _check_doc(model: type[CheckPolicy]) -> str:
+    return f"a level (required, advisory, off), or a mapping of {model.__name__} settings"
 
 
 CompileField = Annotated[CompilePolicy, BeforeValidator(_check_shorthand, json_schema_input_type=Union[CompilePolicy, Level, bool])]
@@ -122,13 +122,13 @@ SanitizerField = Annotated[SanitizerPolicy, BeforeValidator(_check_shorthand, js
 class Checks(_Frozen):
     """One field per registered check, in the registry's order."""
 
-    compile: CompileField = _check_field(CompilePolicy, CompilePolicy())
-    equivalence: EquivalenceField = _check_field(EquivalencePolicy, EquivalencePolicy())
-    determinism: DeterminismField = _check_field(DeterminismPolicy, DeterminismPolicy())
-    memcheck: SanitizerField = _check_field(SanitizerPolicy, SanitizerPolicy())
-    racecheck: SanitizerField = _check_field(SanitizerPolicy, SanitizerPolicy())
-    synccheck: SanitizerField = _check_field(SanitizerPolicy, SanitizerPolicy())
-    initcheck: SanitizerField = _check_field(SanitizerPolicy, SanitizerPolicy(level="advisory"))
+    compile: CompileField = Field(default=CompilePolicy(), description=_check_doc(CompilePolicy))
+    equivalence: EquivalenceField = Field(default=EquivalencePolicy(), description=_check_doc(EquivalencePolicy))
+    determinism: DeterminismField = Field(default=DeterminismPolicy(), description=_check_doc(DeterminismPolicy))
+    memcheck: SanitizerField = Field(default=SanitizerPolicy(), description=_check_doc(SanitizerPolicy))
+    racecheck: SanitizerField = Field(default=SanitizerPolicy(), description=_check_doc(SanitizerPolicy))
+    synccheck: SanitizerField = Field(default=SanitizerPolicy(), description=_check_doc(SanitizerPolicy))
+    initcheck: SanitizerField = Field(default=SanitizerPolicy(level="advisory"), description=_check_doc(SanitizerPolicy))
 
     @model_validator(mode="before")
     @classmethod
@@ -145,18 +145,18 @@ class Checks(_Frozen):
 
 
 class CudaSettings(_Frozen):
-    include_dirs: tuple[str, ...] = Field((), description="extra -I directories, relative to the repository root")
-    sanitizer: str | None = Field(None, description="path to compute-sanitizer; null: search the usual places")
-    nvcc: str | None = Field(None, description="path to nvcc; null: search PATH and CUDA_HOME")
-    nvcc_flags: tuple[str, ...] = Field((), description="extra nvcc flags")
+    include_dirs: tuple[str, ...] = Field(default=(), description="extra -I directories, relative to the repository root")
+    sanitizer: str | None = Field(default=None, description="path to compute-sanitizer; null: search the usual places")
+    nvcc: str | None = Field(default=None, description="path to nvcc; null: search PATH and CUDA_HOME")
+    nvcc_flags: tuple[str, ...] = Field(default=(), description="extra nvcc flags")
 
 
 class RunnerSettings(_Frozen):
-    labels: tuple[str, ...] = Field(("self-hosted", "linux", "gpu"), min_length=1, description="runs-on labels of GPU runners")
-    job_timeout_minutes: float = Field(30.0, gt=0, description="timeout of one job (spec x check)")
-    run_timeout_minutes: float = Field(120.0, gt=0, description="timeout of the whole gate")
-    gpus: Literal["all"] | int = Field("all", description="GPUs to use on a runner: all, or a count")
-    fail_fast: bool = Field(False, description="stop at the first blocking failure")
+    labels: tuple[str, ...] = Field(default=("self-hosted", "linux", "gpu"), min_length=1, description="runs-on labels of GPU runners")
+    job_timeout_minutes: float = Field(default=30.0, gt=0, description="timeout of one job (spec x check)")
+    run_timeout_minutes: float = Field(default=120.0, gt=0, description="timeout of the whole gate")
+    gpus: Literal["all"] | int = Field(default="all", description="GPUs to use on a runner: all, or a count")
+    fail_fast: bool = Field(default=False, description="stop at the first blocking failure")
 
     @field_validator("gpus", mode="before")
     @classmethod
@@ -168,8 +168,8 @@ class RunnerSettings(_Frozen):
 
 
 class CacheSettings(_Frozen):
-    enabled: bool = Field(True, description="reuse results of unchanged kernel+spec+check")
-    dir: str = Field(".gpu-gate/cache", description="cache directory, relative to the repository root")
+    enabled: bool = Field(default=True, description="reuse results of unchanged kernel+spec+check")
+    dir: str = Field(default=".gpu-gate/cache", description="cache directory, relative to the repository root")
 
 
 class Policy(_Frozen):
@@ -177,13 +177,13 @@ class Policy(_Frozen):
 
     model_config = ConfigDict(frozen=True, extra="forbid", title="gpu-gate policy (.gpu-gate.yml)")
 
-    version: Literal[1] = Field(1, description="policy format version")
-    extends: str | None = Field(None, description="preset (default, strict) or relative path of a YAML file to extend")
+    version: Literal[1] = Field(default=1, description="policy format version")
+    extends: str | None = Field(default=None, description="preset (default, strict) or relative path of a YAML file to extend")
     kernels: KernelSelection = KernelSelection()
-    specs: tuple[str, ...] = Field(("gate/**/*_gate.py", "**/*_gate.py"), description="globs of gate spec files")
-    uncovered: Literal["fail", "warn", "ignore"] = Field("fail", description="a changed kernel with no gate spec")
-    not_run: Literal["fail", "warn"] = Field("fail", description="a required check that could not run")
-    refusals: Literal["fail", "warn", "ignore"] = Field("warn", description="a kernel that refuses an input loudly")
+    specs: tuple[str, ...] = Field(default=("gate/**/*_gate.py", "**/*_gate.py"), description="globs of gate spec files")
+    uncovered: Literal["fail", "warn", "ignore"] = Field(default="fail", description="a changed kernel with no gate spec")
+    not_run: Literal["fail", "warn"] = Field(default="fail", description="a required check that could not run")
+    refusals: Literal["fail", "warn", "ignore"] = Field(default="warn", description="a kernel that refuses an input loudly")
     checks: Checks = Checks()
     cuda: CudaSettings = CudaSettings()
     runner: RunnerSettings = RunnerSettings()

@@ -10,6 +10,8 @@ import yaml
 from ..errors import PolicyError
 
 KeyPath = tuple[str | int, ...]
+_STR_TAG = "tag:yaml.org,2002:str"
+_KEY_KINDS = {"bool": "boolean", "int": "number", "float": "number", "null": "null value", "timestamp": "date"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,13 +75,17 @@ def read_document(path: Path, display: str) -> Document:
 
 def _read_text(path: Path, display: str) -> str:
     try:
-        return path.read_text(encoding="utf-8")
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise PolicyError(f"{display}: file not found", "check the path; with no policy file the default preset applies") from None
     except IsADirectoryError:
         raise PolicyError(f"{display}: is a directory, not a policy file", "give the path of a YAML file") from None
+    try:
+        return raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise PolicyError(f"{display}: not UTF-8 text ({err.reason})", "save the file as UTF-8") from None
+        line = raw.count(b"\n", 0, err.start) + 1
+        col = len(raw[raw.rfind(b"\n", 0, err.start) + 1: err.start].decode("utf-8", "replace")) + 1
+        raise PolicyError(f"{display}:{line}:{col}: not UTF-8 text ({err.reason})", "save the file as UTF-8") from None
 
 
 def _as_mapping(data: Any, root: Where) -> dict[str, Any]:
@@ -115,6 +121,12 @@ def _record_mapping(node: yaml.MappingNode, path: KeyPath, file: str, spots: dic
             continue
         name = key_node.value
         key_at = Where.of(file, key_node.start_mark)
+        if key_node.tag != _STR_TAG:
+            # YAML 1.1 reads `on:`, `no:` or `1:` as a boolean or number, which no setting is named.
+            kind = key_node.tag.rsplit(":", 1)[-1]
+            kind = _KEY_KINDS.get(kind, kind)
+            errors.append(f"{key_at}: key '{name}' is read by YAML as a {kind}, not a name (quote it, or fix the key)")
+            continue
         if name in first_line:
             # PyYAML silently keeps the last one; a duplicated setting is almost always a mistake.
             errors.append(f"{key_at}: duplicate key '{name}' (it is already set on line {first_line[name]}; keep one)")
