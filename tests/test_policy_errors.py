@@ -222,3 +222,13 @@ def test_missing_explicit_file(tmp_path: Path) -> None:
     with pytest.raises(PolicyError) as info:
         load_policy(tmp_path, tmp_path / "ci" / "gate.yml")
     assert str(info.value) == "ci/gate.yml: file not found (check the path; with no policy file the default preset applies)"
+
+
+def test_unknown_key_shared_by_a_yaml_alias_warns_for_each_use(tmp_path: Path) -> None:
+    write(tmp_path, "checks:\n  memcheck: &m {cases: 3, casez: 1}\n  racecheck: *m\n")
+    loaded = load_policy(tmp_path)
+    assert loaded.warnings == (
+        ".gpu-gate.yml:2:27: warning: unknown key 'casez' in checks.memcheck is ignored (did you mean 'cases'?)",
+        ".gpu-gate.yml:2:27: warning: unknown key 'casez' in checks.racecheck is ignored (did you mean 'cases'?)",
+    )
+    assert (loaded.policy.checks.memcheck.cases, loaded.policy.checks.racecheck.cases) == (3, 3)

@@ -62,7 +62,7 @@ def _sorted(lines: list[_Line]) -> tuple[str, ...]:
 def _delete(data: Any, loc: KeyPath) -> None:
     for part in loc[:-1]:
         data = data[part]
-    del data[loc[-1]]
+    data.pop(loc[-1], None)  # a YAML alias can share one mapping between two places
 
 
 def _unknown_key(loc: KeyPath, doc: Document, strict: bool) -> tuple[_Line, bool]:

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..errors import PolicyError
 from ..exitcodes import ExitCode
 from .diagnostics import Diagnosis, diagnose
-from .extends import load_merged, preset_path
+from .extends import PRESETS_DIR, load_merged, preset_path
 from .models import Policy
 
 POLICY_NAMES = (".gpu-gate.yml", ".gpu-gate.yaml")
@@ -67,7 +67,7 @@ def validate_policy_file(path: Path, *, strict: bool) -> tuple[int, list[str]]:
 @functools.cache
 def default_policy() -> Policy:
     """The policy that applies when a repository has no policy file."""
-    diagnosis = _diagnose(preset_path("default"), _Display(Path.cwd()), strict=True)
+    diagnosis = _diagnose(preset_path("default"), _Display(PRESETS_DIR), strict=True)
     if diagnosis.policy is None:  # a broken preset is gpu-gate's bug, not the user's
         raise RuntimeError("the default preset is invalid: " + "; ".join(diagnosis.errors))
     return diagnosis.policy
