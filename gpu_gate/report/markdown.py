@@ -27,6 +27,7 @@ from . import (blocking_findings, blocking_jobs, check_order, clean_text, first_
 SHORT_MESSAGE_CHARS = 1500  # per message once the report has to be shortened
 SHORT_LOG_LINES = 15
 FULL_LOG_LINES = 60
+LIST_CAP = 100  # blocking reasons / not-run lines shown before the kernel tables get their room
 LOG10_FLOOR = -20.0  # stands in for an error of exactly 0 on the log chart
 
 
@@ -95,6 +96,7 @@ class _Section:
     essential: bool = False
     joiner: str = "\n\n"
     omitted: str = "more not shown"
+    capped: bool = False  # a one-line list: at most LIST_CAP lines once the report is shortened
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,13 +131,13 @@ def _sections(ctx: _Ctx) -> list[_Section]:
     return [
         _Section(None, [_verdict_block(ctx)], essential=True),
         _Section("### Blocking", [_blocking_line(i) for i in ctx.verdict.blocking],
-                 essential=True, joiner="\n", omitted="more blocking reasons not shown"),
+                 essential=True, joiner="\n", omitted="more blocking reasons not shown", capped=True),
         _Section("### Kernels", _kernel_blocks(ctx), essential=True, omitted="more kernels not shown"),
         _Section("### Failure details", _detail_blocks(ctx), omitted="more failure details not shown"),
         _Section("### Error growth with size", _growth_blocks(ctx.record.results)),
         _Section("### Compile resources", _resource_blocks(ctx.record.results)),
-        _Section("### Not run, and why", _not_run_blocks(ctx), essential=True,
-                 omitted="more jobs that did not run are not shown"),
+        _Section("### Not run, and why", _not_run_blocks(ctx), essential=True, joiner="\n",
+                 omitted="more jobs that did not run are not shown", capped=True),
         _Section("### Warnings (do not block the merge)", _warning_blocks(ctx), omitted="more warnings not shown"),
     ]
 
@@ -324,7 +326,7 @@ def _not_run_block(r: JobResult, blocks: bool, log_lines: int) -> str:
             f"{escape(first_line(r.reason or 'no reason given', 300))} — {impact}")
     if not r.log_tail:
         return line
-    return f"{line}\n\n<details><summary>log tail</summary>\n\n{fence(_tail(r.log_tail, log_lines))}\n\n</details>"
+    return f"{line}\n\n<details><summary>log tail</summary>\n\n{fence(_tail(r.log_tail, log_lines))}\n\n</details>\n"
 
 
 def _warning_blocks(ctx: _Ctx) -> list[str]:
@@ -350,11 +352,22 @@ def _warning_block(item: Item, limit: int | None) -> str:
 
 def _section_text(s: _Section, shown: int) -> str:
     body = s.joiner.join(s.blocks[:shown])
-    hidden = len(s.blocks) - shown
-    note = f"_… {hidden} {s.omitted}; see the full report._" if hidden else ""
+    note = _note(s, shown)
     if not body and not note:
         return ""
     return "\n\n".join(p for p in (s.title, body, note) if p)
+
+
+def _note(s: _Section, shown: int) -> str:
+    hidden = len(s.blocks) - shown
+    return f"_… {hidden} {s.omitted}; see the full report._" if hidden else ""
+
+
+def _section_len(s: _Section, shown: int, body_len: int) -> int:
+    """len(_section_text(s, shown)) without building it; ``body_len`` is the joined blocks' length."""
+    parts = [len(s.title or ""), body_len, len(_note(s, shown))]
+    present = [n for n in parts if n]
+    return 0 if not (body_len or parts[2]) else sum(present) + 2 * (len(present) - 1)
 
 
 def _assemble(sections: list[_Section], shown: list[int] | None, footer: str = "") -> str:
@@ -364,20 +377,34 @@ def _assemble(sections: list[_Section], shown: list[int] | None, footer: str = "
 
 
 def _fit(sections: list[_Section], footer: str, max_chars: int) -> str:
+    """Show as many whole blocks as fit: essential sections first, each in document order.
+
+    Long one-line lists (blocking reasons, jobs that did not run) are capped so that they
+    cannot crowd the kernel tables and the failure details out of the comment.
+    """
     shown = [0] * len(sections)
-    lengths = [len(_section_text(s, 0)) for s in sections]
+    lengths = [_section_len(s, 0, 0) for s in sections]
     order = [i for i, s in enumerate(sections) if s.essential] + [i for i, s in enumerate(sections) if not s.essential]
     for i in order:
-        while shown[i] < len(sections[i].blocks):
-            candidate = len(_section_text(sections[i], shown[i] + 1))
-            if _total(lengths, i, candidate, footer) > max_chars:
-                break
-            shown[i] += 1
-            lengths[i] = candidate
+        _grow(sections, i, shown, lengths, footer, max_chars, LIST_CAP)
     text = _assemble(sections, shown, footer)
     if len(text) > max_chars:  # not even the verdict and the footer fit: keep whole lines only
         text = _whole_lines(text, max_chars)
     return text
+
+
+def _grow(sections: list[_Section], i: int, shown: list[int], lengths: list[int], footer: str,
+          max_chars: int, cap: int) -> None:
+    s = sections[i]
+    limit = min(cap, len(s.blocks)) if s.capped else len(s.blocks)
+    body = len(s.joiner.join(s.blocks[: shown[i]]))
+    while shown[i] < limit:
+        grown = body + len(s.blocks[shown[i]]) + (len(s.joiner) if shown[i] else 0)
+        candidate = _section_len(s, shown[i] + 1, grown)
+        if _total(lengths, i, candidate, footer) > max_chars:
+            break
+        shown[i] += 1
+        body, lengths[i] = grown, candidate
 
 
 def _total(lengths: list[int], i: int, replaced: int, footer: str) -> int:
