@@ -92,6 +92,8 @@ class ChangeSet:
     affected_specs: list[str]  # spec files that import a changed module (transitively)
     changed_modules: list[str] = dataclasses.field(default_factory=list)  # changed .py files
     header_includers: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # The head's import graph, already partly read; spec discovery at head reuses it.
+    import_graph: ImportGraph | None = dataclasses.field(default=None, repr=False, compare=False)
 
     @property
     def no_kernel_changes(self) -> bool:
@@ -119,9 +121,11 @@ def detect(repo: Path | str, base: str, head: str, policy: PolicyLike) -> Change
     kernels = _direct_kernels(root, merge_base, files, snap, is_kernel_path, errors)
     includers = _header_propagation(files, snap, is_kernel_path, policy, kernels)
     modules = sorted(f.path for f in files if f.path.endswith(".py"))
-    affected = _affected_specs(snap, policy.specs, files, errors)
+    graph = ImportGraph(snap)
+    affected = _affected_specs(snap, graph, policy.specs, files)
     ordered = sorted(kernels.values(), key=lambda k: k.path)
-    return ChangeSet(merge_base, head_sha, files, ordered, _dedupe(errors), affected, modules, includers)
+    return ChangeSet(merge_base, head_sha, files, ordered, _dedupe(errors + graph.errors), affected, modules,
+                     includers, graph)
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:
@@ -187,26 +191,29 @@ def _header_propagation(files: list[FileChange], snap: git.Snapshot, is_kernel_p
     return {h: u for h, u in result.items() if u}
 
 
-def _affected_specs(snap: git.Snapshot, spec_globs: Sequence[str], files: list[FileChange],
-                    errors: list[Finding]) -> list[str]:
+def _affected_specs(snap: git.Snapshot, graph: ImportGraph, spec_globs: Sequence[str],
+                    files: list[FileChange]) -> list[str]:
     changed = {f.path for f in files if f.path.endswith(".py")}
     changed |= {f.old_path for f in files if f.old_path and f.old_path.endswith(".py")}
     if not changed:
         return []
     is_spec = matcher(spec_globs)
     specs = sorted(p for p in snap.files if p.endswith(".py") and is_spec(p))
-    graph = ImportGraph(snap, errors)
     graph.load(specs)
-    return [s for s in specs if s in changed or graph.closure(s) & changed]
+    touched = graph.importers(changed) | changed
+    return [s for s in specs if s in touched]
+
+
+_EAGER_AFTER_ROUNDS = 4
 
 
 class ImportGraph:
     """Transitive imports inside one snapshot, read breadth first in batches (one git call a level)."""
 
-    def __init__(self, snap: git.Snapshot, errors: list[Finding]) -> None:
+    def __init__(self, snap: git.Snapshot) -> None:
         self.snap = snap
         self.index = pyscan.ModuleIndex(snap.files)
-        self.errors = errors
+        self.errors: list[Finding] = []  # modules that do not parse
         self.direct: dict[str, set[str]] = {}
         self.trees: dict[str, Any] = {}
 
@@ -222,9 +229,29 @@ class ImportGraph:
                     todo.append(dep)
         return seen
 
+    def importers(self, targets: set[str]) -> set[str]:
+        """Loaded modules that import any of ``targets``, directly or not."""
+        reverse: dict[str, set[str]] = {}
+        for module, deps in self.direct.items():
+            for dep in deps:
+                reverse.setdefault(dep, set()).add(module)
+        seen: set[str] = set()
+        todo = list(targets)
+        while todo:
+            for parent in reverse.get(todo.pop(), ()):
+                if parent not in seen:
+                    seen.add(parent)
+                    todo.append(parent)
+        return seen
+
     def load(self, starts: Iterable[str]) -> None:
         frontier = [s for s in starts if s not in self.direct]
+        rounds = 0
         while frontier:
+            rounds += 1
+            if rounds == _EAGER_AFTER_ROUNDS:
+                # Deep import chains would cost one git call per level: read all the rest at once.
+                self.snap.read_many(p for p in self.snap.files if p.endswith(".py") and p not in self.direct)
             contents = self.snap.read_many(frontier)
             nxt: set[str] = set()
             for path in frontier:

@@ -49,27 +49,43 @@ def is_spec_decorator(qualname: str | None) -> bool:
                                      or (qualname.startswith("gpu_gate.") and qualname.endswith(".spec")))
 
 
-def discover(repo: Path | str, rev: str | None, policy: PolicyLike) -> Discovery:
-    """Specs in the files matched by ``policy.specs``, at ``rev`` (None: the work tree)."""
-    snap = git.Snapshot(repo, rev)
+def discover(repo: Path | str, rev: str | None, policy: PolicyLike, *,
+             graph: ImportGraph | None = None) -> Discovery:
+    """Specs in the files matched by ``policy.specs``, at ``rev`` (None: the work tree).
+
+    ``graph`` (``ChangeSet.import_graph``) saves re-reading modules when ``rev`` is the
+    change set's head; parse errors it already recorded are not reported again.
+    """
+    if not _reusable(graph, repo, rev):
+        graph = ImportGraph(git.Snapshot(repo, rev))
+    assert graph is not None
+    snap = graph.snap
     is_spec = matcher(policy.specs)
     files = sorted(p for p in snap.files if p.endswith(".py") and is_spec(p))
-    findings: list[Finding] = []
-    graph = ImportGraph(snap, findings)
+    known_errors = len(graph.errors)
     graph.load(files)
+    findings: list[Finding] = list(graph.errors[known_errors:])
+    references = _CReferences(graph, snap.files)
     specs: list[SpecInfo] = []
     for path in files:
         tree = graph.trees.get(path)
         if tree is None:
             continue  # did not parse: the graph recorded a parse-error finding
         imports = frozenset(graph.closure(path))
-        refs = _c_references(graph, [path, *sorted(imports)], snap.files)
+        refs = references.of([path, *imports])
         specs.extend(_specs_in(tree, path, imports, refs, findings))
     return Discovery(specs, findings)
 
 
-def discover_specs(repo: Path | str, rev: str | None, policy: PolicyLike) -> list[SpecInfo]:
-    return discover(repo, rev, policy).specs
+def _reusable(graph: ImportGraph | None, repo: Path | str, rev: str | None) -> bool:
+    if graph is None or rev is None or graph.snap.rev is None or graph.snap.repo != Path(repo):
+        return False
+    return graph.snap.rev == rev or graph.snap.rev == git.resolve(repo, rev)
+
+
+def discover_specs(repo: Path | str, rev: str | None, policy: PolicyLike, *,
+                   graph: ImportGraph | None = None) -> list[SpecInfo]:
+    return discover(repo, rev, policy, graph=graph).specs
 
 
 def _specs_in(tree: ast.Module, path: str, imports: frozenset[str], refs: frozenset[str],
@@ -114,21 +130,35 @@ def _literal_strings(node: ast.expr | None, key: str, path: str, name: str,
     return None
 
 
-def _c_references(graph: ImportGraph, modules: Iterable[str], files: frozenset[str]) -> frozenset[str]:
+class _CReferences:
     """C/CUDA files whose paths (repo-relative or relative to the module) appear as string literals."""
-    refs: set[str] = set()
-    for module in modules:
-        tree = graph.trees.get(module)
+
+    def __init__(self, graph: ImportGraph, files: frozenset[str]) -> None:
+        self.graph = graph
+        self.files = files
+        self._per_module: dict[str, frozenset[str]] = {}
+
+    def of(self, modules: Iterable[str]) -> frozenset[str]:
+        refs: set[str] = set()
+        for module in modules:
+            if module not in self._per_module:
+                self._per_module[module] = self._scan(module)
+            refs |= self._per_module[module]
+        return frozenset(refs)
+
+    def _scan(self, module: str) -> frozenset[str]:
+        tree = self.graph.trees.get(module)
         if tree is None:
-            continue
+            return frozenset()
         here = posixpath.dirname(module)
+        refs: set[str] = set()
         for s in pyscan.string_literals(tree):
             if not cudascan.is_c_source(s) or "\n" in s:
                 continue
             for cand in (posixpath.normpath(s.lstrip("/")), posixpath.normpath(posixpath.join(here, s))):
-                if cand in files:
+                if cand in self.files:
                     refs.add(cand)
-    return frozenset(refs)
+        return frozenset(refs)
 
 
 # --- coverage --------------------------------------------------------------------------------

@@ -205,3 +205,28 @@ def test_ten_thousand_changed_files_are_fast(repo: GitRepo) -> None:
     assert len(cs.kernels) == 5_000
     assert {k.language for k in cs.kernels} == {"cuda", "triton"}
     assert elapsed < 10.0, f"detect took {elapsed:.1f}s"
+
+
+def test_deep_import_chain_reaches_the_spec(repo: GitRepo) -> None:
+    chain = {f"mylib/m{i}.py": f"from mylib import m{i + 1}\n" for i in range(12)}
+    repo.commit("base", {"mylib/__init__.py": "", **chain, "mylib/m12.py": "X = 1\n",
+                         "gate/deep_gate.py": "import mylib.m0\n"})
+    repo.branch("feature")
+    repo.commit("edit the bottom", {"mylib/m12.py": "X = 2\n"})
+    assert changes.detect(repo.path, "main", "HEAD", policy()).affected_specs == ["gate/deep_gate.py"]
+
+
+def test_import_cycles_terminate(repo: GitRepo) -> None:
+    repo.commit("base", {"mylib/__init__.py": "", "mylib/a.py": "from . import b\n", "mylib/b.py": "from . import a\n",
+                         "gate/cyc_gate.py": "from mylib import a\n"})
+    repo.branch("feature")
+    repo.commit("edit", {"mylib/b.py": "from . import a\nY = 1\n"})
+    assert changes.detect(repo.path, "main", "HEAD", policy()).affected_specs == ["gate/cyc_gate.py"]
+
+
+def test_works_with_the_real_default_policy(repo: GitRepo) -> None:
+    from gpu_gate.policy.models import Policy
+    repo.branch("feature")
+    repo.commit("k", {"ops/k.cu": "__global__ void k() {}\n", "third_party/x.cu": "\n", "ops/t.py": TRITON})
+    cs = changes.detect(repo.path, "main", "HEAD", Policy())
+    assert summary(cs) == {"ops/k.cu": ("cuda", "added", ()), "ops/t.py": ("triton", "added", ())}

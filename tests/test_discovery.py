@@ -208,3 +208,15 @@ def test_annotate_records_specs_on_kernels(repo: GitRepo) -> None:
         "gate/y_gate.py": "import gpu_gate as gg\n@gg.spec(covers=['csrc/y.cu'])\ndef y(): pass\n"})
     discovery.annotate(cs, discovery.coverage(cs, discovery.discover_specs(repo.path, cs.head, POLICY)))
     assert [(k.path, k.specs) for k in cs.kernels] == [("csrc/y.cu", ("gate/y_gate.py::y",))]
+
+
+def test_reusing_the_changesets_import_graph(repo: GitRepo) -> None:
+    cs = _kernel_repo(repo, {"mylib/tk.py": TRITON + "# v2\n", "mylib/broken.py": "def (:\n"}, {
+        "gate/tk_gate.py": "import gpu_gate as gg\nfrom mylib import wrap, broken\n@gg.spec()\ndef tk(): pass\n"})
+    assert [f.file for f in cs.parse_errors] == ["mylib/broken.py"]
+    fresh = discovery.discover(repo.path, "HEAD", POLICY)
+    reused = discovery.discover(repo.path, "HEAD", POLICY, graph=cs.import_graph)
+    assert reused.specs == fresh.specs
+    assert [f.file for f in fresh.findings] == ["mylib/broken.py"]
+    assert reused.findings == []  # already reported by the change set
+    assert discovery.coverage(cs, reused.specs)["mylib/tk.py"] == ["gate/tk_gate.py::tk"]
