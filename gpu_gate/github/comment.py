@@ -1,0 +1,50 @@
+"""The sticky PR comment: one per workflow/job key, found again by a hidden marker and edited."""
+from __future__ import annotations
+
+from typing import Any
+
+from .client import ApiResponse, GitHubClient
+from .text import COMMENT_LIMIT, fit_chars, truncation_note
+
+
+def marker(key: str) -> str:
+    return f"<!-- gpu-gate:sticky {key} -->"
+
+
+def comment_body(markdown: str, key: str, artifacts_url: str | None) -> str:
+    """Marker first (so a truncated body still carries it), then the report, within the limit."""
+    head = marker(key) + "\n"
+    return head + fit_chars(markdown, COMMENT_LIMIT - len(head), truncation_note(artifacts_url))
+
+
+def find_sticky(client: GitHubClient, repo: str, number: int, key: str) -> dict[str, Any] | None:
+    tag = marker(key)
+    for comment in client.paginate(f"/repos/{repo}/issues/{number}/comments"):
+        body = comment.get("body") if isinstance(comment, dict) else None
+        if isinstance(body, str) and body.startswith(tag):
+            return comment
+    return None
+
+
+def upsert_sticky(client: GitHubClient, repo: str, number: int, key: str, body: str) -> tuple[str | None, bool]:
+    """Edit the comment carrying our marker, else create it. Returns (html_url, created)."""
+    existing = find_sticky(client, repo, number, key)
+    if existing is not None:
+        resp = client.request("PATCH", f"/repos/{repo}/issues/comments/{existing['id']}", json={"body": body})
+        return _html_url(resp), False
+
+    def recover() -> ApiResponse | None:
+        # The POST may have landed before the connection dropped: look before posting again.
+        found = find_sticky(client, repo, number, key)
+        if found is None:
+            return None
+        return client.request("PATCH", f"/repos/{repo}/issues/comments/{found['id']}", json={"body": body})
+
+    resp = client.request("POST", f"/repos/{repo}/issues/{number}/comments", json={"body": body}, recover=recover)
+    return _html_url(resp), True
+
+
+def _html_url(resp: ApiResponse) -> str | None:
+    data = resp.data
+    url = data.get("html_url") if isinstance(data, dict) else None
+    return url if isinstance(url, str) else None
