@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from gpu_gate.findings import Finding, Severity
+from gpu_gate.report.console import gha_annotation, gha_annotations, gha_group, progress_line, render_summary
+from test_report_fixtures import NO_GPU, REPRO, RMS, ROWSUM, build
+
+
+def test_progress_line_for_a_failed_job(tmp_path: Path) -> None:
+    record, _ = build(tmp_path)
+    failed = next(r for r in record.results if r.job_id == f"equivalence:{RMS}")
+    assert progress_line(failed, 3, 12, 12.34) == (
+        f"[ 3/12] FAIL    equivalence {RMS}  2 errors, 64 cases  4.1s  (elapsed 12.3s)")
+
+
+def test_progress_lines_for_not_run_cached_and_advisory_jobs(tmp_path: Path) -> None:
+    by_id = {r.job_id: r for r in build(tmp_path)[0].results}
+    assert progress_line(by_id[f"memcheck:{RMS}"], 4, 6, 1.0) == f"[4/6] NOT RUN memcheck {RMS}  {NO_GPU}  0.0s  (elapsed 1.0s)"
+    assert "4 cases, cached from 4f2a9c1d0b7e" in progress_line(by_id[f"racecheck:{RMS}"], 5, 6, 2.0)
+    assert f"FAIL    initcheck (advisory) {RMS}  1 error, 4 cases" in progress_line(by_id[f"initcheck:{RMS}"], 6, 6, 3.0)
+    assert f"ERROR   equivalence {ROWSUM}  timed out after 600 s" in progress_line(by_id[f"equivalence:{ROWSUM}"], 1, 6, 0.5)
+
+
+def test_summary_gives_reasons_locations_and_repro(tmp_path: Path) -> None:
+    text = render_summary(*build(tmp_path))
+    lines = text.splitlines()
+    assert lines[0].startswith("gpu-gate: FAILED - 6 jobs")
+    assert f"  - equivalence mismatch {RMS}: Tensor-likes are not close!" in lines
+    assert "      Mismatched elements: 3 / 100 (3.0%)" in lines
+    assert "      at csrc/rmsnorm.cu:42, case c0017" in lines
+    assert f"      repro: {REPRO}" in lines
+    assert f"  - memcheck {RMS}: not run: {NO_GPU} (blocks the merge)" in lines
+    assert any("produced no result" in ln and ln.endswith("(blocks the merge)") for ln in lines)
+    assert "Warnings (1, do not block the merge):" in lines
+    assert "\x1b" not in text
+
+
+def test_group_markers() -> None:
+    assert gha_group("equivalence gate/a.py::k\n") == ("::group::equivalence gate/a.py::k%0A", "::endgroup::")
+
+
+def test_annotation_escapes_data_and_properties() -> None:
+    f = Finding("racecheck", "race", "Race on smem[3]\r\n100% of runs, see: log", file="csrc/a,b:c.cu", line=7,
+                spec="g.py::k")
+    assert gha_annotation(f) == ("::error file=csrc/a%2Cb%3Ac.cu,line=7,title=gpu-gate racecheck%3A race "
+                                 "(g.py%3A%3Ak)::Race on smem[3]%0A100%25 of runs, see: log")
+
+
+def test_annotation_level_follows_severity_unless_given() -> None:
+    note = Finding("compile", "resources", "40 registers", severity=Severity.NOTE)
+    assert gha_annotation(note).startswith("::notice title=gpu-gate compile%3A resources::")
+    assert gha_annotation(note, "warning").startswith("::warning ")
+
+
+def test_annotations_for_a_run_follow_the_verdict(tmp_path: Path) -> None:
+    lines = gha_annotations(*build(tmp_path))
+    assert [ln.split(" ", 1)[0] for ln in lines] == ["::error", "::error", "::error", "::warning"]
+    assert lines[1].startswith("::error file=csrc/rmsnorm.cu,line=42,")
+    assert lines[3].startswith("::warning file=csrc/rmsnorm.cu,line=57,")
