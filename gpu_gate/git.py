@@ -102,11 +102,36 @@ def resolve(repo: Path | str, ref: str) -> str:
     """The commit sha that ``ref`` names."""
     res = _run(repo, ["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"])
     if not res.ok or not res.stdout.strip():
+        name = ref.removeprefix("origin/")
         raise GitError(
             f"unknown git ref: {ref}",
-            f"run `git fetch origin {ref}` first, or pass --base/--head with a ref that exists",
+            f"run `git fetch origin {name}` first, or pass --base/--head with a ref that exists",
         )
     return res.stdout.strip()
+
+
+def _resolve_or_fetch(repo: Path | str, ref: str) -> str:
+    """Resolve ``ref``; a missing commit sha or ``<remote>/<branch>`` is fetched from the remote first.
+
+    A default actions/checkout holds only the head commit, so the event's base sha
+    (or ``origin/<branch>``) is usually not there yet.
+    """
+    try:
+        return resolve(repo, ref)
+    except GitError:
+        remote = _pick_remote(repo)
+        name = ref.removeprefix(f"{remote}/") if remote else ref
+        if remote is None or (name == ref and not _looks_like_sha(ref)):
+            raise
+        target = name if _looks_like_sha(name) else f"+{name}:refs/remotes/{remote}/{name}"
+        # Fetching with a depth would make a complete clone shallow: only a shallow one gets it.
+        depth = ["--depth=1"] if is_shallow(repo) else []
+        _run(repo, ["fetch", "--quiet", "--no-tags", *depth, remote, target])
+        return resolve(repo, ref)
+
+
+def _looks_like_sha(text: str) -> bool:
+    return len(text) in (40, 64) and all(c in "0123456789abcdef" for c in text)
 
 
 def is_detached(repo: Path | str) -> bool:
@@ -123,7 +148,7 @@ def remotes(repo: Path | str) -> list[str]:
 
 def merge_base(repo: Path | str, base: str, head: str) -> str:
     """The merge base of ``base`` and ``head``, deepening a shallow clone if it has to."""
-    base_sha, head_sha = resolve(repo, base), resolve(repo, head)
+    base_sha, head_sha = _resolve_or_fetch(repo, base), _resolve_or_fetch(repo, head)
     found = _merge_base(repo, base_sha, head_sha)
     if found:
         return found

@@ -159,6 +159,25 @@ def test_shallow_clone_is_deepened_to_find_the_merge_base(make_repo, tmp_path: P
     assert sorted(c.path for c in git.changed_files(clone.path, "origin/main", "HEAD")) == ["f0.cu", "f1.cu", "f2.cu"]
 
 
+def test_shallow_checkout_fetches_a_missing_base_then_deepens(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    origin, fork_point = _origin_with_diverged_branches(make_repo)
+    main_sha = origin.git("rev-parse", "main")
+    subprocess.run(["git", "clone", "-q", "--depth", "1", "--branch", "feature", f"file://{origin.path}",
+                    str(tmp_path / "ci")], check=True)
+    ci = GitRepo(tmp_path / "ci")
+    assert subprocess.run(["git", "cat-file", "-e", main_sha], cwd=ci.path).returncode != 0
+    assert git.merge_base(ci.path, main_sha, "HEAD") == fork_point
+    assert git.merge_base(ci.path, "origin/main", "HEAD") == fork_point
+
+
+def test_unknown_remote_branch_suggests_the_branch_name(repo: GitRepo) -> None:
+    with pytest.raises(GitError) as err:
+        git.resolve(repo.path, "origin/dev")
+    assert str(err.value) == (
+        "unknown git ref: origin/dev (run `git fetch origin dev` first, "
+        "or pass --base/--head with a ref that exists)")
+
+
 def test_shallow_clone_without_remote_says_to_fetch_full_history(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     origin, _ = _origin_with_diverged_branches(make_repo)
     clone = _shallow_clone(origin, tmp_path / "clone")
