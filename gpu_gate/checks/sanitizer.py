@@ -1,0 +1,236 @@
+"""memcheck, racecheck, synccheck, initcheck: the harness run under compute-sanitizer.
+
+The executor calls :func:`wrap` to turn the harness command into a
+compute-sanitizer command, runs it, then calls :func:`collect` with the result.
+Inside the wrapped process the harness calls :func:`run` (a few small cases).
+
+Options (``job.options``, from the policy):
+    path: str | None           compute-sanitizer to use (else CUDA_HOME, PATH, /usr/local/cuda, the pip wheel)
+    kernel_names: [str]        kernels to check (default: parsed from the covered files)
+    cases: 3                   how many cases the harness runs under the tool
+    print_limit: 100, launch_timeout: 60
+    leak_check: false          memcheck --leak-check full
+    racecheck_report: "analysis"
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+from ..cuda import sanitizer as cs
+from ..cuda.names import kernel_names_in_file
+from ..cuda.outcome import Context, WrapContext, make_outcome
+from ..findings import Finding, Severity, Status
+from ..jobs import Job
+from ..proc import ProcResult
+
+NO_GPU = "no GPU: compute-sanitizer needs a CUDA device"
+_LEVELS = {"error": Severity.ERROR, "warning": Severity.WARNING}
+_ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
+
+
+# --- inside the harness -----------------------------------------------------
+
+
+def run(job: Job, ctx: Context) -> Any:
+    """Run a few equivalence cases of the spec, with memory pools off, under the tool.
+
+    Assumes ``gpu_gate.checks.equivalence.run(job, ctx)`` honours ``options["cases"]``.
+    """
+    try:
+        from ..cuda import disable_pools
+
+        disable_pools()
+    except ImportError:
+        pass  # no CuPy: its pools cannot hide anything
+    try:
+        from . import equivalence
+    except ImportError:
+        return make_outcome(Status.ERROR, reason="the equivalence engine is not available to drive the cases")
+    options = {**job.options.get("equivalence", {}), "cases": int(job.options.get("cases", 3)),
+               "sanitizer": job.check}
+    return equivalence.run(dataclasses.replace(job, options=options), ctx)
+
+
+# --- in the executor ----------------------------------------------------------
+
+
+def has_gpu(ctx: WrapContext | None = None) -> bool:
+    known = getattr(ctx, "has_gpu", None)
+    if known is not None:
+        return bool(known)
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            return int(pynvml.nvmlDeviceGetCount()) > 0
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no driver, no library: no GPU
+        return False
+
+
+def kernel_names(job: Job, repo_root: Path) -> list[str]:
+    """Names for ``--kernel-name kns=``: the policy's, else every kernel in the covered files."""
+    given = job.options.get("kernel_names")
+    if given:
+        return sorted(set(map(str, given)))
+    names: set[str] = set()
+    for rel in job.kernels:
+        path = repo_root / rel
+        if path.is_file():
+            names.update(k.name for k in kernel_names_in_file(rel, path.read_text(errors="replace")))
+    return sorted(names)
+
+
+def wrap(job: Job, argv: list[str], workdir: Path, ctx: WrapContext) -> list[str] | Any:
+    """The harness command wrapped in compute-sanitizer, or an Outcome saying why it cannot run."""
+    tool = job.check
+    if not has_gpu(ctx):
+        return make_outcome(Status.NOT_RUN, reason=NO_GPU)
+    policy_path = job.options.get("path") or getattr(ctx, "sanitizer_path", None)
+    found = cs.locate(policy_path)
+    if found is None:
+        where = f"at {policy_path}" if policy_path else "in CUDA_HOME, PATH, /usr/local/cuda/bin or the pip wheel"
+        msg = (f"compute-sanitizer not found {where}; install the CUDA toolkit or `pip install "
+               f"nvidia-cuda-sanitizer-api`, or set checks.{tool}.path")
+        return make_outcome(Status.ERROR, [Finding(tool, "tool-missing", msg)], reason="compute-sanitizer not found")
+    names = kernel_names(job, Path(ctx.repo_root))
+    if not names:
+        msg = (f"no kernel names found in {', '.join(job.kernels) or 'the covered files'}; set "
+               f"checks.{tool}.kernel_names (an unfiltered run over torch's own kernels does not finish)")
+        return make_outcome(Status.ERROR, [Finding(tool, "no-kernel-names", msg)], reason="nothing to filter on")
+    opts = cs.Options(
+        tool=tool,
+        xml_path=str(Path(workdir) / f"{tool}.xml"),
+        kernels=tuple(names),
+        print_limit=int(job.options.get("print_limit", 100)),
+        launch_timeout=int(job.options.get("launch_timeout", 60)),
+        leak_check=bool(job.options.get("leak_check", False)),
+        racecheck_report=str(job.options.get("racecheck_report", "analysis")),
+    )
+    env_prefix = [shutil.which("env") or "env", *(f"{k}={v}" for k, v in cs.sanitizer_env(tool).items())]
+    return [*env_prefix, *cs.argv(found.path, opts, argv)]
+
+
+def collect(job: Job, workdir: Path, proc: ProcResult, inner: Any | None) -> Any:
+    """Findings from the tool's XML and exit status, merged with the harness's own outcome."""
+    tool = job.check
+    failures = tool_failures(tool, proc)
+    xml_path = Path(workdir) / f"{tool}.xml"
+    records: list[cs.Record] = []
+    if xml_path.is_file() and xml_path.stat().st_size:
+        try:
+            records = cs.parse_xml(xml_path.read_text(errors="replace"))
+        except cs.XmlError as exc:
+            failures.append(Finding(tool, "unreadable-output", f"compute-sanitizer's XML could not be read: {exc}"))
+    elif not failures and proc.returncode not in (0, None):
+        failures.append(_crash(tool, proc, "and wrote no XML"))
+    findings = findings_from_records(tool, records, job)
+    if proc.returncode == cs.ERROR_EXITCODE and not any(f.severity is Severity.ERROR for f in findings + failures):
+        failures.append(Finding(tool, "unreported-error", "compute-sanitizer exited with its error code but "
+                                "reported no error record we could read; output:\n" + _tail(proc)))
+    return _merge(tool, findings, failures, inner)
+
+
+def tool_failures(tool: str, proc: ProcResult) -> list[Finding]:
+    """Findings for a run that could not check anything (they fail closed)."""
+    out_text = proc.stdout + "\n" + proc.stderr
+    if proc.not_found:
+        return [Finding(tool, "tool-missing", f"compute-sanitizer could not be started: {proc.describe()}")]
+    if proc.timed_out:
+        return [Finding(tool, "timeout", f"the run under {tool} {proc.describe()}; a kernel may hang, or the "
+                        "cases are too large for the tool's slowdown", details={"tail": _tail(proc)})]
+    if "Device not supported" in out_text:
+        return [Finding(tool, "device-not-supported", f"compute-sanitizer does not support this device: "
+                        f"{_line_with(out_text, 'Device not supported')}")]
+    if "Target application terminated before first instrumented API call" in out_text:
+        return [Finding(tool, "no-cuda", "the run never used CUDA, so nothing was checked")]
+    if proc.signal:
+        return [_crash(tool, proc, "")]
+    return []
+
+
+def _crash(tool: str, proc: ProcResult, what: str) -> Finding:
+    return Finding(tool, "sanitizer-crash", f"compute-sanitizer {proc.describe()} {what}".strip() + "\n" + _tail(proc))
+
+
+def _tail(proc: ProcResult) -> str:
+    return (proc.tail(20) + "\n" + proc.tail(20, "stdout")).strip()
+
+
+def _line_with(text: str, needle: str) -> str:
+    return next((line.strip() for line in text.splitlines() if needle in line), needle)
+
+
+def finding_kind(record: cs.Record) -> str:
+    """A short machine code for a record: ``invalid-global-read``, ``race``, ``barrier-divergence``..."""
+    text = record.text.lower()
+    if m := re.search(r"(invalid|misaligned) (?:__)?(\w+?)(?:__)? (read|write|atomic)", text):
+        return f"{m.group(1)}-{m.group(2)}-{m.group(3)}"
+    if "race" in text or record.record_kind in ("Analysis", "Hazard"):
+        return "race"
+    if "barrier" in text or "divergent" in text or "synccheck" in record.record_kind.lower():
+        return "barrier-divergence" if ("divergent" in text or "barrier error" in text) else "sync-error"
+    if "uninitialized" in text:
+        return "uninitialized-read"
+    if "leak" in text or record.record_kind == "Leak":
+        return "leak"
+    if "unused" in text:
+        return "unused-memory"
+    if record.record_kind == "Api" or "cuda api" in text or "program hit" in text:
+        return "api-error"
+    return re.sub(r"[^a-z0-9]+", "-", text)[:40].strip("-") or "sanitizer-error"
+
+
+def findings_from_records(tool: str, records: list[cs.Record], job: Job | None = None) -> list[Finding]:
+    """One finding per distinct report; repeats (other threads, other launches) are counted."""
+    merged: dict[tuple[Any, ...], list[cs.Record]] = {}
+    for r in records:
+        key = (finding_kind(r), r.kernel, r.file, r.line, _ADDRESS.sub("0x…", r.text), r.extra)
+        merged.setdefault(key, []).append(r)
+    spec = job.spec.id if job is not None and job.spec else None
+    return [_finding(tool, rs, spec) for rs in merged.values()]
+
+
+def _finding(tool: str, rs: list[cs.Record], spec: str | None) -> Finding:
+    first = rs[0]
+    kind = finding_kind(first)
+    count = sum(r.count for r in rs)
+    where = f" in {first.kernel}" if first.kernel else ""
+    loc = f" at {first.file}:{first.line}" if first.file and first.line else ""
+    msg = f"{first.text}{where}{loc}"
+    if first.allocation:
+        msg += f": {first.allocation}"
+    if first.extra:
+        msg += " (" + "; ".join(f"{role}: {desc}" for role, desc in first.extra) + ")"
+    if count > 1:
+        msg += f" [{count} times]"
+    details: dict[str, Any] = {"tool": tool, "kernel": first.kernel, "count": count, "level": first.level,
+                               "record_kind": first.record_kind}
+    for name in ("thread", "block", "address", "size", "allocation"):
+        value = getattr(first, name)
+        if value is not None:
+            details[name] = list(value) if isinstance(value, tuple) else value
+    severity = _LEVELS.get(first.level.lower(), Severity.NOTE)
+    return Finding(tool, kind, msg, severity, spec=spec, file=first.file, line=first.line, details=details)
+
+
+def _merge(tool: str, findings: list[Finding], failures: list[Finding], inner: Any | None) -> Any:
+    inner_findings = list(getattr(inner, "findings", []) or [])
+    cases = int(getattr(inner, "cases", 0) or 0)
+    all_findings = failures + findings + inner_findings
+    if failures:
+        return make_outcome(Status.ERROR, all_findings, cases=cases, reason=failures[0].message.splitlines()[0])
+    if inner is None:
+        lost = Finding(tool, "no-result", "the harness under compute-sanitizer wrote no result")
+        return make_outcome(Status.ERROR, [lost, *all_findings], reason=lost.message)
+    if any(f.severity is Severity.ERROR for f in findings):
+        return make_outcome(Status.FAILED, all_findings, cases=cases)
+    inner_status = getattr(inner, "status", Status.PASSED)
+    return make_outcome(inner_status, all_findings, cases=cases, reason=getattr(inner, "reason", None),
+                        extra=dict(getattr(inner, "extra", {}) or {}))
