@@ -1,0 +1,36 @@
+"""gpu-gate: a merge gate for GPU kernels.
+
+The names a gate spec uses are re-exported here. Nothing in this module imports
+torch: ``gpu-gate plan``/``report``/``--help`` must run without it.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .spec import Dim, Index, Tensor, Tolerance, spec
+
+__version__ = "0.1.0"
+
+__all__ = ["Dim", "Index", "Tensor", "Tolerance", "spec", "empty", "empty_like", "cuda", "__version__"]
+
+
+def empty(*shape: Any, dtype: Any = None, device: Any = None) -> Any:
+    """An output buffer for a candidate: NaN-filled and watched by guard bands inside the harness
+    (a plain ``torch.empty`` elsewhere). Use it in specs that allocate the kernel's output."""
+    from .equivalence.guard import guarded_empty
+
+    return guarded_empty(shape, dtype=dtype, device=device)
+
+
+def empty_like(t: Any, *, dtype: Any = None) -> Any:
+    from .equivalence.guard import guarded_empty
+
+    return guarded_empty(tuple(t.shape), dtype=dtype or t.dtype, device=t.device)
+
+
+def __getattr__(name: str) -> Any:
+    if name == "cuda":  # gg.cuda.load(...) for raw .cu kernels; imports CuPy only when used
+        import importlib
+
+        return importlib.import_module(".cuda", __name__)
+    raise AttributeError(name)

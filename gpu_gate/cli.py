@@ -1,0 +1,447 @@
+"""The ``gpu-gate`` command line. Domain errors are caught here, once, and printed as one line.
+
+Nothing here imports torch: ``--help``, ``plan``, ``report`` and ``validate-policy``
+run on machines without a GPU stack. Checks that need torch run in job subprocesses.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .errors import GateError
+from .exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from .plan import Plan
+    from .policy import LoadedPolicy
+    from .record import RunRecord
+
+DEFAULT_OUT = ".gpu-gate/out"
+
+
+def _in_actions() -> bool:
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+def say(msg: str = "") -> None:
+    print(msg, flush=True)
+
+
+def warn(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# --- shared argument groups ------------------------------------------------------------------
+
+def _add_selection(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--repo", type=Path, default=None, help="repository to check (default: the current directory)")
+    p.add_argument("--base", help="base ref; the diff is base...head, three-dot (default: the GitHub event's base)")
+    p.add_argument("--head", help="head ref (default: the GitHub event's head, else HEAD)")
+    _add_policy(p)
+
+
+def _add_policy(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--policy", type=Path, default=None,
+                   help="policy file (default: .gpu-gate.yml in the repository, else the default preset)")
+    p.add_argument("--strict", action="store_true", help="treat unknown policy keys as errors")
+
+
+def _repo(args: argparse.Namespace) -> Path:
+    from . import git
+
+    return git.repo_root(args.repo or Path.cwd())
+
+
+def _load_policy(repo: Path, args: argparse.Namespace) -> LoadedPolicy:
+    from .policy import load_policy
+
+    loaded = load_policy(repo, args.policy, strict=args.strict)
+    for w in loaded.warnings:
+        warn(w)
+    return loaded
+
+
+def _refs(repo: Path, args: argparse.Namespace) -> tuple[str, str]:
+    from . import git
+
+    base, head = args.base, args.head
+    if base is None or head is None:
+        event = git.github_event_refs(os.environ)
+        if event is not None:
+            base = base or event[0]
+            head = head or event[1]
+    if base is None:
+        raise GateError("no base to compare against", hint="pass --base REF, e.g. --base origin/main")
+    return base, head or "HEAD"
+
+
+def _make_plan(args: argparse.Namespace) -> tuple[Path, LoadedPolicy, Plan]:
+    from .plan import build_plan
+
+    repo = _repo(args)
+    loaded = _load_policy(repo, args)
+    base, head = _refs(repo, args)
+    return repo, loaded, build_plan(repo, base, head, loaded)
+
+
+# --- commands --------------------------------------------------------------------------------
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    from .plan import parse_shard, shard
+
+    _, _, plan = _make_plan(args)
+    if args.shard:
+        i, n = parse_shard(args.shard)
+        plan.jobs = shard(plan.jobs, i, n)
+    text = json.dumps(plan.to_json(shards=args.shards), indent=1)
+    if args.output:
+        args.output.parent.mkdir(parents=True, exist_ok=True)
+        args.output.write_text(text)
+    else:
+        say(text)
+    return ExitCode.PASSED
+
+
+def cmd_list_kernels(args: argparse.Namespace) -> int:
+    _, loaded, plan = _make_plan(args)
+    say(loaded.banner)
+    if not plan.kernels:
+        say("no kernel changes")
+        return ExitCode.PASSED
+    for k in plan.kernels:
+        via = f" (via {', '.join(k.via)})" if k.via else ""
+        say(f"{k.path}  [{k.language}, {k.status}{via}]")
+        for s in k.specs:
+            say(f"    covered by {s}")
+        if not k.specs and k.status != "deleted":
+            say("    NOT COVERED by any gate spec")
+    for f in plan.findings:
+        if f.kind != "uncovered":
+            say(f"{f.location or ''}: {f.message}")
+    return ExitCode.PASSED
+
+
+def _environment(gpus: tuple[str, ...]) -> dict[str, Any]:
+    import platform
+
+    from . import __version__
+
+    return {"gpu_gate": __version__, "python": platform.python_version(), "gpus": list(gpus),
+            "device": "cuda" if gpus else "cpu"}
+
+
+def _doctor_findings(gpus: tuple[str, ...]) -> list[Any]:
+    """On a GPU runner, refuse to trust an unhealthy GPU: its problems fail the run."""
+    if not gpus:
+        return []
+    try:
+        from .doctor import infrastructure_findings, run_doctor
+    except ImportError:
+        return []
+    return list(infrastructure_findings(run_doctor()))
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    from .executor import ExecOptions, detect_gpus
+    from .plan import Plan, parse_shard, shard
+    from .record import RunRecord
+
+    if args.plan:
+        repo = _repo(args)
+        loaded = _load_policy(repo, args)
+        plan = Plan.read(args.plan)
+    else:
+        repo, loaded, plan = _make_plan(args)
+    say(loaded.banner)
+    all_ids = [j.id for j in plan.jobs]
+    jobs = plan.jobs
+    if args.shard:
+        i, n = parse_shard(args.shard)
+        jobs = shard(jobs, i, n)
+    policy = loaded.policy
+    gpus = detect_gpus() if not args.cpu else ()
+    if isinstance(policy.runner.gpus, int):
+        gpus = gpus[: policy.runner.gpus]
+    record = RunRecord(base=plan.base, head=plan.head, policy_source=loaded.source, kernels=plan.kernels,
+                       plan_findings=list(plan.findings), planned_jobs=[j.id for j in jobs] if args.shard else all_ids,
+                       shard=args.shard, environment=_environment(gpus), notes=list(plan.notes))
+    if not gpus:
+        record.notes.append("no GPU on this machine: GPU-only checks are reported as not run")
+    record.plan_findings += _doctor_findings(gpus)
+    if not jobs:
+        say("no kernel changes" if not plan.kernels else "no jobs to run")
+    else:
+        record.results = _run_jobs(jobs, repo, policy, gpus, args)
+    return _finish(record, loaded, Path(args.out), args)
+
+
+def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], args: argparse.Namespace) -> list[Any]:
+    from .executor import ExecOptions, execute
+    from .report.console import gha_group, progress_line
+
+    cache = _cache(policy, repo, args)
+    todo, cached = [], []
+    for j in jobs:
+        hit = cache.lookup(j) if cache else None
+        (cached.append(hit) if hit is not None else todo.append(j))
+    start, end = gha_group(f"gpu-gate: {len(jobs)} jobs") if _in_actions() else ("", "")
+    if start:
+        say(start)
+    say(f"running {len(todo)} jobs" + (f" ({len(cached)} cached)" if cached else "") +
+        (f" on {len(gpus)} GPU(s)" if gpus else " on the CPU"))
+    for i, r in enumerate(cached, 1):
+        say(progress_line(r, i, len(jobs), 0.0))
+    offset = len(cached)
+
+    def progress(r: Any, done: int, total: int, elapsed: float) -> None:
+        say(progress_line(r, done + offset, total + offset, elapsed))
+
+    opts = ExecOptions(repo_root=repo, gpus=gpus, timeout_s=args.job_timeout or policy.runner.job_timeout_minutes * 60,
+                       run_deadline=time.monotonic() + policy.runner.run_timeout_minutes * 60,
+                       workers=args.jobs or (len(gpus) or min(2, os.cpu_count() or 1)),
+                       fail_fast=policy.runner.fail_fast, sanitizer_path=policy.cuda.sanitizer,
+                       keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None)
+    results = execute(todo, opts, progress)
+    if cache:
+        for r in results:
+            cache.store(r)
+    if end:
+        say(end)
+    return cached + results
+
+
+def _cache(policy: Any, repo: Path, args: argparse.Namespace) -> Any:
+    if args.no_cache or not policy.cache.enabled:
+        return None
+    try:
+        from .cachebridge import JobCache
+    except ImportError:
+        return None
+    return JobCache(policy, repo, Path(args.cache_dir) if args.cache_dir else None)
+
+
+def _finish(record: RunRecord, loaded: LoadedPolicy, out: Path, args: argparse.Namespace) -> int:
+    from .report.console import gha_annotations, render_summary
+    from .report.formats import OutputFormat, write_reports
+    from .verdict import decide
+
+    verdict = decide(record, loaded.policy.rules())
+    written = write_reports(record, verdict, out, list(OutputFormat))
+    say(render_summary(record, verdict))
+    if _in_actions():
+        for line in gha_annotations(record, verdict):
+            say(line)
+    say("reports: " + ", ".join(str(p) for p in written.values()))
+    if getattr(args, "github", None):
+        _publish(record, verdict, written, args)
+    return int(verdict.exit_code)
+
+
+def _publish(record: Any, verdict: Any, written: dict[str, Path], args: argparse.Namespace) -> None:
+    from .github.publish import publish
+    from .report.markdown import render_markdown
+
+    outcome = publish(record, verdict, written, env=os.environ, comment_mode=args.comment_mode,
+                      markdown=render_markdown(record, verdict))
+    for m in outcome.messages:
+        say(m)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from .plan import Plan
+    from .policy import load_policy
+    from .record import RunRecord, merge
+
+    records = []
+    for p in args.results:
+        try:
+            records.append(RunRecord.read(Path(p)))
+        except FileNotFoundError:
+            raise GateError(f"{p}: no such results file", hint="pass the results.json files the check shards wrote")
+        except (ValueError, KeyError) as exc:
+            raise GateError(f"{p}: not a gpu-gate results file ({exc})") from exc
+    record = merge(records)
+    if args.expect_plan:
+        plan = Plan.read(args.expect_plan)
+        record.planned_jobs = [j.id for j in plan.jobs]
+        if not records:
+            record.kernels, record.plan_findings = plan.kernels, list(plan.findings)
+            record.base, record.head, record.policy_source = plan.base, plan.head, plan.policy_source
+    root = Path.cwd()
+    loaded = load_policy(root, args.policy, strict=args.strict)
+    if args.github is None:
+        args.github = _in_actions() and bool(os.environ.get("GITHUB_TOKEN") or os.environ.get("INPUT_TOKEN"))
+    return _finish(record, loaded, Path(args.out), args)
+
+
+def cmd_validate_policy(args: argparse.Namespace) -> int:
+    from .policy import validate_policy_file
+
+    path = args.path or Path(".gpu-gate.yml")
+    code, lines = validate_policy_file(path, strict=args.strict)
+    for line in lines:
+        (say if code == 0 else warn)(line)
+    return code
+
+
+def cmd_repro(args: argparse.Namespace) -> int:
+    from .executor import ExecOptions, detect_gpus, run_one
+    from .jobs import Job, SpecRef
+    from .plan import job_seed
+    from .report.console import progress_line
+
+    repo = _repo(args)
+    loaded = _load_policy(repo, args)
+    try:
+        ref = SpecRef.parse(args.spec)
+    except ValueError as exc:
+        raise GateError(str(exc), hint="copy the spec id from the report, e.g. gate/rms_gate.py::rmsnorm") from None
+    if not (repo / ref.file).is_file():
+        raise GateError(f"{ref.file}: no such spec file in {repo}")
+    chk = loaded.policy.check(args.check)
+    job = Job(id=f"{args.check}:{ref.id}", check=args.check, level="required", kernels=(), spec=ref,
+              options={**chk.options(), "shrink": False, "growth": False}, seed=job_seed(None, loaded.policy),
+              case=args.case)
+    gpus = detect_gpus() if not args.cpu else ()
+    r = run_one(job, ExecOptions(repo_root=repo, gpus=gpus[:1], timeout_s=args.job_timeout or 600), gpus[0] if gpus else None)
+    say(progress_line(r, 1, 1, r.duration_s))
+    for f in r.findings:
+        say(f"{f.kind}: {f.message}")
+    if r.reason:
+        say(f"reason: {r.reason}")
+    return int(ExitCode.PASSED if r.status.value == "passed" else ExitCode.POLICY_BREACHED)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(Path(args.dir) if args.dir else None, keep=args.keep)
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from .doctor import doctor_main
+
+    return doctor_main(json_output=args.json)
+
+
+# --- parser ----------------------------------------------------------------------------------
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpu-gate",
+        description="A merge gate for GPU kernels: finds the CUDA and Triton kernels a change touches, checks them "
+                    "against a float64 reference, under compute-sanitizer and with compile checks, and applies the "
+                    "repository's policy (.gpu-gate.yml).",
+        epilog="exit codes: 0 passed, 1 policy breached, 2 usage or config error, 3 internal error")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+
+    c = sub.add_parser("check", help="run the gate: plan, run every job, write reports, exit with the verdict",
+                       description="Find the kernels changed between --base and --head, run the policy's checks on "
+                                   "them in isolated subprocesses, and write JUnit, Markdown, SARIF and JSON reports.")
+    _add_selection(c)
+    c.add_argument("--out", default=DEFAULT_OUT, help=f"report directory (default: {DEFAULT_OUT})")
+    c.add_argument("--shard", help="run only shard I/N of the plan (for a GitHub Actions matrix)")
+    c.add_argument("--plan", type=Path, help="run the jobs of this plan file instead of planning again")
+    c.add_argument("--jobs", type=int, help="jobs at once without a GPU (default: 2); with GPUs: one per GPU")
+    c.add_argument("--job-timeout", type=float, help="seconds before a job is killed (default: the policy's)")
+    c.add_argument("--cpu", action="store_true", help="ignore any GPU: run what can run on the CPU")
+    c.add_argument("--no-cache", action="store_true", help="do not reuse cached results")
+    c.add_argument("--cache-dir", help="result cache directory (default: the policy's cache.dir)")
+    c.add_argument("--keep-job-dirs", action="store_true", help="keep each job's directory (logs, sanitizer XML)")
+    c.add_argument("--github", action="store_true", default=None, help="post the PR comment and check run")
+    c.add_argument("--comment-mode", default="sticky", choices=["sticky", "off"])
+    c.set_defaults(func=cmd_check)
+
+    pl = sub.add_parser("plan", help="print the plan (jobs = spec x check) as JSON; no torch, no GPU",
+                        description="Print the jobs the gate would run, as JSON. With --shards N, also a GitHub "
+                                    "Actions matrix under the key 'matrix'.")
+    _add_selection(pl)
+    pl.add_argument("--shard", help="only the jobs of shard I/N")
+    pl.add_argument("--shards", type=int, help="add a matrix of N shards")
+    pl.add_argument("--output", type=Path, help="write the JSON here instead of stdout")
+    pl.set_defaults(func=cmd_plan)
+
+    r = sub.add_parser("report", help="merge results.json files from shards and write the reports",
+                       description="Merge the results of one or more check shards, decide the verdict with the "
+                                   "policy, write the reports and optionally publish them to GitHub.")
+    r.add_argument("results", nargs="*", help="results.json files written by `gpu-gate check`")
+    _add_policy(r)
+    r.add_argument("--out", default=DEFAULT_OUT, help=f"report directory (default: {DEFAULT_OUT})")
+    r.add_argument("--expect-plan", type=Path, help="the plan: jobs without a result (a lost shard) then fail")
+    r.add_argument("--github", action="store_true", default=None,
+                   help="post the PR comment and check run (default: on in GitHub Actions with a token)")
+    r.add_argument("--no-github", dest="github", action="store_false")
+    r.add_argument("--comment-mode", default="sticky", choices=["sticky", "off"])
+    r.set_defaults(func=cmd_report)
+
+    v = sub.add_parser("validate-policy", help="validate a .gpu-gate.yml; exit 0 if valid, 2 if not",
+                       description="Validate a policy file and print every problem as path:line:col.")
+    v.add_argument("path", nargs="?", type=Path, help="policy file (default: .gpu-gate.yml)")
+    v.add_argument("--strict", action="store_true", help="unknown keys are errors, not warnings")
+    v.set_defaults(func=cmd_validate_policy)
+
+    lk = sub.add_parser("list-kernels", help="the changed kernels, what each depends on, which specs cover it",
+                        description="List changed kernels (directly or through an include/import) and their specs.")
+    _add_selection(lk)
+    lk.set_defaults(func=cmd_list_kernels)
+
+    rp = sub.add_parser("repro", help="re-run one recorded case of a spec",
+                        description="Re-run exactly one case, as printed in a report: "
+                                    "gpu-gate repro SPEC_FILE::NAME --case TOKEN")
+    rp.add_argument("spec", help="spec id, PATH::NAME")
+    rp.add_argument("--case", help="case token from the report (default: the spec's canonical cases)")
+    rp.add_argument("--check", default="equivalence", help="check to run (default: equivalence)")
+    rp.add_argument("--repo", type=Path, default=None)
+    rp.add_argument("--cpu", action="store_true", help="run on the CPU even with a GPU")
+    rp.add_argument("--job-timeout", type=float)
+    _add_policy(rp)
+    rp.set_defaults(func=cmd_repro)
+
+    d = sub.add_parser("demo", help="build an example repository with two changed kernels and gate it",
+                       description="Create a small git repository in a temporary directory (one correct and one "
+                                   "buggy kernel change), run `gpu-gate check` on it and show the verdicts.")
+    d.add_argument("--dir", help="create the example repository here instead of a temporary directory")
+    d.add_argument("--keep", action="store_true", help="keep the temporary repository")
+    d.set_defaults(func=cmd_demo)
+
+    dr = sub.add_parser("doctor", help="check this runner's GPU health and toolchain (NVML)",
+                        description="Report driver, CUDA, GPU health (ECC, throttling, other processes) and tool "
+                                    "versions; exit 1 with one line per problem.")
+    dr.add_argument("--json", action="store_true", help="print JSON")
+    dr.set_defaults(func=cmd_doctor)
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return ExitCode.USAGE_ERROR
+    try:
+        return int(args.func(args))
+    except GateError as exc:
+        warn(f"gpu-gate: error: {exc}")
+        return int(exc.exit_code)
+    except ValueError as exc:  # bad --shard and similar argument values
+        warn(f"gpu-gate: error: {exc}")
+        return int(ExitCode.USAGE_ERROR)
+    except KeyboardInterrupt:
+        warn("gpu-gate: interrupted")
+        return int(ExitCode.INTERNAL_ERROR)
+    except Exception as exc:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+        warn(f"gpu-gate: internal error: {type(exc).__name__}: {exc} (if you are a user and see this, please report it)")
+        return int(ExitCode.INTERNAL_ERROR)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,270 @@
+"""Case schedules. A case is every choice needed to rebuild its inputs exactly:
+the seed, the dims, and per input its dtype, value distribution and layout.
+
+Cases are plain data (no torch) and round-trip through a compact token, so a
+report can print ``gpu-gate repro SPEC --case TOKEN`` for any case, shrunk or not.
+"""
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import math
+import random
+from typing import Any
+
+from ..spec import FLOAT_DISTS, INDEX_DISTS, LAYOUTS, Dim, Index, Spec, Tensor
+
+ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
+            "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1}
+PEAK_STRENGTHS = (8.0, 12.0, 16.0, 20.0, 24.0, 32.0)  # sigmas; the CE rounding bug shows near 20
+MAX_REDUCTION = 1 << 18
+# Default distributions. -inf spans are opt-in: most kernels do not define them.
+DEFAULT_FLOAT_DISTS = tuple(d for d in FLOAT_DISTS if d != "neg_inf_spans")
+
+
+@dataclasses.dataclass(frozen=True)
+class InputChoice:
+    dtype: str
+    dist: str
+    layout: str
+    param: float = 0.0  # distribution parameter (peak strength, offset mean)
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    id: str
+    seed: int
+    dims: dict[str, int]
+    inputs: dict[str, InputChoice]
+    grad_layout: str = "contiguous"  # layout of the random upstream gradient
+
+    @property
+    def dtype(self) -> str:
+        """The first float input's dtype: how a case is labelled in reports."""
+        for c in self.inputs.values():
+            if c.dtype.startswith("float"):
+                return c.dtype
+        return "float32"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "seed": self.seed, "dims": self.dims, "grad_layout": self.grad_layout,
+                "inputs": {k: dataclasses.asdict(v) for k, v in self.inputs.items()}}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Case:
+        return cls(id=d["id"], seed=int(d["seed"]), dims={k: int(v) for k, v in d["dims"].items()},
+                   inputs={k: InputChoice(**v) for k, v in d["inputs"].items()},
+                   grad_layout=d.get("grad_layout", "contiguous"))
+
+    def token(self) -> str:
+        raw = json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True).encode()
+        return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+    @classmethod
+    def from_token(cls, token: str) -> Case:
+        pad = "=" * (-len(token) % 4)
+        return cls.from_json(json.loads(base64.urlsafe_b64decode(token + pad)))
+
+    def describe(self) -> str:
+        dims = ", ".join(f"{k}={v}" for k, v in self.dims.items())
+        ins = "; ".join(f"{k}: {c.dtype} {c.dist}{'(' + format(c.param, 'g') + ')' if c.param else ''} {c.layout}"
+                        for k, c in self.inputs.items())
+        return f"{self.id} [{dims}] {ins}"
+
+
+def special_sizes(dim: Dim, long: bool) -> list[int]:
+    """Sizes that break kernels: 1, primes, powers of two +-1, non-multiples of block sizes."""
+    if dim.values is not None:
+        return sorted(set(dim.values))
+    cand = {dim.lo, dim.hi, 1, 2, 3, 5, 7, 13, 31, 61, 97, 127, 251, 509, 1000, 1021, 1500, 2039, 4093, 4100}
+    top = MAX_REDUCTION if long else 1 << 13
+    k = 1
+    while (1 << k) <= max(top, 2):
+        cand.update({(1 << k) - 1, 1 << k, (1 << k) + 1})
+        k += 1
+    if long:
+        cand.update({MAX_REDUCTION, MAX_REDUCTION + 1, 3 * (1 << 16) + 7})
+    out = []
+    for n in cand:
+        if dim.multiple_of > 1:
+            n = max(dim.multiple_of, n - n % dim.multiple_of)
+        if dim.allows(n):
+            out.append(n)
+    return sorted(set(out)) or [dim.lo]
+
+
+def canonical_size(dim: Dim) -> int:
+    """A moderate size that is not a multiple of common block sizes."""
+    sizes = special_sizes(dim, long=False)
+    for want in (97, 127, 61, 31):
+        best = min(sizes, key=lambda n: abs(n - want))
+        if dim.allows(best):
+            return best
+    return sizes[0]
+
+
+def case_bytes(spec: Spec, dims: dict[str, int], inputs: dict[str, InputChoice]) -> int:
+    total = 0
+    for name, inp in spec.inputs.items():
+        n = numel(inp.shape, dims)
+        size = ITEMSIZE.get(inputs[name].dtype, 8)
+        factor = 2 if inputs[name].layout == "sliced" else 1
+        # the input, its float64 copy for the reference, a clone for the unchanged-input check
+        total += n * (size * factor + 8 + size)
+    return total * 3  # outputs, baseline, comparisons: a conservative multiple
+
+
+def numel(shape: tuple[str | int, ...], dims: dict[str, int]) -> int:
+    n = 1
+    for d in shape:
+        n *= dims[d] if isinstance(d, str) else int(d)
+    return n
+
+
+def _fit_budget(spec: Spec, dims: dict[str, int], inputs: dict[str, InputChoice], budget: int,
+                keep: str | None) -> dict[str, int]:
+    """Halve the largest dims (the chosen long one last) until the case fits the memory budget."""
+    dims = dict(dims)
+    for _ in range(200):
+        if case_bytes(spec, dims, inputs) <= budget:
+            break
+        order = sorted((d for d in dims if d != keep), key=lambda d: -dims[d]) + ([keep] if keep else [])
+        for d in order:
+            smaller = _shrink_one(spec.dims[d], dims[d])
+            if smaller is not None:
+                dims[d] = smaller
+                break
+        else:
+            break
+    return dims
+
+
+def _shrink_one(dim: Dim, n: int) -> int | None:
+    if dim.values is not None:
+        smaller = [v for v in dim.values if v < n]
+        return max(smaller) if smaller else None
+    target = max(dim.lo, n // 2)
+    target -= target % dim.multiple_of
+    target = max(target, dim.lo)
+    if dim.multiple_of > 1 and target < dim.multiple_of:
+        target = dim.multiple_of if dim.allows(dim.multiple_of) else dim.lo
+    return target if target < n and dim.allows(target) else None
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduleOptions:
+    cases: int
+    seed: int
+    dtypes: tuple[str, ...] | None  # policy narrowing
+    max_case_bytes: int
+    unsupported_dtypes: frozenset[str] = frozenset()  # e.g. bf16 under the Triton interpreter
+
+
+def _dtype_for(spec: Spec, name: str, primary: str, chosen: dict[str, str]) -> str:
+    inp = spec.inputs[name]
+    assert isinstance(inp, Tensor)
+    if inp.dtype is not None:
+        if inp.dtype.startswith("like:"):
+            other = inp.dtype[5:]
+            return chosen.get(other) or _dtype_for(spec, other, primary, chosen)
+        return inp.dtype
+    assert inp.dtypes is not None
+    return primary if primary in inp.dtypes else inp.dtypes[0]
+
+
+def allowed_dtypes(spec: Spec, opts: ScheduleOptions) -> tuple[list[str], list[str]]:
+    """(usable primary dtypes, dropped ones). The policy narrows; the device may not support some."""
+    base = list(spec.dtype_choices())
+    if opts.dtypes:
+        base = [d for d in base if d in opts.dtypes] or []
+    usable = [d for d in base if d not in opts.unsupported_dtypes]
+    dropped = [d for d in base if d in opts.unsupported_dtypes]
+    return usable, dropped
+
+
+def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random, *, canonical: bool,
+              long_dim: str | None, budget: int) -> Case:
+    dims: dict[str, int] = {}
+    for dname, dim in spec.dims.items():
+        if canonical:
+            dims[dname] = canonical_size(dim)
+        else:
+            long = dname == long_dim
+            sizes = special_sizes(dim, long)
+            if long:
+                sizes = [s for s in sizes if s >= 1 << 12] or sizes
+            elif long_dim is not None:
+                sizes = [s for s in sizes if s <= 64] or sizes[:1]
+            dims[dname] = rng.choice(sizes)
+    chosen: dict[str, str] = {}
+    inputs: dict[str, InputChoice] = {}
+    for name, inp in spec.inputs.items():
+        if isinstance(inp, Index):
+            dist = "uniform" if canonical else rng.choice(inp.dists or INDEX_DISTS)
+            layouts = ("contiguous",) if canonical else ("contiguous", "contiguous", "sliced", "offset")
+            inputs[name] = InputChoice(inp.dtype, dist, rng.choice(layouts))
+            continue
+        dtype = _dtype_for(spec, name, primary, chosen)
+        chosen[name] = dtype
+        dists = inp.dists or DEFAULT_FLOAT_DISTS
+        dist = ("normal" if "normal" in dists else dists[0]) if canonical else rng.choice(dists)
+        param = 0.0
+        if dist == "peaked":
+            param = rng.choice(PEAK_STRENGTHS)
+        elif dist == "offset":
+            param = rng.choice((8.0, 64.0, 1000.0))
+        layout = "contiguous"
+        if not canonical:
+            options = _layouts_for(inp)
+            layout = "contiguous" if rng.random() < 0.4 else rng.choice(options)
+        inputs[name] = InputChoice(dtype, dist, layout, param)
+    dims = _fit_budget(spec, dims, inputs, budget, long_dim)
+    grad_layout = "contiguous" if canonical or rng.random() < 0.6 else "transposed"
+    return Case(cid, seed, dims, inputs, grad_layout)
+
+
+def _layouts_for(inp: Tensor) -> tuple[str, ...]:
+    allowed = inp.layouts or LAYOUTS
+    rank = len(inp.shape)
+    out = [l for l in allowed if rank >= 2 or l not in ("transposed",)]
+    return tuple(out) or ("contiguous",)
+
+
+def schedule(spec: Spec, opts: ScheduleOptions) -> list[Case]:
+    """The cases for one spec: the canonical case first, then fuzzed ones, a quarter of them
+    with a long reduction where the spec declares a reduction dim."""
+    usable, _ = allowed_dtypes(spec, opts)
+    if not usable:
+        return []
+    reductions = [d for d, dim in spec.dims.items() if dim.reduction]
+    cases = []
+    for i in range(opts.cases):
+        seed = (opts.seed * 1_000_003 + i * 7919) % (2**31)
+        rng = random.Random(seed)
+        canonical = i == 0
+        primary = usable[0] if canonical else usable[i % len(usable)] if i < 1 + len(usable) else rng.choice(usable)
+        long_dim = rng.choice(reductions) if reductions and not canonical and i % 4 == 1 else None
+        cases.append(make_case(spec, f"c{i:04d}", seed, primary, rng, canonical=canonical, long_dim=long_dim,
+                               budget=opts.max_case_bytes))
+    return cases
+
+
+def growth_sizes(dim: Dim, budget_elems: int) -> list[int]:
+    sizes = []
+    for k in range(8, 19, 2):
+        n = 1 << k
+        if dim.multiple_of > 1:
+            n -= n % dim.multiple_of
+        if dim.allows(n) and n <= budget_elems:
+            sizes.append(n)
+    return sizes
+
+
+def log_slope(xs: list[float], ys: list[float]) -> float:
+    """Least-squares slope of log10(y) against log10(x)."""
+    lx = [math.log10(x) for x in xs]
+    ly = [math.log10(max(y, 1e-30)) for y in ys]
+    mx, my = sum(lx) / len(lx), sum(ly) / len(ly)
+    den = sum((a - mx) ** 2 for a in lx)
+    return 0.0 if den == 0 else sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / den

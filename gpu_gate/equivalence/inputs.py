@@ -1,0 +1,156 @@
+"""Build a case's tensors: values from the chosen distribution, placed in the chosen
+layout inside a guarded buffer, on the candidate's device. Deterministic given the case."""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from ..spec import Index, Spec, Tensor
+from .cases import Case, InputChoice
+from .guard import Guarded, contiguous_stride, guarded_strided
+
+
+@dataclasses.dataclass
+class Materialized:
+    case: Case
+    tensors: dict[str, Any]  # what the candidate receives (strided, guarded views)
+    guarded: dict[str, Guarded]
+    snapshots: dict[str, Any]  # bitwise copies, to prove the inputs were not written
+
+
+def torch_dtype(name: str) -> Any:
+    import torch
+
+    return getattr(torch, name)
+
+
+def _float_values(choice: InputChoice, shape: tuple[int, ...], gen: Any, device: Any) -> Any:
+    """float64 values of the chosen distribution (cast to the dtype later)."""
+    import torch
+
+    f64 = torch.float64
+    dist = choice.dist
+    n_last = shape[-1] if shape else 1
+    if dist == "normal":
+        return torch.randn(shape, generator=gen, dtype=f64, device=device)
+    if dist == "uniform_pos":
+        return torch.rand(shape, generator=gen, dtype=f64, device=device) * 0.999 + 0.001
+    if dist == "offset":
+        return torch.randn(shape, generator=gen, dtype=f64, device=device) + (choice.param or 8.0)
+    if dist == "heavy_tail":
+        z = torch.randn(shape, generator=gen, dtype=f64, device=device)
+        chi = torch.randn((2, *shape), generator=gen, dtype=f64, device=device).pow(2).mean(0)
+        return (z / chi.clamp_min(1e-4).sqrt()).clamp(-1e4, 1e4)  # Student-t, 2 dof
+    if dist == "peaked":
+        x = torch.randn(shape, generator=gen, dtype=f64, device=device)
+        if shape:
+            hot = torch.randint(0, n_last, (*shape[:-1], 1), generator=gen, device=device)
+            x.scatter_(-1, hot, choice.param or 20.0)
+        return x
+    if dist == "neg_inf_spans":
+        x = torch.randn(shape, generator=gen, dtype=f64, device=device)
+        if shape and x.numel():
+            span = torch.rand(shape, generator=gen, dtype=f64, device=device) < 0.3
+            x[span] = -math.inf
+            if x.dim() >= 2 and shape[0] > 1:
+                x[0] = -math.inf  # one whole row of -inf
+        return x
+    if dist == "ties":
+        return torch.randint(-3, 4, shape, generator=gen, device=device).to(f64)
+    if dist == "denormal":
+        x = torch.randn(shape, generator=gen, dtype=f64, device=device)
+        tiny = torch.finfo(torch_dtype(choice.dtype)).tiny
+        mask = torch.rand(shape, generator=gen, dtype=f64, device=device) < 0.3
+        small = torch.rand(shape, generator=gen, dtype=f64, device=device) * tiny * 0.9
+        return torch.where(mask, small, x)
+    raise ValueError(f"unknown distribution {dist!r}")
+
+
+def _index_values(choice: InputChoice, shape: tuple[int, ...], high: int, gen: Any, device: Any) -> Any:
+    import torch
+
+    high = max(high, 1)
+    n = math.prod(shape)
+    if choice.dist == "uniform":
+        v = torch.randint(0, high, (n,), generator=gen, device=device)
+    elif choice.dist == "zipf":
+        ranks = torch.arange(1, high + 1, dtype=torch.float64, device=device)
+        probs = ranks.pow(-1.2)
+        draw = torch.multinomial(probs / probs.sum(), max(n, 1), replacement=True, generator=gen)[:n]
+        perm = torch.randperm(high, generator=gen, device=device)
+        v = perm[draw]  # hot ids scattered over the id space
+    elif choice.dist == "same":
+        v = torch.full((n,), int(torch.randint(0, high, (1,), generator=gen, device=device).item()),
+                       device=device, dtype=torch.int64)
+    elif choice.dist == "sorted":
+        v = torch.randint(0, high, (n,), generator=gen, device=device).sort().values
+    else:
+        raise ValueError(f"unknown index distribution {choice.dist!r}")
+    return v.reshape(shape)
+
+
+def _layout(shape: tuple[int, ...], layout: str, itemsize: int) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+    """(shape, stride, storage offset) of the view, for a logical ``shape``."""
+    if layout == "transposed" and len(shape) >= 2:
+        swapped = (*shape[:-2], shape[-1], shape[-2])
+        st = list(contiguous_stride(swapped))
+        st[-1], st[-2] = st[-2], st[-1]
+        return shape, tuple(st), 0
+    if layout == "sliced" and shape:
+        wide = (*shape[:-1], shape[-1] * 2)
+        st = list(contiguous_stride(wide))
+        st[-1] = 2
+        return shape, tuple(st), 0
+    if layout == "expanded" and shape and shape[0] > 1:
+        st = list(contiguous_stride(shape))
+        st[0] = 0
+        return shape, tuple(st), 0
+    if layout == "offset":
+        return shape, contiguous_stride(shape), max(1, 64 // itemsize) + 3  # misaligned on purpose
+    return shape, contiguous_stride(shape), 0
+
+
+def shape_of(spec_shape: tuple[str | int, ...], dims: dict[str, int]) -> tuple[int, ...]:
+    return tuple(dims[d] if isinstance(d, str) else int(d) for d in spec_shape)
+
+
+def materialize(spec: Spec, case: Case, device: Any, *, salt: int = 0) -> Materialized:
+    import torch
+
+    gen = torch.Generator(device=device)
+    gen.manual_seed(case.seed * 31 + salt)
+    tensors, guarded, snaps = {}, {}, {}
+    for name, inp in spec.inputs.items():
+        choice = case.inputs[name]
+        shape = shape_of(inp.shape, case.dims)
+        dtype = torch_dtype(choice.dtype)
+        if isinstance(inp, Index):
+            high = case.dims[inp.high] if isinstance(inp.high, str) else int(inp.high)
+            values = _index_values(choice, shape, high, gen, device).to(dtype)
+        else:
+            assert isinstance(inp, Tensor)
+            values = _float_values(choice, shape, gen, device).to(dtype)
+        vshape, stride, offset = _layout(shape, choice.layout, values.element_size())
+        g = guarded_strided(name, vshape, stride, offset, dtype, device)
+        if stride and stride[0] == 0:  # zero-stride: every row is the same memory
+            g.view[:1].copy_(values[:1])
+        else:
+            g.view.copy_(values)
+        tensors[name] = g.view
+        guarded[name] = g
+        snaps[name] = g.buffer.clone()
+    return Materialized(case, tensors, guarded, snaps)
+
+
+def reference_inputs(spec: Spec, m: Materialized, *, upcast: bool) -> dict[str, Any]:
+    """Contiguous copies for the reference: float inputs in float64 (``upcast``) or their own dtype."""
+    import torch
+
+    out = {}
+    for name, t in m.tensors.items():
+        c = t.detach().clone(memory_format=torch.contiguous_format)
+        if upcast and c.is_floating_point():
+            c = c.to(torch.float64)
+        out[name] = c
+    return out

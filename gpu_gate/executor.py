@@ -1,0 +1,231 @@
+"""The local executor: every job in its own subprocess, spread over the visible GPUs.
+
+Each job gets a timeout that kills its whole process group, a scrubbed
+environment (no tokens), one GPU (``CUDA_VISIBLE_DEVICES``) and a temporary
+directory of its own. A crash, hang or corrupted CUDA context ends that job only:
+it becomes a finding and the other jobs go on. A fresh process per job means a
+GPU left in a sticky error state by one kernel does not poison the next job.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import queue
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from . import proc
+from .checks import CHECKS, SANITIZER_TOOLS
+from .findings import Finding, JobResult, Severity, Status
+from .jobs import Job
+
+
+@dataclasses.dataclass(frozen=True)
+class WrapContext:
+    """What a wrapping check (compute-sanitizer) needs to know in the executor."""
+
+    repo_root: Path
+    has_gpu: bool
+    sanitizer_path: str | None
+    timeout_s: float
+    env: dict[str, str]
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecOptions:
+    repo_root: Path
+    gpus: tuple[str, ...]  # visible GPU indices; empty: no GPU
+    timeout_s: float = 1800.0
+    run_deadline: float = float("inf")  # time.monotonic() after which no new job starts
+    workers: int | None = None  # CPU-only: how many jobs at once
+    fail_fast: bool = False
+    sanitizer_path: str | None = None
+    keep_workdirs: Path | None = None  # copy each job's directory here (sanitizer XML, logs)
+
+
+ProgressFn = Callable[[JobResult, int, int, float], None]
+
+
+def detect_gpus() -> tuple[str, ...]:
+    """Visible GPU indices, without importing torch."""
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        return tuple(v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1")
+    if shutil.which("nvidia-smi") is None:
+        return ()
+    r = proc.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], timeout=20)
+    if not r.ok:
+        return ()
+    return tuple(line.strip() for line in r.stdout.splitlines() if line.strip().isdigit())
+
+
+def _classify_failure(job: Job, pr: proc.ProcResult, timeout_s: float) -> tuple[str, str]:
+    if pr.not_found:
+        return "internal-error", f"could not start the job process: {pr.stderr.strip()}"
+    if pr.timed_out:
+        return "timeout", (f"the job did not finish within {timeout_s:.0f}s and was killed with its whole process "
+                           f"group (a hang, a deadlock in the kernel, or too slow)")
+    if pr.signal:
+        return "crash", f"the job process died: {pr.describe()}"
+    return "crash", f"the job process exited with code {pr.returncode} without writing a result"
+
+
+def _error_result(job: Job, kind: str, message: str, pr: proc.ProcResult | None) -> JobResult:
+    tail = pr.tail(40) if pr else None
+    f = Finding(check=job.check, kind=kind, message=message, severity=Severity.ERROR,
+                spec=job.spec.id if job.spec else None, details={"stderr_tail": tail} if tail else {})
+    status = Status.ERROR
+    return JobResult(job_id=job.id, check=job.check, status=status, level=job.level,
+                     spec=job.spec.id if job.spec else None, kernels=job.kernels, findings=[f],
+                     duration_s=pr.duration_s if pr else 0.0, reason=message, log_tail=tail)
+
+
+def _outcome_to_result(job: Job, outcome: Any, duration: float, log_tail: str | None) -> JobResult:
+    return JobResult(job_id=job.id, check=job.check, status=outcome.status, level=job.level,
+                     spec=job.spec.id if job.spec else None, kernels=job.kernels, findings=list(outcome.findings),
+                     duration_s=duration, cases=outcome.cases, reason=outcome.reason, extra=dict(outcome.extra),
+                     log_tail=log_tail)
+
+
+def run_one(job: Job, opts: ExecOptions, gpu: str | None) -> JobResult:
+    info = CHECKS[job.check]
+    if info.needs_gpu and gpu is None:
+        return JobResult(job_id=job.id, check=job.check, status=Status.NOT_RUN, level=job.level,
+                         spec=job.spec.id if job.spec else None, kernels=job.kernels,
+                         reason=f"no GPU on this machine: {job.check} needs a CUDA device")
+    try:
+        workdir = Path(tempfile.mkdtemp(prefix="gpu-gate-job-"))
+    except OSError as exc:
+        return _error_result(job, "infrastructure", f"cannot create a job directory: {exc}", None)
+    try:
+        return _run_in(job, opts, gpu, workdir)
+    finally:
+        if opts.keep_workdirs is not None:
+            dest = opts.keep_workdirs / job.id.replace("/", "_").replace(":", "_")
+            shutil.copytree(workdir, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.tmp"))
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int) -> dict[str, str]:
+    extra = {
+        "GPU_GATE_REPO_ROOT": str(opts.repo_root),
+        "CUDA_VISIBLE_DEVICES": gpu if gpu is not None else "",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "TMPDIR": str(workdir),
+        "GPU_GATE_JOB_BUDGET_S": str(max(1.0, opts.timeout_s * 0.8)),
+        "OMP_NUM_THREADS": str(threads),
+    }
+    if gpu is None:
+        extra["TRITON_INTERPRET"] = "1"  # Triton kernels run on the CPU through the interpreter
+        extra["GPU_GATE_DEVICE"] = "cpu"
+    env = proc.scrubbed_env(extra=extra)
+    return env
+
+
+def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path) -> JobResult:
+    job_file, result_file = workdir / "job.json", workdir / "result.json"
+    try:
+        job.write(job_file)
+    except OSError as exc:
+        return _error_result(job, "infrastructure", f"cannot write the job file ({exc}): no disk space left?", None)
+    threads = max(1, (os.cpu_count() or 2) // max(1, opts.workers or 1))
+    env = _env_for(opts, gpu, workdir, threads)
+    argv: list[str] = [sys.executable, "-m", "gpu_gate.harness", str(job_file), str(result_file)]
+    module = CHECKS[job.check].load()
+    wrap = getattr(module, "wrap", None)
+    if wrap is not None:
+        wctx = WrapContext(opts.repo_root, gpu is not None, opts.sanitizer_path, opts.timeout_s, env)
+        wrapped = wrap(job, argv, workdir, wctx)
+        if not isinstance(wrapped, list):  # an Outcome: the tool cannot run (fail closed)
+            return _outcome_to_result(job, wrapped, 0.0, None)
+        argv = wrapped
+        env = wctx.env
+    pr = proc.run(argv, cwd=opts.repo_root, env=env, timeout=opts.timeout_s)
+    inner = _read_result(result_file)
+    collect = getattr(module, "collect", None)
+    if collect is not None:
+        from .harness import Outcome
+
+        inner_outcome = None
+        if inner is not None:
+            inner_outcome = Outcome(inner.status, inner.findings, inner.cases, inner.reason, inner.extra)
+        outcome = collect(job, workdir, pr, inner_outcome)
+        return _outcome_to_result(job, outcome, pr.duration_s, pr.tail(40) or None)
+    if inner is None:
+        kind, message = _classify_failure(job, pr, opts.timeout_s)
+        return _error_result(job, kind, message, pr)
+    inner.duration_s = pr.duration_s
+    if pr.tail(5):
+        inner.log_tail = pr.tail(40)
+    return inner
+
+
+def _read_result(path: Path) -> JobResult | None:
+    try:
+        return JobResult.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def order_jobs(jobs: Sequence[Job]) -> list[Job]:
+    """Longest first, sanitizer jobs interleaved with the others so one GPU is not all sanitizer."""
+    plain = sorted((j for j in jobs if j.check not in SANITIZER_TOOLS), key=lambda j: (-j.cost, j.id))
+    san = sorted((j for j in jobs if j.check in SANITIZER_TOOLS), key=lambda j: (-j.cost, j.id))
+    out: list[Job] = []
+    while plain or san:
+        for group in (plain, san):
+            if group:
+                out.append(group.pop(0))
+    return out
+
+
+def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None = None) -> list[JobResult]:
+    """Run every job; one worker per GPU (or ``opts.workers`` CPU workers without one)."""
+    ordered = order_jobs(jobs)
+    slots: list[str | None] = list(opts.gpus) if opts.gpus else [None] * max(1, opts.workers or 1)
+    work: queue.Queue[Job] = queue.Queue()
+    for j in ordered:
+        work.put(j)
+    results: dict[str, JobResult] = {}
+    lock = threading.Lock()
+    start = time.monotonic()
+    stop = threading.Event()
+
+    def worker(gpu: str | None) -> None:
+        while True:
+            try:
+                job = work.get_nowait()
+            except queue.Empty:
+                return
+            if stop.is_set() or time.monotonic() > opts.run_deadline:
+                why = ("skipped after the first failure (fail_fast)" if stop.is_set()
+                       else "the whole run's time limit was reached before this job started")
+                res = _error_result(job, "timeout" if not stop.is_set() else "not-run", why, None)
+                if stop.is_set():
+                    res = dataclasses.replace(res, status=Status.NOT_RUN, findings=[])
+            else:
+                try:
+                    res = run_one(job, opts, gpu)
+                except Exception as exc:  # noqa: BLE001 - one job's failure never stops the run
+                    res = _error_result(job, "internal-error", f"internal error running the job: {exc}", None)
+            with lock:
+                results[job.id] = res
+                if progress is not None:
+                    progress(res, len(results), len(ordered), time.monotonic() - start)
+                if opts.fail_fast and res.status in (Status.FAILED, Status.ERROR) and res.level == "required":
+                    stop.set()
+
+    threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in slots]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return [results[j.id] for j in ordered if j.id in results]

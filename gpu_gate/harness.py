@@ -1,0 +1,160 @@
+"""The job subprocess: ``python -m gpu_gate.harness JOB.json RESULT.json``.
+
+It imports the spec module, runs one check and writes a JobResult as JSON. The
+executor treats a crash, a signal, a timeout or a missing result file as a
+finding, so anything that goes wrong here ends this job only.
+"""
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .checks import CHECKS
+from .findings import Finding, JobResult, Severity, Status
+from .jobs import Job
+
+
+@dataclasses.dataclass
+class Context:
+    repo_root: Path
+    device: str  # "cuda" or "cpu"
+    workdir: Path
+    sanitizer: str | None = None  # the compute-sanitizer tool wrapping this process, if any
+    deadline: float = float("inf")  # time.monotonic() by which the check should wrap up
+
+    @property
+    def triton_interpret(self) -> bool:
+        return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+@dataclasses.dataclass
+class Outcome:
+    status: Status
+    findings: list[Finding] = dataclasses.field(default_factory=list)
+    cases: int = 0
+    reason: str | None = None
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class SpecImportError(Exception):
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+def _module_name(rel: str) -> str:
+    stem = rel[:-3] if rel.endswith(".py") else rel
+    return "gpu_gate_spec__" + "".join(c if c.isalnum() else "_" for c in stem)
+
+
+def load_spec(job: Job, ctx: Context) -> Any:
+    """Import the spec module in isolation and return the named spec."""
+    from .spec import specs_in_module
+
+    assert job.spec is not None
+    path = ctx.repo_root / job.spec.file
+    root = str(ctx.repo_root)
+    if root not in sys.path:
+        sys.path.insert(0, root)  # the user's packages import as they do in their own tests
+    name = _module_name(job.spec.file)
+    try:
+        spec_obj = importlib.util.spec_from_file_location(name, path)
+        if spec_obj is None or spec_obj.loader is None:
+            raise ImportError(f"cannot load {path}")
+        module = importlib.util.module_from_spec(spec_obj)
+        sys.modules[name] = module
+        spec_obj.loader.exec_module(module)
+    except BaseException as exc:  # noqa: BLE001 - user code: any failure is a finding
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        tb = traceback.format_exc()
+        line = _user_line(tb, job.spec.file)
+        raise SpecImportError(Finding(
+            check=job.check, kind="spec-import-error", spec=job.spec.id, file=job.spec.file, line=line,
+            message=f"{job.spec.file}:{line or 1}: the spec does not import: {type(exc).__name__}: {exc} "
+                    f"(fix the spec module; run `python {job.spec.file}` to see the error)",
+            details={"traceback": tb})) from exc
+    found = [s for s in specs_in_module(name) if s.name == job.spec.name]
+    if not found:
+        names = [s.name for s in specs_in_module(name)]
+        raise SpecImportError(Finding(
+            check=job.check, kind="spec-not-found", spec=job.spec.id, file=job.spec.file,
+            message=f"{job.spec.file}: no gate spec named {job.spec.name!r} (found: {', '.join(names) or 'none'}; "
+                    f"decorate the function with @gg.spec)"))
+    return found[0]
+
+
+def _user_line(tb: str, rel: str) -> int | None:
+    line = None
+    for text in tb.splitlines():
+        text = text.strip()
+        if text.startswith("File ") and rel.replace(os.sep, "/") in text.replace(os.sep, "/"):
+            try:
+                line = int(text.split(", line ")[1].split(",")[0])
+            except (IndexError, ValueError):
+                pass
+    return line
+
+
+def pick_device() -> str:
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def run_job(job: Job, ctx: Context) -> JobResult:
+    start = time.monotonic()
+    info = CHECKS[job.check]
+    try:
+        outcome = info.load().run(job, ctx)
+    except SpecImportError as exc:
+        outcome = Outcome(Status.ERROR, [exc.finding], reason=exc.finding.message.split(" (")[0])
+    return JobResult(
+        job_id=job.id, check=job.check, status=outcome.status, level=job.level,
+        spec=job.spec.id if job.spec else None, kernels=job.kernels, findings=outcome.findings,
+        duration_s=time.monotonic() - start, cases=outcome.cases, reason=outcome.reason, extra=outcome.extra)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        print("usage: python -m gpu_gate.harness JOB.json RESULT.json", file=sys.stderr)
+        return 2
+    job = Job.read(Path(argv[0]))
+    out = Path(argv[1])
+    repo = Path(os.environ.get("GPU_GATE_REPO_ROOT", os.getcwd()))
+    budget = float(os.environ.get("GPU_GATE_JOB_BUDGET_S", "inf"))
+    ctx = Context(repo_root=repo, device=os.environ.get("GPU_GATE_DEVICE") or pick_device(), workdir=out.parent,
+                  sanitizer=os.environ.get("GPU_GATE_SANITIZER") or None, deadline=time.monotonic() + budget)
+    try:
+        result = run_job(job, ctx)
+    except Exception as exc:  # noqa: BLE001 - report, do not lose the job
+        result = JobResult(job_id=job.id, check=job.check, status=Status.ERROR, level=job.level,
+                           spec=job.spec.id if job.spec else None, kernels=job.kernels,
+                           reason=f"internal error in gpu-gate: {type(exc).__name__}: {exc}",
+                           findings=[Finding(check=job.check, kind="internal-error", severity=Severity.ERROR,
+                                             spec=job.spec.id if job.spec else None,
+                                             message=f"internal error in gpu-gate ({type(exc).__name__}: {exc}); "
+                                                     f"if you see this, please report it",
+                                             details={"traceback": traceback.format_exc()})])
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(result.to_json()))
+    os.replace(tmp, out)
+    return 0
+
+
+if __name__ == "__main__":
+    # Run through the importable module, not __main__, so the exception classes the
+    # checks raise are the same objects this module catches.
+    from gpu_gate.harness import main as _main
+
+    sys.exit(_main())

@@ -1,0 +1,166 @@
+"""From a change set to a plan: jobs (spec x check), JSON-serialisable, deterministic
+and shardable. Runs without torch or a GPU: specs are read statically here."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from . import changes, discovery
+from .checks import CHECKS
+from .findings import Finding
+from .jobs import Job, SpecRef
+from .policy import LoadedPolicy, Policy
+from .record import ChangedKernel
+
+PLAN_VERSION = 1
+
+
+@dataclasses.dataclass
+class Plan:
+    base: str | None
+    head: str | None
+    policy_source: str
+    kernels: list[ChangedKernel]
+    findings: list[Finding]  # plan-level: uncovered kernels, files that do not parse
+    jobs: list[Job]
+    notes: list[str] = dataclasses.field(default_factory=list)
+
+    def to_json(self, shards: int | None = None) -> dict[str, Any]:
+        d: dict[str, Any] = {
+            "version": PLAN_VERSION,
+            "base": self.base,
+            "head": self.head,
+            "policy_source": self.policy_source,
+            "kernels": [k.to_json() for k in self.kernels],
+            "findings": [f.to_json() for f in self.findings],
+            "jobs": [j.to_json() for j in self.jobs],
+            "notes": self.notes,
+        }
+        if shards:
+            d["matrix"] = {"include": [{"shard": f"{i}/{shards}"} for i in range(1, shards + 1)
+                                       if shard(self.jobs, i, shards)]}
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Plan:
+        if d.get("version") != PLAN_VERSION:
+            raise ValueError(f"unsupported plan version {d.get('version')!r}")
+        return cls(base=d.get("base"), head=d.get("head"), policy_source=d.get("policy_source", ""),
+                   kernels=[ChangedKernel.from_json(k) for k in d.get("kernels", [])],
+                   findings=[Finding.from_json(f) for f in d.get("findings", [])],
+                   jobs=[Job.from_json(j) for j in d.get("jobs", [])], notes=list(d.get("notes", [])))
+
+    @classmethod
+    def read(cls, path: Path) -> Plan:
+        return cls.from_json(json.loads(path.read_text()))
+
+
+def job_seed(head: str | None, policy: Policy) -> int:
+    """A fresh seed per commit (new random inputs on every push), reproducible for that commit."""
+    fixed = policy.checks.equivalence.seed
+    if fixed is not None:
+        return int(fixed)
+    return int((head or "0")[:8], 16) if head else 0
+
+
+def _cost(check: str, options: dict[str, Any]) -> float:
+    base = CHECKS[check].cost
+    if check in ("equivalence",):
+        return base * max(1, int(options.get("cases", 64))) / 64
+    return base
+
+
+def _spec_jobs(policy: Policy, specs: list[discovery.SpecInfo], cov: dict[str, list[str]], seed: int) -> list[Job]:
+    covering: dict[str, set[str]] = {}
+    for kernel, ids in cov.items():
+        for sid in ids:
+            covering.setdefault(sid, set()).add(kernel)
+    jobs = []
+    by_id = {s.id: s for s in specs}
+    for name, chk in policy.enabled_checks():
+        if CHECKS[name].scope != "spec":
+            continue
+        opts = _options(policy, name, chk)
+        for sid in sorted(covering):
+            info = by_id[sid]
+            if info.checks is not None and name not in info.checks:
+                continue
+            jobs.append(Job(id=f"{name}:{sid}", check=name, level=chk.level, kernels=tuple(sorted(covering[sid])),
+                            spec=SpecRef(info.file, info.name), options=opts, cost=_cost(name, opts), seed=seed))
+    return jobs
+
+
+def _options(policy: Policy, name: str, chk: Any) -> dict[str, Any]:
+    opts = dict(chk.options())
+    if name == "compile" or name in ("memcheck", "racecheck", "synccheck", "initcheck"):
+        opts["include_dirs"] = list(policy.cuda.include_dirs)
+        opts["nvcc_flags"] = list(policy.cuda.nvcc_flags)
+        if policy.cuda.nvcc:
+            opts["nvcc"] = policy.cuda.nvcc
+    return opts
+
+
+def _kernel_jobs(policy: Policy, kernels: list[ChangedKernel], seed: int) -> list[Job]:
+    jobs = []
+    for name, chk in policy.enabled_checks():
+        if CHECKS[name].scope != "kernel":
+            continue
+        opts = _options(policy, name, chk)
+        for k in kernels:
+            if k.status == "deleted":
+                continue
+            jobs.append(Job(id=f"{name}:{k.path}", check=name, level=chk.level, kernels=(k.path,), options=opts,
+                            cost=_cost(name, opts), seed=seed))
+    return jobs
+
+
+def build_plan(repo: Path, base: str, head: str, loaded: LoadedPolicy) -> Plan:
+    policy = loaded.policy
+    cs = changes.detect(repo, base, head, policy)
+    notes = [loaded.banner] if loaded.is_default else []
+    disc = discovery.discover(repo, cs.head, policy, graph=cs.import_graph)
+    cov = discovery.coverage(cs, disc.specs)
+    discovery.annotate(cs, cov)
+    findings: list[Finding] = list(cs.parse_errors) + list(disc.findings)
+    if policy.uncovered != "ignore":
+        findings += discovery.uncovered(cov, policy.specs)
+    seed = job_seed(cs.head, policy)
+    jobs = _kernel_jobs(policy, cs.kernels, seed) + _spec_jobs(policy, disc.specs, cov, seed)
+    if cs.no_kernel_changes:
+        notes.append("no kernel changes")
+    return Plan(base=cs.base, head=cs.head, policy_source=loaded.source, kernels=cs.kernels,
+                findings=_unique(findings), jobs=sorted(jobs, key=lambda j: j.id), notes=notes)
+
+
+def _unique(findings: list[Finding]) -> list[Finding]:
+    seen: dict[str, Finding] = {}
+    for f in findings:
+        seen.setdefault(json.dumps(f.to_json(), sort_keys=True), f)
+    return list(seen.values())
+
+
+def shard(jobs: list[Job], index: int, count: int) -> list[Job]:
+    """Jobs of shard ``index`` (1-based) of ``count``: greedy longest-first balancing by cost,
+    deterministic for a given plan."""
+    if count < 1 or not 1 <= index <= count:
+        raise ValueError(f"bad shard {index}/{count}: need 1 <= i <= n")
+    loads = [0.0] * count
+    mine = []
+    for j in sorted(jobs, key=lambda j: (-j.cost, j.id)):
+        k = min(range(count), key=lambda i: (loads[i], i))
+        loads[k] += j.cost
+        if k == index - 1:
+            mine.append(j)
+    return sorted(mine, key=lambda j: j.id)
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"bad --shard {text!r}: expected I/N, e.g. 1/4") from None
+    if n < 1 or not 1 <= i <= n:
+        raise ValueError(f"bad --shard {text!r}: need 1 <= I <= N")
+    return i, n

@@ -1,0 +1,242 @@
+"""The gate-spec API: how a user says how to call a kernel and what it must equal.
+
+    import torch, gpu_gate as gg
+    from mylib.kernels import rmsnorm
+
+    @gg.spec(
+        dims={"rows": gg.Dim(1, 65536), "hidden": gg.Dim(1, 16384, reduction=True)},
+        inputs={"x": gg.Tensor(("rows", "hidden"), dtypes=["float32", "float16", "bfloat16"]),
+                "w": gg.Tensor(("hidden",), dtype="like:x")},
+        reference=lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+        grads=["x", "w"],
+    )
+    def rmsnorm_gate(x, w):
+        return rmsnorm(x, w)
+
+This module never imports torch at import time: ``plan`` reads specs statically,
+and only the harness subprocess imports spec modules.
+"""
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .errors import SpecError
+
+FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
+FLOAT_DISTS = ("normal", "uniform_pos", "offset", "heavy_tail", "peaked", "neg_inf_spans", "ties", "denormal")
+INDEX_DISTS = ("uniform", "zipf", "same", "sorted")
+LAYOUTS = ("contiguous", "transposed", "sliced", "expanded", "offset")
+
+
+@dataclasses.dataclass(frozen=True)
+class Dim:
+    """A named size. ``reduction=True`` marks a dimension the kernel reduces over:
+    its length is fuzzed up to 2**18 and the error growth along it is measured."""
+
+    lo: int
+    hi: int
+    reduction: bool = False
+    multiple_of: int = 1
+    values: tuple[int, ...] | None = None  # an explicit set of sizes instead of a range
+
+    def __post_init__(self) -> None:
+        if self.lo < 0 or self.hi < self.lo:
+            raise SpecError(f"Dim({self.lo}, {self.hi}): need 0 <= lo <= hi")
+        if self.multiple_of < 1:
+            raise SpecError(f"Dim(multiple_of={self.multiple_of}): must be >= 1")
+        if self.values is not None:
+            object.__setattr__(self, "values", tuple(int(v) for v in self.values))
+
+    def allows(self, n: int) -> bool:
+        if self.values is not None:
+            return n in self.values
+        return self.lo <= n <= self.hi and n % self.multiple_of == 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Tensor:
+    """A floating-point input. ``dtype="like:x"`` ties its dtype to input ``x``."""
+
+    shape: tuple[str | int, ...]
+    dtypes: tuple[str, ...] | None = None
+    dtype: str | None = None
+    dists: tuple[str, ...] | None = None  # None: every float distribution
+    layouts: tuple[str, ...] | None = None  # None: every layout the rank allows
+    grad: bool = True  # may receive a gradient when listed in ``grads``
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+        if self.dtypes is not None:
+            object.__setattr__(self, "dtypes", tuple(self.dtypes))
+        if (self.dtypes is None) == (self.dtype is None):
+            if self.dtypes is None:
+                object.__setattr__(self, "dtypes", ("float32",))
+            else:
+                raise SpecError("Tensor: give dtypes=[...] or dtype=..., not both")
+        for d in self.dtypes or ():
+            if d not in FLOAT_DTYPES:
+                raise SpecError(f"Tensor: unknown dtype {d!r} (one of {', '.join(FLOAT_DTYPES)})")
+        if self.dtype is not None and not self.dtype.startswith("like:") and self.dtype not in FLOAT_DTYPES:
+            raise SpecError(f"Tensor: unknown dtype {self.dtype!r} (a float dtype, or 'like:<input>')")
+        _check_subset("dists", self.dists, FLOAT_DISTS, self)
+        _check_subset("layouts", self.layouts, LAYOUTS, self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Index:
+    """An integer index tensor with values in ``[0, high)``; ``high`` is a dim name or an int."""
+
+    shape: tuple[str | int, ...]
+    high: str | int
+    dtype: str = "int64"
+    dists: tuple[str, ...] | None = None  # None: uniform, zipf, same, sorted
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+        if self.dtype not in INT_DTYPES:
+            raise SpecError(f"Index: unknown dtype {self.dtype!r} (one of {', '.join(INT_DTYPES)})")
+        _check_subset("dists", self.dists, INDEX_DISTS, self)
+
+
+@dataclasses.dataclass(frozen=True)
+class Tolerance:
+    """Per-spec tolerance. Default rule: error <= baseline_factor x baseline error + dtype floor.
+    ``atol``/``rtol`` switch to a fixed elementwise rule; give both or neither."""
+
+    baseline_factor: float | None = None
+    atol: float | None = None
+    rtol: float | None = None
+
+    def __post_init__(self) -> None:
+        if (self.atol is None) != (self.rtol is None):
+            raise SpecError("Tolerance: give atol and rtol together, or neither")
+
+
+def _check_subset(what: str, got: Sequence[str] | None, allowed: Sequence[str], owner: object) -> None:
+    if got is None:
+        return
+    object.__setattr__(owner, what, tuple(got))
+    bad = [g for g in got if g not in allowed]
+    if bad:
+        raise SpecError(f"{type(owner).__name__}: unknown {what} {bad} (choose from {', '.join(allowed)})")
+
+
+Input = Tensor | Index
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    name: str
+    fn: Callable[..., Any]
+    dims: Mapping[str, Dim]
+    inputs: Mapping[str, Input]
+    reference: Callable[..., Any]
+    params: Mapping[str, Any]
+    grads: tuple[str, ...]
+    covers: tuple[str, ...]
+    deterministic: bool
+    tolerance: Tolerance
+    devices: tuple[str, ...]
+    checks: tuple[str, ...] | None
+    module: str
+    file: str
+    line: int
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def float_inputs(self) -> dict[str, Tensor]:
+        return {k: v for k, v in self.inputs.items() if isinstance(v, Tensor)}
+
+    def dtype_choices(self) -> tuple[str, ...]:
+        """The dtypes of the first float input that has its own list (the spec's "primary" dtype)."""
+        for t in self.float_inputs().values():
+            if t.dtypes:
+                return t.dtypes
+        return ("float32",)
+
+
+_REGISTRY: dict[str, list[Spec]] = {}
+
+
+def _validate(name: str, dims: Mapping[str, Dim], inputs: Mapping[str, Input], grads: Sequence[str],
+              fn: Callable[..., Any]) -> None:
+    where = f"spec {name!r}"
+    for iname, inp in inputs.items():
+        for d in inp.shape:
+            if isinstance(d, str) and d not in dims:
+                raise SpecError(f"{where}: input {iname!r} uses dim {d!r}, which is not in dims={sorted(dims)}")
+        if isinstance(inp, Index) and isinstance(inp.high, str) and inp.high not in dims:
+            raise SpecError(f"{where}: index {iname!r} has high={inp.high!r}, which is not in dims")
+        if isinstance(inp, Tensor) and inp.dtype and inp.dtype.startswith("like:"):
+            other = inp.dtype[5:]
+            if not isinstance(inputs.get(other), Tensor):
+                raise SpecError(f"{where}: input {iname!r} has dtype={inp.dtype!r} but {other!r} is not a float input")
+    for g in grads:
+        if not isinstance(inputs.get(g), Tensor):
+            raise SpecError(f"{where}: grads names {g!r}, which is not a float input")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return
+    accepts_kwargs = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+    missing = [i for i in inputs if i not in sig.parameters and not accepts_kwargs]
+    if missing:
+        raise SpecError(f"{where}: the function does not take input(s) {missing} as parameters")
+
+
+def spec(
+    *,
+    dims: Mapping[str, Dim],
+    inputs: Mapping[str, Input],
+    reference: Callable[..., Any],
+    params: Mapping[str, Any] | None = None,
+    grads: Sequence[str] = (),
+    covers: Sequence[str] = (),
+    deterministic: bool = False,
+    tolerance: Tolerance | None = None,
+    devices: Sequence[str] = ("cuda", "cpu"),
+    checks: Sequence[str] | None = None,
+    name: str | None = None,
+) -> Callable[[Callable[..., Any]], Spec]:
+    """Declare a gate spec. The decorated function is the *candidate*: it calls the kernel.
+
+    - ``dims``: named sizes, fuzzed within their bounds.
+    - ``inputs``: ``gg.Tensor`` / ``gg.Index`` per parameter of the candidate.
+    - ``reference``: the same function in plain torch; gpu-gate runs it in float64
+      (the truth) and in the kernel's own dtype (the *baseline* the tolerance is relative to).
+    - ``params``: constant keyword arguments passed to both (``eps=1e-6``).
+    - ``grads``: inputs whose gradients are checked too (backward kernels).
+    - ``covers``: kernel files this spec covers, when imports do not say it.
+    - ``deterministic``: outputs must be bitwise identical across runs.
+    - ``devices``: where the candidate can run ("cuda", "cpu").
+    - ``checks``: restrict the checks run for this spec (default: the policy's).
+    """
+
+    def wrap(fn: Callable[..., Any]) -> Spec:
+        sname = name or fn.__name__
+        _validate(sname, dims, inputs, grads, fn)
+        try:
+            file = inspect.getsourcefile(fn) or ""
+            line = inspect.getsourcelines(fn)[1]
+        except (OSError, TypeError):
+            file, line = "", 0
+        s = Spec(
+            name=sname, fn=fn, dims=dict(dims), inputs=dict(inputs), reference=reference,
+            params=dict(params or {}), grads=tuple(grads), covers=tuple(covers),
+            deterministic=deterministic, tolerance=tolerance or Tolerance(),
+            devices=tuple(devices), checks=tuple(checks) if checks is not None else None,
+            module=fn.__module__, file=file, line=line,
+        )
+        _REGISTRY.setdefault(fn.__module__, []).append(s)
+        return s
+
+    return wrap
+
+
+def specs_in_module(module_name: str) -> list[Spec]:
+    return list(_REGISTRY.get(module_name, []))
