@@ -36,9 +36,10 @@ class PolicyLike(Protocol):
 @functools.lru_cache(maxsize=1024)
 def _glob_regex(pattern: str) -> re.Pattern[str]:
     pat = pattern.strip()
+    # As in .gitignore, only a slash at the start or in the middle anchors a pattern to the root.
+    anchored = "/" in pat.rstrip("/")
     if pat.endswith("/"):
         pat += "**"
-    anchored = "/" in pat.rstrip("/")
     pat = pat.lstrip("/")
     out: list[str] = []
     i = 0

@@ -38,6 +38,8 @@ def summary(cs: changes.ChangeSet) -> dict[str, tuple[str, str, tuple[str, ...]]
     ("deep/down/a.cu", "*.cu", True),
     ("third_party/cutlass/x.cuh", "third_party/**", True),
     ("third_party/x.cuh", "third_party/", True),
+    ("vendor/third_party/x.cuh", "third_party/", True),
+    ("vendor/third_party/x.cuh", "/third_party/", False),
     ("third_party/x.cuh", "third_party", True),
     ("third_partyx/x.cuh", "third_party", False),
     ("gate/rms_gate.py", "gate/**/*_gate.py", True),
