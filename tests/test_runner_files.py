@@ -1,0 +1,199 @@
+"""The runner provisioning files parse and say what the README promises."""
+from __future__ import annotations
+
+import configparser
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+RUNNER = Path(__file__).resolve().parent.parent / "runner"
+
+
+def load_yaml(name: str) -> dict[str, Any]:
+    data = yaml.safe_load((RUNNER / name).read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def dockerfile() -> str:
+    return (RUNNER / "Dockerfile").read_text()
+
+
+def unit() -> configparser.ConfigParser:
+    parser = configparser.ConfigParser(strict=False, interpolation=None)
+    parser.optionxform = str  # type: ignore[assignment,method-assign]
+    parser.read_string((RUNNER / "host" / "gpu-gate-runner.service").read_text())
+    return parser
+
+
+def unit_values(key: str) -> list[str]:
+    """All values of a repeatable systemd key (configparser keeps only the last)."""
+    text = (RUNNER / "host" / "gpu-gate-runner.service").read_text()
+    return re.findall(rf"^{re.escape(key)}=(.*)$", text, re.M)
+
+
+# --- ARC ------------------------------------------------------------------------------------
+
+
+def test_arc_values_have_the_scale_set_keys() -> None:
+    v = load_yaml("arc/values.yaml")
+    assert v["githubConfigUrl"].startswith("https://github.com/")
+    assert v["runnerScaleSetName"] == "gpu-gate-h100"
+    assert 0 <= v["minRunners"] <= v["maxRunners"]
+    assert v["runnerGroup"]
+
+
+def test_arc_secret_is_a_reference_never_an_inline_token() -> None:
+    v = load_yaml("arc/values.yaml")
+    assert isinstance(v["githubConfigSecret"], str), "must name a pre-created secret"
+    text = (RUNNER / "arc" / "values.yaml").read_text()
+    assert not re.search(r"^\s*github_token\s*:", text, re.M)
+    assert not re.search(r"gh[pousr]_[A-Za-z0-9]{20,}", text)
+
+
+def test_arc_runner_container_gets_one_gpu_on_a_gpu_node() -> None:
+    spec = load_yaml("arc/values.yaml")["template"]["spec"]
+    runner = spec["containers"][0]
+    assert runner["name"] == "runner"
+    assert runner["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert runner["command"] == ["/home/runner/run.sh"]
+    assert spec["runtimeClassName"] == "nvidia"
+    assert spec["nodeSelector"]["nvidia.com/gpu.present"] == "true"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert runner["securityContext"]["allowPrivilegeEscalation"] is False
+
+
+def test_arc_values_run_jobs_in_the_gpu_pod_and_document_kubernetes_mode() -> None:
+    v = load_yaml("arc/values.yaml")
+    # In kubernetes mode the job pod would not get the runner container's GPU.
+    assert "containerMode" not in v
+    text = (RUNNER / "arc" / "values.yaml").read_text()
+    assert "ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE" in text
+    assert "job-pod-template.yaml" in text
+
+
+def test_job_pod_template_puts_the_gpu_on_the_job_container() -> None:
+    t = load_yaml("arc/job-pod-template.yaml")
+    assert t["kind"] == "PodTemplate"
+    job = [c for c in t["spec"]["containers"] if c["name"] == "$job"]
+    assert job and job[0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert t["spec"]["runtimeClassName"] == "nvidia"
+
+
+# --- Dockerfile -----------------------------------------------------------------------------
+
+
+def test_dockerfile_is_multi_stage_on_a_pinned_cuda_13_devel_base() -> None:
+    text = dockerfile()
+    stages = re.findall(r"^FROM\s+(\S+)\s+AS\s+(\S+)", text, re.M | re.I)
+    assert [name for _, name in stages] == ["base", "python", "actions-runner", "runner"]
+    base = re.search(r"^ARG CUDA_IMAGE=(\S+)", text, re.M)
+    assert base and re.fullmatch(r"nvidia/cuda:13\.0\.\d+-devel-ubuntu24\.04", base.group(1))
+    assert "@sha256:" in text  # how to pin by digest is explained
+
+
+def test_dockerfile_requires_compute_sanitizer() -> None:
+    text = dockerfile()
+    assert "cuda-sanitizer-13-0" in text
+    assert re.search(r"compute-sanitizer --version", text)
+
+
+def test_dockerfile_installs_the_gpu_stack() -> None:
+    text = dockerfile()
+    assert "python3.12 -m venv" in text
+    assert "download.pytorch.org/whl/cu130" in text
+    for pkg in ("cupy-cuda13x", "nvidia-ml-py", "triton"):
+        assert pkg in text
+    assert '[gpu,triton]"' in text
+
+
+def test_dockerfile_verifies_the_runner_tarball() -> None:
+    text = dockerfile()
+    version = re.search(r"^ARG RUNNER_VERSION=(\d+\.\d+\.\d+)$", text, re.M)
+    digest = re.search(r"^ARG RUNNER_SHA256=([0-9a-f]{64})$", text, re.M)
+    assert version and digest
+    assert "actions/runner/releases/download/v${RUNNER_VERSION}" in text
+    assert re.search(r'echo "\$\{RUNNER_SHA256\}  runner\.tar\.gz" \| sha256sum -c -', text)
+
+
+def test_dockerfile_runs_as_a_non_root_user_with_a_doctor_healthcheck() -> None:
+    text = dockerfile()
+    assert re.search(r"useradd .*--uid 1001 .* runner$", text, re.M)
+    users = re.findall(r"^USER\s+(\S+)", text, re.M)
+    assert users and users[-1] == "runner"
+    assert re.search(r'^\s*CMD \["gpu-gate", "doctor"\]', text, re.M)
+    assert re.search(r"^HEALTHCHECK ", text, re.M)
+
+
+# --- host mode ------------------------------------------------------------------------------
+
+
+def test_systemd_unit_restarts_one_job_runner_as_a_dedicated_user() -> None:
+    u = unit()
+    svc = u["Service"]
+    assert svc["Restart"] == "always"
+    assert svc["User"] == "gpu-runner"
+    assert svc["ExecStart"].endswith("/register-jit.sh")
+    assert svc["PrivateTmp"] == "yes" and svc["NoNewPrivileges"] == "yes"
+    assert svc["LoadCredential"].startswith("github-app-key:")
+    assert u["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_systemd_unit_hardening_keeps_the_nvidia_devices() -> None:
+    svc = unit()["Service"]
+    assert svc["DevicePolicy"] == "closed"
+    assert svc["PrivateDevices"] == "no"
+    allowed = {v.split()[0] for v in unit_values("DeviceAllow")}
+    assert {"/dev/nvidiactl", "/dev/nvidia-uvm", "char-nvidia-frontend"} <= allowed
+    assert "MemoryDenyWriteExecute" not in svc
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
+def test_systemd_analyze_knows_every_directive() -> None:
+    res = subprocess.run(["systemd-analyze", "verify", str(RUNNER / "host" / "gpu-gate-runner.service")],
+                         capture_output=True, text=True)
+    # The only complaint allowed is that the script is not installed on this machine.
+    complaints = [line for line in res.stderr.splitlines() if "is not executable" not in line and line.strip()]
+    assert complaints == []
+
+
+def script() -> Path:
+    return RUNNER / "host" / "register-jit.sh"
+
+
+def test_register_script_is_strict_bash() -> None:
+    text = script().read_text()
+    assert text.startswith("#!/usr/bin/env bash\n")
+    assert "set -euo pipefail" in text
+    res = subprocess.run(["bash", "-n", str(script())], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+
+
+def test_register_script_uses_a_jit_config_and_never_a_stored_token() -> None:
+    text = script().read_text()
+    assert "/orgs/${GITHUB_ORG}/actions/runners/generate-jitconfig" in text
+    assert "/app/installations/${GITHUB_APP_INSTALLATION_ID}/access_tokens" in text
+    assert 'exec ./run.sh --jitconfig "$jit"' in text
+    assert "config.sh" not in text  # no long-lived registration
+    # No token is written to a file.
+    assert not re.search(r"(token|jit)[^\n]*>\s*[\"$/\w]", text, re.I)
+
+
+def test_register_script_refuses_without_the_app_key(tmp_path: Path) -> None:
+    env = {"PATH": "/usr/bin:/bin", "GITHUB_ORG": "acme", "GITHUB_APP_ID": "1", "GITHUB_APP_INSTALLATION_ID": "2",
+           "GITHUB_APP_KEY_FILE": str(tmp_path / "missing.pem")}
+    res = subprocess.run(["bash", str(script())], capture_output=True, text=True, env=env, timeout=30)
+    assert res.returncode == 1
+    assert "cannot read the GitHub App key" in res.stderr
+
+
+@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
+def test_register_script_passes_shellcheck() -> None:
+    res = subprocess.run(["shellcheck", str(script())], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout
