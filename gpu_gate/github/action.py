@@ -1,0 +1,209 @@
+"""The composite action's driver: ``python -m gpu_gate.github.action``.
+
+``action.yml`` hands its inputs over as ``GG_*`` environment variables (never as
+``${{ }}`` inside a script). This module turns them into ``gpu-gate`` commands, runs
+them in-process, and writes the step outputs. It exits 0 whatever the verdict, so that
+the report artifact is uploaded; the action's last step then fails on ``exit-code``.
+
+The token is removed from the environment while ``check`` runs (kernel code runs there)
+and given only to ``report``, which publishes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import json
+import os
+import re
+import shlex
+import sys
+from collections.abc import Callable, Iterator, Mapping, MutableMapping
+from contextlib import contextmanager
+from pathlib import Path
+
+from ..exitcodes import ExitCode
+from ..record import RunRecord
+from ..verdict import Rules, decide
+
+TOKEN_VARIABLES = ("GITHUB_TOKEN", "GH_TOKEN", "INPUT_TOKEN", "GG_TOKEN")
+MODES = ("check", "plan", "report")
+
+
+@dataclasses.dataclass(frozen=True)
+class Inputs:
+    mode: str
+    workspace: Path
+    out: Path
+    policy: str = ""
+    base: str = ""
+    head: str = ""
+    shard: str = ""
+    shards: str = ""
+    results: str = ""
+    plan: str = ""
+    comment_mode: str = "sticky"
+    extra_args: tuple[str, ...] = ()
+    artifact: str = ""
+    token: str = dataclasses.field(default="", repr=False)
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Inputs:
+        def get(name: str) -> str:
+            return env.get(f"GG_{name}", "").strip()
+
+        workspace = Path(env.get("GITHUB_WORKSPACE") or ".")
+        out = Path(get("OUT") or "gpu-gate-report")
+        return cls(mode=get("MODE") or "check", workspace=workspace,
+                   out=out if out.is_absolute() else workspace / out,
+                   policy=get("POLICY"), base=get("BASE"), head=get("HEAD"), shard=get("SHARD"),
+                   shards=get("SHARDS"), results=get("RESULTS"), plan=get("PLAN"),
+                   comment_mode=get("COMMENT_MODE") or "sticky",
+                   extra_args=tuple(shlex.split(get("EXTRA_ARGS"))), artifact=get("ARTIFACT"),
+                   token=env.get("GG_TOKEN", ""))
+
+
+def _opt(flag: str, value: str) -> list[str]:
+    return [flag, value] if value else []
+
+
+def _selection(inp: Inputs) -> list[str]:
+    return ["--repo", str(inp.workspace), *_opt("--base", inp.base), *_opt("--head", inp.head),
+            *_opt("--policy", inp.policy)]
+
+
+def _publish_flags(inp: Inputs) -> list[str]:
+    return ["--comment-mode", inp.comment_mode, "--github" if inp.token else "--no-github"]
+
+
+@contextmanager
+def _group(title: str) -> Iterator[None]:
+    print(f"::group::{title}", flush=True)
+    try:
+        yield
+    finally:
+        print("::endgroup::", flush=True)
+
+
+@contextmanager
+def _token_env(environ: MutableMapping[str, str], token: str | None) -> Iterator[None]:
+    """The token in the environment (for ``report``) or no token at all (for ``check``)."""
+    saved = {k: environ.pop(k) for k in TOKEN_VARIABLES if k in environ}
+    if token:
+        environ["GITHUB_TOKEN"] = token
+    try:
+        yield
+    finally:
+        environ.pop("GITHUB_TOKEN", None)
+        environ.update(saved)
+
+
+Runner = Callable[[list[str]], int]
+
+
+def _cli(argv: list[str]) -> int:
+    from ..cli import main
+
+    return int(main(argv))
+
+
+def run_check(inp: Inputs, outputs: dict[str, str], run: Runner) -> int:
+    argv = ["check", *_selection(inp), "--out", str(inp.out), *_opt("--shard", inp.shard),
+            *_opt("--plan", inp.plan), *inp.extra_args]
+    with _group("gpu-gate check"), _token_env(os.environ, None):
+        code = run(argv)
+    results = inp.out / "results.json"
+    # A shard leaves publishing to the report job; a lone check publishes its own result.
+    if inp.shard or code not in (ExitCode.PASSED, ExitCode.POLICY_BREACHED) or not results.exists():
+        return code
+    with _group("gpu-gate report"), _token_env(os.environ, inp.token):
+        published = run(["report", str(results), "--out", str(inp.out), *_publish_flags(inp)])
+    return code if published in (ExitCode.PASSED, ExitCode.POLICY_BREACHED) else published
+
+
+def run_plan(inp: Inputs, outputs: dict[str, str], run: Runner) -> int:
+    plan_path = inp.out / "plan.json"
+    argv = ["plan", *_selection(inp), "--shards", inp.shards or "1", "--output", str(plan_path), *inp.extra_args]
+    with _group("gpu-gate plan"), _token_env(os.environ, None):
+        code = run(argv)
+    if code == ExitCode.PASSED and plan_path.exists():
+        plan = json.loads(plan_path.read_text())
+        outputs["plan"] = str(plan_path)
+        outputs["matrix"] = json.dumps(plan.get("matrix", {"include": []}), separators=(",", ":"))
+        outputs["jobs"] = str(len(plan.get("jobs", [])))
+    return code
+
+
+def run_report(inp: Inputs, outputs: dict[str, str], run: Runner) -> int:
+    pattern = inp.results or "**/results.json"
+    root = inp.workspace
+    files = sorted(glob.glob(pattern if os.path.isabs(pattern) else str(root / pattern), recursive=True))
+    files = [f for f in files if Path(f).resolve().parent != inp.out.resolve()]
+    if not files and not inp.plan:
+        print(f"::error title=gpu-gate::no results.json matched {pattern!r} and no plan was given: "
+              "nothing to report (did every shard fail before writing its results?)", flush=True)
+        return ExitCode.USAGE_ERROR
+    argv = ["report", *files, "--out", str(inp.out), *_opt("--expect-plan", inp.plan),
+            *_publish_flags(inp), *_opt("--policy", inp.policy), *inp.extra_args]
+    with _group(f"gpu-gate report ({len(files)} result files)"), _token_env(os.environ, inp.token):
+        return run(argv)
+
+
+MODE_RUNNERS: dict[str, Callable[[Inputs, dict[str, str], Runner], int]] = {
+    "check": run_check, "plan": run_plan, "report": run_report,
+}
+
+
+def report_outputs(inp: Inputs, code: int) -> dict[str, str]:
+    outputs = {"exit-code": str(int(code)), "verdict": "passed" if code == ExitCode.PASSED else "failed",
+               "report-dir": str(inp.out), "artifact-name": artifact_name(inp)}
+    for key, name in (("junit", "junit.xml"), ("markdown", "report.md"), ("sarif", "report.sarif")):
+        if (inp.out / name).exists():
+            outputs[key] = str(inp.out / name)
+    results = inp.out / "results.json"
+    if results.exists():
+        try:
+            outputs["counts"] = json.dumps(decide(RunRecord.read(results), Rules()).counts, separators=(",", ":"))
+        except (ValueError, KeyError):
+            pass
+    return outputs
+
+
+def artifact_name(inp: Inputs) -> str:
+    if not inp.artifact:
+        return ""
+    suffix = "-shard-" + inp.shard.replace("/", "-of-") if inp.shard else ""
+    return re.sub(r"[^A-Za-z0-9._-]", "-", inp.artifact + suffix)
+
+
+def write_outputs(path: str | None, outputs: Mapping[str, str]) -> None:
+    lines = []
+    for key, value in outputs.items():
+        if "\n" in value:
+            lines.append(f"{key}<<GPU_GATE_EOF\n{value}\nGPU_GATE_EOF")
+        else:
+            lines.append(f"{key}={value}")
+    text = "\n".join(lines) + "\n"
+    if path:
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+
+
+def main(env: Mapping[str, str] | None = None, run: Runner = _cli) -> int:
+    inp = Inputs.from_env(os.environ if env is None else env)
+    if inp.mode not in MODES:
+        print(f"::error title=gpu-gate::input mode is {inp.mode!r}; use one of {', '.join(MODES)}", flush=True)
+        code = int(ExitCode.USAGE_ERROR)
+        extra: dict[str, str] = {}
+    else:
+        extra = {}
+        code = int(MODE_RUNNERS[inp.mode](inp, extra, run))
+    outputs = report_outputs(inp, code)
+    outputs.update(extra)
+    write_outputs((os.environ if env is None else env).get("GITHUB_OUTPUT"), outputs)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
