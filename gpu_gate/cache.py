@@ -27,7 +27,7 @@ With ``actions/cache``, save the folder between workflow runs::
 
     - uses: actions/cache/restore@<full sha>   # on every run, PRs included
       with:
-        path: .gpu-gate-cache
+        path: .gpu-gate/cache
         key: gpu-gate-${{ runner.os }}-${{ hashFiles('csrc/**', 'gate/**', '.gpu-gate.yml') }}
         restore-keys: gpu-gate-${{ runner.os }}-
 

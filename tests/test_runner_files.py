@@ -197,3 +197,20 @@ def test_register_script_refuses_without_the_app_key(tmp_path: Path) -> None:
 def test_register_script_passes_shellcheck() -> None:
     res = subprocess.run(["shellcheck", str(script())], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout
+
+
+def test_readme_covers_every_file_and_the_security_rules() -> None:
+    text = (RUNNER / "README.md").read_text()
+    for name in ("Dockerfile", "arc/values.yaml", "arc/job-pod-template.yaml", "host/gpu-gate-runner.service",
+                 "host/register-jit.sh"):
+        assert f"`{name}`" in text, name
+    for rule in ("Ephemeral runners only", "No secrets on the runner", "Runner groups limited",
+                 "Fork pull requests run only after approval", "Never `pull_request_target`"):
+        assert rule in text, rule
+    assert "ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE" in text
+    assert "restore-keys" in text and "hashFiles" in text
+    # The runner version documented for host mode is the one the image verifies.
+    version = re.search(r"^ARG RUNNER_VERSION=(\S+)$", dockerfile(), re.M)
+    digest = re.search(r"^ARG RUNNER_SHA256=(\S+)$", dockerfile(), re.M)
+    assert version and digest
+    assert f"RUNNER_VERSION={version.group(1)}" in text and f"RUNNER_SHA256={digest.group(1)}" in text
