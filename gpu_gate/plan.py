@@ -9,7 +9,7 @@ from typing import Any
 
 from . import changes, discovery
 from .checks import CHECKS
-from .findings import Finding
+from .findings import Finding, Severity
 from .jobs import Job, SpecRef
 from .policy import LoadedPolicy, Policy
 from .record import ChangedKernel
@@ -126,12 +126,24 @@ def build_plan(repo: Path, base: str, head: str, loaded: LoadedPolicy) -> Plan:
     findings: list[Finding] = list(cs.parse_errors) + list(disc.findings)
     if policy.uncovered != "ignore":
         findings += discovery.uncovered(cov, policy.specs)
+    if cs.kernels and cs.import_graph is not None:
+        findings += _empty_spec_globs(policy, list(cs.import_graph.snap.files), loaded.source)
     seed = job_seed(cs.head, policy)
     jobs = _kernel_jobs(policy, cs.kernels, seed) + _spec_jobs(policy, disc.specs, cov, seed)
     if cs.no_kernel_changes:
         notes.append("no kernel changes")
     return Plan(base=cs.base, head=cs.head, policy_source=loaded.source, kernels=cs.kernels,
                 findings=_unique(findings), jobs=sorted(jobs, key=lambda j: j.id), notes=notes)
+
+
+def _empty_spec_globs(policy: Policy, files: list[str], source: str) -> list[Finding]:
+    """Spec globs that match nothing at all are almost always a typo in the policy."""
+    if any(changes.match(f, p) for p in policy.specs for f in files):
+        return []
+    globs = ", ".join(repr(p) for p in policy.specs)
+    return [Finding(check="coverage", kind="spec-glob-empty", severity=Severity.WARNING,
+                    message=f"{source}: no file in the repository matches the spec globs {globs} "
+                            f"(fix the paths under `specs:`, or add gate specs)")]
 
 
 def _unique(findings: list[Finding]) -> list[Finding]:

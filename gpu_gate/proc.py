@@ -14,6 +14,7 @@ import shlex
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 
@@ -119,7 +120,18 @@ def run(
             )
         except (FileNotFoundError, PermissionError) as exc:
             return ProcResult(argv, None, "", str(exc), time.monotonic() - start, not_found=True)
-        timed_out = False
+        # A timer kills the group at the deadline while this thread blocks in waitpid:
+        # no polling (Popen.wait(timeout) sleeps in steps of up to 50 ms).
+        fired = threading.Event()
+
+        def expire() -> None:
+            fired.set()
+            _kill_group(proc)
+
+        timer = threading.Timer(timeout, expire) if timeout is not None else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
         try:
             if input is not None:
                 assert proc.stdin is not None
@@ -128,18 +140,17 @@ def run(
                     proc.stdin.close()
                 except BrokenPipeError:
                     pass
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            _kill_group(proc)
             proc.wait()
         except BaseException:
             _kill_group(proc)
             proc.wait()
             raise
-        else:
-            # Reap grandchildren the job left behind (a kernel's helper processes).
-            _kill_group(proc)
+        finally:
+            if timer is not None:
+                timer.cancel()
+        timed_out = fired.is_set()
+        # Reap grandchildren the job left behind (a kernel's helper processes).
+        _kill_group(proc)
         duration = time.monotonic() - start
         out.seek(0)
         err.seek(0)

@@ -15,7 +15,8 @@ if TYPE_CHECKING:
     from ..jobs import Job
 
 INTERPRETER_BAD_DTYPES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
-CPU_BUDGET_BYTES = 64 << 20  # CPU cases stay small: the default budget must finish in a minute
+CPU_BUDGET_BYTES = 64 << 20
+SANITIZER_BUDGET_BYTES = 4 << 20  # CPU cases stay small: the default budget must finish in a minute
 GROWTH_SLOPE_MARGIN = 0.3  # log10(error) per log10(length), beyond the baseline's slope
 
 
@@ -78,6 +79,11 @@ class Equivalence:
         self.runner = CaseRunner(spec, job.spec.id, ctx.device, self.rule, repro_command(job))  # type: ignore[union-attr]
         budget = int(o.get("max_case_bytes") or 256 << 20)
         self.budget = budget if ctx.device == "cuda" else min(budget, CPU_BUDGET_BYTES)
+        # Under compute-sanitizer every access is instrumented (about 18x slower): a few
+        # small cases (the canonical one has a tail; fuzzed ones span several blocks).
+        self.sanitized = bool(ctx.sanitizer or o.get("sanitizer"))
+        if self.sanitized:
+            self.budget = min(self.budget, SANITIZER_BUDGET_BYTES)
         self.deadline = min(ctx.deadline, time.monotonic() + float(o.get("time_budget_s") or 300))
 
     def _schedule(self) -> tuple[list[Any], list[str], str | None]:
@@ -110,14 +116,15 @@ class Equivalence:
                     notes.append(self._note("budget", f"ran {len(results)} of {len(cases)} cases within the "
                                                       f"time budget"))
                     break
-                r = self.runner.run(case, sensitivity=(i % 4 == 0))
+                r = self.runner.run(case, sensitivity=(i % 4 == 0 and not self.sanitized))
                 if r.refused:
                     refusals.append(r)
                     if i == 0 and not self.job.case:
                         break  # the canonical case was refused: nothing was verified
                 results.append(r)
             extra: dict[str, Any] = {}
-            growth = self._growth() if self.job.options.get("growth", True) and not self.job.case else None
+            want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
+            growth = self._growth() if want_growth else None
         except SpecBroken as exc:
             f = Finding(check="equivalence", kind="reference-error", spec=self.job.spec.id,  # type: ignore[union-attr]
                         file=self.job.spec.file, line=self.spec.line or None,  # type: ignore[union-attr]
@@ -147,7 +154,8 @@ class Equivalence:
                 groups.setdefault((f.kind, str(f.details.get("output", ""))), []).append(f)
         for (kind, _), fs in groups.items():
             first = fs[0]
-            if first.severity is Severity.ERROR and self.job.options.get("shrink", True) and not self.job.case:
+            shrinking = self.job.options.get("shrink", True) and not self.job.case and not self.sanitized
+            if first.severity is Severity.ERROR and shrinking:
                 first = self._shrink(first, cases)
             ids = [f.case for f in fs]
             msg = first.message

@@ -1,0 +1,282 @@
+"""The gpu-gate command line, end to end on real git repositories, as a user runs it."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest_git import GitRepo
+
+POLICY = """\
+version: 1
+kernels: {include: ["csrc/**/*.cu"]}
+specs: ["gate/**/*_gate.py"]
+not_run: warn
+checks:
+  compile: off
+  determinism: off
+  memcheck: off
+  racecheck: off
+  synccheck: off
+  initcheck: off
+  equivalence: {cases: 4, growth: false, shrink: false}
+"""
+
+GOOD_SPEC = """\
+import torch
+import gpu_gate as gg
+
+@gg.spec(dims={"n": gg.Dim(1, 300)}, inputs={"x": gg.Tensor(("n",))}, reference=lambda x: x * 2,
+         covers=["csrc/double.cu"])
+def double_gate(x):
+    return x * 2
+"""
+
+KERNEL = '__global__ void double_it(float* x, int n) { int i = threadIdx.x; if (i < n) x[i] *= 2.0f; }\n'
+
+
+def gate(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpu_gate.cli", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, **(env or {})}, timeout=timeout)
+
+
+def _repo(make_repo, spec: str = GOOD_SPEC, policy: str = POLICY) -> GitRepo:  # type: ignore[no-untyped-def]
+    r = make_repo("proj", {".gpu-gate.yml": policy, "README.md": "x\n"})
+    r.branch("feature")
+    r.commit("kernel", {"csrc/double.cu": KERNEL, "gate/double_gate.py": spec})
+    return r
+
+
+def test_help_is_fast_and_never_imports_torch() -> None:
+    code = ("import sys, time; t=time.perf_counter(); from gpu_gate.cli import build_parser; build_parser(); "
+            "assert 'torch' not in sys.modules, 'torch imported'; print(time.perf_counter()-t)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert float(out.stdout) < 0.3
+    r = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--help"], capture_output=True, text=True)
+    assert r.returncode == 0 and "--base" in r.stdout and "three-dot" in r.stdout
+
+
+def test_every_subcommand_has_help() -> None:
+    for cmd in ("check", "plan", "report", "validate-policy", "list-kernels", "repro", "demo", "doctor"):
+        r = subprocess.run([sys.executable, "-m", "gpu_gate.cli", cmd, "--help"], capture_output=True, text=True)
+        assert r.returncode == 0, cmd
+        assert len(r.stdout.splitlines()) > 4, cmd
+
+
+def test_check_passes_a_correct_kernel_and_writes_reports(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo)
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "PASS    equivalence gate/double_gate.py::double_gate" in p.stdout
+    out = r.path / ".gpu-gate" / "out"
+    assert {f.name for f in out.iterdir()} >= {"junit.xml", "report.md", "report.sarif", "results.json"}
+    results = json.loads((out / "results.json").read_text())
+    assert results["results"][0]["cases"] == 4
+
+
+def test_plan_runs_without_torch_and_is_deterministic_and_shardable(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo, policy=POLICY.replace("memcheck: off", "memcheck: required"))
+    code = ("import sys, runpy; sys.modules['torch'] = None; sys.argv = ['gpu-gate', 'plan', '--base', 'main', "
+            "'--shards', '2']; from gpu_gate.cli import main; sys.exit(main())")
+    p1 = subprocess.run([sys.executable, "-c", code], cwd=r.path, capture_output=True, text=True)
+    p2 = subprocess.run([sys.executable, "-c", code], cwd=r.path, capture_output=True, text=True)
+    assert p1.returncode == 0, p1.stderr
+    assert p1.stdout == p2.stdout
+    plan = json.loads(p1.stdout)
+    ids = [j["id"] for j in plan["jobs"]]
+    assert ids == ["equivalence:gate/double_gate.py::double_gate", "memcheck:gate/double_gate.py::double_gate"]
+    assert plan["matrix"] == {"include": [{"shard": "1/2"}, {"shard": "2/2"}]}
+    s1 = json.loads(gate("plan", "--base", "main", "--shard", "1/2", cwd=r.path).stdout)["jobs"]
+    s2 = json.loads(gate("plan", "--base", "main", "--shard", "2/2", cwd=r.path).stdout)["jobs"]
+    assert sorted(j["id"] for j in s1 + s2) == ids and not {j["id"] for j in s1} & {j["id"] for j in s2}
+
+
+def test_bad_shard_is_a_usage_error(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo)
+    p = gate("plan", "--base", "main", "--shard", "3/2", cwd=r.path)
+    assert p.returncode == 2
+    assert p.stderr.strip() == "gpu-gate: error: bad --shard '3/2': need 1 <= I <= N"
+
+
+def test_not_a_git_repository(tmp_path: Path) -> None:
+    p = gate("check", "--base", "main", cwd=tmp_path)
+    assert p.returncode == 2
+    assert p.stderr.strip() == (f"gpu-gate: error: not a git repository: {tmp_path} "
+                                f"(run gpu-gate inside a git checkout, or pass --repo)")
+
+
+def test_unknown_base_ref(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo)
+    p = gate("check", "--base", "no-such-branch", cwd=r.path)
+    assert p.returncode == 2
+    assert p.stderr.strip() == ("gpu-gate: error: unknown git ref: no-such-branch (run `git fetch origin "
+                                "no-such-branch` first, or pass --base/--head with a ref that exists)")
+
+
+def test_no_base_anywhere_says_what_to_pass(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo)
+    env = {k: v for k, v in os.environ.items() if k != "GITHUB_EVENT_PATH"}
+    p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check"], cwd=r.path, capture_output=True, text=True,
+                       env=env)
+    assert p.returncode == 2
+    assert p.stderr.strip() == "gpu-gate: error: no base to compare against (pass --base REF, e.g. --base origin/main)"
+
+
+def test_detached_head_works(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo)
+    r.git("checkout", "-q", "--detach", "HEAD")
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+def test_empty_diff_is_green_with_no_kernel_changes(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = make_repo("proj", {".gpu-gate.yml": POLICY})
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 0
+    assert "no kernel changes" in p.stdout
+    assert "gpu-gate: PASSED - no kernel changes" in p.stdout
+
+
+def test_malformed_policy_names_file_line_and_column(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo, policy="version: 1\nchecks:\n  memchek: required\n")
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 2
+    assert p.stderr.startswith("gpu-gate: error: .gpu-gate.yml:3:3: ")
+    assert "did you mean 'memcheck'" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+    p = gate("validate-policy", cwd=r.path)
+    assert p.returncode == 2 and ".gpu-gate.yml:3:3:" in p.stderr
+
+
+def test_wrong_type_in_policy(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo, policy="version: 1\nchecks:\n  equivalence: {cases: many}\n")
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 2
+    assert p.stderr.strip() == ("gpu-gate: error: .gpu-gate.yml:3:24: checks.equivalence.cases: expected a whole "
+                                "number, got 'many' (e.g. cases: 64)")
+
+
+def test_no_policy_file_uses_the_default_and_says_so(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = make_repo("proj")
+    p = gate("list-kernels", "--base", "main", cwd=r.path)
+    assert p.returncode == 0
+    assert "no .gpu-gate.yml found: using the default preset" in p.stdout
+
+
+def test_uncovered_kernel_blocks(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = make_repo("proj", {".gpu-gate.yml": POLICY})
+    r.branch("feature")
+    r.commit("kernel", {"csrc/lonely.cu": KERNEL})
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 1
+    assert "csrc/lonely.cu changed but no gate spec covers it" in p.stdout
+    lk = gate("list-kernels", "--base", "main", cwd=r.path)
+    assert "csrc/lonely.cu  [cuda, added]" in lk.stdout and "NOT COVERED" in lk.stdout
+
+
+def test_missing_spec_glob_is_reported(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = make_repo("proj", {".gpu-gate.yml": POLICY.replace("gate/**/*_gate.py", "gates/**/*_gate.py")})
+    r.branch("feature")
+    r.commit("kernel", {"csrc/double.cu": KERNEL, "gate/double_gate.py": GOOD_SPEC})
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 1
+    assert ("no file in the repository matches the spec globs 'gates/**/*_gate.py' (fix the paths under `specs:`, "
+            "or add gate specs)") in p.stdout
+
+
+def test_spec_that_raises_on_import_is_a_finding_with_traceback(make_repo) -> None:  # type: ignore[no-untyped-def]
+    spec = GOOD_SPEC.replace("import gpu_gate as gg\n", "import gpu_gate as gg\nraise RuntimeError('broken spec')\n")
+    r = _repo(make_repo, spec=spec)
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 1
+    assert ("gate/double_gate.py:3: the spec does not import: RuntimeError: broken spec (fix the spec module; run "
+            "`python gate/double_gate.py` to see the error)") in p.stdout
+    res = json.loads((r.path / ".gpu-gate/out/results.json").read_text())["results"][0]
+    assert res["status"] == "error"
+    assert "Traceback" in res["findings"][0]["details"]["traceback"]
+
+
+def test_spec_whose_reference_raises(make_repo) -> None:  # type: ignore[no-untyped-def]
+    spec = GOOD_SPEC.replace("reference=lambda x: x * 2", "reference=lambda x: x.no_such_method()")
+    r = _repo(make_repo, spec=spec)
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 1
+    assert ("the spec's reference raised AttributeError: 'Tensor' object has no attribute 'no_such_method' on case "
+            "c0000 (fix the reference in gate/double_gate.py)") in p.stdout
+
+
+@pytest.mark.parametrize("body,kind,text", [
+    ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "crash", "the job process died: killed by SIGSEGV"),
+    ("import time; time.sleep(120)", "timeout", "the job did not finish within 8s"),
+    ("import sys; sys.stderr.write('E' * (6 << 20)); sys.stderr.flush(); import os; os._exit(7)", "crash",
+     "the job process exited with code 7 without writing a result"),
+])
+def test_a_crashing_or_hanging_job_is_a_finding_and_others_go_on(make_repo, body: str, kind: str, text: str) -> None:  # type: ignore[no-untyped-def]
+    bad = GOOD_SPEC.replace("def double_gate(x):\n    return x * 2", f"def double_gate(x):\n    {body}")
+    r = make_repo("proj", {".gpu-gate.yml": POLICY})
+    r.branch("feature")
+    r.commit("kernels", {"csrc/double.cu": KERNEL, "gate/double_gate.py": bad,
+                         "csrc/triple.cu": KERNEL.replace("double_it", "triple_it"),
+                         "gate/triple_gate.py": GOOD_SPEC.replace("double", "triple")})
+    start = time.monotonic()
+    p = gate("check", "--base", "main", "--job-timeout", "8", cwd=r.path)
+    assert time.monotonic() - start < 120
+    assert p.returncode == 1
+    res = {x["job_id"]: x for x in json.loads((r.path / ".gpu-gate/out/results.json").read_text())["results"]}
+    broken = res["equivalence:gate/double_gate.py::double_gate"]
+    assert broken["status"] == "error"
+    assert broken["findings"][0]["kind"] == kind
+    assert broken["findings"][0]["message"].startswith(text)
+    assert res["equivalence:gate/triple_gate.py::triple_gate"]["status"] == "passed"
+    assert (r.path / ".gpu-gate/out/junit.xml").exists()
+    if "E' * " in body:
+        assert len(broken["log_tail"]) < 300_000
+
+
+def test_job_environment_is_scrubbed(make_repo) -> None:  # type: ignore[no-untyped-def]
+    spec = GOOD_SPEC.replace("def double_gate(x):\n    return x * 2",
+                             "def double_gate(x):\n    import os\n"
+                             "    assert 'GITHUB_TOKEN' not in os.environ and 'MY_SECRET' not in os.environ, 'leak'\n"
+                             "    return x * 2")
+    r = _repo(make_repo, spec=spec)
+    p = gate("check", "--base", "main", cwd=r.path, env={"GITHUB_TOKEN": "ghs_x", "MY_SECRET": "s"})
+    assert p.returncode == 0, p.stdout
+
+
+def test_ten_thousand_changed_files(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = make_repo("proj", {".gpu-gate.yml": POLICY})
+    r.branch("feature")
+    files = {f"data/f{i:05d}.txt": f"{i}\n" for i in range(10_000)}
+    files["csrc/double.cu"] = KERNEL
+    files["gate/double_gate.py"] = GOOD_SPEC
+    r.commit("many", files)
+    start = time.monotonic()
+    p = gate("plan", "--base", "main", cwd=r.path)
+    assert p.returncode == 0, p.stderr
+    assert time.monotonic() - start < 30
+    assert [k["path"] for k in json.loads(p.stdout)["kernels"]] == ["csrc/double.cu"]
+
+
+def test_report_merges_shards_and_a_lost_shard_fails(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo, policy=POLICY.replace("initcheck: off", "initcheck: advisory"))
+    plan = r.path / "plan.json"
+    assert gate("plan", "--base", "main", "--output", str(plan), cwd=r.path).returncode == 0
+    p1 = gate("check", "--plan", str(plan), "--shard", "1/2", "--out", "s1", cwd=r.path)
+    assert p1.returncode in (0, 1), p1.stderr
+    only_one = gate("report", "s1/results.json", "--expect-plan", str(plan), "--out", "merged", "--no-github",
+                    cwd=r.path)
+    assert only_one.returncode == 1
+    assert "produced no result" in only_one.stdout
+    p2 = gate("check", "--plan", str(plan), "--shard", "2/2", "--out", "s2", cwd=r.path)
+    both = gate("report", "s1/results.json", "s2/results.json", "--expect-plan", str(plan), "--out", "merged",
+                "--no-github", cwd=r.path)
+    assert both.returncode == 0, both.stdout + p2.stdout
+    missing = gate("report", "nope/results.json", cwd=r.path)
+    assert missing.returncode == 2
+    assert missing.stderr.strip() == ("gpu-gate: error: nope/results.json: no such results file (pass the "
+                                      "results.json files the check shards wrote)")

@@ -1,0 +1,58 @@
+"""The policy decides the verdict; required checks that could not run fail closed."""
+from __future__ import annotations
+
+from gpu_gate.exitcodes import ExitCode
+from gpu_gate.findings import Finding, JobResult, Severity, Status
+from gpu_gate.record import RunRecord, merge
+from gpu_gate.verdict import Rules, decide
+
+
+def _job(jid: str, status: Status, level: str = "required", findings: list[Finding] | None = None,
+         reason: str | None = None) -> JobResult:
+    return JobResult(job_id=jid, check=jid.split(":")[0], status=status, level=level, spec="g.py::s",
+                     findings=findings or [], reason=reason)
+
+
+def test_no_kernel_changes_is_green() -> None:
+    v = decide(RunRecord(), Rules())
+    assert v.passed and v.exit_code is ExitCode.PASSED
+    assert v.headline == "gpu-gate: PASSED - no kernel changes"
+
+
+def test_required_not_run_fails_closed_unless_policy_allows() -> None:
+    rec = RunRecord(results=[_job("memcheck:g.py::s", Status.NOT_RUN, reason="no GPU")], planned_jobs=[])
+    assert not decide(rec, Rules()).passed
+    assert decide(rec, Rules(not_run="warn")).passed
+    # an ERROR (crash, timeout, import error) fails closed even with not_run: warn
+    rec.results = [_job("memcheck:g.py::s", Status.ERROR, reason="timeout")]
+    assert not decide(rec, Rules(not_run="warn")).passed
+
+
+def test_advisory_failures_warn_and_refusals_follow_policy() -> None:
+    bad = Finding(check="initcheck", kind="uninitialized-read", message="m")
+    refused = Finding(check="equivalence", kind="refused", message="r", severity=Severity.WARNING)
+    rec = RunRecord(results=[_job("initcheck:x", Status.FAILED, "advisory", [bad]),
+                             _job("equivalence:x", Status.PASSED, findings=[refused])])
+    v = decide(rec, Rules())
+    assert v.passed and len(v.warnings) == 2
+    assert not decide(rec, Rules(refusals="fail")).passed
+    assert len(decide(rec, Rules(refusals="ignore")).warnings) == 1
+
+
+def test_uncovered_follows_policy() -> None:
+    f = Finding(check="coverage", kind="uncovered", message="k.cu changed but no gate spec covers it")
+    rec = RunRecord(plan_findings=[f])
+    assert not decide(rec, Rules(uncovered="fail")).passed
+    assert decide(rec, Rules(uncovered="warn")).passed and decide(rec, Rules(uncovered="warn")).warnings
+    assert decide(rec, Rules(uncovered="ignore")).passed
+
+
+def test_a_lost_shard_blocks() -> None:
+    a = RunRecord(results=[_job("equivalence:a", Status.PASSED)], planned_jobs=["equivalence:a", "memcheck:a"],
+                  shard="1/2")
+    merged = merge([a])
+    v = decide(merged, Rules())
+    assert not v.passed
+    assert v.blocking[0].reason.startswith("job memcheck:a produced no result")
+    b = RunRecord(results=[_job("memcheck:a", Status.PASSED)], planned_jobs=["memcheck:a"], shard="2/2")
+    assert decide(merge([a, b]), Rules()).passed
