@@ -19,18 +19,22 @@ STATUS_DESCRIPTION_LIMIT = 140
 
 
 def annotations(record: RunRecord, verdict: Verdict) -> list[dict[str, Any]]:
-    """One annotation per finding that points at a source line, blocking ones as failures."""
+    """One annotation per finding that names a file, blocking ones as failures.
+
+    A finding about a whole file (an uncovered kernel) goes on line 1, as GitHub does.
+    """
     blocking = {id(item.finding) for item in verdict.blocking if item.finding is not None}
     findings = list(record.plan_findings) + [f for r in record.results for f in r.findings]
     out = []
     for f in findings:
-        if not f.file or not f.line or f.line < 1:
+        if not f.file:
             continue
         out.append(_annotation(f, blocking=id(f) in blocking))
     return out
 
 
 def _annotation(f: Finding, *, blocking: bool) -> dict[str, Any]:
+    line = f.line if f.line and f.line >= 1 else 1
     if blocking:
         level = "failure"
     elif f.severity is Severity.NOTE:
@@ -40,8 +44,8 @@ def _annotation(f: Finding, *, blocking: bool) -> dict[str, Any]:
     title = f"gpu-gate {f.check}: {f.kind}" + (f" ({f.spec})" if f.spec else "")
     ann: dict[str, Any] = {
         "path": f.file.removeprefix("./"),
-        "start_line": f.line,
-        "end_line": f.line,
+        "start_line": line,
+        "end_line": line,
         "annotation_level": level,
         "message": f.message[:ANNOTATION_MESSAGE_LIMIT] or f.kind,
         "title": title[:ANNOTATION_TITLE_LIMIT],
