@@ -6,11 +6,14 @@ run on machines without a GPU stack. Checks that need torch run in job subproces
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -177,15 +180,33 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not jobs:
         say("no kernel changes" if not plan.kernels else "no jobs to run")
     else:
-        record.results = _run_jobs(jobs, repo, policy, gpus, args)
+        with _head_checkout(repo, plan.head) as tree:
+            record.results = _run_jobs(jobs, tree, policy, gpus, args)
     return _finish(record, loaded, Path(args.out), args)
+
+
+@contextlib.contextmanager
+def _head_checkout(repo: Path, head: str | None) -> Iterator[Path]:
+    """The jobs run the head's code: the work tree when it is at head, else a temporary work tree."""
+    from . import git
+
+    if head is None or git.resolve(repo, "HEAD") == head:
+        yield repo
+        return
+    tmp = Path(tempfile.mkdtemp(prefix="gpu-gate-head-"))
+    say(f"head {head[:12]} is not checked out: running its code from a temporary work tree")
+    try:
+        yield git.add_worktree(repo, head, tmp / "tree")
+    finally:
+        git.remove_worktree(repo, tmp / "tree")
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], args: argparse.Namespace) -> list[Any]:
     from .executor import ExecOptions, execute
     from .report.console import gha_group, progress_line
 
-    cache = _cache(policy, repo, args)
+    cache = _cache(policy, repo, args, gpus)
     todo, cached = [], []
     for j in jobs:
         hit = cache.lookup(j) if cache else None
@@ -209,21 +230,22 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
                        keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None)
     results = execute(todo, opts, progress)
     if cache:
+        by_id = {j.id: j for j in todo}
         for r in results:
-            cache.store(r)
+            cache.store(r, by_id[r.job_id])
+        for note in cache.notes:
+            warn(f"gpu-gate: {note}")
     if end:
         say(end)
     return cached + results
 
 
-def _cache(policy: Any, repo: Path, args: argparse.Namespace) -> Any:
+def _cache(policy: Any, repo: Path, args: argparse.Namespace, gpus: tuple[str, ...]) -> Any:
     if args.no_cache or not policy.cache.enabled:
         return None
-    try:
-        from .cachebridge import JobCache
-    except ImportError:
-        return None
-    return JobCache(policy, repo, Path(args.cache_dir) if args.cache_dir else None)
+    from .cachebridge import JobCache
+
+    return JobCache(policy, repo, Path(args.cache_dir) if args.cache_dir else None, gpus)
 
 
 def _finish(record: RunRecord, loaded: LoadedPolicy, out: Path, args: argparse.Namespace) -> int:

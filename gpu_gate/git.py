@@ -367,3 +367,16 @@ def _pair(base: object, head: object) -> tuple[str, str] | None:
     if isinstance(base, str) and isinstance(head, str) and base and head:
         return base, head
     return None
+
+
+def add_worktree(repo: Path | str, rev: str, path: Path) -> Path:
+    """Check ``rev`` out, detached, into a new work tree at ``path`` (jobs must run the head's code)."""
+    r = _run(repo, ["worktree", "add", "--detach", "--force", str(path), rev])
+    if not r.ok:
+        raise GitError(f"cannot check out {rev} into a temporary work tree: {_first_line(r.stderr)}",
+                       hint="check out the head yourself and omit --head")
+    return path
+
+
+def remove_worktree(repo: Path | str, path: Path) -> None:
+    _run(repo, ["worktree", "remove", "--force", str(path)])

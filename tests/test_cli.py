@@ -280,3 +280,29 @@ def test_report_merges_shards_and_a_lost_shard_fails(make_repo) -> None:  # type
     assert missing.returncode == 2
     assert missing.stderr.strip() == ("gpu-gate: error: nope/results.json: no such results file (pass the "
                                       "results.json files the check shards wrote)")
+
+
+def test_second_run_on_an_unchanged_kernel_is_served_from_the_cache(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo)
+    first = gate("check", "--base", "main", cwd=r.path)
+    assert first.returncode == 0 and "(1 cached)" not in first.stdout
+    second = gate("check", "--base", "main", cwd=r.path)
+    assert second.returncode == 0
+    assert "running 0 jobs (1 cached)" in second.stdout
+    head = r.git("rev-parse", "HEAD")
+    assert f"cached from {head[:12]}" in second.stdout
+    # one byte of the kernel changes: the cache misses
+    r.commit("tweak", {"csrc/double.cu": KERNEL + "// tweak\n"})
+    third = gate("check", "--base", "main", cwd=r.path)
+    assert "running 1 jobs" in third.stdout
+
+
+def test_head_that_is_not_checked_out_runs_from_its_own_tree(make_repo) -> None:  # type: ignore[no-untyped-def]
+    bad = GOOD_SPEC.replace("return x * 2", "return x * 3")
+    r = _repo(make_repo, spec=bad)
+    r.checkout("main")  # the work tree is at main; the buggy spec exists only on feature
+    p = gate("check", "--base", "main", "--head", "feature", "--no-cache", cwd=r.path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "is not checked out: running its code from a temporary work tree" in p.stdout
+    assert "FAIL    equivalence gate/double_gate.py::double_gate" in p.stdout
+    assert r.git("worktree", "list").count("\n") == 0  # the temporary work tree is gone

@@ -1,0 +1,83 @@
+"""Connects ``check`` to the result cache: what a job's result depends on, and where it lives.
+
+The key covers the job's kernel files, the spec and every repository file it imports
+or names (transitively), each CUDA file's includes, the policy, gpu-gate's version
+and the machine's toolchain (GPU model, driver, torch/triton/cupy, nvcc).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import shutil
+from pathlib import Path
+
+from . import cudascan, discovery, git, proc
+from .cache import ResultCache, cache_key
+from .findings import JobResult
+from .jobs import Job
+from .policy import Policy
+
+_PACKAGES = ("torch", "triton", "cupy-cuda13x", "cupy-cuda12x", "nvidia-ml-py")
+
+
+def environment_fingerprint(gpus: tuple[str, ...]) -> dict[str, str]:
+    env: dict[str, str] = {"device": "cuda" if gpus else "cpu"}
+    for pkg in _PACKAGES:
+        try:
+            env[pkg] = importlib.metadata.version(pkg)
+        except importlib.metadata.PackageNotFoundError:
+            pass
+    if gpus and shutil.which("nvidia-smi"):
+        r = proc.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], timeout=20)
+        env["gpus"] = r.stdout.strip() if r.ok else "unknown"
+    if shutil.which("nvcc"):
+        r = proc.run(["nvcc", "--version"], timeout=20)
+        env["nvcc"] = r.stdout.strip().splitlines()[-1] if r.ok and r.stdout.strip() else "unknown"
+    return env
+
+
+class JobCache:
+    def __init__(self, policy: Policy, repo: Path, directory: Path | None, gpus: tuple[str, ...] = ()) -> None:
+        self.repo = repo
+        self.policy = policy
+        self.cache = ResultCache(directory or (repo / policy.cache.dir))
+        self.fingerprint = hashlib.sha256(json.dumps(policy.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+        self.env = environment_fingerprint(gpus)
+        self.head = git.resolve(repo, "HEAD")
+        self._specs = {s.id: s for s in discovery.discover_specs(repo, None, policy)}
+        self._keys: dict[str, str] = {}
+        self.notes: list[str] = []
+
+    def _deps(self, job: Job) -> set[str]:
+        deps: set[str] = set()
+        if job.spec is not None and job.spec.id in self._specs:
+            info = self._specs[job.spec.id]
+            deps |= set(info.imports) | set(info.references)
+        todo = [k for k in (*job.kernels, *deps) if cudascan.is_c_source(k)]
+        files = frozenset(git.list_files(self.repo, None))
+        while todo:
+            path = todo.pop()
+            try:
+                text = (self.repo / path).read_bytes()
+            except OSError:
+                continue
+            for name in cudascan.includes(text):
+                hit = cudascan.resolve_include(name, path, self.policy.cuda.include_dirs, files)
+                if hit and hit not in deps:
+                    deps.add(hit)
+                    todo.append(hit)
+        return deps
+
+    def _key(self, job: Job) -> str:
+        if job.id not in self._keys:
+            self._keys[job.id] = cache_key(job, self.repo, sorted(self._deps(job)), self.fingerprint, self.env)
+        return self._keys[job.id]
+
+    def lookup(self, job: Job) -> JobResult | None:
+        return self.cache.get(self._key(job))
+
+    def store(self, result: JobResult, job: Job) -> None:
+        note = self.cache.put(self._key(job), result, self.head)
+        if note:
+            self.notes.append(note)
