@@ -1,0 +1,124 @@
+"""The action's driver (python -m gpu_gate.github.action): commands, token handling, step outputs."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from gpu_gate.findings import JobResult, Status
+from gpu_gate.github import action
+from gpu_gate.record import RunRecord
+
+
+class FakeCli:
+    """Records each gpu-gate command and the token it could see; writes what the real one would."""
+
+    def __init__(self, out: Path, codes: dict[str, int]) -> None:
+        self.out = out
+        self.codes = codes
+        self.calls: list[tuple[list[str], str | None]] = []
+
+    def __call__(self, argv: list[str]) -> int:
+        self.calls.append((argv, os.environ.get("GITHUB_TOKEN") or os.environ.get("GG_TOKEN")))
+        self.out.mkdir(parents=True, exist_ok=True)
+        if argv[0] == "plan":
+            Path(argv[argv.index("--output") + 1]).write_text(json.dumps(
+                {"jobs": [{"id": "a"}, {"id": "b"}, {"id": "c"}],
+                 "matrix": {"include": [{"shard": "1/2"}, {"shard": "2/2"}]}}))
+        else:
+            rec = RunRecord(results=[JobResult("a", "compile", Status.FAILED), JobResult("b", "memcheck", Status.PASSED)],
+                            planned_jobs=["a", "b", "c"])
+            rec.write(self.out / "results.json")
+            (self.out / "junit.xml").write_text("<testsuites/>")
+        return self.codes.get(argv[0], 0)
+
+
+def env_for(tmp_path: Path, **inputs: str) -> dict[str, str]:
+    env = {"GITHUB_WORKSPACE": str(tmp_path), "GITHUB_OUTPUT": str(tmp_path / "out.txt"), "GG_TOKEN": "s3cret"}
+    env.update({f"GG_{k.upper()}": v for k, v in inputs.items()})
+    return env
+
+
+def outputs(tmp_path: Path) -> dict[str, str]:
+    lines = (tmp_path / "out.txt").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines)
+
+
+@pytest.fixture(autouse=True)
+def no_token_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in action.TOKEN_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("GG_TOKEN", "s3cret")  # as action.yml passes it
+
+
+def test_check_runs_without_the_token_and_report_publishes_with_it(tmp_path: Path) -> None:
+    cli = FakeCli(tmp_path / "gpu-gate-report", {"check": 1, "report": 1})
+    assert action.main(env_for(tmp_path, mode="check", base="main", extra_args="--cpu --jobs 2"), run=cli) == 0
+    (check, check_token), (report, report_token) = cli.calls
+    assert check[:2] == ["check", "--repo"] and ["--base", "main"] == check[3:5] and check[-2:] == ["--jobs", "2"]
+    assert check_token is None, "kernel code runs under check: it must not see the token"
+    assert report[0] == "report" and "--github" in report and report_token == "s3cret"
+    out = outputs(tmp_path)
+    assert out["verdict"] == "failed" and out["exit-code"] == "1"
+    assert json.loads(out["counts"]) == {"jobs": 2, "passed": 1, "failed": 1, "error": 0, "not_run": 0,
+                                         "missing": 1, "findings": 0}
+    assert out["junit"].endswith("gpu-gate-report/junit.xml") and "sarif" not in out
+    assert os.environ.get("GG_TOKEN") == "s3cret", "the environment is restored afterwards"
+
+
+def test_a_shard_does_not_publish(tmp_path: Path) -> None:
+    cli = FakeCli(tmp_path / "gpu-gate-report", {})
+    action.main(env_for(tmp_path, mode="check", shard="2/3", artifact="gpu-gate-report"), run=cli)
+    assert [c[0][0] for c in cli.calls] == ["check"]
+    assert outputs(tmp_path)["artifact-name"] == "gpu-gate-report-shard-2-of-3"
+
+
+def test_without_a_token_report_does_not_publish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GG_TOKEN")
+    cli = FakeCli(tmp_path / "gpu-gate-report", {})
+    env = env_for(tmp_path, mode="check")
+    del env["GG_TOKEN"]
+    action.main(env, run=cli)
+    assert "--no-github" in cli.calls[1][0] and outputs(tmp_path)["verdict"] == "passed"
+
+
+def test_usage_error_in_check_skips_publishing(tmp_path: Path) -> None:
+    cli = FakeCli(tmp_path / "gpu-gate-report", {"check": 2})
+    action.main(env_for(tmp_path, mode="check"), run=cli)
+    assert len(cli.calls) == 1 and outputs(tmp_path)["exit-code"] == "2"
+
+
+def test_plan_mode_outputs_the_matrix(tmp_path: Path) -> None:
+    cli = FakeCli(tmp_path / "gpu-gate-report", {})
+    action.main(env_for(tmp_path, mode="plan", shards="2"), run=cli)
+    argv = cli.calls[0][0]
+    assert argv[0] == "plan" and argv[argv.index("--shards") + 1] == "2"
+    out = outputs(tmp_path)
+    assert json.loads(out["matrix"]) == {"include": [{"shard": "1/2"}, {"shard": "2/2"}]} and out["jobs"] == "3"
+
+
+def test_report_mode_globs_the_shard_results(tmp_path: Path) -> None:
+    for i in (1, 2):
+        shard = tmp_path / "gpu-gate-results" / f"gpu-gate-results-{i}-2"
+        shard.mkdir(parents=True)
+        RunRecord().write(shard / "results.json")
+    cli = FakeCli(tmp_path / "gpu-gate-report", {})
+    action.main(env_for(tmp_path, mode="report", results="gpu-gate-results/**/results.json", plan="plan.json"),
+                run=cli)
+    argv, token = cli.calls[0]
+    files = [a for a in argv if a.endswith("results.json")]
+    assert len(files) == 2 and argv[argv.index("--expect-plan") + 1] == "plan.json" and token == "s3cret"
+
+
+def test_report_mode_without_results_or_plan_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    cli = FakeCli(tmp_path / "gpu-gate-report", {})
+    action.main(env_for(tmp_path, mode="report", results="nothing/*.json"), run=cli)
+    assert cli.calls == [] and outputs(tmp_path)["exit-code"] == "2"
+    assert "::error title=gpu-gate::no results.json matched 'nothing/*.json'" in capsys.readouterr().out
+
+
+def test_unknown_mode_is_a_usage_error(tmp_path: Path) -> None:
+    action.main(env_for(tmp_path, mode="deploy"), run=FakeCli(tmp_path, {}))
+    assert outputs(tmp_path)["exit-code"] == "2"
