@@ -20,6 +20,9 @@ DATA = Path(__file__).parent / "data" / "sanitizer"
 FAKE = '''#!{python}
 import os, pathlib, shutil, subprocess, sys, time
 args = sys.argv[1:]
+if args == ["--help"]:
+    print(os.environ.get("FAKE_HELP", "General options:\\n  --tool arg (=memcheck)   Set the tool to use."))
+    sys.exit(0)
 if args == ["--version"]:
     print("NVIDIA (R) Compute Sanitizer\\nCopyright (c) 2020-2025 NVIDIA Corporation\\nVersion 2025.3.1.0 (build 1) (public-release)")
     sys.exit({version_rc})
@@ -102,13 +105,15 @@ def _job(tool: str = "memcheck", **options: object) -> Job:
 
 def test_locate_finds_path_entry_and_reads_its_version(fake_on_path: Path) -> None:
     found = cs.locate(None)
-    assert found == cs.Sanitizer(str(fake_on_path), "2025.3.1.0")
+    assert found is not None and (found.path, found.version) == (str(fake_on_path), "2025.3.1.0")
     assert found.version_tuple == (2025, 3, 1, 0)
+    assert found.supports("--tool") and not found.supports("--initcheck-track-filtered-global-memory")
 
 
 def test_locate_honours_the_policy_path_and_never_falls_back(fake_on_path: Path, tmp_path: Path) -> None:
     other = _fake(tmp_path / "policy")
-    assert cs.locate(str(other)) == cs.Sanitizer(str(other), "2025.3.1.0")
+    found = cs.locate(str(other))
+    assert found is not None and found.path == str(other)
     assert cs.locate(str(tmp_path / "nowhere" / "compute-sanitizer")) is None
 
 
@@ -122,6 +127,13 @@ def test_wheel_layout_is_a_candidate(tmp_path: Path, monkeypatch: pytest.MonkeyP
     monkeypatch.syspath_prepend(str(tmp_path / "site"))
     (tmp_path / "site" / "nvidia").mkdir(exist_ok=True)
     assert fake in cs.candidates(None)
+
+
+def test_options_from_a_real_help_text() -> None:
+    options = cs.parse_options((DATA / "help_2026.4.txt").read_text())
+    assert {"--kernel-name", "--kernel-name-exclude", "--racecheck-report", "--launch-count", "--help",
+            "--initcheck-track-filtered-global-memory", "--require-cuda-init"} <= options
+    assert "--no-such-option" not in options and "--" not in options
 
 
 def test_version_parsing() -> None:
@@ -166,13 +178,27 @@ def test_wrap_with_no_sanitizer_fails_closed(repo: Path, tmp_path: Path) -> None
 
 
 def test_wrap_builds_env_and_filters_from_covered_sources(repo: Path, tmp_path: Path, fake_on_path: Path) -> None:
-    argv = check.wrap(_job("initcheck"), ["python", "-m", "gpu_gate.harness"], tmp_path, Ctx(repo))
+    argv = check.wrap(_job("racecheck"), ["python", "-m", "gpu_gate.harness"], tmp_path, Ctx(repo))
     assert isinstance(argv, list)
     cs_at = argv.index(str(fake_on_path))
-    assert argv[1:cs_at] == ["PYTORCH_NO_CUDA_MEMORY_CACHING=1", "GPU_GATE_SANITIZER=initcheck"]
-    filters = [argv[i + 1] for i, a in enumerate(argv) if a == "--kernel-name"]
-    assert filters == ["kns=smem_race", "kns=tail_oob", "kns=triton_add"]
-    assert argv[argv.index("--save") + 1] == str(tmp_path / "initcheck.xml")
+    assert argv[1:cs_at] == ["PYTORCH_NO_CUDA_MEMORY_CACHING=1", "GPU_GATE_SANITIZER=racecheck"]
+    assert _filters(argv) == ["kns=smem_race", "kns=tail_oob", "kns=triton_add"]
+    assert argv[argv.index("--save") + 1] == str(tmp_path / "racecheck.xml")
+    assert argv[-3:] == ["python", "-m", "gpu_gate.harness"]
+
+
+def _filters(argv: list[str]) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv) if a == "--kernel-name"]
+
+
+def test_initcheck_filters_only_where_the_tool_tracks_filtered_writes(
+        repo: Path, tmp_path: Path, fake_on_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    old = check.wrap(_job("initcheck"), ["python"], tmp_path, Ctx(repo))
+    assert _filters(old) == [] and "--initcheck-track-filtered-global-memory" not in old
+    monkeypatch.setenv("FAKE_HELP", "Initcheck-specific options:\n  --initcheck-track-filtered-global-memory arg (=yes)")
+    new = check.wrap(_job("initcheck"), ["python"], tmp_path, Ctx(repo))
+    assert new[new.index("--initcheck-track-filtered-global-memory") + 1] == "yes"
+    assert _filters(new) == ["kns=smem_race", "kns=tail_oob", "kns=triton_add"]
 
 
 def test_wrap_without_any_kernel_name_refuses_an_unfiltered_run(repo: Path, tmp_path: Path, fake_on_path: Path) -> None:
@@ -185,7 +211,7 @@ def test_wrap_without_any_kernel_name_refuses_an_unfiltered_run(repo: Path, tmp_
 
 
 def _run(repo: Path, workdir: Path, mode: str, monkeypatch: pytest.MonkeyPatch, timeout: float = 30,
-         inner_rc: int = 0, tool: str = "memcheck", xml: str = "memcheck_authored.xml") -> proc.ProcResult:
+         inner_rc: int = 0, tool: str = "memcheck", xml: str = "memcheck_cuda_tail_bug_real.xml") -> proc.ProcResult:
     monkeypatch.setenv("FAKE_MODE", mode)
     monkeypatch.setenv("FAKE_XML", str(DATA / xml))
     argv = check.wrap(_job(tool), [sys.executable, "-c", f"import sys; sys.exit({inner_rc})"], workdir, Ctx(repo))
@@ -207,8 +233,17 @@ def test_errors_become_findings_and_fail(repo: Path, tmp_path: Path, fake_on_pat
     inner_note = Finding("memcheck", "refused", "candidate refused a strided input", Severity.WARNING)
     out = check.collect(_job(), tmp_path, res, Inner(Status.PASSED, [inner_note]))
     assert out.status is Status.FAILED
-    assert [f.kind for f in out.findings] == ["invalid-global-read", "invalid-global-write", "refused"]
+    assert [f.kind for f in out.findings] == ["invalid-global-read", "refused"]
     assert out.findings[0].spec == "gate/k_gate.py::k_gate"
+    assert out.findings[0].details["count"] == 24
+
+
+def test_reports_in_kernels_not_under_test_are_set_aside(repo: Path, tmp_path: Path, fake_on_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    res = _run(repo, tmp_path, "errors", monkeypatch, tool="synccheck", xml="synccheck_divergent_barrier_real.xml")
+    out = check.collect(_job("synccheck"), tmp_path, res, Inner(Status.PASSED))
+    assert [(f.kind, f.severity) for f in out.findings] == [("other-kernels", Severity.NOTE)]
+    assert out.status is Status.PASSED
 
 
 def test_racecheck_real_sample_through_the_whole_path(repo: Path, tmp_path: Path, fake_on_path: Path,

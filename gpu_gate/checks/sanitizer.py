@@ -15,6 +15,7 @@ Options (``job.options``, from the policy):
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import shutil
 from pathlib import Path
@@ -112,7 +113,10 @@ def wrap(job: Job, argv: list[str], workdir: Path, ctx: WrapContext) -> list[str
         launch_timeout=int(job.options.get("launch_timeout", 60)),
         leak_check=bool(job.options.get("leak_check", False)),
         racecheck_report=str(job.options.get("racecheck_report", "analysis")),
+        track_filtered=found.supports("--initcheck-track-filtered-global-memory"),
     )
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    _targets_file(workdir, tool).write_text(json.dumps({"kernels": names, "repo_root": str(ctx.repo_root)}))
     env_prefix = [shutil.which("env") or "env", *(f"{k}={v}" for k, v in cs.sanitizer_env(tool).items())]
     return [*env_prefix, *cs.argv(found.path, opts, argv)]
 
@@ -130,11 +134,42 @@ def collect(job: Job, workdir: Path, proc: ProcResult, inner: Any | None) -> Any
             failures.append(Finding(tool, "unreadable-output", f"compute-sanitizer's XML could not be read: {exc}"))
     elif not failures and proc.returncode not in (0, None):
         failures.append(_crash(tool, proc, "and wrote no XML"))
-    findings = findings_from_records(tool, records, job)
-    if proc.returncode == cs.ERROR_EXITCODE and not any(f.severity is Severity.ERROR for f in findings + failures):
+    targets = _read_targets(workdir, tool)
+    records, others = _split_by_kernel(records, targets.get("kernels") or [])
+    findings = findings_from_records(tool, records, job, targets.get("repo_root"))
+    if others:
+        findings.append(_others_note(tool, others))
+    if proc.returncode == cs.ERROR_EXITCODE and not records and not others and not failures:
         failures.append(Finding(tool, "unreported-error", "compute-sanitizer exited with its error code but "
                                 "reported no error record we could read; output:\n" + _tail(proc)))
     return _merge(tool, findings, failures, inner)
+
+
+def _targets_file(workdir: Path, tool: str) -> Path:
+    return Path(workdir) / f"{tool}.targets.json"
+
+
+def _read_targets(workdir: Path, tool: str) -> dict[str, Any]:
+    """What ``wrap`` recorded for ``collect``: the kernels under test and the repository root."""
+    path = _targets_file(workdir, tool)
+    try:
+        return dict(json.loads(path.read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def _split_by_kernel(records: list[cs.Record], names: list[str]) -> tuple[list[cs.Record], list[cs.Record]]:
+    """Records in kernels under test, and the rest (from a run the tool could not filter)."""
+    if not names:
+        return records, []
+    mine = [r for r in records if r.kernel is None or any(n in r.kernel for n in names)]
+    return mine, [r for r in records if r not in mine]
+
+
+def _others_note(tool: str, others: list[cs.Record]) -> Finding:
+    kernels = sorted({r.kernel or "?" for r in others})
+    msg = f"{len(others)} {tool} report(s) in kernels not under test, ignored: {', '.join(kernels[:10])}"
+    return Finding(tool, "other-kernels", msg, Severity.NOTE, details={"kernels": kernels})
 
 
 def tool_failures(tool: str, proc: ProcResult) -> list[Finding]:
@@ -187,14 +222,29 @@ def finding_kind(record: cs.Record) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text)[:40].strip("-") or "sanitizer-error"
 
 
-def findings_from_records(tool: str, records: list[cs.Record], job: Job | None = None) -> list[Finding]:
+def findings_from_records(tool: str, records: list[cs.Record], job: Job | None = None,
+                          repo_root: str | None = None) -> list[Finding]:
     """One finding per distinct report; repeats (other threads, other launches) are counted."""
     merged: dict[tuple[Any, ...], list[cs.Record]] = {}
     for r in records:
+        r = dataclasses.replace(r, file=_relative(r.file, repo_root))
         key = (finding_kind(r), r.kernel, r.file, r.line, _ADDRESS.sub("0x…", r.text), r.extra)
         merged.setdefault(key, []).append(r)
     spec = job.spec.id if job is not None and job.spec else None
     return [_finding(tool, rs, spec) for rs in merged.values()]
+
+
+def _relative(file: str | None, repo_root: str | None) -> str | None:
+    """compute-sanitizer prints absolute paths; findings name repo-relative ones."""
+    if not file or not repo_root or not Path(file).is_absolute():
+        return file
+    try:
+        return Path(file).relative_to(Path(repo_root).resolve()).as_posix()
+    except ValueError:
+        try:
+            return Path(file).relative_to(Path(repo_root)).as_posix()
+        except ValueError:
+            return file
 
 
 def _finding(tool: str, rs: list[cs.Record], spec: str | None) -> Finding:

@@ -35,6 +35,10 @@ _NEAREST = re.compile(r"(\d[\d,]*) bytes (before|after|inside)[^.\n]*?nearest al
 class Sanitizer:
     path: str
     version: str | None  # "2025.3.1"; None when ``--version`` printed nothing we could read
+    options: frozenset[str] = frozenset()  # long options listed by ``--help``
+
+    def supports(self, option: str) -> bool:
+        return option in self.options
 
     @property
     def version_tuple(self) -> tuple[int, ...]:
@@ -88,8 +92,14 @@ def locate(policy_path: str | None = None) -> Sanitizer | None:
             continue
         res = proc.run([str(path), "--version"], timeout=60)
         if res.ok:
-            return Sanitizer(str(path), parse_version(res.stdout + res.stderr))
+            helped = proc.run([str(path), "--help"], timeout=60)
+            return Sanitizer(str(path), parse_version(res.stdout + res.stderr), parse_options(helped.stdout))
     return None
+
+
+def parse_options(help_text: str) -> frozenset[str]:
+    """The long options a compute-sanitizer's ``--help`` lists (they differ between releases)."""
+    return frozenset(re.findall(r"(?m)^\s+(?:-\w \[ )?(--[\w-]+)", help_text))
 
 
 def sanitizer_env(tool: str) -> dict[str, str]:
@@ -109,6 +119,10 @@ class Options:
     tool: str
     xml_path: str
     kernels: tuple[str, ...] = ()  # base names; one --kernel-name kns= each
+    # initcheck only: count writes by kernels outside the filter as initialisation. Releases
+    # without this option report buffers filled by torch's own kernels as uninitialised, so
+    # there initcheck runs unfiltered and the records are filtered afterwards.
+    track_filtered: bool | None = None
     print_limit: int = 100
     launch_timeout: int = 60
     leak_check: bool = False  # memcheck only
@@ -141,8 +155,11 @@ def argv(sanitizer: str, opts: Options, inner: Sequence[str]) -> list[str]:
         out += ["--leak-check", "full"]
     if opts.tool == "racecheck":
         out += ["--racecheck-report", opts.racecheck_report]
-    for name in opts.kernels:
-        out += ["--kernel-name", f"kns={name}"]
+    if opts.tool == "initcheck" and opts.track_filtered:
+        out += ["--initcheck-track-filtered-global-memory", "yes"]
+    if opts.tool != "initcheck" or opts.track_filtered:
+        for name in opts.kernels:
+            out += ["--kernel-name", f"kns={name}"]
     return [*out, *opts.extra, *inner]
 
 
@@ -186,6 +203,9 @@ def parse_xml(text: str) -> list[Record]:
 def _record(el: ElementTree.Element) -> Record:
     what = el.find("what")
     text = _text(what, "text") or _text(el, "text") or ""
+    detail = _text(what, "type")
+    if detail and detail not in text:
+        text = f"{text}: {detail}"
     frame = _first_frame(el)
     extra = []
     for role in ("source", "destination"):
