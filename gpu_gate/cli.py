@@ -343,7 +343,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(Path(args.dir) if args.dir else None, keep=args.keep)
+    return run_demo(Path(args.dir) if args.dir else None, keep=args.keep, gpu=args.gpu)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -430,6 +430,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "buggy kernel change), run `gpu-gate check` on it and show the verdicts.")
     d.add_argument("--dir", help="create the example repository here instead of a temporary directory")
     d.add_argument("--keep", action="store_true", help="keep the temporary repository")
+    d.add_argument("--gpu", action="store_true", help="use the GPU if there is one (default: the CPU, as in CI)")
     d.set_defaults(func=cmd_demo)
 
     dr = sub.add_parser("doctor", help="check this runner's GPU health and toolchain (NVML)",

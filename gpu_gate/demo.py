@@ -52,7 +52,7 @@ def build_repo(dest: Path) -> Path:
     return dest
 
 
-def run_demo(where: Path | None, *, keep: bool) -> int:
+def run_demo(where: Path | None, *, keep: bool, gpu: bool = False) -> int:
     from .cli import main
     from .record import RunRecord
 
@@ -63,7 +63,7 @@ def run_demo(where: Path | None, *, keep: bool) -> int:
     print("changes on branch 'feature': kernels/axpby.py (refactor, correct), kernels/rmsnorm.py (planted bug)\n",
           flush=True)
     code = main(["check", "--repo", str(repo), "--base", "main", "--head", "feature", "--out", str(out),
-                 "--no-cache", "--cpu"])
+                 "--no-cache", *([] if gpu else ["--cpu"])])
     record = RunRecord.read(out / "results.json")
     by_kernel = {k.path: [r for r in record.results if k.path in r.kernels and r.level == "required"]
                  for k in record.kernels}
