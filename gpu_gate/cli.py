@@ -227,7 +227,8 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
                        run_deadline=time.monotonic() + policy.runner.run_timeout_minutes * 60,
                        workers=args.jobs or (len(gpus) or min(2, os.cpu_count() or 1)),
                        fail_fast=policy.runner.fail_fast, sanitizer_path=policy.cuda.sanitizer,
-                       keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None)
+                       keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None,
+                       work_root=Path(args.work_dir) if args.work_dir else None)
     results = execute(todo, opts, progress)
     if cache:
         by_id = {j.id: j for j in todo}
@@ -254,11 +255,16 @@ def _finish(record: RunRecord, loaded: LoadedPolicy, out: Path, args: argparse.N
     from .verdict import decide
 
     verdict = decide(record, loaded.policy.rules())
-    written = write_reports(record, verdict, out, list(OutputFormat))
     say(render_summary(record, verdict))
     if _in_actions():
         for line in gha_annotations(record, verdict):
             say(line)
+    try:
+        written = write_reports(record, verdict, out, list(OutputFormat))
+    except GateError as exc:
+        # No report means no evidence: fail closed, whatever the verdict was.
+        warn(f"gpu-gate: error: {exc}")
+        return int(ExitCode.INTERNAL_ERROR)
     say("reports: " + ", ".join(str(p) for p in written.values()))
     if getattr(args, "github", None):
         _publish(record, verdict, written, args)
@@ -376,6 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--no-cache", action="store_true", help="do not reuse cached results")
     c.add_argument("--cache-dir", help="result cache directory (default: the policy's cache.dir)")
     c.add_argument("--keep-job-dirs", action="store_true", help="keep each job's directory (logs, sanitizer XML)")
+    c.add_argument("--work-dir", default=os.environ.get("GPU_GATE_WORK_DIR"),
+                   help="where job directories are made (default: $GPU_GATE_WORK_DIR, else the system temp dir)")
     c.add_argument("--github", action="store_true", default=None, help="post the PR comment and check run")
     c.add_argument("--comment-mode", default="sticky", choices=["sticky", "off"])
     c.set_defaults(func=cmd_check)

@@ -48,6 +48,7 @@ class ExecOptions:
     fail_fast: bool = False
     sanitizer_path: str | None = None
     keep_workdirs: Path | None = None  # copy each job's directory here (sanitizer XML, logs)
+    work_root: Path | None = None  # where job directories are made (default: the system temp dir)
 
 
 ProgressFn = Callable[[JobResult, int, int, float], None]
@@ -101,7 +102,7 @@ def run_one(job: Job, opts: ExecOptions, gpu: str | None) -> JobResult:
                          spec=job.spec.id if job.spec else None, kernels=job.kernels,
                          reason=f"no GPU on this machine: {job.check} needs a CUDA device")
     try:
-        workdir = Path(tempfile.mkdtemp(prefix="gpu-gate-job-"))
+        workdir = Path(tempfile.mkdtemp(prefix="gpu-gate-job-", dir=opts.work_root))
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot create a job directory: {exc}", None)
     try:

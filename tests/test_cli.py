@@ -306,3 +306,42 @@ def test_head_that_is_not_checked_out_runs_from_its_own_tree(make_repo) -> None:
     assert "is not checked out: running its code from a temporary work tree" in p.stdout
     assert "FAIL    equivalence gate/double_gate.py::double_gate" in p.stdout
     assert r.git("worktree", "list").count("\n") == 0  # the temporary work tree is gone
+
+
+@pytest.fixture
+def full_fs(tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A real, full filesystem: a 64 KiB tmpfs filled to the last block (needs root to mount)."""
+    mnt = tmp_path / "full"
+    mnt.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mnt)], capture_output=True).returncode:
+        pytest.skip("mounting a tmpfs needs root: cannot build a full filesystem here")
+    try:
+        fd = os.open(mnt / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"x" * 4096):
+                pass
+        except OSError:
+            pass  # ENOSPC: the filesystem is full
+        finally:
+            os.close(fd)
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
+
+
+def test_full_temporary_directory_is_an_infrastructure_finding(make_repo, full_fs: Path) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo)
+    p = gate("check", "--base", "main", "--no-cache", "--work-dir", str(full_fs), cwd=r.path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    res = json.loads((r.path / ".gpu-gate/out/results.json").read_text())["results"][0]
+    assert res["status"] == "error"
+    assert res["findings"][0]["kind"] == "infrastructure"
+    assert "no disk space left?" in res["findings"][0]["message"] or "No space left" in res["findings"][0]["message"]
+
+
+def test_no_disk_left_for_reports_fails_closed(make_repo, full_fs: Path) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo)
+    p = gate("check", "--base", "main", "--no-cache", "--out", str(full_fs / "out"), cwd=r.path)
+    assert p.returncode == 3
+    assert "gpu-gate: PASSED" in p.stdout  # the verdict is still shown
+    assert "gpu-gate: error: cannot write report" in p.stderr and "No space left on device" in p.stderr
