@@ -52,11 +52,12 @@ def _repo(make_repo, spec: str = GOOD_SPEC, policy: str = POLICY) -> GitRepo:  #
     return r
 
 
-def test_help_is_fast_and_never_imports_torch() -> None:
-    code = ("import sys, time; t=time.perf_counter(); from gpu_gate.cli import build_parser; build_parser(); "
-            "assert 'torch' not in sys.modules, 'torch imported'; print(time.perf_counter()-t)")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert float(out.stdout) < 0.3
+def test_help_never_imports_torch() -> None:
+    code = ("import sys; from gpu_gate.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "bad = [m for m in ('torch', 'triton', 'cupy') if m in sys.modules]\n"
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     r = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--help"], capture_output=True, text=True)
     assert r.returncode == 0 and "--base" in r.stdout and "three-dot" in r.stdout
 
