@@ -29,7 +29,11 @@ FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "f
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
 FLOAT_DISTS = ("normal", "uniform_pos", "offset", "heavy_tail", "peaked", "neg_inf_spans", "ties", "denormal")
 INDEX_DISTS = ("uniform", "zipf", "same", "sorted")
-LAYOUTS = ("contiguous", "transposed", "sliced", "expanded", "offset")
+INDEX_LAYOUTS = ("contiguous", "sliced", "offset")
+# contiguous; transposed (last two dims swapped in memory); sliced (every other element of
+# the last dim); narrowed (a column slice of a wider tensor: unit inner stride, long row
+# stride); expanded (zero stride on the first dim); offset (non-zero, misaligned storage offset)
+LAYOUTS = ("contiguous", "transposed", "sliced", "narrowed", "expanded", "offset")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,12 +98,14 @@ class Index:
     high: str | int
     dtype: str = "int64"
     dists: tuple[str, ...] | None = None  # None: uniform, zipf, same, sorted
+    layouts: tuple[str, ...] | None = None  # None: contiguous, sliced, offset
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(self.shape))
         if self.dtype not in INT_DTYPES:
             raise SpecError(f"Index: unknown dtype {self.dtype!r} (one of {', '.join(INT_DTYPES)})")
         _check_subset("dists", self.dists, INDEX_DISTS, self)
+        _check_subset("layouts", self.layouts, INDEX_LAYOUTS, self)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,6 +120,12 @@ class Tolerance:
     def __post_init__(self) -> None:
         if (self.atol is None) != (self.rtol is None):
             raise SpecError("Tolerance: give atol and rtol together, or neither")
+        for what in ("baseline_factor", "atol", "rtol"):
+            v = getattr(self, what)
+            if v is not None and not v >= 0:
+                raise SpecError(f"Tolerance: {what}={v!r} must be a number >= 0")
+        if self.baseline_factor is not None and self.baseline_factor == 0:
+            raise SpecError("Tolerance: baseline_factor must be > 0 (use atol/rtol for a fixed tolerance)")
 
 
 def _check_subset(what: str, got: Sequence[str] | None, allowed: Sequence[str], owner: object) -> None:
@@ -136,6 +148,7 @@ class Spec:
     inputs: Mapping[str, Input]
     reference: Callable[..., Any]
     params: Mapping[str, Any]
+    dim_args: tuple[str, ...]
     grads: tuple[str, ...]
     covers: tuple[str, ...]
     deterministic: bool
@@ -164,8 +177,13 @@ _REGISTRY: dict[str, list[Spec]] = {}
 
 
 def _validate(name: str, dims: Mapping[str, Dim], inputs: Mapping[str, Input], grads: Sequence[str],
-              fn: Callable[..., Any]) -> None:
+              fn: Callable[..., Any], dim_args: Sequence[str] = ()) -> None:
     where = f"spec {name!r}"
+    for d in dim_args:
+        if d not in dims:
+            raise SpecError(f"{where}: dim_args names {d!r}, which is not in dims={sorted(dims)}")
+        if d in inputs:
+            raise SpecError(f"{where}: dim_args names {d!r}, which is also an input")
     for iname, inp in inputs.items():
         for d in inp.shape:
             if isinstance(d, str) and d not in dims:
@@ -184,7 +202,7 @@ def _validate(name: str, dims: Mapping[str, Dim], inputs: Mapping[str, Input], g
     except (TypeError, ValueError):
         return
     accepts_kwargs = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-    missing = [i for i in inputs if i not in sig.parameters and not accepts_kwargs]
+    missing = [i for i in (*inputs, *dim_args) if i not in sig.parameters and not accepts_kwargs]
     if missing:
         raise SpecError(f"{where}: the function does not take input(s) {missing} as parameters")
 
@@ -195,6 +213,7 @@ def spec(
     inputs: Mapping[str, Input],
     reference: Callable[..., Any],
     params: Mapping[str, Any] | None = None,
+    dim_args: Sequence[str] = (),
     grads: Sequence[str] = (),
     covers: Sequence[str] = (),
     deterministic: bool = False,
@@ -210,6 +229,8 @@ def spec(
     - ``reference``: the same function in plain torch; gpu-gate runs it in float64
       (the truth) and in the kernel's own dtype (the *baseline* the tolerance is relative to).
     - ``params``: constant keyword arguments passed to both (``eps=1e-6``).
+    - ``dim_args``: dims passed to both as integer keyword arguments (an output size
+      that no input has, e.g. the number of rows of an embedding gradient).
     - ``grads``: inputs whose gradients are checked too (backward kernels).
     - ``covers``: kernel files this spec covers, when imports do not say it.
     - ``deterministic``: outputs must be bitwise identical across runs.
@@ -219,7 +240,7 @@ def spec(
 
     def wrap(fn: Callable[..., Any]) -> Spec:
         sname = name or fn.__name__
-        _validate(sname, dims, inputs, grads, fn)
+        _validate(sname, dims, inputs, grads, fn, dim_args)
         try:
             file = inspect.getsourcefile(fn) or ""
             line = inspect.getsourcelines(fn)[1]
@@ -227,12 +248,16 @@ def spec(
             file, line = "", 0
         s = Spec(
             name=sname, fn=fn, dims=dict(dims), inputs=dict(inputs), reference=reference,
-            params=dict(params or {}), grads=tuple(grads), covers=tuple(covers),
+            params=dict(params or {}), dim_args=tuple(dim_args), grads=tuple(grads), covers=tuple(covers),
             deterministic=deterministic, tolerance=tolerance or Tolerance(),
             devices=tuple(devices), checks=tuple(checks) if checks is not None else None,
             module=fn.__module__, file=file, line=line,
         )
-        _REGISTRY.setdefault(fn.__module__, []).append(s)
+        # Importing a module again (a re-run in the same process) replaces its specs, so the
+        # harness never runs a stale function from an earlier import.
+        known = _REGISTRY.setdefault(fn.__module__, [])
+        known[:] = [k for k in known if k.name != sname]
+        known.append(s)
         return s
 
     return wrap

@@ -4,93 +4,159 @@ only where the spec declares ``deterministic=True`` (fp32 atomics legitimately v
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, Status
 
 if TYPE_CHECKING:
+    from ..equivalence.cases import Case
+    from ..equivalence.engine import CaseRunner
     from ..harness import Context, Outcome
     from ..jobs import Job
 
 CASES = 4
+LOAD_STREAMS = 2
 
 
 @contextlib.contextmanager
-def background_load(device: str, enabled: bool) -> Iterator[Any]:
-    """Yields a function that queues a burst of matmuls on a side stream (no sync with the caller)."""
+def background_load(device: str, enabled: bool) -> Iterator[Callable[[], None]]:
+    """Yields a function that queues a burst of matmuls on side streams, never ordered with
+    the caller's stream, so they share the GPU with the kernel under test."""
     import torch
 
     if not enabled or device != "cuda":
         yield lambda: None
         return
-    side = torch.cuda.Stream()
+    streams = [torch.cuda.Stream() for _ in range(LOAD_STREAMS)]
     a = torch.randn(2048, 2048, device="cuda")
+    torch.cuda.synchronize()
 
     def burst() -> None:
-        with torch.cuda.stream(side):
-            for _ in range(4):
-                torch.mm(a, a)
+        for s in streams:
+            with torch.cuda.stream(s):
+                for _ in range(4):
+                    torch.mm(a, a)
 
-    yield burst
-    torch.cuda.synchronize()
+    try:
+        yield burst
+    finally:
+        torch.cuda.synchronize()
 
 
 def run(job: Job, ctx: Context) -> Outcome:
-    from ..equivalence.cases import ScheduleOptions, schedule
-    from ..equivalence.compare import agree
-    from ..equivalence.engine import CaseRunner, ContextLost, is_fatal, sync
-    from ..equivalence.inputs import materialize
     from ..harness import Outcome, load_spec
-    from .equivalence import Equivalence, _setup_torch, repro_command
+    from .equivalence import torch_settings
 
     spec = load_spec(job, ctx)
     if ctx.device not in spec.devices:
         return Outcome(Status.NOT_RUN, reason=f"spec {spec.name!r} runs only on {', '.join(spec.devices)}")
-    _setup_torch()
-    eq = Equivalence(job, ctx, spec)
-    repeats = max(2, int(job.options.get("repeats") or 8))
-    cases = schedule(spec, ScheduleOptions(cases=CASES, seed=job.seed, dtypes=None, max_case_bytes=eq.budget))
-    runner: CaseRunner = eq.runner
-    findings: list[Finding] = []
-    ran = 0
-    for case in cases:
-        m = materialize(spec, case, ctx.device)
-        repro = repro_command(job, "determinism").format(token=case.token())
+    with torch_settings():
+        return Determinism(job, ctx, spec).run()
+
+
+class Determinism:
+    def __init__(self, job: Job, ctx: Context, spec: Any) -> None:
+        from .equivalence import Equivalence
+
+        eq = Equivalence(job, ctx, spec)
+        self.job, self.ctx, self.spec, self.eq = job, ctx, spec, eq
+        self.runner: CaseRunner = eq.runner
+        self.repeats = max(2, int(job.options.get("repeats") or 8))
+        self.load = bool(job.options.get("concurrent_load", True))
+
+    def cases(self) -> list[Case]:
+        from ..equivalence.cases import Case, ScheduleOptions, schedule
+        from .equivalence import unsupported_dtypes
+
+        if self.job.case:
+            return [Case.from_token(self.job.case)]
+        bad, _ = unsupported_dtypes(self.ctx)
+        opts = ScheduleOptions.from_options({**self.job.options, "cases": CASES}, seed=self.eq.seed,
+                                            budget=self.eq.budget, unsupported=bad)
+        return schedule(self.spec, opts)
+
+    def run(self) -> Outcome:
+        from ..equivalence.engine import ContextLost, SpecBroken
+        from ..harness import Outcome
+
+        ran = 0
         try:
-            ref = runner._reference(m, None, upcast=True) if not spec.grads else None
-            first, _ = runner._call(m, None)
-            sync(ctx.device)
-            base = runner._baseline(m, None, first) if ref is not None else None
-            for loaded in (False, True):
-                with background_load(ctx.device, loaded and bool(job.options.get("concurrent_load", True))) as burst:
-                    for i in range(repeats):
-                        burst()
-                        out, _ = runner._call(m, None)
-                        sync(ctx.device)
-                        for k, v in first.items():
-                            why = agree(k, v, out.get(k), bitwise=spec.deterministic,
-                                        ref=(ref or first).get(k, v), base=(base or {}).get(k), rule=eq.rule)
-                            if why:
-                                when = "under concurrent load" if loaded else "alone"
-                                findings.append(Finding(
-                                    check="determinism", kind="nondeterministic", spec=job.spec.id,  # type: ignore[union-attr]
-                                    case=case.id, repro=repro,
-                                    message=f"{why} (run {i + 2} of {repeats + 1}, {when}; case {case.describe()})"))
-                                break
-                        if findings:
-                            break
-                if findings:
-                    break
+            for case in self.cases():
+                finding = self._case(case)
+                if finding == "refused":
+                    continue
+                ran += 1
+                if finding is not None:
+                    return Outcome(Status.FAILED, [finding], cases=ran)
+        except ContextLost as exc:
+            return Outcome(Status.FAILED, [self._finding("cuda-error", f"the kernel broke the CUDA context: {exc}")],
+                           cases=ran, reason="CUDA context lost")
+        except SpecBroken as exc:
+            return Outcome(Status.ERROR, [self._finding("reference-error", str(exc))], cases=ran, reason=str(exc))
+        if ran == 0:
+            return Outcome(Status.ERROR, [self._finding("refused", "the candidate refused every case: nothing was "
+                                                                   "checked for determinism")],
+                           reason="every case was refused")
+        return Outcome(Status.PASSED, [], cases=ran)
+
+    def _finding(self, kind: str, message: str, case: Case | None = None) -> Finding:
+        from .equivalence import repro_command
+
+        assert self.job.spec is not None
+        repro = repro_command(self.job, "determinism").format(token=case.token()) if case else None
+        return Finding(check="determinism", kind=kind, spec=self.job.spec.id, case=case.id if case else None,
+                       repro=repro, message=message,
+                       details={"token": case.token(), "case": case.describe()} if case else {})
+
+    def _case(self, case: Case) -> Finding | str | None:
+        from ..equivalence.engine import ContextLost, SpecBroken, _first_line, is_fatal, sync
+        from ..equivalence.inputs import materialize
+
+        r = self.runner
+        m = materialize(self.spec, case, self.ctx.device)
+        upstream = r.upstream(m, case.seed)
+        try:
+            outs, _ = r.call(m, upstream)
+            sync(self.ctx.device)
+            # a copy: a kernel that reuses one output buffer must not compare it with itself
+            first = {k: (v.clone() if hasattr(v, "clone") else v) for k, v in outs.items()}
+        except Exception as exc:  # noqa: BLE001 - a refusal: the equivalence check reports it
+            if is_fatal(exc):
+                raise ContextLost(_first_line(exc)) from exc
+            return "refused"
+        try:
+            ref = r.reference(m, upstream)
+            base = r.baseline(m, upstream, first)
+        except Exception as exc:  # noqa: BLE001 - the spec's reference is user code
+            raise SpecBroken(f"the spec's reference raised {_first_line(exc)} on case {case.id}") from exc
+        try:
+            return self._repeat(case, m, upstream, first, ref, base)
         except Exception as exc:  # noqa: BLE001
             if is_fatal(exc):
-                return Outcome(Status.FAILED, [Finding(check="determinism", kind="cuda-error", spec=job.spec.id,  # type: ignore[union-attr]
-                                                       message=f"the kernel broke the CUDA context: {exc}")],
-                               cases=ran, reason="CUDA context lost")
-            if isinstance(exc, ContextLost):
-                raise
-            continue  # a refusal: the equivalence check reports it
-        ran += 1
-        if findings:
-            break
-    return Outcome(Status.FAILED if findings else Status.PASSED, findings, cases=ran)
+                raise ContextLost(_first_line(exc)) from exc
+            return self._finding("nondeterministic", f"a repeated run on the same inputs raised {_first_line(exc)} "
+                                                     f"(case {case.describe()})", case)
+
+    def _repeat(self, case: Case, m: Any, upstream: Any, first: dict[str, Any], ref: dict[str, Any],
+                base: dict[str, Any]) -> Finding | None:
+        from ..equivalence.compare import agree
+        from ..equivalence.engine import sync
+
+        r = self.runner
+        for loaded in (False, True):
+            with background_load(self.ctx.device, loaded and self.load) as burst:
+                for i in range(self.repeats):
+                    burst()
+                    out, _ = r.call(m, upstream)
+                    sync(self.ctx.device)
+                    for k, v in first.items():
+                        if k not in ref:
+                            continue
+                        why = agree(k, v, out.get(k), bitwise=self.spec.deterministic, ref=ref[k],
+                                    base=base.get(k), rule=self.eq.rule)
+                        if why:
+                            when = "under concurrent load on other streams" if loaded else "alone"
+                            return self._finding("nondeterministic", f"{why} (run {i + 2} of {self.repeats + 1}, "
+                                                                     f"{when}; case {case.describe()})", case)
+        return None

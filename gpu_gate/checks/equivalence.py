@@ -3,9 +3,11 @@ baseline-relative tolerance, anti-exploit guards, an error-growth sweep along
 reduction dims, and shrinking of the first failure of each kind."""
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, Severity, Status
@@ -15,22 +17,33 @@ if TYPE_CHECKING:
     from ..jobs import Job
 
 INTERPRETER_BAD_DTYPES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
-CPU_BUDGET_BYTES = 64 << 20
-SANITIZER_BUDGET_BYTES = 4 << 20  # CPU cases stay small: the default budget must finish in a minute
-GROWTH_SLOPE_MARGIN = 0.3  # log10(error) per log10(length), beyond the baseline's slope
+CPU_BUDGET_BYTES = 64 << 20  # CPU cases stay small: the default budget must finish in a minute
+SANITIZER_BUDGET_BYTES = 4 << 20  # under compute-sanitizer every access is instrumented (about 18x slower)
+SENSITIVITY_EVERY = 4  # the input-sensitivity probe runs on every 4th case (the canonical one included)
 
 
-def _setup_torch() -> None:
+@contextlib.contextmanager
+def torch_settings() -> Iterator[None]:
+    """torch fills every ``torch.empty`` with NaN in deterministic mode: a scratch buffer the
+    kernel never writes then poisons the result instead of passing by luck (zeroed memory).
+    The previous settings come back afterwards, for callers that run checks in-process."""
     import warnings
 
     import torch
+    import torch.utils.deterministic as det
 
-    # torch fills every torch.empty with NaN in deterministic mode: a scratch buffer the
-    # kernel never writes then poisons the result instead of passing by luck (zeroed memory).
+    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+              det.fill_uninitialized_memory)  # type: ignore[attr-defined]
     torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
-    warnings.filterwarnings("ignore", message=".*deterministic.*")
-    warnings.filterwarnings("ignore", category=UserWarning)
+    det.fill_uninitialized_memory = True  # type: ignore[attr-defined]
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*deterministic.*")
+            warnings.filterwarnings("ignore", category=UserWarning)
+            yield
+    finally:
+        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        det.fill_uninitialized_memory = before[2]  # type: ignore[attr-defined]
 
 
 def repro_command(job: Job, check: str = "equivalence") -> str:
@@ -38,7 +51,7 @@ def repro_command(job: Job, check: str = "equivalence") -> str:
     return f"gpu-gate repro {shlex.quote(job.spec.id)} --check {check} --case {{token}}"
 
 
-def _unsupported(ctx: Context, device: str) -> tuple[frozenset[str], str | None]:
+def unsupported_dtypes(ctx: Context) -> tuple[frozenset[str], str | None]:
     import torch
 
     bad: set[str] = set()
@@ -49,6 +62,7 @@ def _unsupported(ctx: Context, device: str) -> tuple[frozenset[str], str | None]
     for f8 in ("float8_e4m3fn", "float8_e5m2"):
         if not hasattr(torch, f8):
             bad.add(f8)
+            why = why or f"this torch has no {f8}"
     return frozenset(bad), why
 
 
@@ -58,42 +72,48 @@ def run(job: Job, ctx: Context) -> Outcome:
     spec = load_spec(job, ctx)
     if ctx.device not in spec.devices:
         return Outcome(Status.NOT_RUN, reason=f"no GPU: spec {spec.name!r} runs only on {', '.join(spec.devices)}")
-    _setup_torch()
-    return Equivalence(job, ctx, spec).run()
+    with torch_settings():
+        return Equivalence(job, ctx, spec).run()
+
+
+def make_rule(spec: Any, options: dict[str, Any]) -> Any:
+    """The spec's tolerance wins over the policy's, field by field (atol/rtol as a pair)."""
+    from ..equivalence.compare import Rule
+
+    tol = options.get("tolerance") or {}
+    st = spec.tolerance
+    fixed = (st.atol, st.rtol) if st.atol is not None else (tol.get("atol"), tol.get("rtol"))
+    return Rule(baseline_factor=float(st.baseline_factor or tol.get("baseline_factor") or 2.0),
+                atol=fixed[0], rtol=fixed[1])
 
 
 class Equivalence:
     def __init__(self, job: Job, ctx: Context, spec: Any) -> None:
-        from ..equivalence.compare import Rule
         from ..equivalence.engine import CaseRunner
 
+        assert job.spec is not None
         self.job, self.ctx, self.spec = job, ctx, spec
         o = job.options
-        tol = o.get("tolerance") or {}
-        st = spec.tolerance
-        self.rule = Rule(
-            baseline_factor=st.baseline_factor or tol.get("baseline_factor") or 2.0,
-            atol=st.atol if st.atol is not None else tol.get("atol"),
-            rtol=st.rtol if st.rtol is not None else tol.get("rtol"),
-        )
-        self.runner = CaseRunner(spec, job.spec.id, ctx.device, self.rule, repro_command(job))  # type: ignore[union-attr]
+        self.rule = make_rule(spec, o)
+        self.runner = CaseRunner(spec, job.spec.id, ctx.device, self.rule, repro_command(job))
         budget = int(o.get("max_case_bytes") or 256 << 20)
         self.budget = budget if ctx.device == "cuda" else min(budget, CPU_BUDGET_BYTES)
-        # Under compute-sanitizer every access is instrumented (about 18x slower): a few
-        # small cases (the canonical one has a tail; fuzzed ones span several blocks).
         self.sanitized = bool(ctx.sanitizer or o.get("sanitizer"))
         if self.sanitized:
             self.budget = min(self.budget, SANITIZER_BUDGET_BYTES)
+        self.seed = int(o["seed"]) if o.get("seed") is not None else int(job.seed)
         self.deadline = min(ctx.deadline, time.monotonic() + float(o.get("time_budget_s") or 300))
 
-    def _schedule(self) -> tuple[list[Any], list[str], str | None]:
+    @property
+    def spec_id(self) -> str:
+        assert self.job.spec is not None
+        return self.job.spec.id
+
+    def schedule(self) -> tuple[list[Any], list[str], str | None]:
         from ..equivalence.cases import Case, ScheduleOptions, allowed_dtypes, schedule
 
-        bad, why = _unsupported(self.ctx, self.ctx.device)
-        o = self.job.options
-        opts = ScheduleOptions(cases=int(o.get("cases") or 64), seed=int(o.get("seed") or self.job.seed),
-                               dtypes=tuple(o["dtypes"]) if o.get("dtypes") else None,
-                               max_case_bytes=self.budget, unsupported_dtypes=bad)
+        bad, why = unsupported_dtypes(self.ctx)
+        opts = ScheduleOptions.from_options(self.job.options, seed=self.seed, budget=self.budget, unsupported=bad)
         _, dropped = allowed_dtypes(self.spec, opts)
         if self.job.case:
             return [Case.from_token(self.job.case)], [], None
@@ -103,38 +123,37 @@ class Equivalence:
         from ..equivalence.engine import ContextLost, SpecBroken
         from ..harness import Outcome
 
-        cases, dropped, why = self._schedule()
+        try:
+            cases, dropped, why = self.schedule()
+        except ValueError as exc:  # a malformed --case token
+            return Outcome(Status.ERROR, [self._error("bad-case", f"cannot read the case token: {exc} (copy it "
+                                                                   f"from the report's repro command)")],
+                           reason="bad case token")
         notes: list[Finding] = []
         if dropped:
             notes.append(self._note("dtype-not-run", f"{', '.join(dropped)} cases not run: {why}"))
         if not cases:
             return Outcome(Status.NOT_RUN, notes, reason=f"no case could run here: {why or 'no dtype left'}")
-        results, refusals = [], []
+        results: list[Any] = []
+        refusals: list[Any] = []
+        growth = None
         try:
-            for i, case in enumerate(cases):
-                if time.monotonic() > self.deadline and results:
-                    notes.append(self._note("budget", f"ran {len(results)} of {len(cases)} cases within the "
-                                                      f"time budget"))
-                    break
-                r = self.runner.run(case, sensitivity=(i % 4 == 0 and not self.sanitized))
-                if r.refused:
-                    refusals.append(r)
-                    if i == 0 and not self.job.case:
-                        break  # the canonical case was refused: nothing was verified
-                results.append(r)
-            extra: dict[str, Any] = {}
+            self._run_cases(cases, results, refusals, notes)
             want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
-            growth = self._growth() if want_growth else None
+            if want_growth and not (refusals and refusals[0].case.id == "c0000"):
+                growth = self._growth()
         except SpecBroken as exc:
-            f = Finding(check="equivalence", kind="reference-error", spec=self.job.spec.id,  # type: ignore[union-attr]
-                        file=self.job.spec.file, line=self.spec.line or None,  # type: ignore[union-attr]
-                        message=f"{exc} (fix the reference in {self.job.spec.file})")  # type: ignore[union-attr]
+            f = Finding(check="equivalence", kind="reference-error", spec=self.spec_id,
+                        file=self.job.spec.file if self.job.spec else None, line=self.spec.line or None,
+                        message=f"{exc} (fix the reference in {self.job.spec.file if self.job.spec else 'the spec'})")
             return Outcome(Status.ERROR, [f, *notes], cases=len(results), reason=str(exc))
         except ContextLost as exc:
-            f = Finding(check="equivalence", kind="cuda-error", spec=self.job.spec.id,  # type: ignore[union-attr]
+            f = Finding(check="equivalence", kind="cuda-error", spec=self.spec_id,
                         message=f"the kernel broke the CUDA context: {exc}")
             return Outcome(Status.FAILED, [f, *notes], cases=len(results), reason="CUDA context lost")
-        findings = self._summarize(results, refusals, cases)
+        findings = self._summarize(results, refusals)
+        extra: dict[str, Any] = {"seed": self.seed, "rule": self.rule.describe(),
+                                 "coverage": coverage(self.spec, [r.case for r in results])}
         if growth:
             extra["growth"] = growth["table"]
             findings += growth["findings"]
@@ -142,21 +161,36 @@ class Equivalence:
         failed = any(f.severity is Severity.ERROR for f in findings)
         return Outcome(Status.FAILED if failed else Status.PASSED, findings, cases=len(results), extra=extra)
 
-    def _note(self, kind: str, message: str) -> Finding:
-        return Finding(check="equivalence", kind=kind, message=message, severity=Severity.NOTE,
-                       spec=self.job.spec.id)  # type: ignore[union-attr]
+    def _run_cases(self, cases: list[Any], results: list[Any], refusals: list[Any], notes: list[Finding]) -> None:
+        for i, case in enumerate(cases):
+            if time.monotonic() > self.deadline and results:
+                notes.append(self._note("budget", f"ran {len(results)} of {len(cases)} cases within the "
+                                                  f"time budget"))
+                break
+            r = self.runner.run(case, sensitivity=(i % SENSITIVITY_EVERY == 0 and not self.sanitized))
+            results.append(r)
+            if r.refused:
+                refusals.append(r)
+                if i == 0 and not self.job.case:
+                    break  # the canonical case was refused: nothing was verified
 
-    def _summarize(self, results: list[Any], refusals: list[Any], cases: list[Any]) -> list[Finding]:
+    def _note(self, kind: str, message: str) -> Finding:
+        return Finding(check="equivalence", kind=kind, message=message, severity=Severity.NOTE, spec=self.spec_id)
+
+    def _error(self, kind: str, message: str) -> Finding:
+        return Finding(check="equivalence", kind=kind, message=message, spec=self.spec_id)
+
+    def _summarize(self, results: list[Any], refusals: list[Any]) -> list[Finding]:
         findings: list[Finding] = []
         groups: dict[tuple[str, str], list[Finding]] = {}
         for r in results:
             for f in r.findings:
-                groups.setdefault((f.kind, str(f.details.get("output", ""))), []).append(f)
+                groups.setdefault((f.kind, str(f.details.get("output", f.details.get("input", "")))), []).append(f)
+        shrinking = self.job.options.get("shrink", True) and not self.job.case and not self.sanitized
         for (kind, _), fs in groups.items():
             first = fs[0]
-            shrinking = self.job.options.get("shrink", True) and not self.job.case and not self.sanitized
             if first.severity is Severity.ERROR and shrinking:
-                first = self._shrink(first, cases)
+                first = self._shrink(first)
             ids = [f.case for f in fs]
             msg = first.message
             if len(fs) > 1:
@@ -166,32 +200,55 @@ class Equivalence:
                                     spec=first.spec, case=first.case, repro=first.repro,
                                     details={**first.details, "failed_cases": len(fs), "cases": len(results)}))
         if refusals:
-            r0 = refusals[0]
-            canonical = r0.case.id == "c0000"
-            sid = self.job.spec.id  # type: ignore[union-attr]
-            repro = self.runner.repro_cmd.format(token=r0.case.token())
-            if canonical:
-                findings.append(Finding(
-                    check="equivalence", kind="refused-canonical", spec=sid, case=r0.case.id, repro=repro,
-                    message=f"the candidate refused the canonical case ({r0.case.describe()}): {r0.refused}; "
-                            f"nothing was verified"))
-            else:
-                findings.append(Finding(
-                    check="equivalence", kind="refused", severity=Severity.WARNING, spec=sid, case=r0.case.id,
-                    repro=repro, details={"refused_cases": len(refusals)},
-                    message=f"the candidate refused {len(refusals)} of {len(results)} cases, first "
-                            f"{r0.case.describe()}: {r0.refused}"))
+            findings.append(self._refusal(refusals, len(results)))
         return findings
 
-    def _shrink(self, finding: Finding, cases: list[Any]) -> Finding:
+    def _refusal(self, refusals: list[Any], total: int) -> Finding:
+        r0 = refusals[0]
+        repro = self.runner.repro_cmd.format(token=r0.case.token())
+        details = {"refused_cases": len(refusals), "token": r0.case.token(), "case": r0.case.describe()}
+        if r0.case.id == "c0000" and not self.job.case:
+            return Finding(check="equivalence", kind="refused-canonical", spec=self.spec_id, case=r0.case.id,
+                           repro=repro, details=details,
+                           message=f"the candidate refused the canonical case ({r0.case.describe()}): {r0.refused}; "
+                                   f"nothing was verified")
+        return Finding(check="equivalence", kind="refused", severity=Severity.WARNING, spec=self.spec_id,
+                       case=r0.case.id, repro=repro, details=details,
+                       message=f"the candidate refused {len(refusals)} of {total} cases, first "
+                               f"{r0.case.describe()}: {r0.refused}")
+
+    def _shrink(self, finding: Finding) -> Finding:
         from ..equivalence.shrink import shrink
 
         budget = float(self.job.options.get("shrink_budget_s") or 60)
-        deadline = min(self.deadline + budget, time.monotonic() + budget)
+        deadline = time.monotonic() + budget
         return shrink(self.runner, self.spec, finding, deadline)
 
     def _growth(self) -> dict[str, Any] | None:
         from ..equivalence.growth import sweep
 
-        bad, _ = _unsupported(self.ctx, self.ctx.device)
-        return sweep(self.runner, self.spec, self.job, self.budget, bad, self.deadline)
+        bad, _ = unsupported_dtypes(self.ctx)
+        return sweep(self.runner, self.spec, self.job, self.budget, bad, self.deadline, seed=self.seed)
+
+
+def coverage(spec: Any, cases: list[Any]) -> dict[str, Any]:
+    """What the cases exercised, per axis: the report shows it and tests assert it."""
+    from ..spec import Index
+
+    out: dict[str, Any] = {"cases": len(cases), "dims": {}, "inputs": {}}
+    for d in spec.dims:
+        sizes = sorted({c.dims[d] for c in cases if d in c.dims})
+        out["dims"][d] = {"min": sizes[0] if sizes else None, "max": sizes[-1] if sizes else None,
+                          "distinct": len(sizes)}
+    for name, inp in spec.inputs.items():
+        seen: dict[str, dict[str, int]] = {"dtype": {}, "dist": {}, "layout": {}}
+        for c in cases:
+            ch = c.inputs.get(name)
+            if ch is None:
+                continue
+            for axis in seen:
+                v = getattr(ch, axis)
+                seen[axis][v] = seen[axis].get(v, 0) + 1
+        out["inputs"][name] = {"kind": "index" if isinstance(inp, Index) else "tensor", **seen}
+    out["grad_layout"] = sorted({c.grad_layout for c in cases})
+    return out

@@ -13,7 +13,7 @@ import math
 import random
 from typing import Any
 
-from ..spec import FLOAT_DISTS, INDEX_DISTS, LAYOUTS, Dim, Index, Spec, Tensor
+from ..spec import FLOAT_DISTS, INDEX_DISTS, INDEX_LAYOUTS, LAYOUTS, Dim, Index, Spec, Tensor
 
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
             "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1}
@@ -73,18 +73,18 @@ class Case:
         return f"{self.id} [{dims}] {ins}"
 
 
-def special_sizes(dim: Dim, long: bool) -> list[int]:
+def special_sizes(dim: Dim, long: bool, max_reduction: int = MAX_REDUCTION) -> list[int]:
     """Sizes that break kernels: 1, primes, powers of two +-1, non-multiples of block sizes."""
     if dim.values is not None:
         return sorted(set(dim.values))
     cand = {dim.lo, dim.hi, 1, 2, 3, 5, 7, 13, 31, 61, 97, 127, 251, 509, 1000, 1021, 1500, 2039, 4093, 4100}
-    top = MAX_REDUCTION if long else 1 << 13
+    top = max_reduction if long else 1 << 13
     k = 1
     while (1 << k) <= max(top, 2):
         cand.update({(1 << k) - 1, 1 << k, (1 << k) + 1})
         k += 1
     if long:
-        cand.update({MAX_REDUCTION, MAX_REDUCTION + 1, 3 * (1 << 16) + 7})
+        cand.update({max_reduction, max_reduction + 1, 3 * (max_reduction >> 2) + 7, 5 * (max_reduction >> 3) + 3})
     out = []
     for n in cand:
         if dim.multiple_of > 1:
@@ -109,7 +109,7 @@ def case_bytes(spec: Spec, dims: dict[str, int], inputs: dict[str, InputChoice])
     for name, inp in spec.inputs.items():
         n = numel(inp.shape, dims)
         size = ITEMSIZE.get(inputs[name].dtype, 8)
-        factor = 2 if inputs[name].layout == "sliced" else 1
+        factor = 2 if inputs[name].layout in ("sliced", "narrowed") else 1
         # the input, its float64 copy for the reference, a clone for the unchanged-input check
         total += n * (size * factor + 8 + size)
     return total * 3  # outputs, baseline, comparisons: a conservative multiple
@@ -159,6 +159,34 @@ class ScheduleOptions:
     dtypes: tuple[str, ...] | None  # policy narrowing
     max_case_bytes: int
     unsupported_dtypes: frozenset[str] = frozenset()  # e.g. bf16 under the Triton interpreter
+    dists: tuple[str, ...] | None = None  # policy: float distributions (narrows a spec's list)
+    index_dists: tuple[str, ...] | None = None  # policy: index distributions
+    layouts: tuple[str, ...] | None = None  # policy: layouts
+    max_reduction: int = MAX_REDUCTION  # policy: longest reduction length fuzzed
+
+    @classmethod
+    def from_options(cls, o: dict[str, Any], *, seed: int, budget: int,
+                     unsupported: frozenset[str] = frozenset()) -> ScheduleOptions:
+        """Build from a job's options (the policy's ``checks.equivalence`` settings)."""
+        def tup(key: str) -> tuple[str, ...] | None:
+            v = o.get(key)
+            return tuple(str(x) for x in v) if v else None
+
+        return cls(cases=int(o.get("cases") or 64), seed=seed, dtypes=tup("dtypes"), max_case_bytes=budget,
+                   unsupported_dtypes=unsupported, dists=tup("dists"), index_dists=tup("index_dists"),
+                   layouts=tup("layouts"), max_reduction=int(o.get("max_reduction") or MAX_REDUCTION))
+
+
+def narrowed(spec_choice: tuple[str, ...] | None, policy: tuple[str, ...] | None,
+             default: tuple[str, ...]) -> tuple[str, ...]:
+    """The spec's list where it pins one (the policy may only narrow it: the spec knows which
+    values its kernel defines); else the policy's list, which may narrow or widen the default."""
+    if spec_choice:
+        kept = tuple(c for c in spec_choice if policy is None or c in policy)
+        return kept or spec_choice
+    if policy:
+        return policy
+    return default
 
 
 def _dtype_for(spec: Spec, name: str, primary: str, chosen: dict[str, str]) -> str:
@@ -183,57 +211,83 @@ def allowed_dtypes(spec: Spec, opts: ScheduleOptions) -> tuple[list[str], list[s
     return usable, dropped
 
 
-def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random, *, canonical: bool,
-              long_dim: str | None, budget: int) -> Case:
+def applicable(layout: str, shape: tuple[int, ...]) -> str:
+    """The layout actually used for a tensor of ``shape`` (recorded, so a case says what ran)."""
+    if layout == "transposed" and (len(shape) < 2 or shape[-1] < 2 or shape[-2] < 2):
+        return "contiguous"
+    if layout == "expanded" and (not shape or shape[0] < 2):
+        return "contiguous"
+    if layout in ("sliced", "narrowed") and not shape:
+        return "contiguous"
+    if layout == "narrowed" and len(shape) < 2:
+        return "sliced"
+    return layout
+
+
+def _dims_for(spec: Spec, rng: random.Random, canonical: bool, long_dim: str | None, max_red: int) -> dict[str, int]:
     dims: dict[str, int] = {}
     for dname, dim in spec.dims.items():
         if canonical:
             dims[dname] = canonical_size(dim)
-        else:
-            long = dname == long_dim
-            sizes = special_sizes(dim, long)
-            if long:
-                sizes = [s for s in sizes if s >= 1 << 12] or sizes
-            elif long_dim is not None:
-                sizes = [s for s in sizes if s <= 64] or sizes[:1]
-            dims[dname] = rng.choice(sizes)
+            continue
+        long = dname == long_dim
+        sizes = special_sizes(dim, long, max_red)
+        if long:
+            sizes = [s for s in sizes if s >= 1 << 12] or sizes
+        elif long_dim is not None:
+            sizes = [s for s in sizes if s <= 64] or sizes[:1]
+        dims[dname] = rng.choice(sizes)
+    return dims
+
+
+def _float_choice(spec: Spec, name: str, inp: Tensor, dtype: str, rng: random.Random, canonical: bool,
+                  opts: ScheduleOptions) -> InputChoice:
+    dists = narrowed(inp.dists, opts.dists, DEFAULT_FLOAT_DISTS)
+    dist = ("normal" if "normal" in dists else dists[0]) if canonical else rng.choice(dists)
+    param = 0.0
+    if dist == "peaked":
+        param = rng.choice(PEAK_STRENGTHS)
+    elif dist == "offset":
+        param = rng.choice((8.0, 64.0, 1000.0))
+    layout = "contiguous"
+    if not canonical:
+        options = narrowed(inp.layouts, opts.layouts, LAYOUTS)
+        layout = "contiguous" if rng.random() < 0.35 and "contiguous" in options else rng.choice(options)
+    return InputChoice(dtype, dist, layout, param)
+
+
+def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random, *, canonical: bool,
+              long_dim: str | None, budget: int, opts: ScheduleOptions | None = None) -> Case:
+    opts = opts or ScheduleOptions(cases=1, seed=seed, dtypes=None, max_case_bytes=budget)
+    dims = _dims_for(spec, rng, canonical, long_dim, opts.max_reduction)
     chosen: dict[str, str] = {}
     inputs: dict[str, InputChoice] = {}
     for name, inp in spec.inputs.items():
         if isinstance(inp, Index):
-            dist = "uniform" if canonical else rng.choice(inp.dists or INDEX_DISTS)
-            layouts = ("contiguous",) if canonical else ("contiguous", "contiguous", "sliced", "offset")
-            inputs[name] = InputChoice(inp.dtype, dist, rng.choice(layouts))
+            dists = narrowed(inp.dists, opts.index_dists, INDEX_DISTS)
+            dist = ("uniform" if "uniform" in dists else dists[0]) if canonical else rng.choice(dists)
+            layouts = narrowed(inp.layouts, tuple(l for l in opts.layouts or () if l in INDEX_LAYOUTS) or None,
+                               ("contiguous", "contiguous", *INDEX_LAYOUTS[1:]))
+            inputs[name] = InputChoice(inp.dtype, dist, "contiguous" if canonical else rng.choice(layouts))
             continue
         dtype = _dtype_for(spec, name, primary, chosen)
         chosen[name] = dtype
-        dists = inp.dists or DEFAULT_FLOAT_DISTS
-        dist = ("normal" if "normal" in dists else dists[0]) if canonical else rng.choice(dists)
-        param = 0.0
-        if dist == "peaked":
-            param = rng.choice(PEAK_STRENGTHS)
-        elif dist == "offset":
-            param = rng.choice((8.0, 64.0, 1000.0))
-        layout = "contiguous"
-        if not canonical:
-            options = _layouts_for(inp)
-            layout = "contiguous" if rng.random() < 0.4 else rng.choice(options)
-        inputs[name] = InputChoice(dtype, dist, layout, param)
+        inputs[name] = _float_choice(spec, name, inp, dtype, rng, canonical, opts)
     dims = _fit_budget(spec, dims, inputs, budget, long_dim)
+    inputs = {k: dataclasses.replace(c, layout=applicable(c.layout, _shape(spec.inputs[k].shape, dims)))
+              for k, c in inputs.items()}
     grad_layout = "contiguous" if canonical or rng.random() < 0.6 else "transposed"
     return Case(cid, seed, dims, inputs, grad_layout)
 
 
-def _layouts_for(inp: Tensor) -> tuple[str, ...]:
-    allowed = inp.layouts or LAYOUTS
-    rank = len(inp.shape)
-    out = [l for l in allowed if rank >= 2 or l not in ("transposed",)]
-    return tuple(out) or ("contiguous",)
+def _shape(shape: tuple[str | int, ...], dims: dict[str, int]) -> tuple[int, ...]:
+    return tuple(dims[d] if isinstance(d, str) else int(d) for d in shape)
 
 
 def schedule(spec: Spec, opts: ScheduleOptions) -> list[Case]:
-    """The cases for one spec: the canonical case first, then fuzzed ones, a quarter of them
-    with a long reduction where the spec declares a reduction dim."""
+    """The cases for one spec: the canonical case first (contiguous, the first dtype, plain
+    values), then fuzzed ones, a quarter of them with a long reduction where the spec
+    declares a reduction dim."""
     usable, _ = allowed_dtypes(spec, opts)
     if not usable:
         return []
@@ -246,18 +300,21 @@ def schedule(spec: Spec, opts: ScheduleOptions) -> list[Case]:
         primary = usable[0] if canonical else usable[i % len(usable)] if i < 1 + len(usable) else rng.choice(usable)
         long_dim = rng.choice(reductions) if reductions and not canonical and i % 4 == 1 else None
         cases.append(make_case(spec, f"c{i:04d}", seed, primary, rng, canonical=canonical, long_dim=long_dim,
-                               budget=opts.max_case_bytes))
+                               budget=opts.max_case_bytes, opts=opts))
     return cases
 
 
-def growth_sizes(dim: Dim, budget_elems: int) -> list[int]:
+def growth_sizes(dim: Dim, top: int = MAX_REDUCTION) -> list[int]:
+    """Lengths for the error-growth sweep: 2**8, 2**10, ... up to ``top`` (2**18 by default)."""
     sizes = []
-    for k in range(8, 19, 2):
+    k = 8
+    while (1 << k) <= top:
         n = 1 << k
         if dim.multiple_of > 1:
             n -= n % dim.multiple_of
-        if dim.allows(n) and n <= budget_elems:
+        if dim.allows(n):
             sizes.append(n)
+        k += 2 if (1 << (k + 2)) <= top or (1 << k) == top else 1
     return sizes
 
 

@@ -2,21 +2,38 @@
 
 Rule (after the FlashAttention test suite): the candidate's error may be at most
 ``k x`` the baseline's error plus a dtype floor, where the baseline is the same
-reference computed by torch in the kernel's own dtype. Three errors are measured,
-each against its baseline twin: normwise relative, greatest absolute (relative to
-the reference's scale) and worst element (relative, with near-zero handling).
-All mismatches are collected before the message is written, phrased like
-``torch.testing.assert_close``.
+reference computed by torch in the kernel's own dtype. Two measures are judged,
+each against its baseline twin:
+
+- normwise: ``||cand - ref|| / ||ref||  <=  k x ||base - ref|| / ||ref|| + floor``;
+- worst element: an element fails when its absolute error exceeds
+  ``k x max|base - ref| + floor x max|ref|`` *and* its relative error, taken against
+  ``|ref| + floor x max|ref|`` (so near-zero elements are judged absolutely), exceeds
+  ``k x`` the baseline's worst relative error ``+ floor``.
+
+A bug confined to a few elements (a rounding in one class of a softmax) hides in the
+norm; the worst element shows it. Elements where torch's own result overflows the
+dtype are out of the dtype's range and not judged. NaN/Inf where the reference and
+the baseline are finite always fails, and so does an output that is constant where
+neither the reference nor the baseline is. All mismatches are collected before the
+message is written, phrased like ``torch.testing.assert_close``.
 """
 from __future__ import annotations
 
 import dataclasses
 from typing import Any
 
-# Unit roundoff per dtype; floors are small multiples of it. One table, keyed by dtype.
+# Machine epsilon per dtype; floors are small multiples of it. One table, keyed by dtype.
 EPS = {"float64": 2.2e-16, "float32": 1.19e-7, "float16": 9.77e-4, "bfloat16": 7.81e-3,
        "float8_e4m3fn": 0.125, "float8_e5m2": 0.25}
 FLOOR_FACTOR = 4.0
+
+
+def floor_for(dtype: str) -> float:
+    """The dtype floor: integer and boolean outputs must be exact (up to torch's own error)."""
+    if dtype in EPS:
+        return FLOOR_FACTOR * EPS[dtype]
+    return 0.0 if dtype.startswith(("int", "uint", "bool")) else FLOOR_FACTOR * EPS["float32"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,12 +42,21 @@ class Rule:
     atol: float | None = None
     rtol: float | None = None
 
+    @property
+    def fixed(self) -> bool:
+        return self.atol is not None and self.rtol is not None
+
+    def describe(self) -> str:
+        if self.fixed:
+            return f"|cand - ref| <= {self.atol:g} + {self.rtol:g} x |ref| elementwise"
+        return f"error <= {self.baseline_factor:g} x torch's error in the kernel's dtype + dtype floor"
+
 
 @dataclasses.dataclass
 class Comparison:
     name: str
     ok: bool
-    kind: str  # "ok" | "mismatch" | "nan" | "shape" | "dtype" | "constant-output" | "nonfinite"
+    kind: str  # "ok" | "mismatch" | "nan" | "shape" | "dtype" | "type" | "constant-output" | "nonfinite"
     message: str
     error: float = 0.0  # normwise relative error of the candidate
     baseline_error: float = 0.0
@@ -53,16 +79,7 @@ def _fmt_idx(idx: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(i) for i in idx) + ("," if len(idx) == 1 else "") + ")"
 
 
-def _relerr(x: Any, r: Any) -> float:
-    import torch
-
-    nr = float(torch.linalg.vector_norm(r))
-    nd = float(torch.linalg.vector_norm(x - r))
-    return nd / nr if nr > 0 else nd
-
-
-def compare(name: str, cand: Any, ref: Any, base: Any, rule: Rule) -> Comparison:
-    """``ref`` is float64; ``base`` is torch's result in the kernel's dtype (may be None)."""
+def _structural(name: str, cand: Any, ref: Any, base: Any) -> Comparison | None:
     import torch
 
     if not isinstance(cand, torch.Tensor):
@@ -70,122 +87,179 @@ def compare(name: str, cand: Any, ref: Any, base: Any, rule: Rule) -> Comparison
     if tuple(cand.shape) != tuple(ref.shape):
         return Comparison(name, False, "shape",
                           f"output {name!r}: shape {tuple(cand.shape)} but the reference has {tuple(ref.shape)}")
+    if isinstance(base, torch.Tensor) and cand.dtype != base.dtype:
+        return Comparison(name, False, "dtype",
+                          f"output {name!r}: dtype {dtype_name(cand)} but torch gives {dtype_name(base)} "
+                          f"for the same inputs")
+    return None
+
+
+def _stats(c: Any, r: Any, b: Any) -> tuple[Any, dict[str, float]]:
+    """Masks and every scalar the rule needs, fetched from the device in one transfer."""
+    import torch
+
+    rf, bf, cf = torch.isfinite(r), torch.isfinite(b), torch.isfinite(c)
+    judged = rf & bf
+    zero = torch.zeros((), dtype=torch.float64, device=r.device)
+    d = torch.where(judged & cf, (c - r).abs(), zero)
+    db = torch.where(judged, (b - r).abs(), zero)
+    ra = torch.where(judged, r.abs(), zero)
+    inf_wrong = torch.isinf(r) & (b == r) & (c != r)
+    big = torch.finfo(torch.float64).max
+    vals = torch.stack([
+        ra.max(), torch.linalg.vector_norm(d), torch.linalg.vector_norm(db), torch.linalg.vector_norm(ra),
+        db.max(), (judged & ~cf).sum().to(torch.float64), inf_wrong.sum().to(torch.float64),
+        (rf & ~bf).sum().to(torch.float64), judged.sum().to(torch.float64),
+        torch.where(judged, c, zero + big).min(), torch.where(judged, c, zero - big).max(),
+        torch.where(judged, r, zero + big).min(), torch.where(judged, r, zero - big).max(),
+        torch.where(judged, b, zero + big).min(), torch.where(judged, b, zero - big).max(),
+    ]).tolist()
+    keys = ("scale", "norm_d", "norm_db", "norm_r", "max_db", "bad_nan", "bad_inf", "out_of_range", "judged",
+            "cmin", "cmax", "rmin", "rmax", "bmin", "bmax")
+    return (judged, cf, d, db, ra), dict(zip(keys, vals))
+
+
+def compare(name: str, cand: Any, ref: Any, base: Any, rule: Rule) -> Comparison:
+    """``ref`` is float64; ``base`` is torch's result in the kernel's dtype (may be None)."""
+    import torch
+
+    bad = _structural(name, cand, ref, base)
+    if bad is not None:
+        return bad
     dt = dtype_name(cand)
-    if base is not None and cand.dtype != base.dtype:
-        return Comparison(name, False, "dtype", f"output {name!r}: dtype {dt} but torch gives {dtype_name(base)}")
-    c = cand.detach().to(torch.float64)
-    r = ref.detach().to(torch.float64)
-    b = base.detach().to(torch.float64) if base is not None else r
-    numel = r.numel()
+    shape = tuple(ref.shape)
+    numel = ref.numel()
     if numel == 0:
         return Comparison(name, True, "ok", "")
-    rf = torch.isfinite(r)
-    cf = torch.isfinite(c)
-    bad_nan = int((rf & ~cf).sum())
-    # Where the reference is +-inf the candidate must match it; where it is NaN anything goes.
-    inf_ref = torch.isinf(r)
-    bad_inf = int((inf_ref & (c != r)).sum())
-    if bad_nan:
-        first = int(torch.nonzero((rf & ~cf).flatten())[0])
+    c = cand.detach().to(torch.float64)
+    r = ref.detach().to(torch.float64)
+    b = base.detach().to(torch.float64) if isinstance(base, torch.Tensor) else r
+    (judged, cf, d, db, ra), s = _stats(c, r, b)
+    head = f"output {name!r} ({dt}, shape {shape})"
+    if s["bad_nan"]:
+        first = int(torch.nonzero((judged & ~cf).flatten())[0])
         return Comparison(
             name, False, "nan",
-            f"output {name!r} ({dt}, shape {tuple(r.shape)}): {bad_nan} / {numel} elements are NaN/Inf "
-            f"where the reference is finite (first at index {_fmt_idx(_index(first, tuple(r.shape)))}, "
-            f"reference {float(r.flatten()[first]):.6g}, got {float(c.flatten()[first])})",
-            details={"nonfinite": bad_nan, "total": numel})
-    if bad_inf:
+            f"{head}: {int(s['bad_nan'])} / {numel} elements are NaN/Inf where the reference is finite "
+            f"(first at index {_fmt_idx(_index(first, shape))}: reference {float(r.flatten()[first]):.6g}, "
+            f"got {float(c.flatten()[first])})",
+            details={"nonfinite": int(s["bad_nan"]), "total": numel, "dtype": dt})
+    if s["bad_inf"]:
         return Comparison(name, False, "nonfinite",
-                          f"output {name!r}: {bad_inf} / {numel} elements differ where the reference is +-inf")
-    mask = rf
-    rr, cc, bb = r[mask], c[mask], b[mask]
-    if rr.numel() == 0:
-        return Comparison(name, True, "ok", "")
-    err_c, err_b = _relerr(cc, rr), _relerr(bb, rr)
-    if rr.numel() > 1 and float(rr.max() - rr.min()) > 0 and float(cc.max() - cc.min()) == 0:
-        return Comparison(name, False, "constant-output",
-                          f"output {name!r}: every element is {float(cc[0]):.6g}, but the reference is not constant "
-                          f"(range {float(rr.min()):.6g} .. {float(rr.max()):.6g})",
-                          err_c, err_b)
-    diff = (cc - rr).abs()
-    scale = float(rr.abs().max())
-    if rule.atol is not None and rule.rtol is not None:
-        allowed = rule.atol + rule.rtol * rr.abs()
-        viol = diff > allowed
-        allowed_abs_txt = f"atol {rule.atol:g} + rtol {rule.rtol:g} x |reference|"
-        allowed_rel = rule.rtol
-        norm_ok = True
-        allowed_norm = float("inf")
+                          f"{head}: {int(s['bad_inf'])} / {numel} elements differ where the reference (and torch "
+                          f"in {dt}) is +-inf")
+    if s["judged"] == 0:
+        return Comparison(name, True, "ok", "", details={"out_of_range": int(s["out_of_range"])})
+    norm_r = s["norm_r"]
+    err_c = s["norm_d"] / norm_r if norm_r > 0 else s["norm_d"]
+    err_b = s["norm_db"] / norm_r if norm_r > 0 else s["norm_db"]
+    details: dict[str, Any] = {"error": err_c, "baseline_error": err_b, "total": numel, "dtype": dt,
+                               "shape": list(shape)}
+    if s["out_of_range"]:
+        details["out_of_range"] = int(s["out_of_range"])
+    constant = _constant(name, head, s, err_c, err_b, details)
+    if constant is not None:
+        return constant
+    scale = s["scale"]
+    floor = floor_for(dt)
+    delta = floor * scale if scale > 0 else floor
+    rel_c = d / (ra + delta)
+    if rule.fixed:
+        assert rule.atol is not None and rule.rtol is not None
+        allowed_abs, allowed_rel, allowed_norm = rule.atol, rule.rtol, float("inf")
+        viol = d > rule.atol + rule.rtol * ra
     else:
         k = rule.baseline_factor
-        floor = FLOOR_FACTOR * EPS.get(dt, EPS["float32"])
-        delta = floor * scale if scale > 0 else floor
-        rel_c = diff / (rr.abs() + delta)
-        rel_b = (bb - rr).abs() / (rr.abs() + delta)
-        allowed_abs = k * float((bb - rr).abs().max()) + floor * scale
-        allowed_rel = k * float(rel_b.max()) + floor
+        rel_b_max = float((db / (ra + delta)).max())
+        allowed_abs = k * s["max_db"] + (floor * scale if scale > 0 else floor)
+        allowed_rel = k * rel_b_max + floor
         allowed_norm = k * err_b + floor
-        # An element fails when it is both absolutely and relatively beyond what torch's
-        # own dtype-precision result gets wrong (near-zero elements are judged absolutely).
-        viol = (diff > allowed_abs) & (rel_c > allowed_rel)
-        allowed_abs_txt = f"{allowed_abs:.3g}"
-        norm_ok = err_c <= allowed_norm
+        viol = (d > allowed_abs) & (rel_c > allowed_rel)
     nviol = int(viol.sum())
-    ok = nviol == 0 and norm_ok
-    details = {"error": err_c, "baseline_error": err_b, "mismatched": nviol, "total": numel,
-               "dtype": dt, "shape": list(r.shape)}
-    if ok:
+    norm_ok = err_c <= allowed_norm
+    details["mismatched"] = nviol
+    if nviol == 0 and norm_ok:
         return Comparison(name, True, "ok", "", err_c, err_b, details)
-    full_idx = torch.nonzero(mask.flatten()).flatten()
-    imax_abs = int(torch.argmax(diff))
-    rel = diff / rr.abs().clamp_min(torch.finfo(torch.float64).tiny)
-    imax_rel = int(torch.argmax(rel))
-    ia = _index(int(full_idx[imax_abs]), tuple(r.shape))
-    ir = _index(int(full_idx[imax_rel]), tuple(r.shape))
+    imax_abs, imax_rel = int(torch.argmax(d)), int(torch.argmax(rel_c))
+    ia, ir = _index(imax_abs, shape), _index(imax_rel, shape)
+    flat_r, flat_c = r.flatten(), c.flatten()
     ratio = err_c / err_b if err_b > 0 else float("inf")
+    measures = ([] if norm_ok else ["normwise"]) + (["worst element"] if nviol else [])
+    allowed_abs_txt = (f"atol {rule.atol:g} + rtol {rule.rtol:g} x |reference|" if rule.fixed
+                       else f"{allowed_abs:.3g}")
     lines = [
-        f"Tensor {name!r} ({dt}, shape {tuple(r.shape)}) is not close to the float64 reference!",
+        f"Tensor {name!r} ({dt}, shape {shape}) is not close to the float64 reference "
+        f"(failed: {', '.join(measures)})!",
         f"Mismatched elements: {nviol} / {numel} ({100.0 * nviol / numel:.1f}%)",
-        f"Greatest absolute difference: {float(diff[imax_abs]):.6g} at index {_fmt_idx(ia)} "
-        f"(reference {float(rr[imax_abs]):.6g}, got {float(cc[imax_abs]):.6g}; up to {allowed_abs_txt} allowed)",
-        f"Greatest relative difference: {float(rel[imax_rel]):.6g} at index {_fmt_idx(ir)} "
-        f"(up to {allowed_rel:.3g} allowed)",
+        f"Greatest absolute difference: {float(d.flatten()[imax_abs]):.6g} at index {_fmt_idx(ia)} "
+        f"(reference {float(flat_r[imax_abs]):.6g}, got {float(flat_c[imax_abs]):.6g}; up to {allowed_abs_txt} "
+        f"allowed)",
+        f"Greatest relative difference: {float(rel_c.flatten()[imax_rel]):.6g} at index {_fmt_idx(ir)} "
+        f"(reference {float(flat_r[imax_rel]):.6g}, got {float(flat_c[imax_rel]):.6g}; up to {allowed_rel:.3g} "
+        f"allowed)",
     ]
-    if rule.atol is None:
+    if not rule.fixed:
         lines.append(f"Normwise relative error: {err_c:.3g}, torch in {dt} gets {err_b:.3g} "
                      f"(ratio {ratio:.3g}; up to {allowed_norm:.3g} allowed = "
-                     f"{rule.baseline_factor:g} x baseline + {FLOOR_FACTOR * EPS.get(dt, EPS['float32']):.2g} floor)")
-    details.update({"max_abs": float(diff[imax_abs]), "max_abs_index": list(ia), "max_rel": float(rel[imax_rel]),
-                    "max_rel_index": list(ir), "ratio": ratio})
+                     f"{rule.baseline_factor:g} x baseline + {floor:.2g} floor)")
+    details.update({"max_abs": float(d.flatten()[imax_abs]), "max_abs_index": list(ia),
+                    "max_rel": float(rel_c.flatten()[imax_rel]), "max_rel_index": list(ir), "ratio": ratio,
+                    "measures": measures})
     return Comparison(name, False, "mismatch", "\n".join(lines), err_c, err_b, details)
+
+
+def _constant(name: str, head: str, s: dict[str, float], err_c: float, err_b: float,
+              details: dict[str, Any]) -> Comparison | None:
+    """A constant (or all-zero) output where neither the reference nor torch's own
+    dtype-precision result is constant: the kernel did not compute anything."""
+    if s["judged"] < 2 or s["cmax"] != s["cmin"]:
+        return None
+    if s["rmax"] == s["rmin"] or s["bmax"] == s["bmin"]:
+        return None
+    what = "zero" if s["cmax"] == 0 else f"{s['cmax']:.6g}"
+    return Comparison(name, False, "constant-output",
+                      f"{head}: every element is {what}, but the reference is not constant "
+                      f"(range {s['rmin']:.6g} .. {s['rmax']:.6g})", err_c, err_b, details)
+
+
+def agreement_tolerance(ref: Any, base: Any, dt: str, rule: Rule) -> float:
+    """How far two runs of the candidate on the same inputs may differ: the tolerance the
+    comparison itself allows, in absolute terms."""
+    import torch
+
+    r = ref.detach().to(torch.float64)
+    b = base.detach().to(torch.float64) if isinstance(base, torch.Tensor) and base.shape == ref.shape else r
+    fin = torch.isfinite(r) & torch.isfinite(b)
+    zero = torch.zeros((), dtype=torch.float64, device=r.device)
+    scale, max_db = torch.stack([torch.where(fin, r.abs(), zero).max() if r.numel() else zero,
+                                 torch.where(fin, (b - r).abs(), zero).max() if r.numel() else zero]).tolist()
+    if rule.fixed:
+        assert rule.atol is not None and rule.rtol is not None
+        return rule.atol + rule.rtol * scale
+    floor = floor_for(dt)
+    return rule.baseline_factor * max_db + floor * (scale if scale > 0 else 1.0)
 
 
 def agree(name: str, a: Any, b: Any, *, bitwise: bool, ref: Any, base: Any, rule: Rule) -> str | None:
     """Two runs of the candidate on the same inputs. None if they agree, else why not."""
     import torch
 
-    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape:
-        return f"output {name!r}: two runs on the same inputs returned different shapes or types"
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape \
+            or a.dtype != b.dtype:
+        return f"output {name!r}: two runs on the same inputs returned different shapes, dtypes or types"
+    if a.numel() == 0:
+        return None
     if bitwise:
-        same = torch.equal(a.view(-1).view(torch.uint8) if a.is_contiguous() else a.contiguous().view(torch.uint8),
-                           b.view(-1).view(torch.uint8) if b.is_contiguous() else b.contiguous().view(torch.uint8))
-        if not same:
+        if not torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8)):
             n = int((a != b).sum()) if a.is_floating_point() else -1
-            return f"output {name!r}: the spec says deterministic=True but two runs differ bitwise ({n} elements)"
+            return (f"output {name!r}: the spec says deterministic=True but two runs on the same inputs differ "
+                    f"bitwise ({n} elements)")
         return None
     a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
-    both_nan = torch.isnan(a64) & torch.isnan(b64)
-    d = torch.where(both_nan, torch.zeros_like(a64), (a64 - b64).abs())
-    d = torch.nan_to_num(d, nan=float("inf"))
-    r = ref.detach().to(torch.float64)
-    bb = base.detach().to(torch.float64) if base is not None else r
-    fin = torch.isfinite(r)
-    scale = float(r[fin].abs().max()) if bool(fin.any()) else 1.0
-    dt = dtype_name(a)
-    tol = rule.baseline_factor * float((bb[fin] - r[fin]).abs().max() if bool(fin.any()) else 0.0) \
-        + FLOOR_FACTOR * EPS.get(dt, EPS["float32"]) * scale
-    if rule.atol is not None and rule.rtol is not None:
-        tol = rule.atol + rule.rtol * scale
-    worst = float(d.max()) if d.numel() else 0.0
+    same_nonfinite = (a64 == b64) | (torch.isnan(a64) & torch.isnan(b64))
+    d = torch.where(same_nonfinite, torch.zeros_like(a64), (a64 - b64).abs())
+    worst = float(torch.nan_to_num(d, nan=float("inf")).max())
+    tol = agreement_tolerance(ref, base, dtype_name(a), rule)
     if worst > tol:
         return (f"output {name!r}: two runs on the same inputs differ by up to {worst:.6g} "
                 f"(more than the {tol:.3g} tolerance): the result depends on something besides the inputs")

@@ -49,13 +49,7 @@ def _float_values(choice: InputChoice, shape: tuple[int, ...], gen: Any, device:
             x.scatter_(-1, hot, choice.param or 20.0)
         return x
     if dist == "neg_inf_spans":
-        x = torch.randn(shape, generator=gen, dtype=f64, device=device)
-        if shape and x.numel():
-            span = torch.rand(shape, generator=gen, dtype=f64, device=device) < 0.3
-            x[span] = -math.inf
-            if x.dim() >= 2 and shape[0] > 1:
-                x[0] = -math.inf  # one whole row of -inf
-        return x
+        return _neg_inf_spans(shape, gen, device)
     if dist == "ties":
         return torch.randint(-3, 4, shape, generator=gen, device=device).to(f64)
     if dist == "denormal":
@@ -65,6 +59,36 @@ def _float_values(choice: InputChoice, shape: tuple[int, ...], gen: Any, device:
         small = torch.rand(shape, generator=gen, dtype=f64, device=device) * tiny * 0.9
         return torch.where(mask, small, x)
     raise ValueError(f"unknown distribution {dist!r}")
+
+
+def _neg_inf_spans(shape: tuple[int, ...], gen: Any, device: Any) -> Any:
+    """Normal values with a contiguous run of -inf in every row (as attention masks make),
+    and, where there are several rows, one row that is -inf throughout."""
+    import torch
+
+    x = torch.randn(shape, generator=gen, dtype=torch.float64, device=device)
+    if not shape or x.numel() == 0:
+        return x
+    n = shape[-1]
+    rows = x.reshape(-1, n)
+    start = torch.randint(0, n, (rows.shape[0], 1), generator=gen, device=device)
+    length = torch.randint(0, n + 1, (rows.shape[0], 1), generator=gen, device=device)
+    col = torch.arange(n, device=device).unsqueeze(0)
+    rows.masked_fill_((col >= start) & (col < start + length), -math.inf)
+    if rows.shape[0] > 1:
+        rows[int(torch.randint(0, rows.shape[0], (1,), generator=gen))] = -math.inf
+    return rows.reshape(shape)
+
+
+def _to_dtype(values: Any, dtype: Any) -> Any:
+    """Cast, saturating finite values to the dtype's range (an overflow to inf or NaN would
+    make the case meaningless); infinities that the distribution asked for stay."""
+    import torch
+
+    if dtype.is_floating_point and dtype != torch.float64:
+        big = torch.finfo(dtype).max
+        values = torch.where(torch.isfinite(values), values.clamp(-big, big), values)
+    return values.to(dtype)
 
 
 def _index_values(choice: InputChoice, shape: tuple[int, ...], high: int, gen: Any, device: Any) -> Any:
@@ -102,6 +126,10 @@ def _layout(shape: tuple[int, ...], layout: str, itemsize: int) -> tuple[tuple[i
         st = list(contiguous_stride(wide))
         st[-1] = 2
         return shape, tuple(st), 0
+    if layout == "narrowed" and len(shape) >= 2:
+        # columns [0, n) of a tensor with n + pad columns: rows are not n elements apart
+        wide = (*shape[:-1], shape[-1] + max(3, shape[-1] // 2 + 1))
+        return shape, contiguous_stride(wide), 0
     if layout == "expanded" and shape and shape[0] > 1:
         st = list(contiguous_stride(shape))
         st[0] = 0
@@ -130,7 +158,7 @@ def materialize(spec: Spec, case: Case, device: Any, *, salt: int = 0) -> Materi
             values = _index_values(choice, shape, high, gen, device).to(dtype)
         else:
             assert isinstance(inp, Tensor)
-            values = _float_values(choice, shape, gen, device).to(dtype)
+            values = _to_dtype(_float_values(choice, shape, gen, device), dtype)
         vshape, stride, offset = _layout(shape, choice.layout, values.element_size())
         g = guarded_strided(name, vshape, stride, offset, dtype, device)
         if stride and stride[0] == 0:  # zero-stride: every row is the same memory
