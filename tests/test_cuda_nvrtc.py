@@ -70,3 +70,14 @@ def test_package_import_stays_light() -> None:
     code = "import sys, gpu_gate.cuda; print('cupy' in sys.modules, 'torch' in sys.modules, 'triton' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False False False"
+
+
+def test_disable_pools_turns_cupys_pools_off() -> None:
+    before = cupy.cuda.get_allocator()
+    try:
+        cuda.disable_pools()
+        allocator = cupy.cuda.get_allocator()
+        assert not isinstance(getattr(allocator, "__self__", None), cupy.cuda.MemoryPool)
+        assert isinstance(getattr(before, "__self__", None), cupy.cuda.MemoryPool)
+    finally:
+        cupy.cuda.set_allocator(before)
