@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -60,8 +61,7 @@ def main() -> int:
     if found is None:
         print("bench_sanitizer: compute-sanitizer not found. Nothing measured.")
         return 0
-    workdir = Path(os.environ.get("TMPDIR", "/tmp")) / f"gpu-gate-bench-{os.getpid()}"
-    workdir.mkdir(parents=True, exist_ok=True)
+    workdir = Path(tempfile.mkdtemp(prefix="gpu-gate-bench-"))
     _check("warm-up", run_plain())  # Triton's and NVRTC's caches are warm for every timed run
     rows: list[tuple[str, float]] = []
     for _ in range(args.repeat):
