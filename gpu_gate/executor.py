@@ -114,7 +114,7 @@ def run_one(job: Job, opts: ExecOptions, gpu: str | None) -> JobResult:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int) -> dict[str, str]:
+def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int, check: str) -> dict[str, str]:
     extra = {
         "GPU_GATE_REPO_ROOT": str(opts.repo_root),
         "CUDA_VISIBLE_DEVICES": gpu if gpu is not None else "",
@@ -125,9 +125,12 @@ def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int) ->
         "OMP_NUM_THREADS": str(threads),
     }
     if gpu is None:
-        extra["TRITON_INTERPRET"] = "1"  # Triton kernels run on the CPU through the interpreter
         extra["GPU_GATE_DEVICE"] = "cpu"
+        if check != "compile":  # the compile check needs Triton's real compiler, not its interpreter
+            extra["TRITON_INTERPRET"] = "1"  # Triton kernels run on the CPU through the interpreter
     env = proc.scrubbed_env(extra=extra)
+    if check == "compile":
+        env.pop("TRITON_INTERPRET", None)
     return env
 
 
@@ -138,7 +141,7 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path) -> JobR
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job file ({exc}): no disk space left?", None)
     threads = max(1, (os.cpu_count() or 2) // max(1, opts.workers or 1))
-    env = _env_for(opts, gpu, workdir, threads)
+    env = _env_for(opts, gpu, workdir, threads, job.check)
     argv: list[str] = [sys.executable, "-m", "gpu_gate.harness", str(job_file), str(result_file)]
     module = CHECKS[job.check].load()
     wrap = getattr(module, "wrap", None)

@@ -127,7 +127,7 @@ def config_from_options(fn: Any, given: dict[str, Any]) -> TritonConfig:
     """The policy's ``{"signature": {...}, "constexprs": {...}}``, completed with defaults."""
     base = default_config(fn)
     signature = dict(base.signature)
-    signature.update(given.get("signature", {}))
+    signature.update(given.get("signature") or {})
     constexprs = dict(base.constexprs)
     constexprs.update(given.get("constexprs", {}))
     for name in constexprs:

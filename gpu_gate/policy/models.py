@@ -60,18 +60,27 @@ class KernelSelection(_Frozen):
     exclude: tuple[str, ...] = Field(default=("third_party/**", ".git/**"), description="globs never treated as kernels")
 
 
+class TritonCompile(_Frozen):
+    signature: dict[str, str] | None = Field(
+        default=None, description="argument types, e.g. {x_ptr: '*fp32', n: 'i32'} (default: guessed from names)")
+    constexprs: dict[str, int | float | bool | str] = Field(
+        default_factory=dict, description="values for tl.constexpr parameters without a default, e.g. {BLOCK: 1024}")
+
+
 class CompilePolicy(CheckPolicy):
     archs: tuple[Arch, ...] = Field(default=("sm_80", "sm_90"), min_length=1, description="target architectures, e.g. sm_90")
     max_spill_bytes: int | None = Field(default=None, ge=0, description="most spill stores+loads allowed per kernel")
     max_local_bytes: int | None = Field(default=None, ge=0, description="most local memory allowed per thread")
     resources_level: Literal["required", "advisory"] = Field(
         default="advisory", description="whether breaching max_spill_bytes/max_local_bytes blocks")
+    triton: dict[str, TritonCompile] = Field(
+        default_factory=dict, description="per Triton kernel name: the signature and constexpr values to compile with")
 
 
 class Tolerance(_Frozen):
     baseline_factor: float = Field(default=2.0, gt=0, description="allowed error = factor x torch's own error in the kernel's dtype")
-    atol: float | None = Field(default=None, ge=0, description="fixed absolute floor replacing the per-dtype floor (with rtol)")
-    rtol: float | None = Field(default=None, ge=0, description="fixed relative floor replacing the per-dtype floor (with atol)")
+    atol: float | None = Field(default=None, ge=0, description="fixed elementwise rule |out - ref| <= atol + rtol x |ref| instead of the baseline rule (with rtol)")
+    rtol: float | None = Field(default=None, ge=0, description="fixed elementwise rule |out - ref| <= atol + rtol x |ref| instead of the baseline rule (with atol)")
 
     @model_validator(mode="after")
     def _atol_rtol_together(self) -> Tolerance:

@@ -32,7 +32,7 @@ def _outcome(r: JobResult) -> str:
     if r.errors:
         parts.append(f"{len(r.errors)} error{'s' * (len(r.errors) != 1)}")
     if r.cases:
-        parts.append(f"{r.cases} cases")
+        parts.append(f"{r.cases} case{'s' * (r.cases != 1)}")
     if r.cached_from:
         parts.append(f"cached from {short_sha(r.cached_from)}")
     return ", ".join(parts) or "ok"
