@@ -48,6 +48,7 @@ class ExecOptions:
     fail_fast: bool = False
     sanitizer_path: str | None = None
     keep_workdirs: Path | None = None  # copy each job's directory here (sanitizer XML, logs)
+    health_probe: Callable[[str], str | None] | None = None  # GPU index -> problem, None if healthy
     work_root: Path | None = None  # where job directories are made (default: the system temp dir)
 
 
@@ -73,6 +74,9 @@ def _classify_failure(job: Job, pr: proc.ProcResult, timeout_s: float) -> tuple[
     if pr.timed_out:
         return "timeout", (f"the job did not finish within {timeout_s:.0f}s and was killed with its whole process "
                            f"group (a hang, a deadlock in the kernel, or too slow)")
+    if pr.signal == 9:
+        return "crash", (f"the job process died: {pr.describe()} (SIGKILL from outside the job: most often the "
+                         f"kernel's out-of-memory killer, i.e. the runner ran out of host memory)")
     if pr.signal:
         return "crash", f"the job process died: {pr.describe()}"
     return "crash", f"the job process exited with code {pr.returncode} without writing a result"
@@ -152,7 +156,9 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path) -> JobR
             return _outcome_to_result(job, wrapped, 0.0, None)
         argv = wrapped
         env = wctx.env
-    pr = proc.run(argv, cwd=opts.repo_root, env=env, timeout=opts.timeout_s)
+    # A job never outlives the whole run's deadline.
+    timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
+    pr = proc.run(argv, cwd=opts.repo_root, env=env, timeout=timeout)
     inner = _read_result(result_file)
     collect = getattr(module, "collect", None)
     if collect is not None:
@@ -164,7 +170,9 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path) -> JobR
         outcome = collect(job, workdir, pr, inner_outcome)
         return _outcome_to_result(job, outcome, pr.duration_s, pr.tail(40) or None)
     if inner is None:
-        kind, message = _classify_failure(job, pr, opts.timeout_s)
+        kind, message = _classify_failure(job, pr, timeout)
+        if pr.timed_out and timeout < opts.timeout_s:
+            message += " (the whole run's time limit cut this job short)"
         return _error_result(job, kind, message, pr)
     inner.duration_s = pr.duration_s
     if pr.tail(5):
@@ -177,6 +185,21 @@ def _read_result(path: Path) -> JobResult | None:
         return JobResult.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def gpu_problem(gpu: str) -> str | None:
+    """None if ``nvidia-smi`` still sees GPU ``gpu`` and its memory; else what it says."""
+    r = proc.run(["nvidia-smi", "-i", gpu, "--query-gpu=name,memory.used", "--format=csv,noheader"], timeout=30)
+    if r.ok and r.stdout.strip():
+        return None
+    return (r.stdout + r.stderr).strip().splitlines()[-1] if (r.stdout + r.stderr).strip() else r.describe()
+
+
+def _gpu_problem(opts: ExecOptions, gpu: str | None) -> str | None:
+    if gpu is None:
+        return None
+    probe = opts.health_probe or gpu_problem
+    return probe(gpu)
 
 
 def order_jobs(jobs: Sequence[Job]) -> list[Job]:
@@ -203,6 +226,14 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
     start = time.monotonic()
     stop = threading.Event()
 
+    def record(job: Job, res: JobResult) -> None:
+        with lock:
+            results[job.id] = res
+            if progress is not None:
+                progress(res, len(results), len(ordered), time.monotonic() - start)
+            if opts.fail_fast and res.status in (Status.FAILED, Status.ERROR) and res.level == "required":
+                stop.set()
+
     def worker(gpu: str | None) -> None:
         while True:
             try:
@@ -220,16 +251,25 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
                     res = run_one(job, opts, gpu)
                 except Exception as exc:  # noqa: BLE001 - one job's failure never stops the run
                     res = _error_result(job, "internal-error", f"internal error running the job: {exc}", None)
-            with lock:
-                results[job.id] = res
-                if progress is not None:
-                    progress(res, len(results), len(ordered), time.monotonic() - start)
-                if opts.fail_fast and res.status in (Status.FAILED, Status.ERROR) and res.level == "required":
-                    stop.set()
+            problem = _gpu_problem(opts, gpu) if res.status is Status.ERROR else None
+            if problem:
+                # The GPU itself is gone or broken: this worker stops; jobs go to the healthy GPUs.
+                res.findings.append(Finding(check=job.check, kind="infrastructure", severity=Severity.ERROR,
+                                            spec=job.spec.id if job.spec else None,
+                                            message=f"GPU {gpu} is unusable after this job: {problem}"))
+                record(job, res)
+                return
+            record(job, res)
 
     threads = [threading.Thread(target=worker, args=(g,), daemon=True) for g in slots]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    while True:  # every worker's GPU was lost: what is left cannot run here
+        try:
+            job = work.get_nowait()
+        except queue.Empty:
+            break
+        record(job, _error_result(job, "infrastructure", "no healthy GPU left on this runner to run the job", None))
     return [results[j.id] for j in ordered if j.id in results]

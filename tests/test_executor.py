@@ -1,0 +1,83 @@
+"""Fault injection for the executor: lost GPUs, killed jobs, whole-run time limits.
+
+Jobs are real subprocesses running the real harness; only the GPU health probe is injected,
+since this machine has no GPU to lose.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from gpu_gate.executor import ExecOptions, execute
+from gpu_gate.findings import Status
+from gpu_gate.jobs import Job, SpecRef
+
+SPEC = """\
+import gpu_gate as gg
+
+@gg.spec(dims={{"n": gg.Dim(1, 64)}}, inputs={{"x": gg.Tensor(("n",))}}, reference=lambda x: x * 2)
+def {name}(x):
+    {body}
+"""
+
+
+def _jobs(root: Path, bodies: dict[str, str]) -> list[Job]:
+    (root / "gate").mkdir(exist_ok=True)
+    jobs = []
+    for name, body in bodies.items():
+        (root / "gate" / f"{name}_gate.py").write_text(SPEC.format(name=name, body=body))
+        jobs.append(Job(id=f"equivalence:gate/{name}_gate.py::{name}", check="equivalence", level="required",
+                        kernels=(), spec=SpecRef(f"gate/{name}_gate.py", name),
+                        options={"cases": 2, "growth": False, "shrink": False}))
+    return jobs
+
+
+SEGV = "import os, signal; os.kill(os.getpid(), signal.SIGSEGV)"
+
+
+def test_a_lost_gpu_stops_its_worker_and_the_others_take_the_jobs(tmp_path: Path) -> None:
+    jobs = _jobs(tmp_path, {f"k{i}": SEGV for i in range(4)})
+    opts = ExecOptions(repo_root=tmp_path, gpus=("0", "1"), timeout_s=120,
+                       health_probe=lambda g: "GPU is lost (Xid 79)" if g == "0" else None)
+    results = execute(jobs, opts)
+    assert len(results) == 4
+    lost = [r for r in results if any(f.kind == "infrastructure" for f in r.findings)]
+    assert len(lost) == 1
+    assert lost[0].findings[-1].message == "GPU 0 is unusable after this job: GPU is lost (Xid 79)"
+    assert all(r.status is Status.ERROR for r in results)
+
+
+def test_when_every_gpu_is_lost_the_remaining_jobs_fail_closed(tmp_path: Path) -> None:
+    jobs = _jobs(tmp_path, {f"k{i}": SEGV for i in range(4)})
+    opts = ExecOptions(repo_root=tmp_path, gpus=("0", "1"), timeout_s=120, health_probe=lambda g: "GPU is lost")
+    results = execute(jobs, opts)
+    assert len(results) == 4
+    leftover = [r for r in results if r.reason == "no healthy GPU left on this runner to run the job"]
+    assert len(leftover) == 2
+    assert all(r.status is Status.ERROR for r in leftover)
+
+
+def test_a_job_killed_from_outside_points_at_host_memory(tmp_path: Path) -> None:
+    jobs = _jobs(tmp_path, {"oom": "import os, signal; os.kill(os.getpid(), signal.SIGKILL)",
+                            "fine": "return x * 2"})
+    results = {r.job_id: r for r in execute(jobs, ExecOptions(repo_root=tmp_path, gpus=(), timeout_s=120))}
+    killed = results["equivalence:gate/oom_gate.py::oom"]
+    assert killed.status is Status.ERROR
+    assert "killed by SIGKILL" in killed.findings[0].message
+    assert "ran out of host memory" in killed.findings[0].message
+    assert results["equivalence:gate/fine_gate.py::fine"].status is Status.PASSED
+
+
+def test_the_whole_run_time_limit_cuts_jobs_and_fails_closed(tmp_path: Path) -> None:
+    jobs = _jobs(tmp_path, {"hang": "import time; time.sleep(600)", "later": "return x * 2"})
+    jobs[1] = Job(**{**jobs[1].__dict__, "cost": 0.0})  # runs second on the single worker
+    start = time.monotonic()
+    opts = ExecOptions(repo_root=tmp_path, gpus=(), timeout_s=600, run_deadline=time.monotonic() + 6, workers=1)
+    results = {r.job_id: r for r in execute(jobs, opts)}
+    assert time.monotonic() - start < 60
+    hang = results["equivalence:gate/hang_gate.py::hang"]
+    assert hang.findings[0].kind == "timeout"
+    assert hang.findings[0].message.endswith("(the whole run's time limit cut this job short)")
+    later = results["equivalence:gate/later_gate.py::later"]
+    assert later.status is Status.ERROR
+    assert later.reason == "the whole run's time limit was reached before this job started"
