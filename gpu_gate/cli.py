@@ -227,6 +227,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
                        run_deadline=time.monotonic() + policy.runner.run_timeout_minutes * 60,
                        workers=args.jobs or (len(gpus) or min(2, os.cpu_count() or 1)),
                        fail_fast=policy.runner.fail_fast, sanitizer_path=policy.cuda.sanitizer,
+                       jobs_per_gpu=policy.runner.jobs_per_gpu,
                        keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None,
                        work_root=Path(args.work_dir) if args.work_dir else None)
     results = execute(todo, opts, progress)

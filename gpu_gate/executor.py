@@ -49,6 +49,8 @@ class ExecOptions:
     sanitizer_path: str | None = None
     keep_workdirs: Path | None = None  # copy each job's directory here (sanitizer XML, logs)
     health_probe: Callable[[str], str | None] | None = None  # GPU index -> problem, None if healthy
+    jobs_per_gpu: int = 1  # jobs sharing one GPU at once
+    free_memory: Callable[[str], int | None] | None = None  # GPU index -> free bytes (default: nvidia-smi)
     work_root: Path | None = None  # where job directories are made (default: the system temp dir)
 
 
@@ -195,6 +197,50 @@ def gpu_problem(gpu: str) -> str | None:
     return (r.stdout + r.stderr).strip().splitlines()[-1] if (r.stdout + r.stderr).strip() else r.describe()
 
 
+def gpu_free_bytes(gpu: str) -> int | None:
+    r = proc.run(["nvidia-smi", "-i", gpu, "--query-gpu=memory.free", "--format=csv,noheader,nounits"], timeout=30)
+    try:
+        return int(r.stdout.strip().splitlines()[0]) << 20 if r.ok else None
+    except (ValueError, IndexError):
+        return None
+
+
+def memory_need(job: Job) -> int:
+    """A job's expected peak GPU memory: the case budget and its copies, or a fixed allowance."""
+    if job.check in ("equivalence", "determinism"):
+        return 4 * int(job.options.get("max_case_bytes") or 256 << 20) + (512 << 20)
+    return 2 << 30  # sanitizer runs use small cases but the tools keep shadow state
+
+
+class GpuSlots:
+    """Admits a job to a GPU when fewer than ``per_gpu`` jobs run there and, if others are
+    running, the GPU has the free memory the job needs (a lone job always starts)."""
+
+    def __init__(self, per_gpu: int, free: Callable[[str], int | None]) -> None:
+        self.per_gpu = per_gpu
+        self.free = free
+        self.running: dict[str, int] = {}
+        self.cond = threading.Condition()
+
+    def acquire(self, gpu: str, need: int) -> None:
+        with self.cond:
+            while True:
+                n = self.running.get(gpu, 0)
+                if n == 0:
+                    break
+                if n < self.per_gpu:
+                    free = self.free(gpu)
+                    if free is None or free >= need:
+                        break
+                self.cond.wait(timeout=5)
+            self.running[gpu] = self.running.get(gpu, 0) + 1
+
+    def release(self, gpu: str) -> None:
+        with self.cond:
+            self.running[gpu] -= 1
+            self.cond.notify_all()
+
+
 def _gpu_problem(opts: ExecOptions, gpu: str | None) -> str | None:
     if gpu is None:
         return None
@@ -217,7 +263,10 @@ def order_jobs(jobs: Sequence[Job]) -> list[Job]:
 def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None = None) -> list[JobResult]:
     """Run every job; one worker per GPU (or ``opts.workers`` CPU workers without one)."""
     ordered = order_jobs(jobs)
-    slots: list[str | None] = list(opts.gpus) if opts.gpus else [None] * max(1, opts.workers or 1)
+    per_gpu = max(1, opts.jobs_per_gpu)
+    slots: list[str | None] = [g for g in opts.gpus for _ in range(per_gpu)] if opts.gpus else \
+        [None] * max(1, opts.workers or 1)
+    gpu_slots = GpuSlots(per_gpu, opts.free_memory or gpu_free_bytes)
     work: queue.Queue[Job] = queue.Queue()
     for j in ordered:
         work.put(j)
@@ -247,10 +296,15 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
                 if stop.is_set():
                     res = dataclasses.replace(res, status=Status.NOT_RUN, findings=[])
             else:
+                if gpu is not None:
+                    gpu_slots.acquire(gpu, memory_need(job))
                 try:
                     res = run_one(job, opts, gpu)
                 except Exception as exc:  # noqa: BLE001 - one job's failure never stops the run
                     res = _error_result(job, "internal-error", f"internal error running the job: {exc}", None)
+                finally:
+                    if gpu is not None:
+                        gpu_slots.release(gpu)
             problem = _gpu_problem(opts, gpu) if res.status is Status.ERROR else None
             if problem:
                 # The GPU itself is gone or broken: this worker stops; jobs go to the healthy GPUs.

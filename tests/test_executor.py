@@ -81,3 +81,32 @@ def test_the_whole_run_time_limit_cuts_jobs_and_fails_closed(tmp_path: Path) -> 
     later = results["equivalence:gate/later_gate.py::later"]
     assert later.status is Status.ERROR
     assert later.reason == "the whole run's time limit was reached before this job started"
+
+
+def test_jobs_share_a_gpu_only_when_its_memory_allows() -> None:
+    from gpu_gate.executor import GpuSlots
+    import threading
+
+    free = {"0": 1 << 30}
+    slots = GpuSlots(per_gpu=2, free=lambda g: free[g])
+    slots.acquire("0", need=4 << 30)  # alone on the GPU: starts whatever it needs
+    started = threading.Event()
+
+    def second() -> None:
+        slots.acquire("0", need=4 << 30)
+        started.set()
+
+    t = threading.Thread(target=second, daemon=True)
+    t.start()
+    assert not started.wait(0.5)  # 1 GiB free, 4 GiB needed, another job running: waits
+    free["0"] = 8 << 30
+    with slots.cond:
+        slots.cond.notify_all()
+    assert started.wait(10)  # memory freed up: it starts next to the first
+    third = threading.Thread(target=lambda: slots.acquire("0", need=1), daemon=True)
+    third.start()
+    third.join(0.5)
+    assert third.is_alive()  # two per GPU at most
+    slots.release("0")
+    third.join(10)
+    assert not third.is_alive()
