@@ -71,9 +71,6 @@ def {name}_gate(x):
     return y
 """
 
-REVERSE_REF = ("lambda x: torch.cat([c.flip(0) if c.numel() == 256 else torch.cat([torch.zeros(256 - c.numel(), "
-               "dtype=x.dtype, device=x.device), c]).flip(0)[:c.numel()] * 0 for c in x.split(256)])")
-
 
 def _git(repo: Path, *args: str) -> None:
     env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x", "GIT_COMMITTER_NAME": "t",
@@ -96,8 +93,6 @@ def gate_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
     (repo / "gate/scale_gate.py").write_text(SPEC.format(name="scale", file="scale", reference="lambda x: 2 * x"))
     (repo / "gate/scale_tail_gate.py").write_text(
         SPEC.format(name="scale_tail", file="scale_tail", reference="lambda x: 2 * x"))
-    rev = ("lambda x: torch.cat([torch.cat([c, c.new_zeros(256 - c.numel())]).flip(0)[:c.numel()]"
-           " if c.numel() == 256 else _tail(c) for c in x.split(256)])")
     spec = SPEC.format(name="reverse_race", file="reverse_race", reference="_reverse")
     spec = spec.replace("import gpu_gate as gg\n", "import gpu_gate as gg\n\n"
                         "def _reverse(x):\n"
