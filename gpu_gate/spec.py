@@ -265,3 +265,18 @@ def spec(
 
 def specs_in_module(module_name: str) -> list[Spec]:
     return list(_REGISTRY.get(module_name, []))
+
+
+def upcast(t: Any, dtype: str = "float32") -> Any:
+    """``t`` in at least ``dtype`` precision (float32 by default); float64 stays float64.
+
+    For references that should compute internally in fp32 and round once at the end, as a
+    fused kernel does: ``reference=lambda x: f(upcast(x)).to(x.dtype)``. The float64 run is
+    unaffected, and the baseline (the reference with the kernel's dtypes) then measures
+    what fp32 arithmetic with dtype storage achieves, instead of whatever intermediate
+    roundings torch's own low-precision path happens to make on this device."""
+    import torch
+
+    if not isinstance(t, torch.Tensor) or not t.is_floating_point():
+        return t
+    return t.to(torch.promote_types(t.dtype, getattr(torch, dtype)))

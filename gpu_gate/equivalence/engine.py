@@ -206,7 +206,7 @@ class CaseRunner:
             raise SpecBroken(f"the spec's reference raised {_first_line(exc)} on case {case.id}") from exc
         outs2 = self._second_run(case, m, upstream, repro, findings)
         if outs2 is not None:
-            findings += self._reused(case, outs1, outs2, repro)
+            findings += self._reused(case, m, outs1, outs2, repro)
         del outs1  # only the snapshot is compared: a later write to the buffer cannot help
         comparisons = []
         for k, r in ref.items():
@@ -224,7 +224,7 @@ class CaseRunner:
                 if why:
                     findings.append(_finding(self.spec_id, case, "unstable", why, repro, output=k))
         if sensitivity and not findings:
-            findings += self._sensitivity(case, snap1, ref, repro)
+            findings += self._sensitivity(case, snap1, ref, base, repro)
         return CaseResult(case, findings, comparisons)
 
     def _first_run(self, case: Case, m: Materialized, upstream: dict[str, Any] | None, repro: str
@@ -277,16 +277,20 @@ class CaseRunner:
             msg = f"the candidate returned no output {k!r} (it returned {sorted(got)})"
         return _finding(self.spec_id, case, "missing-output", msg, repro, output=k)
 
-    def _reused(self, case: Case, outs1: dict[str, Any], outs2: dict[str, Any], repro: str) -> list[Finding]:
+    def _reused(self, case: Case, m: Materialized, outs1: dict[str, Any], outs2: dict[str, Any],
+                repro: str) -> list[Finding]:
         """Two calls returned the same storage while the first result was still alive: a cached
-        tensor, or a static buffer that the next call silently overwrites."""
+        tensor, or a static buffer that the next call silently overwrites. (A view of an input
+        is reported as such, not here.)"""
         import torch
 
         found = []
+        inputs = {g.buffer.untyped_storage().data_ptr() for g in m.guarded.values()}
         for k, a in outs1.items():
             b = outs2.get(k)
             if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.numel() and b.numel() \
-                    and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr():
+                    and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() \
+                    and a.untyped_storage().data_ptr() not in inputs:
                 found.append(_finding(
                     self.spec_id, case, "cached-output",
                     f"output {k!r}: two calls returned the same memory while the first result was still in use "
@@ -303,7 +307,9 @@ class CaseRunner:
         for name, g in m.guarded.items():
             if torch.equal(g.buffer, m.snapshots[name]):
                 continue
-            if not g.guards_intact():
+            intact = g.guards_intact()
+            g.buffer.copy_(m.snapshots[name])  # the reference and the second run see the original
+            if not intact:
                 found.append(_finding(sid, case, "out-of-bounds-write",
                                       f"the candidate wrote past the bounds of input {name!r} "
                                       f"(the guard band around it changed)", repro, input=name))
@@ -326,9 +332,12 @@ class CaseRunner:
                                           f"instead of computing a result", repro, output=k))
         return found
 
-    def _sensitivity(self, case: Case, out1: dict[str, Any], ref1: dict[str, Any], repro: str) -> list[Finding]:
-        """A perturbation that changes the reference must change the output."""
+    def _sensitivity(self, case: Case, out1: dict[str, Any], ref1: dict[str, Any], base1: dict[str, Any],
+                     repro: str) -> list[Finding]:
+        """New inputs that move the reference by more than the tolerance must change the output."""
         import torch
+
+        from .compare import agreement_tolerance, dtype_name
 
         m2 = materialize(self.spec, case, self.device, salt=1)
         upstream = self.upstream(m2, case.seed + 1)
@@ -346,9 +355,11 @@ class CaseRunner:
             if not all(isinstance(t, torch.Tensor) for t in (a, b, r1, r2)) or a.shape != b.shape \
                     or r1.shape != r2.shape:
                 continue
-            # the reference must move by more than the output dtype can hide
-            moved = not bitwise_equal(r1.to(a.dtype), r2.to(a.dtype))
-            if moved and bitwise_equal(a, b):
+            if not bitwise_equal(a, b):
+                continue
+            fin = torch.isfinite(r1) & torch.isfinite(r2)
+            shift = float(torch.where(fin, (r1 - r2).abs(), torch.zeros_like(r1)).max()) if r1.numel() else 0.0
+            if shift > agreement_tolerance(r1, base1.get(k), dtype_name(a), self.rule):
                 found.append(_finding(self.spec_id, case, "insensitive",
                                       f"output {k!r} did not change when the inputs changed (the reference did): "
                                       f"the kernel returns a cached or constant result", repro, output=k))
@@ -364,4 +375,4 @@ def bitwise_equal(a: Any, b: Any) -> bool:
         return False
     if not a.numel():
         return True
-    return torch.equal(a.reshape(-1).view(torch.uint8), b.reshape(-1).view(torch.uint8))
+    return torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))

@@ -75,9 +75,9 @@ def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[
                 base.append(worst.baseline_error)
             if len(sizes) < 3:
                 continue
-            # errors below the dtype's epsilon are rounding noise: clamp them so an exact
+            # errors far below the dtype's epsilon are exact results: clamp them so an exact
             # result at short lengths does not fake a steep slope
-            eps = EPS.get(dtype, EPS["float32"])
+            eps = EPS.get(dtype, EPS["float32"]) / 16
             sc = log_slope(sizes, [max(c, eps) for c in cand])
             sb = log_slope(sizes, [max(b, eps) for b in base])
             floor = floor_for(dtype)

@@ -19,12 +19,13 @@ _active = threading.local()
 @dataclasses.dataclass
 class Guarded:
     name: str
-    buffer: Any  # uint8 torch tensor: [guard | storage | guard]
+    buffer: Any  # uint8 torch tensor: [guard | storage | padding to 256 bytes | guard]
     view: Any  # the tensor handed out
+    nbytes: int = 0  # bytes of storage the view may touch
 
     def guards_intact(self) -> bool:
         head = self.buffer[:GUARD_BYTES]
-        tail = self.buffer[-GUARD_BYTES:]
+        tail = self.buffer[GUARD_BYTES + self.nbytes:]  # the padding counts as guard too
         return bool(((head == CANARY).all() & (tail == CANARY).all()).item())
 
     def storage_span(self) -> tuple[int, int]:
@@ -51,8 +52,10 @@ def guarded_strided(name: str, shape: tuple[int, ...], stride: tuple[int, ...], 
     if padded > nbytes:
         storage[nbytes:].fill_(CANARY)
     flat = storage[:nbytes].view(dtype) if nbytes else torch.empty(0, dtype=dtype, device=device)
-    view = flat.as_strided(shape, stride, offset) if nbytes else torch.empty(shape, dtype=dtype, device=device)
-    return Guarded(name, buf, view)
+    # as_strided takes an absolute storage offset: count from where the storage region starts
+    view = flat.as_strided(shape, stride, flat.storage_offset() + offset) if nbytes else \
+        torch.empty(shape, dtype=dtype, device=device)
+    return Guarded(name, buf, view, nbytes)
 
 
 def contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
