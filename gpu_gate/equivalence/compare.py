@@ -94,8 +94,10 @@ def _structural(name: str, cand: Any, ref: Any, base: Any) -> Comparison | None:
     return None
 
 
-def _stats(c: Any, r: Any, b: Any) -> tuple[Any, dict[str, float]]:
-    """Masks and every scalar the rule needs, fetched from the device in one transfer."""
+def _stats(c: Any, r: Any, b: Any, p: Any) -> tuple[Any, dict[str, float]]:
+    """Masks and every scalar the rule needs, fetched from the device in one transfer.
+    The baseline error per element is the larger of torch's own error in the kernel's dtype
+    and the reference's shift under a rounding-sized perturbation of the inputs (``p``)."""
     import torch
 
     rf, bf, cf = torch.isfinite(r), torch.isfinite(b), torch.isfinite(c)
@@ -103,6 +105,8 @@ def _stats(c: Any, r: Any, b: Any) -> tuple[Any, dict[str, float]]:
     zero = torch.zeros((), dtype=torch.float64, device=r.device)
     d = torch.where(judged & cf, (c - r).abs(), zero)
     db = torch.where(judged, (b - r).abs(), zero)
+    if p is not None:
+        db = torch.maximum(db, torch.where(judged & torch.isfinite(p), (p - r).abs(), zero))
     ra = torch.where(judged, r.abs(), zero)
     inf_wrong = torch.isinf(r) & (b == r) & (c != r)
     big = torch.finfo(torch.float64).max
@@ -119,8 +123,9 @@ def _stats(c: Any, r: Any, b: Any) -> tuple[Any, dict[str, float]]:
     return (judged, cf, d, db, ra), dict(zip(keys, vals))
 
 
-def compare(name: str, cand: Any, ref: Any, base: Any, rule: Rule) -> Comparison:
-    """``ref`` is float64; ``base`` is torch's result in the kernel's dtype (may be None)."""
+def compare(name: str, cand: Any, ref: Any, base: Any, rule: Rule, *, perturbed: Any = None) -> Comparison:
+    """``ref`` is float64; ``base`` is torch's result in the kernel's dtype (may be None);
+    ``perturbed`` is the float64 reference on rounding-perturbed inputs (may be None)."""
     import torch
 
     bad = _structural(name, cand, ref, base)
@@ -134,7 +139,9 @@ def compare(name: str, cand: Any, ref: Any, base: Any, rule: Rule) -> Comparison
     c = cand.detach().to(torch.float64)
     r = ref.detach().to(torch.float64)
     b = base.detach().to(torch.float64) if isinstance(base, torch.Tensor) else r
-    (judged, cf, d, db, ra), s = _stats(c, r, b)
+    p = perturbed.detach().to(torch.float64) if isinstance(perturbed, torch.Tensor) and \
+        perturbed.shape == ref.shape else None
+    (judged, cf, d, db, ra), s = _stats(c, r, b, p)
     head = f"output {name!r} ({dt}, shape {shape})"
     if s["bad_nan"]:
         first = int(torch.nonzero((judged & ~cf).flatten())[0])
@@ -201,8 +208,8 @@ def compare(name: str, cand: Any, ref: Any, base: Any, rule: Rule) -> Comparison
         f"allowed)",
     ]
     if not rule.fixed:
-        lines.append(f"Normwise relative error: {err_c:.3g}, torch in {dt} gets {err_b:.3g} "
-                     f"(ratio {ratio:.3g}; up to {allowed_norm:.3g} allowed = "
+        lines.append(f"Normwise relative error: {err_c:.3g}, baseline (torch in {dt}, or input rounding if larger) "
+                     f"gets {err_b:.3g} (ratio {ratio:.3g}; up to {allowed_norm:.3g} allowed = "
                      f"{rule.baseline_factor:g} x baseline + {floor:.2g} floor)")
     details.update({"max_abs": float(d.flatten()[imax_abs]), "max_abs_index": list(ia),
                     "max_rel": float(rel_c.flatten()[imax_rel]), "max_rel_index": list(ir), "ratio": ratio,

@@ -195,3 +195,28 @@ def reference_inputs(spec: Spec, m: Materialized, *, upcast: bool) -> dict[str, 
             c = c.to(torch.float64)
         out[name] = c
     return out
+
+
+# Relative size of the input perturbation that measures the problem's conditioning: the
+# rounding of fp32 arithmetic (what kernels on fp32/fp16/bf16/fp8 data compute in), or of
+# float64 arithmetic for float64 data.
+PERTURBATION = {"float64": 2.0**-53}
+PERTURBATION_DEFAULT = 2.0**-24
+
+
+def perturbed_inputs(spec: Spec, m: Materialized, seed: int) -> dict[str, Any]:
+    """float64 reference inputs, each float element scaled by (1 + u x r), r uniform in
+    [-1, 1] and u the rounding unit of the arithmetic the kernel computes in."""
+    import torch
+
+    out = reference_inputs(spec, m, upcast=True)
+    gen = torch.Generator(device=next(iter(m.tensors.values())).device) if m.tensors else None
+    if gen is not None:
+        gen.manual_seed(seed * 13 + 7)
+    for name, c in out.items():
+        if not c.is_floating_point() or gen is None:
+            continue
+        u = PERTURBATION.get(m.case.inputs[name].dtype, PERTURBATION_DEFAULT)
+        r = torch.rand(c.shape, generator=gen, dtype=torch.float64, device=c.device) * 2 - 1
+        out[name] = c * (1 + u * r)
+    return out
