@@ -26,7 +26,7 @@ from typing import Any
 # Machine epsilon per dtype; floors are small multiples of it. One table, keyed by dtype.
 EPS = {"float64": 2.2e-16, "float32": 1.19e-7, "float16": 9.77e-4, "bfloat16": 7.81e-3,
        "float8_e4m3fn": 0.125, "float8_e5m2": 0.25}
-FLOOR_FACTOR = 4.0
+FLOOR_FACTOR = 1.0  # the floor is one machine epsilon: two units of rounding
 
 
 def floor_for(dtype: str) -> float:
