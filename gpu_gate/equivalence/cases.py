@@ -85,6 +85,8 @@ def special_sizes(dim: Dim, long: bool, max_reduction: int = MAX_REDUCTION) -> l
         k += 1
     if long:
         cand.update({max_reduction, max_reduction + 1, 3 * (max_reduction >> 2) + 7, 5 * (max_reduction >> 3) + 3})
+    if dim.reduction:  # the policy's max_reduction caps reduction lengths (it may also raise them)
+        cand = {n for n in cand if n <= max_reduction + 1}
     out = []
     for n in cand:
         if dim.multiple_of > 1:
@@ -224,7 +226,8 @@ def applicable(layout: str, shape: tuple[int, ...]) -> str:
     return layout
 
 
-def _dims_for(spec: Spec, rng: random.Random, canonical: bool, long_dim: str | None, max_red: int) -> dict[str, int]:
+def _dims_for(spec: Spec, rng: random.Random, canonical: bool, long_dim: str | None, max_red: int,
+              longest: bool = False) -> dict[str, int]:
     dims: dict[str, int] = {}
     for dname, dim in spec.dims.items():
         if canonical:
@@ -232,6 +235,9 @@ def _dims_for(spec: Spec, rng: random.Random, canonical: bool, long_dim: str | N
             continue
         long = dname == long_dim
         sizes = special_sizes(dim, long, max_red)
+        if long and longest:
+            dims[dname] = max(sizes)
+            continue
         if long:
             sizes = [s for s in sizes if s >= 1 << 12] or sizes
         elif long_dim is not None:
@@ -270,9 +276,9 @@ def _float_choice(inp: Tensor, dtype: str, rng: random.Random, canonical: bool, 
 
 def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random, *, canonical: bool,
               long_dim: str | None, budget: int, opts: ScheduleOptions | None = None,
-              turn: int | None = None) -> Case:
+              turn: int | None = None, longest: bool = False) -> Case:
     opts = opts or ScheduleOptions(cases=1, seed=seed, dtypes=None, max_case_bytes=budget)
-    dims = _dims_for(spec, rng, canonical, long_dim, opts.max_reduction)
+    dims = _dims_for(spec, rng, canonical, long_dim, opts.max_reduction, longest)
     chosen: dict[str, str] = {}
     inputs: dict[str, InputChoice] = {}
     for name, inp in spec.inputs.items():
@@ -317,7 +323,7 @@ def schedule(spec: Spec, opts: ScheduleOptions) -> list[Case]:
         turn = None if canonical or long_dim else turns
         turns += turn is not None
         cases.append(make_case(spec, f"c{i:04d}", seed, primary, rng, canonical=canonical, long_dim=long_dim,
-                               budget=opts.max_case_bytes, opts=opts, turn=turn))
+                               budget=opts.max_case_bytes, opts=opts, turn=turn, longest=i == 1))
     return cases
 
 

@@ -1,0 +1,204 @@
+"""Input generation: every axis of the schedule is exercised and recorded in the case, the
+values follow their distribution, the layouts have the strides they claim, and the policy
+and the spec narrow or widen each axis."""
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+import torch
+
+import gpu_gate as gg
+from gpu_gate.equivalence.cases import (
+    DEFAULT_FLOAT_DISTS, Case, InputChoice, ScheduleOptions, case_bytes, growth_sizes, schedule, special_sizes,
+)
+from gpu_gate.equivalence.engine import grad_tensor, upstream_values
+from gpu_gate.equivalence.inputs import materialize, perturbed_inputs
+from gpu_gate.spec import FLOAT_DTYPES, INDEX_DISTS, LAYOUTS
+
+BUDGET = 64 << 20
+
+
+def _spec(dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16", "float64"), **tensor_kw: object) -> object:
+    @gg.spec(dims={"rows": gg.Dim(1, 4096), "n": gg.Dim(1, 1 << 20, reduction=True), "vocab": gg.Dim(1, 1000)},
+             inputs={"x": gg.Tensor(("rows", "n"), dtypes=list(dtypes), **tensor_kw),
+                     "ids": gg.Index(("rows",), high="vocab")},
+             reference=lambda x, ids: x.sum(-1))
+    def fuzzed(x, ids):  # noqa: ANN001, ANN202
+        return x.sum(-1)
+
+    return fuzzed
+
+
+def _opts(cases: int = 64, **kw: object) -> ScheduleOptions:
+    return ScheduleOptions(cases=cases, seed=7, dtypes=None, max_case_bytes=BUDGET, **kw)  # type: ignore[arg-type]
+
+
+def test_the_schedule_exercises_every_axis_and_records_it() -> None:
+    cases = schedule(_spec(), _opts())
+    ns = {c.dims["n"] for c in cases}
+    rows = {c.dims["rows"] for c in cases}
+    assert 1 in rows | ns
+    assert any(n in (3, 5, 7, 13, 31, 61, 97, 127, 251, 509, 1021, 2039, 4093) for n in ns | rows), "a prime"
+    assert any(n > 2 and ((n - 1) & (n - 2) == 0 or (n + 1) & n == 0) for n in ns), "a power of two +- 1"
+    assert any(n % 128 and n > 128 for n in ns), "a non-multiple of a block size"
+    assert max(ns) >= 1 << 18, "a long reduction"
+    x = [c.inputs["x"] for c in cases]
+    assert {i.dtype for i in x} == {"float32", "float16", "bfloat16", "float64"}
+    assert {i.dist for i in x} == set(DEFAULT_FLOAT_DISTS)
+    assert {i.layout for i in x} == set(LAYOUTS)
+    assert {c.inputs["ids"].dist for c in cases} == set(INDEX_DISTS)
+    assert {c.grad_layout for c in cases} == {"contiguous", "strided"}
+    assert cases[0].id == "c0000" and cases[0].inputs["x"] == InputChoice("float32", "normal", "contiguous")
+    for c in cases:
+        assert case_bytes(_spec(), c.dims, c.inputs) <= BUDGET
+        assert Case.from_token(c.token()) == c  # a case is fully recorded in its token
+
+
+def test_the_long_reduction_is_kept_and_the_other_dims_shrink_to_fit_the_budget() -> None:
+    long = [c for c in schedule(_spec(("float32",)), _opts()) if c.dims["n"] >= 1 << 18]
+    assert long and all(c.dims["rows"] <= 64 for c in long)
+
+
+def test_sizes_are_the_ones_that_break_kernels() -> None:
+    sizes = special_sizes(gg.Dim(1, 1 << 18, reduction=True), long=True)
+    assert {1, 2, 3, 127, 129, 255, 257, 1000, 4093, 1 << 18} <= set(sizes)
+    assert special_sizes(gg.Dim(8, 64, multiple_of=8), long=False) == [8, 16, 24, 32, 56, 64] or \
+        all(s % 8 == 0 and 8 <= s <= 64 for s in special_sizes(gg.Dim(8, 64, multiple_of=8), long=False))
+    assert growth_sizes(gg.Dim(1, 1 << 20)) == [256, 1024, 4096, 16384, 65536, 262144]
+
+
+def test_float8_dtypes_are_scheduled_and_built_where_torch_has_them() -> None:
+    spec = _spec(("float8_e4m3fn", "float8_e5m2"))
+    cases = schedule(spec, _opts(8))
+    assert {c.inputs["x"].dtype for c in cases} == {"float8_e4m3fn", "float8_e5m2"}
+    for c in cases[:4]:
+        x = materialize(spec, c, "cpu").tensors["x"]
+        assert str(x.dtype) == f"torch.{c.inputs['x'].dtype}"
+        finite = torch.isfinite(x.float())
+        assert finite.all(), "values saturate to the dtype's range instead of overflowing"
+    assert set(FLOAT_DTYPES) >= {"float8_e4m3fn", "float8_e5m2"}
+
+
+def _materialize_x(dist: str, dtype: str = "float32", shape: tuple[int, int] = (8, 300), param: float = 0.0,
+                   layout: str = "contiguous") -> torch.Tensor:
+    spec = _spec((dtype,))
+    case = Case("t", 11, {"rows": shape[0], "n": shape[1], "vocab": 100},
+                {"x": InputChoice(dtype, dist, layout, param), "ids": InputChoice("int64", "uniform", "contiguous")})
+    return materialize(spec, case, "cpu").tensors["x"]
+
+
+@pytest.mark.parametrize("dist", DEFAULT_FLOAT_DISTS + ("neg_inf_spans",))
+def test_no_distribution_is_zeros_alone(dist: str) -> None:
+    x = _materialize_x(dist, param=20.0 if dist == "peaked" else 8.0)
+    finite = x[torch.isfinite(x)]
+    assert finite.numel() and finite.abs().max() > 0 and finite.unique().numel() > 2
+
+
+def test_distributions_have_their_shape() -> None:
+    assert (_materialize_x("uniform_pos") > 0).all()
+    off = _materialize_x("offset", param=1000.0)
+    assert abs(off.mean().item() - 1000) < 1 and off.std().item() < 2
+    heavy = _materialize_x("heavy_tail")
+    assert heavy.abs().max() > 20 * heavy.abs().median()
+    peaked = _materialize_x("peaked", param=20.0)
+    assert torch.allclose(peaked.max(-1).values[0::2], torch.tensor(20.0)) and \
+        torch.allclose(peaked.max(-1).values[1::2], torch.tensor(8.0))
+    ties = _materialize_x("ties")
+    assert ties.unique().numel() <= 7
+    den = _materialize_x("denormal", dtype="float16")
+    tiny = torch.finfo(torch.float16).tiny
+    assert ((den != 0) & (den.abs() < tiny)).any()
+    spans = _materialize_x("neg_inf_spans")
+    assert (torch.isneginf(spans).all(-1)).sum() == 1, "exactly one row is -inf throughout"
+    assert torch.isneginf(spans).any(-1).float().mean() > 0.5, "most rows have a span of -inf"
+
+
+def _ids(dist: str, n: int = 4096, high: int = 512) -> torch.Tensor:
+    spec = _spec(("float32",))
+    case = Case("t", 5, {"rows": n, "n": 1, "vocab": high},
+                {"x": InputChoice("float32", "normal", "contiguous"), "ids": InputChoice("int64", dist, "contiguous")})
+    return materialize(spec, case, "cpu").tensors["ids"]
+
+
+def test_index_distributions() -> None:
+    uni, zipf, same, srt = (_ids(d) for d in ("uniform", "zipf", "same", "sorted"))
+    for ids in (uni, zipf, same, srt):
+        assert ids.min() >= 0 and ids.max() < 512
+    assert torch.bincount(zipf).max() > 10 * torch.bincount(uni).max(), "Zipf has hot ids"
+    assert same.unique().numel() == 1
+    assert (srt[1:] >= srt[:-1]).all()
+
+
+@pytest.mark.parametrize(("layout", "check"), [
+    ("contiguous", lambda t: t.is_contiguous()),
+    ("transposed", lambda t: t.stride(-1) != 1 and t.stride(-2) == 1),
+    ("sliced", lambda t: t.stride(-1) == 2),
+    ("narrowed", lambda t: t.stride(-1) == 1 and t.stride(0) > t.shape[1]),
+    ("expanded", lambda t: t.stride(0) == 0 and (t == t[0]).all()),
+    ("offset", lambda t: t.is_contiguous() and t.data_ptr() % 64 != 0),
+])
+def test_layouts_have_the_strides_they_claim(layout: str, check: object) -> None:
+    x = _materialize_x("normal", shape=(6, 40), layout=layout)
+    assert x.shape == (6, 40) and check(x)  # type: ignore[operator]
+
+
+def test_materialize_is_deterministic_and_fresh() -> None:
+    a, b = _materialize_x("normal"), _materialize_x("normal")
+    assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+
+
+def test_the_upstream_gradient_is_random_and_sometimes_strided() -> None:
+    outs = {"out": torch.zeros(5, 7, dtype=torch.float64), "idx": torch.zeros(3, dtype=torch.int64)}
+    up = upstream_values(outs, seed=3)
+    assert set(up) == {"out"}, "only float outputs get a gradient"
+    g = up["out"]
+    assert not torch.all(g == 1) and g.unique().numel() == 35
+    strided = grad_tensor(g, torch.bfloat16, "strided")
+    assert strided.dtype == torch.bfloat16 and not strided.is_contiguous()
+    one_d = grad_tensor(g[0], torch.float32, "strided")
+    assert one_d.stride() == (2,) and torch.equal(one_d, g[0].float())
+
+
+def test_perturbed_inputs_move_by_one_rounding_unit() -> None:
+    spec = _spec(("float32",))
+    case = Case("t", 1, {"rows": 4, "n": 64, "vocab": 9},
+                {"x": InputChoice("float32", "offset", "contiguous", 1000.0),
+                 "ids": InputChoice("int64", "uniform", "contiguous")})
+    m = materialize(spec, case, "cpu")
+    p = perturbed_inputs(spec, m, 1)
+    x = m.tensors["x"].double()
+    rel = ((p["x"] - x) / x).abs()
+    assert 0 < rel.max() <= 2.0**-24 and torch.equal(p["ids"], m.tensors["ids"])
+
+
+def test_the_policy_narrows_and_the_spec_pins() -> None:
+    spec = _spec()
+    narrow = schedule(spec, _opts(32, dists=("normal", "offset"), layouts=("contiguous", "transposed"),
+                                  index_dists=("zipf",)))
+    assert {c.inputs["x"].dist for c in narrow} == {"normal", "offset"}
+    assert {c.inputs["x"].layout for c in narrow} <= {"contiguous", "transposed"}
+    assert {c.inputs["ids"].dist for c in narrow[1:]} == {"zipf"}
+    widened = schedule(spec, _opts(32, dists=("neg_inf_spans", "normal")))
+    assert "neg_inf_spans" in {c.inputs["x"].dist for c in widened}, "the policy may widen the default list"
+    pinned = schedule(_spec(dists=["ties", "peaked"]), _opts(32, dists=("normal",)))
+    assert {c.inputs["x"].dist for c in pinned} <= {"ties", "peaked"}, "a spec's own list is only narrowed"
+    only16 = schedule(spec, ScheduleOptions(cases=8, seed=1, dtypes=("float16",), max_case_bytes=BUDGET))
+    assert {c.inputs["x"].dtype for c in only16} == {"float16"}
+    shorter = schedule(spec, _opts(32, max_reduction=1 << 14))
+    assert max(c.dims["n"] for c in shorter) <= (1 << 14) + 1
+
+
+def test_unsupported_dtypes_are_dropped() -> None:
+    cases = schedule(_spec(("bfloat16", "float32")), _opts(8, unsupported_dtypes=frozenset({"bfloat16"})))
+    assert {c.inputs["x"].dtype for c in cases} == {"float32"}
+    assert schedule(_spec(("bfloat16",)), _opts(8, unsupported_dtypes=frozenset({"bfloat16"}))) == []
+
+
+def test_seeds_differ_between_cases_and_runs() -> None:
+    a = schedule(_spec(), _opts(16))
+    b = schedule(_spec(), ScheduleOptions(cases=16, seed=8, dtypes=None, max_case_bytes=BUDGET))
+    assert len({c.seed for c in a}) == 16 and {c.seed for c in a}.isdisjoint({c.seed for c in b})
+    random.seed(0)
+    assert math.isfinite(sum(c.seed for c in a))
