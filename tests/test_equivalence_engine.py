@@ -1,0 +1,268 @@
+"""The equivalence check as a user sees it: refusals, guards, tolerances from the spec and
+the policy, a broken reference, bitwise determinism, the dtype skipped under the Triton
+interpreter, the harness subprocess and the growth table the Markdown report draws."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from gpu_gate.findings import JobResult, Severity, Status
+from gpu_gate.harness import Context, run_job
+from gpu_gate.jobs import Job, SpecRef
+
+HEADER = "import torch\nimport gpu_gate as gg\n"
+ELEMENTWISE = ('dims={"rows": gg.Dim(1, 32), "n": gg.Dim(1, 300)}, '
+               'inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float32", "float16"])}')
+
+
+def write_spec(root: Path, body: str, name: str = "gate_spec.py") -> str:
+    (root / name).write_text(HEADER + textwrap.dedent(body))
+    return name
+
+
+def run(root: Path, file: str, spec: str, seed: int = 0, **options: object) -> JobResult:
+    opts = {"cases": 12, "shrink": False, **options}
+    job = Job(id="j", check="equivalence", level="required", kernels=(), spec=SpecRef(file, spec), options=opts,
+              seed=seed)
+    return run_job(job, Context(repo_root=root, device="cpu", workdir=root))
+
+
+def kinds(r: JobResult, severity: Severity | None = None) -> set[str]:
+    return {f.kind for f in r.findings if severity is None or f.severity is severity}
+
+
+def test_a_loud_refusal_of_some_inputs_is_a_warning(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, f"""
+        @gg.spec({ELEMENTWISE}, reference=lambda x: x * 2)
+        def picky(x):
+            if not x.is_contiguous():
+                raise ValueError("input must be contiguous")
+            return x * 2
+        """)
+    r = run(tmp_path, f, "picky")
+    assert r.status is Status.PASSED
+    (w,) = [x for x in r.findings if x.kind == "refused"]
+    assert w.severity is Severity.WARNING and "ValueError: input must be contiguous" in w.message
+    assert w.repro and "--case" in w.repro
+
+
+def test_refusing_the_canonical_case_fails_because_nothing_was_verified(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, f"""
+        @gg.spec({ELEMENTWISE}, reference=lambda x: x * 2)
+        def never(x):
+            raise NotImplementedError("no kernel for this GPU")
+        """)
+    r = run(tmp_path, f, "never")
+    assert r.status is Status.FAILED and kinds(r, Severity.ERROR) == {"refused-canonical"}
+    assert "nothing was verified" in r.findings[0].message and r.cases == 1
+
+
+def test_writing_past_the_end_of_a_gg_empty_output_is_caught(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, f"""
+        @gg.spec({ELEMENTWISE}, reference=lambda x: x * 2)
+        def overrun(x):
+            out = gg.empty_like(x)
+            out.copy_(x * 2)
+            flat = out.view(-1)
+            torch.as_strided(flat, (flat.numel() + 4,), (1,), flat.storage_offset()).fill_(0)[-4:]
+            out.copy_(x * 2)
+            return out
+        """)
+    r = run(tmp_path, f, "overrun")
+    assert "out-of-bounds-write" in kinds(r, Severity.ERROR)
+
+
+def test_writing_past_an_input_is_out_of_bounds_not_just_modified(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, f"""
+        @gg.spec({ELEMENTWISE}, reference=lambda x: x * 2)
+        def scribble(x):
+            y = x * 2
+            if x.is_contiguous():
+                flat = torch.as_strided(x, (x.numel() + 8,), (1,), x.storage_offset())
+                flat[-8:] = 0
+            return y
+        """)
+    r = run(tmp_path, f, "scribble")
+    assert "out-of-bounds-write" in kinds(r, Severity.ERROR)
+    assert any(x.details.get("input") == "x" for x in r.findings)
+
+
+def test_the_spec_tolerance_overrides_the_policy(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, f"""
+        @gg.spec({ELEMENTWISE}, reference=lambda x: x * 3, tolerance=gg.Tolerance(atol=1e-2, rtol=1e-2))
+        def loose(x):
+            return (x.double() * 3 * (1 + 1e-3)).to(x.dtype)
+
+        @gg.spec({ELEMENTWISE}, reference=lambda x: x * 3)
+        def strict(x):
+            return (x.double() * 3 * (1 + 1e-3)).to(x.dtype)
+        """)
+    assert run(tmp_path, f, "loose").status is Status.PASSED
+    assert kinds(run(tmp_path, f, "strict"), Severity.ERROR) == {"mismatch"}
+    policy_fixed = {"tolerance": {"baseline_factor": 2.0, "atol": 1e-2, "rtol": 1e-2}}
+    assert run(tmp_path, f, "strict", **policy_fixed).status is Status.PASSED
+    policy_tight = {"tolerance": {"atol": 0.0, "rtol": 1e-6}}
+    assert run(tmp_path, f, "loose", **policy_tight).status is Status.PASSED  # the spec wins
+
+
+def test_a_larger_baseline_factor_from_the_policy_lets_a_slightly_worse_kernel_pass(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, """
+        @gg.spec(dims={"n": gg.Dim(64, 300)}, inputs={"x": gg.Tensor(("n",), dtypes=["float16"], dists=["normal"])},
+                 reference=lambda x: x * 3)
+        def twice_rounded(x):
+            return (x.double() * 3 * (1 + 2 ** -9)).to(torch.float16)  # about four roundings off
+        """)
+    assert run(tmp_path, f, "twice_rounded").status is Status.FAILED
+    assert run(tmp_path, f, "twice_rounded", tolerance={"baseline_factor": 8.0}).status is Status.PASSED
+
+
+def test_a_reference_that_raises_is_the_spec_s_fault(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, f"""
+        @gg.spec({ELEMENTWISE}, reference=lambda x: x.no_such_method())
+        def fine(x):
+            return x
+        """)
+    r = run(tmp_path, f, "fine")
+    assert r.status is Status.ERROR
+    (e,) = r.findings
+    assert e.kind == "reference-error" and "AttributeError" in e.message and f"fix the reference in {f}" in e.message
+
+
+def test_deterministic_specs_must_agree_bitwise(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, f"""
+        import itertools
+        _calls = itertools.count()
+
+        def jitter(x):
+            y = x.double() * 2
+            y.view(-1)[0] += 1e-9 * (next(_calls) % 2)  # far below the tolerance, not bitwise stable
+            return y.to(x.dtype)
+
+        @gg.spec({ELEMENTWISE.replace('"float32", "float16"', '"float64"')}, reference=lambda x: x * 2,
+                 deterministic=True)
+        def bitwise(x):
+            return jitter(x)
+
+        @gg.spec({ELEMENTWISE.replace('"float32", "float16"', '"float64"')}, reference=lambda x: x * 2)
+        def tolerant(x):
+            return jitter(x)
+        """)
+    r = run(tmp_path, f, "bitwise", tolerance={"atol": 1e-6, "rtol": 1e-6})
+    assert "unstable" in kinds(r, Severity.ERROR)
+    assert any("deterministic=True" in x.message for x in r.findings)
+    assert run(tmp_path, f, "tolerant", tolerance={"atol": 1e-6, "rtol": 1e-6}).status is Status.PASSED
+
+
+def test_bf16_is_skipped_with_a_reason_under_the_triton_interpreter(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import triton  # noqa: F401 - the interpreter rule applies once Triton is in use
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    f = write_spec(tmp_path, """
+        @gg.spec(dims={"n": gg.Dim(1, 64)}, inputs={"x": gg.Tensor(("n",), dtypes=["bfloat16", "float32"])},
+                 reference=lambda x: x + 1)
+        def plus(x):
+            return x + 1
+
+        @gg.spec(dims={"n": gg.Dim(1, 64)}, inputs={"x": gg.Tensor(("n",), dtypes=["bfloat16"])},
+                 reference=lambda x: x + 1)
+        def bf16_only(x):
+            return x + 1
+        """)
+    r = run(tmp_path, f, "plus")
+    assert r.status is Status.PASSED
+    (note,) = [x for x in r.findings if x.kind == "dtype-not-run"]
+    assert note.severity is Severity.NOTE and "bfloat16 cases not run" in note.message and "interpreter" in note.message
+    assert set(r.extra["coverage"]["inputs"]["x"]["dtype"]) == {"float32"}
+    only = run(tmp_path, f, "bf16_only")
+    assert only.status is Status.NOT_RUN and "interpreter" in (only.reason or "")
+
+
+def test_a_spec_that_does_not_run_on_this_device_is_not_run(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, f"""
+        @gg.spec({ELEMENTWISE}, reference=lambda x: x, devices=["cuda"])
+        def gpu_only(x):
+            return x
+        """)
+    r = run(tmp_path, f, "gpu_only")
+    assert r.status is Status.NOT_RUN and "runs only on cuda" in (r.reason or "")
+
+
+def test_dim_args_reach_the_candidate_and_the_reference(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, """
+        @gg.spec(dims={"tokens": gg.Dim(1, 200), "vocab": gg.Dim(1, 50), "d": gg.Dim(1, 8)},
+                 inputs={"g": gg.Tensor(("tokens", "d")), "ids": gg.Index(("tokens",), high="vocab")},
+                 reference=lambda g, ids, vocab: torch.zeros(vocab, g.shape[1], dtype=g.dtype).index_add_(0, ids, g),
+                 dim_args=["vocab"])
+        def scatter(g, ids, vocab):
+            return torch.zeros(vocab, g.shape[1], dtype=g.dtype).index_add_(0, ids, g.double().to(g.dtype))
+        """)
+    r = run(tmp_path, f, "scatter")
+    assert r.status is Status.PASSED, [x.message for x in r.findings]
+
+
+def test_a_missing_gradient_says_how_to_provide_one(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, f"""
+        @gg.spec({ELEMENTWISE}, reference=lambda x: x * 2, grads=["x"])
+        def no_backward(x):
+            return (x.detach() * 2)
+        """)
+    r = run(tmp_path, f, "no_backward")
+    (m,) = [x for x in r.findings if x.kind == "missing-output"]
+    assert "no gradient for 'x'" in m.message and "torch.autograd.Function" in m.message
+
+
+def test_in_process_runs_restore_torch_settings(tmp_path: Path) -> None:
+    import torch
+
+    f = write_spec(tmp_path, f"""
+        @gg.spec({ELEMENTWISE}, reference=lambda x: x * 2)
+        def double(x):
+            return x * 2
+        """)
+    import torch.utils.deterministic as det
+
+    before = (torch.are_deterministic_algorithms_enabled(), det.fill_uninitialized_memory)
+    assert run(tmp_path, f, "double").status is Status.PASSED
+    assert (torch.are_deterministic_algorithms_enabled(), det.fill_uninitialized_memory) == before
+
+
+def test_the_harness_subprocess_writes_a_result(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, f"""
+        @gg.spec({ELEMENTWISE}, reference=lambda x: x * 2)
+        def wrong(x):
+            return x * 2 + (x.abs() > 1).to(x.dtype)
+        """)
+    job = Job(id="equivalence:wrong", check="equivalence", level="required", kernels=(), spec=SpecRef(f, "wrong"),
+              options={"cases": 6, "shrink": True, "shrink_budget_s": 20}, seed=3)
+    job.write(tmp_path / "job.json")
+    env = {**os.environ, "GPU_GATE_REPO_ROOT": str(tmp_path), "GPU_GATE_DEVICE": "cpu"}
+    p = subprocess.run([sys.executable, "-m", "gpu_gate.harness", "job.json", "result.json"], cwd=tmp_path, env=env,
+                       capture_output=True, text=True, timeout=300, check=False)
+    assert p.returncode == 0, p.stderr
+    r = JobResult.from_json(json.loads((tmp_path / "result.json").read_text()))
+    assert r.status is Status.FAILED
+    (m,) = [x for x in r.findings if x.kind == "mismatch"]
+    assert "shrunk from" in m.message and m.case and m.case.endswith("s")
+    assert r.extra["seed"] == 3 and r.extra["coverage"]["cases"] == 6
+
+
+def test_the_growth_table_is_what_the_markdown_report_draws(tmp_path: Path) -> None:
+    from gpu_gate.report.markdown import _growth_block
+
+    corpus = Path(__file__).parent / "corpus"
+    job = Job(id="j", check="equivalence", level="required", kernels=(), spec=SpecRef("rowsum.py", "rowsum_bf16_acc"),
+              options={"cases": 4, "shrink": False}, seed=1)
+    r = run_job(job, Context(repo_root=corpus, device="cpu", workdir=tmp_path))
+    g = r.extra["growth"]
+    text = _growth_block(r, g)
+    assert "xychart-beta" in text and "262144" in text
+    assert "grows faster with size than the baseline" in text
+    (f,) = [x for x in r.findings if x.kind == "error-growth"]
+    assert f.repro and "--case" in f.repro and "slope" in f.message
