@@ -1,0 +1,85 @@
+"""A shrunk failing case comes with a one-line reproducer, and running that exact line with
+the real ``gpu-gate repro`` CLI in the repository reproduces the failure; once the kernel
+is fixed, the same line passes."""
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+from gpu_gate.findings import Severity, Status
+from gpu_gate.harness import Context, run_job
+from gpu_gate.jobs import Job, SpecRef
+
+POLICY = """version: 1
+kernels: {include: ["kernels/**/*.py"]}
+specs: ["gate/**/*_gate.py"]
+checks:
+  equivalence: {cases: 16, seed: 5, shrink_budget_s: 60}
+"""
+
+KERNEL = '''import torch
+
+
+def layernorm(x: torch.Tensor) -> torch.Tensor:
+    rows, n = x.shape
+    block = 1 << max(0, (n - 1).bit_length())
+    lanes = torch.zeros((rows, block), dtype=torch.float32)
+    lanes[:, :n] = x.float()
+    mean = lanes.sum(-1, keepdim=True) / n
+    centered = lanes - mean
+    {fix}
+    var = (centered * centered).sum(-1, keepdim=True) / n
+    return ((lanes[:, :n] - mean) * torch.rsqrt(var + 1e-5)).to(x.dtype)
+'''
+
+GATE = '''import torch
+
+import gpu_gate as gg
+from kernels.layernorm import layernorm
+
+
+@gg.spec(dims={"rows": gg.Dim(1, 64), "cols": gg.Dim(1, 4096)},
+         inputs={"x": gg.Tensor(("rows", "cols"), dtypes=["float32"])},
+         reference=lambda x: torch.nn.functional.layer_norm(x, x.shape[-1:], eps=1e-5))
+def ln_gate(x):
+    return layernorm(x)
+'''
+
+
+def _cli(repro: str, repo: Path) -> subprocess.CompletedProcess[str]:
+    argv = shlex.split(repro)
+    assert argv[:2] == ["gpu-gate", "repro"]
+    exe = Path(sys.executable).parent / "gpu-gate"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([str(exe), *argv[1:], "--cpu"], cwd=repo, env=env, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def test_the_shrunk_case_reproduces_with_the_repro_command(repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    repo.commit("layer norm kernel", {".gpu-gate.yml": POLICY, "kernels/__init__.py": "",
+                                      "kernels/layernorm.py": KERNEL.format(fix="pass"),
+                                      "gate/ln_gate.py": GATE})
+    job = Job(id="equivalence:gate/ln_gate.py::ln_gate", check="equivalence", level="required", kernels=(),
+              spec=SpecRef("gate/ln_gate.py", "ln_gate"),
+              options={"cases": 16, "seed": 5, "shrink": True, "shrink_budget_s": 60}, seed=5)
+    r = run_job(job, Context(repo_root=repo.path, device="cpu", workdir=tmp_path))
+    assert r.status is Status.FAILED
+    (f,) = [x for x in r.findings if x.severity is Severity.ERROR and x.kind == "mismatch"]
+    assert "shrunk from" in f.message and f.case and f.case.endswith("s") and f.repro
+    shrunk = f.message.rsplit(" to ", 1)[1]
+    rows = int(shrunk.split("rows=")[1].split("]")[0].split(",")[0])
+    cols = int(shrunk.split("cols=")[1].split("]")[0].split(",")[0])
+    assert rows * cols < 64 * 97, f"the case did not shrink: {shrunk}"
+
+    failing = _cli(f.repro, repo.path)
+    assert failing.returncode == 1, failing.stdout + failing.stderr
+    assert "mismatch" in failing.stdout and "FAIL" in failing.stdout.upper()
+    assert f"shape ({rows}, {cols})" in failing.stdout, failing.stdout
+
+    repo.commit("mask the padding lanes", {"kernels/layernorm.py": KERNEL.format(fix="centered[:, n:] = 0")})
+    fixed = _cli(f.repro, repo.path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "mismatch" not in fixed.stdout
