@@ -1,0 +1,101 @@
+"""The planted-bug corpus as real Triton kernels on a GPU, through the equivalence and
+determinism checks with device "cuda": each bug is caught by the finding kind that names
+it over five seeds, and each correct twin passes. Also the two exploits that need a GPU:
+a result finished later on a side stream, and a kernel that returns whatever memory the
+allocator hands back (in a reference-first harness, the reference's freed result)."""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from gpu_gate.findings import JobResult, Severity, Status
+from gpu_gate.harness import Context, run_job
+from gpu_gate.jobs import Job, SpecRef
+
+pytestmark = pytest.mark.gpu
+
+ROOT = Path(__file__).parent / "corpus_triton"
+SEEDS = range(5)
+
+PAIRS = [  # bug, twin, the finding kinds that must name the bug
+    ("tt_rowsum_bf16_acc", "tt_rowsum_fp32_acc", {"error-growth"}),
+    ("tt_embedding_store", "tt_embedding_atomic", {"mismatch"}),
+    ("tt_layernorm_padded_variance", "tt_layernorm_masked_variance", {"mismatch"}),
+    ("tt_rmsnorm_packed_rows", "tt_rmsnorm_row_stride", {"mismatch"}),
+    ("tt_bias_skips_tail", "tt_bias_masks_tail", {"nan"}),
+    ("tt_gelu_cached", "tt_gelu", {"cached-output"}),
+    ("tt_gelu_writes_input", "tt_gelu", {"input-modified"}),
+    ("tt_gelu_zeros", "tt_gelu", {"constant-output"}),
+    ("tt_softmax_nan_rows", "tt_softmax_guarded", {"nan"}),
+    ("tt_cross_entropy_bf16_true_class", "tt_cross_entropy_fp32_true_class", {"mismatch"}),
+]
+
+
+@pytest.fixture(autouse=True)
+def compiled(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA GPU on this machine")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    sys.modules.pop("tt_kernels", None)
+    yield
+    sys.modules.pop("tt_kernels", None)
+
+
+def run(name: str, tmp_path: Path, seed: int, check: str = "equivalence", **options: object) -> JobResult:
+    opts = {"cases": 24, "shrink": False, **options}
+    job = Job(id=f"{check}:{name}", check=check, level="required", kernels=(), spec=SpecRef("gates.py", name),
+              options=opts, seed=seed)
+    return run_job(job, Context(repo_root=ROOT, device="cuda", workdir=tmp_path))
+
+
+def errors(r: JobResult) -> set[str]:
+    return {f.kind for f in r.findings if f.severity is Severity.ERROR}
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize(("bug", "twin", "kinds"), PAIRS, ids=[p[0] for p in PAIRS])
+def test_triton_bug_is_caught_on_the_gpu(bug: str, twin: str, kinds: set[str], seed: int, tmp_path: Path) -> None:
+    r = run(bug, tmp_path, seed)
+    assert r.status is Status.FAILED and kinds <= errors(r), [f.message for f in r.findings]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("twin", sorted({p[1] for p in PAIRS}))
+def test_triton_twin_passes_on_the_gpu(twin: str, seed: int, tmp_path: Path) -> None:
+    r = run(twin, tmp_path, seed)
+    bad = [f"{f.kind}: {f.message}" for f in r.findings if f.severity is not Severity.NOTE]
+    assert r.status is Status.PASSED and not bad, "\n".join(bad)
+    assert "bfloat16" in str(r.extra["coverage"]) or "float32" in str(r.extra["coverage"])
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_result_finished_later_on_a_side_stream_is_caught(seed: int, tmp_path: Path) -> None:
+    r = run("tt_gelu_side_stream", tmp_path, seed, cases=4)
+    assert "unordered-stream" in errors(r), [f.message for f in r.findings]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_returning_the_allocator_s_freed_memory_is_caught(seed: int, tmp_path: Path) -> None:
+    r = run("tt_gelu_freed_buffer", tmp_path, seed, cases=8)
+    assert r.status is Status.FAILED
+    assert errors(r) & {"mismatch", "nan", "constant-output", "unstable"}, [f.message for f in r.findings]
+
+
+def test_fp32_atomics_pass_determinism_within_tolerance_but_not_bitwise(tmp_path: Path) -> None:
+    loose = run("tt_scatter_atomic", tmp_path, 0, check="determinism", repeats=8, concurrent_load=True)
+    assert loose.status is Status.PASSED, [f.message for f in loose.findings]
+    strict = run("tt_scatter_atomic_declared_deterministic", tmp_path, 0, check="determinism", repeats=8,
+                 concurrent_load=True)
+    assert strict.status is Status.FAILED and errors(strict) == {"nondeterministic"}
+    assert "deterministic=True" in strict.findings[0].message
+
+
+def test_the_gpu_runs_the_float64_reference_on_the_device(tmp_path: Path) -> None:
+    r = run("tt_layernorm_masked_variance", tmp_path, 0, cases=4)
+    assert r.status is Status.PASSED and os.environ.get("TRITON_INTERPRET") != "1"
