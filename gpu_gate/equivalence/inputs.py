@@ -98,7 +98,8 @@ def _to_dtype(values: Any, dtype: Any) -> Any:
     make the case meaningless); infinities that the distribution asked for stay."""
     import torch
 
-    if dtype.is_floating_point and dtype != torch.float64:
+    # only narrow dtypes can overflow: every distribution stays far below float32's range
+    if dtype.is_floating_point and torch.finfo(dtype).max < 1e6:
         big = torch.finfo(dtype).max
         values = torch.where(torch.isfinite(values), values.clamp(-big, big), values)
     return values.to(dtype)
@@ -217,6 +218,6 @@ def perturbed_inputs(spec: Spec, m: Materialized, seed: int) -> dict[str, Any]:
         if not c.is_floating_point() or gen is None:
             continue
         u = PERTURBATION.get(m.case.inputs[name].dtype, PERTURBATION_DEFAULT)
-        r = torch.rand(c.shape, generator=gen, dtype=torch.float64, device=c.device) * 2 - 1
-        out[name] = c * (1 + u * r)
+        r = torch.rand(c.shape, generator=gen, dtype=torch.float32, device=c.device)
+        out[name] = c * (r.to(torch.float64) * (2 * u) + (1 - u))  # c x (1 + u x (2r - 1))
     return out
