@@ -185,9 +185,9 @@ def _validate(name: str, dims: Mapping[str, Dim], inputs: Mapping[str, Input], g
         if d in inputs:
             raise SpecError(f"{where}: dim_args names {d!r}, which is also an input")
     for iname, inp in inputs.items():
-        for d in inp.shape:
-            if isinstance(d, str) and d not in dims:
-                raise SpecError(f"{where}: input {iname!r} uses dim {d!r}, which is not in dims={sorted(dims)}")
+        for size in inp.shape:
+            if isinstance(size, str) and size not in dims:
+                raise SpecError(f"{where}: input {iname!r} uses dim {size!r}, which is not in dims={sorted(dims)}")
         if isinstance(inp, Index) and isinstance(inp.high, str) and inp.high not in dims:
             raise SpecError(f"{where}: index {iname!r} has high={inp.high!r}, which is not in dims")
         if isinstance(inp, Tensor) and inp.dtype and inp.dtype.startswith("like:"):

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import math
 import random
+from collections.abc import Sequence
 from typing import Any
 
 from ..spec import FLOAT_DISTS, INDEX_DISTS, INDEX_LAYOUTS, LAYOUTS, Dim, Index, Spec, Tensor
@@ -341,7 +342,7 @@ def growth_sizes(dim: Dim, top: int = MAX_REDUCTION) -> list[int]:
     return sizes
 
 
-def log_slope(xs: list[float], ys: list[float]) -> float:
+def log_slope(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Least-squares slope of log10(y) against log10(x)."""
     lx = [math.log10(x) for x in xs]
     ly = [math.log10(max(y, 1e-30)) for y in ys]

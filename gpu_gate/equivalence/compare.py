@@ -272,9 +272,9 @@ def agreement_tolerance(ref: Any, base: Any, dt: str, rule: Rule) -> float:
                                  torch.where(fin, (b - r).abs(), zero).max() if r.numel() else zero]).tolist()
     if rule.fixed:
         assert rule.atol is not None and rule.rtol is not None
-        return rule.atol + rule.rtol * scale
+        return float(rule.atol + rule.rtol * scale)
     floor = floor_for(dt)
-    return rule.baseline_factor * max_db + floor * (scale if scale > 0 else 1.0)
+    return float(rule.baseline_factor * max_db + floor * (scale if scale > 0 else 1.0))
 
 
 def agree(name: str, a: Any, b: Any, *, bitwise: bool, ref: Any, base: Any, rule: Rule) -> str | None:

@@ -66,7 +66,7 @@ def upstream_values(outs: dict[str, Any], seed: int) -> dict[str, Any]:
     """A random upstream gradient per output, in float64: never all ones."""
     import torch
 
-    grads = {}
+    grads: dict[str, Any] = {}
     for k, o in outs.items():
         if not isinstance(o, torch.Tensor) or not o.is_floating_point():
             continue

@@ -24,10 +24,9 @@ def _fails(runner: Any, case: Case, finding: Finding) -> Finding | None:
     except Exception:  # noqa: BLE001 - a different failure is not the one being shrunk
         return None
     want = finding.details.get("output")
-    for f in r.findings:
-        if f.kind == finding.kind and (want is None or f.details.get("output") == want):
-            return f
-    return None
+    found: list[Finding] = [f for f in r.findings
+                            if f.kind == finding.kind and (want is None or f.details.get("output") == want)]
+    return found[0] if found else None
 
 
 def _smaller_sizes(spec: Spec, name: str, n: int) -> list[int]:
