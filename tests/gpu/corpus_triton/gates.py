@@ -65,8 +65,12 @@ def layernorm_twin(x):
 
 
 # --- an RMSNorm that ignores the row stride ------------------------------------------------
+# No zero-stride rows: the bug would then read far past a one-row buffer, which on a GPU can
+# fault and end the job instead of showing a mismatch (the sanitizer checks own that case).
+RMSNORM_LAYOUTS = ["contiguous", "transposed", "sliced", "narrowed", "offset"]
 RMSNORM = dict(dims={"rows": gg.Dim(1, 64), "hidden": gg.Dim(1, 4096)},
-               inputs={"x": gg.Tensor(("rows", "hidden"), dtypes=HALF), "w": gg.Tensor(("hidden",), dtype="like:x")},
+               inputs={"x": gg.Tensor(("rows", "hidden"), dtypes=HALF, layouts=RMSNORM_LAYOUTS),
+                       "w": gg.Tensor(("hidden",), dtype="like:x")},
                reference=lambda x, w: (upcast(x) * torch.rsqrt(upcast(x).pow(2).mean(-1, keepdim=True) + 1e-6)
                                        * upcast(w)).to(x.dtype))
 
