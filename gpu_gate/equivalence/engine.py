@@ -152,7 +152,7 @@ class CaseRunner:
             return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
 
     def conditioning(self, m: Materialized, upstream: dict[str, Any] | None) -> dict[str, Any]:
-        """The float64 reference on inputs perturbed by one rounding of the kernel's arithmetic:
+        """The float64 reference on inputs moved by up to one ulp of the kernel's arithmetic:
         how far any algorithm computing in that precision may land from the truth on *these*
         inputs (an ill-conditioned case, such as a large mean in a layer norm, widens it)."""
         import torch
