@@ -266,3 +266,27 @@ def test_the_growth_table_is_what_the_markdown_report_draws(tmp_path: Path) -> N
     assert "grows faster with size than the baseline" in text
     (f,) = [x for x in r.findings if x.kind == "error-growth"]
     assert f.repro and "--case" in f.repro and "slope" in f.message
+
+
+def test_when_torch_s_own_low_precision_path_breaks_down_the_baseline_is_float32(tmp_path: Path) -> None:
+    # x**2 overflows float16 at values near 1000: torch's float16 reference returns zeros,
+    # which must not become a yardstick that lets any answer through
+    f = write_spec(tmp_path, """
+        RMS = dict(dims={"rows": gg.Dim(2, 8), "n": gg.Dim(16, 300)},
+                   inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float16"], dists=["offset"])},
+                   reference=lambda x: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+
+        @gg.spec(**RMS)
+        def fp32_inside(x):
+            xf = x.float()
+            return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
+
+        @gg.spec(**RMS)
+        def like_torch_fp16(x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+        """)
+    good = run(tmp_path, f, "fp32_inside")
+    assert good.status is Status.PASSED, [x.message for x in good.findings]
+    bad = run(tmp_path, f, "like_torch_fp16")
+    (m,) = [x for x in bad.findings if x.kind in ("mismatch", "constant-output")]
+    assert "baseline is torch in float32" in m.message or m.kind == "constant-output"

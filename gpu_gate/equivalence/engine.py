@@ -13,7 +13,7 @@ from typing import Any
 from ..findings import Finding, Severity
 from ..spec import Spec
 from .cases import Case
-from .compare import Comparison, Rule, agree, compare
+from .compare import Comparison, Rule, agree, baseline_unusable, compare
 from .guard import OutputWatch
 from .inputs import Materialized, materialize, perturbed_inputs, reference_inputs
 
@@ -171,9 +171,17 @@ class CaseRunner:
         try:
             return self.reference(m, upstream, upcast=False)
         except (RuntimeError, NotImplementedError, TypeError):
-            pass
-        inputs = {k: (v.detach().to(torch.float32) if v.is_floating_point() else v)
-                  for k, v in reference_inputs(self.spec, m, upcast=False).items()}
+            return self.baseline_fp32(m, upstream, like)
+
+    def baseline_fp32(self, m: Materialized, upstream: dict[str, Any] | None, like: dict[str, Any]
+                      ) -> dict[str, Any]:
+        """The reference computed in (at least) float32 on the dtype's inputs, rounded to each
+        output's dtype: the best the dtype can represent with fp32 arithmetic."""
+        import torch
+
+        from ..spec import upcast
+
+        inputs = {k: upcast(v.detach()) for k, v in reference_inputs(self.spec, m, upcast=False).items()}
         kw = self.kwargs(m.case)
         if self.spec.grads:
             outs = call_with_grads(self.spec, self.spec.reference, inputs, kw, upstream)
@@ -222,11 +230,20 @@ class CaseRunner:
             findings += self._reused(case, m, outs1, outs2, repro)
         del outs1  # only the snapshot is compared: a later write to the buffer cannot help
         comparisons = []
+        base32: dict[str, Any] | None = None
         for k, r in ref.items():
             if k not in snap1:
                 findings.append(self._missing(case, k, snap1, repro))
                 continue
             comp = compare(k, snap1[k], r, base.get(k), self.rule, perturbed=cond.get(k))
+            if baseline_unusable(comp):
+                base32 = base32 if base32 is not None else self._baseline_fp32(m, upstream, snap1)
+                torch_error = comp.details["torch_error"]
+                comp = compare(k, snap1[k], r, base32.get(k), self.rule, perturbed=cond.get(k))
+                comp.details.update({"baseline": "float32", "torch_error": torch_error})
+                if not comp.ok:
+                    comp.message += (f"\n(torch's own {comp.details.get('dtype')} result is off by {torch_error:.3g}, "
+                                     f"so the baseline is torch in float32, rounded to the output dtype)")
             comparisons.append(comp)
             if not comp.ok:
                 findings.append(_finding(self.spec_id, case, comp.kind, comp.message, repro, output=k,
@@ -239,6 +256,15 @@ class CaseRunner:
         if sensitivity and not findings:
             findings += self._sensitivity(case, snap1, ref, base, repro)
         return CaseResult(case, findings, comparisons)
+
+    def _baseline_fp32(self, m: Materialized, upstream: dict[str, Any] | None, like: dict[str, Any]
+                       ) -> dict[str, Any]:
+        try:
+            return self.baseline_fp32(m, upstream, like)
+        except Exception as exc:  # noqa: BLE001 - the spec's reference is user code
+            if is_fatal(exc):
+                raise ContextLost(_first_line(exc)) from exc
+            raise SpecBroken(f"the spec's reference raised {_first_line(exc)} in float32 on case {m.case.id}") from exc
 
     def _first_run(self, case: Case, m: Materialized, upstream: dict[str, Any] | None, repro: str
                    ) -> CaseResult | tuple[dict[str, Any], dict[str, Any], list[Finding]]:
