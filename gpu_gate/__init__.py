@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from .spec import Dim, Index, Tensor, Tolerance, spec
+from .spec import Dim, Index, Tensor, Tolerance, spec, upcast
 
 __version__ = "0.1.0"
 
-__all__ = ["Dim", "Index", "Tensor", "Tolerance", "spec", "empty", "empty_like", "cuda", "__version__"]
+__all__ = ["Dim", "Index", "Tensor", "Tolerance", "spec", "upcast", "empty", "empty_like", "cuda", "__version__"]
 
 
 def empty(*shape: Any, dtype: Any = None, device: Any = None) -> Any:

@@ -92,6 +92,11 @@ class Tolerance(_Frozen):
         return self
 
 
+FloatDist = Literal["normal", "uniform_pos", "offset", "heavy_tail", "peaked", "neg_inf_spans", "ties", "denormal"]
+IndexDist = Literal["uniform", "zipf", "same", "sorted"]
+Layout = Literal["contiguous", "transposed", "sliced", "narrowed", "expanded", "offset"]
+
+
 class EquivalencePolicy(CheckPolicy):
     cases: int = Field(default=64, ge=1, description="fuzzed cases per spec")
     dtypes: tuple[DType, ...] | None = Field(default=None, min_length=1, description="dtypes to test; null: all the spec allows")
@@ -102,6 +107,10 @@ class EquivalencePolicy(CheckPolicy):
     growth: bool = Field(default=True, description="check how the error grows with the reduction length")
     shrink: bool = Field(default=True, description="shrink a failing case to a minimal one")
     shrink_budget_s: float = Field(default=60.0, ge=0, description="time allowed for shrinking")
+    dists: tuple[FloatDist, ...] | None = Field(default=None, min_length=1, description="float value distributions to use; null: all the spec allows")
+    index_dists: tuple[IndexDist, ...] | None = Field(default=None, min_length=1, description="index distributions; null: all")
+    layouts: tuple[Layout, ...] | None = Field(default=None, min_length=1, description="memory layouts; null: all the spec allows")
+    max_reduction: int = Field(default=1 << 18, ge=2, description="longest reduction length fuzzed")
 
 
 class DeterminismPolicy(CheckPolicy):
