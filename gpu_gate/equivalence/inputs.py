@@ -89,7 +89,7 @@ def _neg_inf_spans(shape: tuple[int, ...], gen: Any, device: Any) -> Any:
     col = torch.arange(n, device=device).unsqueeze(0)
     rows.masked_fill_((col >= start) & (col < start + length), -math.inf)
     if rows.shape[0] > 1:
-        rows[int(torch.randint(0, rows.shape[0], (1,), generator=gen))] = -math.inf
+        rows[int(torch.randint(0, rows.shape[0], (1,), generator=gen, device=device))] = -math.inf
     return rows.reshape(shape)
 
 

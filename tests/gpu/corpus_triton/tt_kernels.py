@@ -196,8 +196,13 @@ def ce_forward_kernel(x_ptr, labels_ptr, loss_ptr, n, BLOCK: tl.constexpr):
     x = tl.load(x_ptr + row * n + cols, mask=cols < n, other=-float("inf")).to(tl.float32)
     label = tl.load(labels_ptr + row)
     m = tl.max(x, axis=0)
-    lse = tl.log(tl.sum(tl.exp(x - m), axis=0))
+    e = tl.exp(x - m)
     x_label = tl.sum(tl.where(cols == label, x - m, 0.0), axis=0)
+    rest = tl.sum(tl.where(cols == label, 0.0, e), axis=0)
+    # When the label is the maximum, lse = log(1 + rest): with a near-certain prediction rest is
+    # tiny and log(1.0000069) in fp32 loses most of its digits, so use the series of log1p.
+    log1p_rest = rest - rest * rest * 0.5 + rest * rest * rest * (1.0 / 3.0)
+    lse = tl.where((x_label == 0.0) & (rest < 1e-3), log1p_rest, tl.log(tl.exp(x_label) + rest))
     tl.store(loss_ptr + row, (lse - x_label).to(loss_ptr.dtype.element_ty))
 
 
