@@ -51,17 +51,20 @@ class Diagnostic:
     message: str
 
 
+def toolkit_candidates(tool: str) -> list[Path]:
+    """Where a CUDA toolkit program is looked for, in order: ``$CUDA_HOME/bin``,
+    ``$CUDA_PATH/bin``, ``PATH``, then ``/usr/local/cuda/bin``."""
+    out = [Path(os.environ[var]) / "bin" / tool for var in ("CUDA_HOME", "CUDA_PATH") if os.environ.get(var)]
+    found = shutil.which(tool)
+    if found:
+        out.append(Path(found))
+    out.append(Path("/usr/local/cuda/bin") / tool)
+    return out
+
+
 def find_nvcc() -> str | None:
     """nvcc from ``$CUDA_HOME/bin``, then ``PATH``, then ``/usr/local/cuda/bin``."""
-    candidates = []
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            candidates.append(Path(os.environ[var]) / "bin" / "nvcc")
-    found = shutil.which("nvcc")
-    if found:
-        candidates.append(Path(found))
-    candidates.append(Path("/usr/local/cuda/bin/nvcc"))
-    for path in candidates:
+    for path in toolkit_candidates("nvcc"):
         if path.is_file() and os.access(path, os.X_OK):
             return str(path)
     return None

@@ -17,12 +17,12 @@ import dataclasses
 import importlib.util
 import os
 import re
-import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from xml.etree import ElementTree
 
 from .. import proc
+from .nvcc import toolkit_candidates
 
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 ERROR_EXITCODE = 86
@@ -55,13 +55,7 @@ def candidates(policy_path: str | None) -> list[Path]:
     out: list[Path] = []
     if policy_path:
         out.append(Path(policy_path))
-    for var in ("CUDA_HOME", "CUDA_PATH"):
-        if os.environ.get(var):
-            out.append(Path(os.environ[var]) / "bin" / "compute-sanitizer")
-    found = shutil.which("compute-sanitizer")
-    if found:
-        out.append(Path(found))
-    out.append(Path("/usr/local/cuda/bin/compute-sanitizer"))
+    out += toolkit_candidates("compute-sanitizer")
     out += _wheel_candidates()
     return out
 
