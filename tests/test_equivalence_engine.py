@@ -290,3 +290,40 @@ def test_when_torch_s_own_low_precision_path_breaks_down_the_baseline_is_float32
     bad = run(tmp_path, f, "like_torch_fp16")
     (m,) = [x for x in bad.findings if x.kind in ("mismatch", "constant-output")]
     assert "baseline is torch in float32" in m.message or m.kind == "constant-output"
+
+
+class _FakeStream:
+    def __init__(self, stream_id: int) -> None:
+        self.stream_id = stream_id
+
+
+def test_side_streams_delay_only_switches_away_from_the_caller_and_undo_their_hooks(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The watch queues a GPU sleep on every stream the candidate switches to (other than the
+    caller's), so unordered work lands late every time; afterwards torch is as it was."""
+    import torch
+
+    from gpu_gate.equivalence.guard import SIDE_STREAM_DELAY_CYCLES, SideStreams
+
+    caller, side = _FakeStream(0), _FakeStream(7)
+    current = [caller]
+    sleeps: list[tuple[int, int]] = []
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[0])
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: current.__setitem__(0, s))
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: sleeps.append((current[0].stream_id, cycles)))
+    original_set_stream = torch.cuda.set_stream
+    had_enter = "__enter__" in vars(torch.cuda.Stream)
+
+    with SideStreams("cpu") as off:
+        torch.cuda.set_stream(side)
+    assert sleeps == [] and off.used == set()
+
+    current[0] = caller
+    with SideStreams("cuda") as watch:
+        torch.cuda.set_stream(side)
+        torch.cuda.set_stream(caller)
+        torch.cuda.set_stream(None)
+    assert sleeps == [(7, SIDE_STREAM_DELAY_CYCLES)]
+    assert watch.used == {7}
+    assert torch.cuda.set_stream is original_set_stream
+    assert ("__enter__" in vars(torch.cuda.Stream)) == had_enter

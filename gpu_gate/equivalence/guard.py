@@ -104,3 +104,75 @@ def guarded_empty(shape: tuple[Any, ...], *, dtype: Any = None, device: Any = No
     g.view.fill_(poison_value(dtype))
     watch.outputs.append(g)
     return g.view
+
+
+# About 25 ms on a 2 GHz clock: far longer than the Python between a candidate's switch to
+# another stream and the harness's copy on the caller's stream once the call returns.
+SIDE_STREAM_DELAY_CYCLES = 50_000_000
+
+
+class SideStreams:
+    """While a candidate runs on CUDA, each switch to a stream other than the caller's first
+    queues a GPU sleep on that stream (``torch.cuda.stream``, ``torch.cuda.set_stream`` and
+    ``with stream:`` are watched).
+
+    Work the candidate then queues there finishes well after the call returns, unless the
+    caller's stream waits for it. The harness copies every output on the caller's stream
+    straight after the call and compares the copy with the output once the device is idle: a
+    result finished later on an unordered side stream differs every time, instead of only when
+    the scheduler happens to run late. A candidate that orders its streams correctly loses a
+    few milliseconds and nothing else.
+    """
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+        self.used: set[int] = set()
+        self._undo: list[Any] = []
+
+    def __enter__(self) -> SideStreams:
+        if self.device != "cuda":
+            return self
+        import torch
+
+        if not hasattr(torch.cuda, "_sleep"):
+            return self
+        caller = torch.cuda.current_stream()
+        set_stream = torch.cuda.set_stream
+
+        def switched(stream: Any) -> None:
+            if stream is not None and getattr(stream, "stream_id", None) != caller.stream_id:
+                self.used.add(int(stream.stream_id))
+                torch.cuda._sleep(SIDE_STREAM_DELAY_CYCLES)  # queued on the stream just made current
+
+        def watched_set_stream(stream: Any) -> None:
+            set_stream(stream)
+            switched(stream)
+
+        cls = torch.cuda.Stream
+        own_enter = cls.__dict__.get("__enter__")
+        inherited_enter = getattr(cls, "__enter__", None)  # absent from CPU builds of torch
+
+        def watched_enter(stream: Any) -> Any:
+            result = inherited_enter(stream)  # type: ignore[misc]
+            switched(stream)
+            return result
+
+        torch.cuda.set_stream = watched_set_stream
+        if inherited_enter is not None:
+            cls.__enter__ = watched_enter  # type: ignore[method-assign]
+
+        def undo() -> None:
+            torch.cuda.set_stream = set_stream
+            if inherited_enter is None:
+                return
+            if own_enter is None:
+                del cls.__enter__
+            else:
+                cls.__enter__ = own_enter  # type: ignore[method-assign]
+
+        self._undo.append(undo)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        while self._undo:
+            self._undo.pop()()

@@ -144,8 +144,19 @@ def gelu_side_stream(x):
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        torch.cuda._sleep(50_000_000)  # the work lands well after the call returned
         y = K.gelu(x)
+    return y
+
+
+@gg.spec(name="tt_gelu_side_stream_ordered", devices=["cuda"], **GELU)
+def gelu_side_stream_ordered(x):
+    """The same side stream, correctly ordered: the caller's stream waits for it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = K.gelu(x)
+    torch.cuda.current_stream().wait_stream(side)
+    y.record_stream(torch.cuda.current_stream())
     return y
 
 
