@@ -4,14 +4,16 @@ Builds a synthetic repository with 64 gate specs (each covering its own kernel f
 of whose candidates keeps its GPU busy for a fixed time, then times `gpu-gate check` with
 CUDA_VISIBLE_DEVICES set to one GPU and to all of them. Target on 4 GPUs: >= 3.4x faster.
 
-    python bench/bench_multigpu.py [--jobs 64] [--busy-ms 1500]
+    python bench/bench_multigpu.py [--jobs 64] [--busy-ms 600] [--runs one,all]
 Not a test. Without a GPU it says so and exits 0.
 """
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -84,18 +86,25 @@ def build(root: Path, jobs: int, busy_ms: int, cases: int) -> Path:
     return repo
 
 
-def run(repo: Path, gpus: str) -> tuple[float, int, str]:
+def run(repo: Path, gpus: str) -> tuple[float, int, str, list[float]]:
+    """Wall time, exit code, the verdict line, and every job's own duration."""
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpus}
+    out = repo / f"out-{gpus.count(',') + 1}"
     start = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", "main", "--out",
-                        str(repo / f"out-{gpus.count(',') + 1}")], cwd=repo, env=env, capture_output=True, text=True)
-    return time.perf_counter() - start, p.returncode, p.stdout.strip().splitlines()[-3] if p.stdout else p.stderr
+    p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", "main", "--out", str(out)],
+                       cwd=repo, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    durations: list[float] = []
+    if (out / "results.json").exists():
+        durations = [float(r.get("duration_s", 0.0)) for r in json.loads((out / "results.json").read_text())["results"]]
+    verdict = next((ln for ln in reversed(p.stdout.splitlines()) if "verdict" in ln.lower()), "")
+    return wall, p.returncode, verdict or (p.stdout + p.stderr).strip()[-300:], durations
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--jobs", type=int, default=64)
-    ap.add_argument("--busy-ms", type=int, default=1500, help="GPU-busy time per job")
+    ap.add_argument("--busy-ms", type=int, default=600, help="GPU-busy ms per job pass: each candidate call keeps the GPU busy for busy-ms / cases")
     ap.add_argument("--cases", type=int, default=3)
     ap.add_argument("--runs", default="one,all", help="which runs: one (1 GPU), all (every GPU), or both")
     args = ap.parse_args()
@@ -111,14 +120,16 @@ def main() -> int:
     runs = args.runs.split(",")
     root = Path(tempfile.mkdtemp(prefix="bench-multigpu-"))
     times: dict[int, float] = {}
-    print(f"{'GPUs':>5} {'jobs':>5} {'wall s':>8} {'exit':>5}")
+    print(f"{'GPUs':>5} {'jobs':>5} {'wall s':>8} {'job s (median)':>15} {'sum of jobs s':>14} {'exit':>5}")
     try:
         repo = build(root, args.jobs, args.busy_ms, args.cases)
         for which in runs:
             gpus = "0" if which == "one" else ",".join(str(i) for i in range(n))
-            wall, rc, tail = run(repo, gpus)
+            wall, rc, tail, durations = run(repo, gpus)
             times[gpus.count(",") + 1] = wall
-            print(f"{gpus.count(',') + 1:>5} {args.jobs:>5} {wall:>8.1f} {rc:>5}   {tail}", flush=True)
+            median = statistics.median(durations) if durations else float("nan")
+            print(f"{gpus.count(',') + 1:>5} {len(durations):>5} {wall:>8.1f} {median:>15.2f} {sum(durations):>14.1f} "
+                  f"{rc:>5}   {tail}", flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if 1 in times and n in times and n > 1:
