@@ -8,9 +8,13 @@ mkdir -p "$out"
 py=${PYTHON:-python3}
 : > "$out/summary.txt"
 
+# STEPS picks some of: doctor gpu-tests demo-gpu bench-equivalence bench-sanitizer bench-cache
+steps=" ${STEPS:-doctor gpu-tests demo-gpu bench-equivalence bench-sanitizer bench-cache} "
+
 step() {
   local name=$1 limit=$2
   shift 2
+  [[ $steps == *" $name "* ]] || return 0
   local start=$SECONDS
   timeout "$limit" "$@" > "$out/$name.log" 2>&1
   local rc=$?
@@ -19,8 +23,8 @@ step() {
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" 2>&1
 step doctor 120 "$py" -m gpu_gate.cli doctor
-step gpu-tests "${GPU_TESTS_LIMIT:-420}" "$py" -m pytest -q -p no:cacheprovider tests/gpu -rs \
-  --junitxml "$out/gpu-tests.xml"
+step gpu-tests "${GPU_TESTS_LIMIT:-420}" "$py" -m pytest -q -p no:cacheprovider ${GPU_TESTS:-tests/gpu} -rs \
+  --durations 15 --junitxml "$out/gpu-tests.xml"
 step demo-gpu 300 "$py" -m gpu_gate.cli demo --gpu
 step bench-equivalence 240 "$py" bench/bench_equivalence.py
 step bench-sanitizer 300 "$py" bench/bench_sanitizer.py
@@ -28,8 +32,12 @@ step bench-cache 120 "$py" bench/bench_cache.py
 
 echo
 echo "== GPU =="; cat "$out/gpu.txt"
-echo "== gpu tests =="; grep -E "passed|failed|error" "$out/gpu-tests.log" | tail -3
-grep -E "^(FAILED|ERROR)" "$out/gpu-tests.log" | head -20
-echo "== demo =="; grep -A3 "demo verdicts" "$out/demo-gpu.log"
-for b in bench-equivalence bench-sanitizer bench-cache; do echo "== $b =="; tail -12 "$out/$b.log"; done
+if [[ -f $out/gpu-tests.log ]]; then
+  echo "== gpu tests =="; grep -E "passed|failed|error" "$out/gpu-tests.log" | tail -3
+  grep -E "^(FAILED|ERROR)" "$out/gpu-tests.log" | head -30
+fi
+[[ -f $out/demo-gpu.log ]] && { echo "== demo =="; grep -A3 "demo verdicts" "$out/demo-gpu.log"; }
+for b in bench-equivalence bench-sanitizer bench-cache; do
+  [[ -f $out/$b.log ]] && { echo "== $b =="; tail -12 "$out/$b.log"; }
+done
 echo "== summary =="; cat "$out/summary.txt"
