@@ -292,6 +292,21 @@ def test_when_torch_s_own_low_precision_path_breaks_down_the_baseline_is_float32
     assert "baseline is torch in float32" in m.message or m.kind == "constant-output"
 
 
+
+def test_under_a_sanitizer_a_wrong_result_is_a_note_for_the_equivalence_job_to_judge(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, f"""
+        @gg.spec({ELEMENTWISE}, reference=lambda x: x * 2)
+        def off_by_one(x):
+            return x * 2 + 1
+        """)
+    plain = run(tmp_path, f, "off_by_one")
+    assert plain.status is Status.FAILED and "mismatch" in kinds(plain, Severity.ERROR)
+    sanitized = run(tmp_path, f, "off_by_one", sanitizer=True)
+    assert sanitized.status is Status.PASSED and not kinds(sanitized, Severity.ERROR)
+    (note,) = [x for x in sanitized.findings if x.kind == "mismatch"]
+    assert note.severity is Severity.NOTE and "compute-sanitizer" in note.message
+
+
 class _FakeStream:
     def __init__(self, stream_id: int) -> None:
         self.stream_id = stream_id
