@@ -2,13 +2,17 @@
 
 A real git repository (a base commit and a head commit that breaks a CUDA kernel at line 3),
 a ``pull_request`` event, the real ``gpu-gate`` CLI, and the local schema-checking server as
-GITHUB_API_URL. Nested actions (upload/download-artifact) are replaced by local stand-ins
-through ``act --local-repository``; nothing is fetched from the network.
+GITHUB_API_URL. Nested actions (upload/download-artifact, cache/restore and cache/save) are
+replaced by local stand-ins through ``act --local-repository``; nothing is fetched from the network.
+act maps a whole repository (``actions/cache@<sha>``) to a folder and resolves the sub-path actions
+``actions/cache/restore@<sha>`` and ``actions/cache/save@<sha>`` inside it, so one folder with
+``restore/action.yml`` and ``save/action.yml`` stands in for both.
 """
 from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -28,6 +32,7 @@ FAKE_ACTIONS = Path(__file__).resolve().parent / "github_server" / "fake_actions
 ACT = shutil.which("act") or str(Path(sys.executable).parent / "act")
 UPLOAD = "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02"
 DOWNLOAD = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093"
+CACHE = "actions/cache@5a3ec84eff668545956fd18022155c47e93e2684"  # restore/ and save/ inside
 PINNED = {"GIT_AUTHOR_NAME": "Gate Tester", "GIT_AUTHOR_EMAIL": "tester@example.com",
           "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+00:00", "GIT_COMMITTER_NAME": "Gate Tester",
           "GIT_COMMITTER_EMAIL": "tester@example.com", "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+00:00"}
@@ -50,7 +55,7 @@ def git(repo: Path, *args: str) -> str:
     return res.stdout.strip()
 
 
-def action_workflow(python: str) -> dict:
+def action_workflow(python: str, check: dict | None = None) -> dict:
     common = {"python": python, "artifact": "", "extra-args": "--cpu"}
     record = ("import json, os, shutil\n"
               "out = os.environ['GG_TEST_OUT']\n"
@@ -65,7 +70,8 @@ def action_workflow(python: str) -> dict:
             {"uses": "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"},
             {"id": "plan", "uses": "./.gpu-gate-action", "with": {**common, "mode": "plan", "shards": "2",
                                                                   "out": "gg-plan", "extra-args": ""}},
-            {"id": "check", "uses": "./.gpu-gate-action", "continue-on-error": True, "with": common},
+            {"id": "check", "uses": "./.gpu-gate-action", "continue-on-error": True,
+             "with": {**common, **(check or {})}},
             {"id": "report", "uses": "./.gpu-gate-action", "continue-on-error": True,
              "with": {**common, "mode": "report", "results": "gpu-gate-report/results.json", "out": "gg-merged",
                       "extra-args": ""}},
@@ -104,6 +110,10 @@ def pr_repo(tmp_path: Path) -> tuple[Path, Path, str, str]:
         "uses": "./.github/workflows/gate.yml",
         "with": {"runner-labels": '["self-hosted", "gpu"]', "shards": 2, "python": sys.executable}}}}
     (wf / "fanout.yml").write_text(yaml.safe_dump(caller, sort_keys=False))
+    caller["jobs"]["gpu"]["with"]["cache"] = False
+    (wf / "fanout-nocache.yml").write_text(yaml.safe_dump({**caller, "name": "fanout-nocache"}, sort_keys=False))
+    cached = action_workflow(sys.executable, {"cache": "true", "cache-dir": "gg cache/results"})
+    (wf / "gate-cached.yml").write_text(yaml.safe_dump({**cached, "name": "gate-cached"}, sort_keys=False))
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
     base = git(repo, "rev-parse", "HEAD")
@@ -126,20 +136,46 @@ def gh() -> Iterator[FakeGitHub]:
         yield server
 
 
-def run_act(repo: Path, event: Path, gh: FakeGitHub, workflow: str, out: Path, home: Path) -> subprocess.CompletedProcess:
+def run_act(repo: Path, event: Path, gh: FakeGitHub, workflow: str, out: Path, home: Path,
+            cache: Path | None = None, run: tuple[int, int] = (1, 1)) -> subprocess.CompletedProcess:
+    """``act`` on ``workflow``; ``cache`` is the fake actions/cache store (default: a new one under
+    ``out``), ``run`` the run id and attempt (act itself says 1 and 1 on every run)."""
     out.mkdir(parents=True, exist_ok=True)
     artifacts = out / "artifacts"
     artifacts.mkdir(exist_ok=True)
+    cache = cache or out / "actions-cache"
     argv = [ACT, "pull_request", "-W", f".github/workflows/{workflow}", "-e", str(event),
             "-P", "self-hosted=-self-hosted", "-P", "ubuntu-latest=-self-hosted", "-P", "gpu=-self-hosted",
             "--env", f"GITHUB_API_URL={gh.url}", "--env", "GITHUB_REPOSITORY=octo/kernels",
+            "--env", f"GITHUB_RUN_ID={run[0]}", "--env", f"GITHUB_RUN_ATTEMPT={run[1]}",
             "--env", f"GG_TEST_OUT={out}", "--env", f"GG_FAKE_ARTIFACTS={artifacts}",
+            "--env", f"GG_FAKE_CACHE={cache}",
             "-s", f"GITHUB_TOKEN={gh.token}",
             "--local-repository", f"{UPLOAD}={FAKE_ACTIONS / 'upload-artifact'}",
-            "--local-repository", f"{DOWNLOAD}={FAKE_ACTIONS / 'download-artifact'}"]
+            "--local-repository", f"{DOWNLOAD}={FAKE_ACTIONS / 'download-artifact'}",
+            "--local-repository", f"{CACHE}={FAKE_ACTIONS / 'cache'}"]
     env = {**os.environ, "HOME": str(home)}  # act keeps its copies of the workspace under ~/.cache
     env.pop("GITHUB_ACTIONS", None)
     return subprocess.run(argv, cwd=repo, capture_output=True, text=True, env=env, timeout=540)
+
+
+def saved(store: Path) -> list[Path]:
+    """The caches in the fake actions/cache store, oldest first."""
+    return [d for d in sorted(store.iterdir()) if (d / "key").is_file()]
+
+
+def saved_keys(store: Path) -> list[str]:
+    return [(d / "key").read_text() for d in saved(store)]
+
+
+def restores(store: Path) -> list[tuple[str, str]]:
+    """(primary key, restored key or '-') of each cache/restore, in order."""
+    path = store / ".restores"
+    return [tuple(line.split("\t")) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def statuses(results: dict) -> dict[str, str]:
+    return {r["job_id"]: r["status"] for r in results["results"]}
 
 
 def sticky(gh: FakeGitHub, key: str) -> list[dict]:
@@ -153,6 +189,7 @@ def test_action_check_plan_and_report_modes_under_act(pr_repo, gh: FakeGitHub, t
     outputs = json.loads((tmp_path / "run1" / "outputs.json").read_text())
     assert outputs["VERDICT"] == "failed" and outputs["EXIT_CODE"] == "1"
     assert outputs["R_VERDICT"] == "failed" and outputs["R_EXIT_CODE"] == "1"
+    assert not (tmp_path / "run1" / "actions-cache").exists(), "cache defaults to false: no actions/cache"
     counts = json.loads(outputs["COUNTS"])
     assert counts["jobs"] >= 1 and counts["missing"] == 0
     for key in ("JUNIT", "MARKDOWN", "SARIF"):
@@ -203,7 +240,20 @@ def test_reusable_workflow_fans_out_two_shards_under_act(pr_repo, gh: FakeGitHub
     assert ("csrc/add.cu", 3) in {(a["path"], a["start_line"]) for a in gh.annotations[run["id"]]}
     merged = json.loads((artifacts / "gpu-gate-report" / "results.json").read_text())
     assert merged["planned_jobs"] and {r["job_id"] for r in merged["results"]} == set(merged["planned_jobs"])
+    assert len(saved_keys(tmp_path / "fan" / "actions-cache")) == 2, "the cache is on by default: one save per shard"
+    assert "Run Main Restore the result cache" in log and "Run Main Save the result cache" in log
     assert gh.violations == []
+
+
+def test_reusable_workflow_with_cache_off_neither_restores_nor_saves(pr_repo, gh: FakeGitHub, tmp_path: Path) -> None:
+    repo, event, base, head = pr_repo
+    res = run_act(repo, event, gh, "fanout-nocache.yml", tmp_path / "fan", tmp_path / "home")
+    log = res.stdout + res.stderr
+    shard_results = sorted((tmp_path / "fan" / "artifacts").glob("gpu-gate-results-*/results.json"))
+    assert len(shard_results) == 2, log[-6000:]
+    assert res.returncode != 0, "the report job must fail: a kernel does not compile"
+    assert "Run Main Restore the result cache" not in log and "Run Main Save the result cache" not in log
+    assert not (tmp_path / "fan" / "actions-cache").exists()
 
 
 def test_reusable_workflow_is_green_when_no_kernel_changed(tmp_path: Path, gh: FakeGitHub) -> None:
@@ -236,3 +286,131 @@ def test_reusable_workflow_is_green_when_no_kernel_changed(tmp_path: Path, gh: F
     (run,) = gh.check_runs.values()
     assert run["conclusion"] == "success" and run["head_sha"] == head
     assert gh.violations == []
+
+
+def test_reusable_workflow_reuses_cached_shard_results_on_the_next_run(pr_repo, gh: FakeGitHub, tmp_path: Path) -> None:
+    """Two runs of the same PR share one actions/cache store: the second one's shards restore
+    what the first one saved (red results too) and serve them from gpu-gate's cache."""
+    repo, event, base, head = pr_repo
+    store = tmp_path / "actions-cache"
+    runs = []
+    for n, attempt in ((1, 1), (2, 2)):  # the second run is a re-run: same run id, next attempt
+        res = run_act(repo, event, gh, "fanout.yml", tmp_path / f"run{n}", tmp_path / "home", cache=store,
+                      run=(4711, attempt))
+        log = res.stdout + res.stderr
+        assert res.returncode != 0, "the report job must fail: a kernel does not compile"
+        shards = {}
+        for path in sorted((tmp_path / f"run{n}" / "artifacts").glob("gpu-gate-results-*/results.json")):
+            results = json.loads(path.read_text())
+            shards[results["shard"]] = results
+        assert set(shards) == {"1/2", "2/2"}, log[-6000:]
+        merged = json.loads((tmp_path / f"run{n}" / "artifacts" / "gpu-gate-report" / "results.json").read_text())
+        runs.append((shards, merged, saved_keys(store)))
+
+    (first, merged1, keys1), (second, merged2, keys2) = runs
+    # Run 1 started from an empty store, ran every job and saved one snapshot per shard, red ones included.
+    assert all(r["cached_from"] is None for s in first.values() for r in s["results"])
+    key = re.compile(r"gpu-gate-Linux-([12]/2)-([0-9a-f]{40})-4711-([12])")
+    assert all(key.fullmatch(k) for k in keys2), keys2
+    assert len(keys1) == 2 and {key.fullmatch(k).group(1, 3) for k in keys1} == {("1/2", "1"), ("2/2", "1")}
+    # Run 2 saved two more snapshots under keys of its own (keys are immutable on GitHub).
+    assert len(keys2) == 4 and len(set(keys2)) == 4 and keys2[:2] == keys1
+    assert {key.fullmatch(k).group(1, 3) for k in keys2[2:]} == {("1/2", "2"), ("2/2", "2")}
+    # Each shard of run 2 restored the snapshot of the same shard from run 1 (a prefix match, no exact hit).
+    restored = dict(restores(store)[2:])
+    assert len(restored) == 2
+    for primary, matched in restored.items():
+        shard = key.fullmatch(primary).group(1)
+        assert matched in keys1 and key.fullmatch(matched).group(1) == shard and matched != primary
+
+    # Every result that can be cached (passed or failed) came from the cache, at the head commit of run 1.
+    for shard, results in second.items():
+        kept = [r for r in results["results"] if r["status"] in ("passed", "failed")]
+        assert kept, f"shard {shard} has no cacheable result"
+        assert all(r["cached_from"] == head for r in kept), [(r["job_id"], r["cached_from"]) for r in kept]
+        assert statuses(results) == statuses(first[shard])
+        fresh = {r["job_id"]: r["findings"] for r in first[shard]["results"]}
+        assert all(r["findings"] == fresh[r["job_id"]] for r in kept)
+    # The verdict is the same: failed, on the same jobs, with the compile error still annotated.
+    assert statuses(merged2) == statuses(merged1) and "failed" in statuses(merged2).values()
+    assert [r["conclusion"] for r in gh.check_runs.values()] == ["failure", "failure"]
+    last = max(gh.check_runs.values(), key=lambda r: r["id"])
+    assert ("csrc/add.cu", 3) in {(a["path"], a["start_line"]) for a in gh.annotations[last["id"]]}
+    (comment,) = gh.comments[7]
+    assert "cached from" in comment["body"] and "undeclared" in comment["body"]
+    assert gh.violations == []
+
+
+def test_action_cache_input_restores_and_saves_around_check(pr_repo, gh: FakeGitHub, tmp_path: Path) -> None:
+    """action.yml with cache: "true" and a cache-dir with a space in it: the second run's check is
+    served from what the first one saved."""
+    repo, event, base, head = pr_repo
+    store = tmp_path / "actions-cache"
+    results = []
+    for n in (1, 2):
+        res = run_act(repo, event, gh, "gate-cached.yml", tmp_path / f"run{n}", tmp_path / "home", cache=store,
+                      run=(100 + n, 1))
+        assert res.returncode == 0, res.stdout[-6000:] + res.stderr[-3000:]
+        outputs = json.loads((tmp_path / f"run{n}" / "outputs.json").read_text())
+        assert outputs["VERDICT"] == "failed" and outputs["EXIT_CODE"] == "1"
+        results.append(json.loads((tmp_path / f"run{n}" / "report" / "results.json").read_text()))
+    keys = saved_keys(store)
+    assert len(keys) == 2 and keys[0] != keys[1]
+    assert all(re.fullmatch(r"gpu-gate-Linux-all-[0-9a-f]{40}-10[12]-1-gate-0?", k) for k in keys), keys
+    assert all((d / "paths").read_text() == "gg cache/results\n" for d in saved(store))
+    assert list((saved(store)[1] / "data" / "0").glob("*/*.json")), "the snapshot holds gpu-gate's entries"
+    assert restores(store) == [(keys[0], "-"), (keys[1], keys[0])]
+    assert all(r["cached_from"] is None for r in results[0]["results"])
+    kept = [r for r in results[1]["results"] if r["status"] in ("passed", "failed")]
+    assert kept and all(r["cached_from"] == head for r in kept)
+    assert statuses(results[1]) == statuses(results[0])
+    assert gh.violations == []
+
+
+def stand_in(action: str, workspace: Path, store: Path, **inputs: str) -> tuple[int, dict[str, str]]:
+    """Run the one bash step of a fake actions/cache stand-in directly: (exit code, step outputs)."""
+    doc = yaml.safe_load((FAKE_ACTIONS / "cache" / action / "action.yml").read_text())
+    (step,) = doc["runs"]["steps"]
+    values = {name: str(spec.get("default", "")) for name, spec in doc["inputs"].items()} | inputs
+    output = workspace.parent / "github-output.txt"
+    output.write_text("")
+    workspace.mkdir(exist_ok=True)
+    env = {**os.environ, "GG_FAKE_CACHE": str(store), "GITHUB_OUTPUT": str(output)}
+    for var, expr in step["env"].items():
+        env[var] = values[re.fullmatch(r"\$\{\{ inputs\.([\w-]+) \}\}", expr).group(1)]
+    res = subprocess.run(["bash", "-c", step["run"]], cwd=workspace, env=env, capture_output=True, text=True)
+    lines = output.read_text().splitlines()
+    return res.returncode, dict(line.split("=", 1) for line in lines)
+
+
+def test_fake_cache_stand_ins_match_keys_like_actions_cache(tmp_path: Path) -> None:
+    ws, store = tmp_path / "ws", tmp_path / "store"
+
+    def save(key: str, text: str, path: str = "c") -> int:
+        (ws / "c").mkdir(parents=True, exist_ok=True)
+        (ws / "c" / "f").write_text(text)
+        return stand_in("save", ws, store, path=path, key=key)[0]
+
+    def restore(key: str, restore_keys: str = "", path: str = "c") -> tuple[dict[str, str], str | None]:
+        shutil.rmtree(ws / "c", ignore_errors=True)
+        code, out = stand_in("restore", ws, store, path=path, key=key, **{"restore-keys": restore_keys})
+        assert code == 0
+        return out, (ws / "c" / "f").read_text() if (ws / "c" / "f").exists() else None
+
+    assert restore("k-a-1", "k-a-\nk-") == ({"cache-primary-key": "k-a-1"}, None)  # a miss sets no cache-hit
+    assert save("k-a-1", "one") == 0 and save("k-b-1", "two") == 0 and save("k-a-2", "three") == 0
+    assert save("k-a-1", "again") == 0 and saved_keys(store) == ["k-a-1", "k-b-1", "k-a-2"], "keys are immutable"
+    out, text = restore("k-a-1", "k-")
+    assert (out["cache-hit"], out["cache-matched-key"], text) == ("true", "k-a-1", "one")
+    out, text = restore("k-b-9", "  k-b-\n  k-\n")  # restore keys in order, each the newest match
+    assert (out["cache-hit"], out["cache-matched-key"], text) == ("false", "k-b-1", "two")
+    out, text = restore("k-z", "k-")
+    assert (out["cache-matched-key"], text) == ("k-a-2", "three")
+    out, text = restore("k-a")  # the key itself also matches as a prefix
+    assert (out["cache-matched-key"], text) == ("k-a-2", "three")
+    assert restore("k-a-1", "k-", path="other")[0] == {"cache-primary-key": "k-a-1"}, "other paths never match"
+    assert stand_in("restore", ws, store, path="c", key="nope", **{"fail-on-cache-miss": "true"})[0] == 1
+    shutil.rmtree(ws / "c", ignore_errors=True)
+    assert stand_in("save", ws, store, path="c", key="k-c-1")[0] == 0 and len(saved_keys(store)) == 3, \
+        "a missing path only warns"
+    assert restores(store)[:2] == [("k-a-1", "-"), ("k-a-1", "k-a-1")]
