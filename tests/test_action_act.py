@@ -123,8 +123,8 @@ def pr_repo(tmp_path: Path) -> tuple[Path, Path, str, str]:
     git(repo, "commit", "-q", "-am", "break add, retune scale")
     head = git(repo, "rev-parse", "HEAD")
     event = {"action": "synchronize", "number": 7, "repository": {"full_name": "octo/kernels"},
-             "pull_request": {"number": 7, "head": {"sha": head, "ref": "feature"},
-                              "base": {"sha": base, "ref": "main"}}}
+             "pull_request": {"number": 7, "head": {"sha": head, "ref": "feature", "repo": {"full_name": "octo/kernels"}},
+                              "base": {"sha": base, "ref": "main", "repo": {"full_name": "octo/kernels"}}}}
     event_path = tmp_path / "event.json"
     event_path.write_text(json.dumps(event))
     return repo, event_path, base, head
@@ -255,6 +255,23 @@ def test_reusable_workflow_with_cache_off_neither_restores_nor_saves(pr_repo, gh
     assert "Run Main Restore the result cache" not in log and "Run Main Save the result cache" not in log
     assert not (tmp_path / "fan" / "actions-cache").exists()
 
+
+
+def test_a_pull_request_from_a_fork_restores_but_never_saves_the_cache(pr_repo, gh: FakeGitHub, tmp_path: Path
+                                                                        ) -> None:
+    """cache-save defaults to trusted: a fork's code must not plant entries that its next run trusts."""
+    repo, event, base, head = pr_repo
+    fork = json.loads(event.read_text())
+    fork["pull_request"]["head"]["repo"] = {"full_name": "stranger/kernels"}
+    fork_event = tmp_path / "fork-event.json"
+    fork_event.write_text(json.dumps(fork))
+    res = run_act(repo, fork_event, gh, "fanout.yml", tmp_path / "fan", tmp_path / "home")
+    log = res.stdout + res.stderr
+    assert len(sorted((tmp_path / "fan" / "artifacts").glob("gpu-gate-results-*/results.json"))) == 2, log[-6000:]
+    assert "Run Main Restore the result cache" in log
+    assert "Run Main Save the result cache" not in log
+    store = tmp_path / "fan" / "actions-cache"
+    assert not store.exists() or saved_keys(store) == []
 
 def test_reusable_workflow_is_green_when_no_kernel_changed(tmp_path: Path, gh: FakeGitHub) -> None:
     repo = tmp_path / "repo"
