@@ -334,14 +334,28 @@ def cmd_repro(args: argparse.Namespace) -> int:
     if not (repo / ref.file).is_file():
         raise GateError(f"{ref.file}: no such spec file in {repo}")
     chk = loaded.policy.check(args.check)
+    if args.growth and (args.case or args.check != "equivalence" or ":" not in args.growth):
+        raise GateError(f"--growth {args.growth!r}: give DIM:DTYPE, e.g. --growth n:bfloat16, with the equivalence "
+                        f"check and without --case", hint="copy the command from the error-growth finding")
+    options = {**chk.options(), "shrink": False, "growth": bool(args.growth)}
+    if args.growth:
+        options["growth_only"] = args.growth
+    seed = args.seed if args.seed is not None else job_seed(None, loaded.policy)
+    if args.seed is not None:
+        options["seed"] = args.seed
     job = Job(id=f"{args.check}:{ref.id}", check=args.check, level="required", kernels=(), spec=ref,
-              options={**chk.options(), "shrink": False, "growth": False}, seed=job_seed(None, loaded.policy),
-              case=args.case)
+              options=options, seed=seed, case=args.case)
     gpus = detect_gpus() if not args.cpu else ()
     r = run_one(job, ExecOptions(repo_root=repo, gpus=gpus[:1], timeout_s=args.job_timeout or 600), gpus[0] if gpus else None)
     say(progress_line(r, 1, 1, r.duration_s))
     for f in r.findings:
         say(f"{f.kind}: {f.message}")
+    growth = r.extra.get("growth") if args.growth else None
+    for curve in (growth.get("curves") or [growth]) if growth else []:
+        say(f"error by length along {curve['dim']!r} in {curve['dtype']} (slope {curve['slope_candidate']} vs torch's "
+            f"{curve['slope_baseline']}):")
+        for row in curve["rows"]:
+            say(f"  {row['size']:>8}  {row['candidate']:.3g}  torch {row['baseline']:.3g}")
     if r.reason:
         say(f"reason: {r.reason}")
     return int(ExitCode.PASSED if r.status.value == "passed" else ExitCode.POLICY_BREACHED)
@@ -428,6 +442,9 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("spec", help="spec id, PATH::NAME")
     rp.add_argument("--case", help="case token from the report (default: the spec's canonical cases)")
     rp.add_argument("--check", default="equivalence", help="check to run (default: equivalence)")
+    rp.add_argument("--growth", metavar="DIM:DTYPE",
+                    help="re-run the error-growth sweep along reduction dim DIM in DTYPE instead of cases")
+    rp.add_argument("--seed", type=int, help="seed for the sweep or the canonical cases (a case token has its own)")
     rp.add_argument("--repo", type=Path, default=None)
     rp.add_argument("--cpu", action="store_true", help="run on the CPU even with a GPU")
     rp.add_argument("--job-timeout", type=float)

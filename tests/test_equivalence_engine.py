@@ -161,10 +161,10 @@ def test_deterministic_specs_must_agree_bitwise(tmp_path: Path) -> None:
 
 def test_bf16_is_skipped_with_a_reason_under_the_triton_interpreter(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    import triton  # noqa: F401 - the interpreter rule applies once Triton is in use
-
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     f = write_spec(tmp_path, """
+        import triton.language as tl  # the rule applies to specs whose code uses Triton
+
         @gg.spec(dims={"n": gg.Dim(1, 64)}, inputs={"x": gg.Tensor(("n",), dtypes=["bfloat16", "float32"])},
                  reference=lambda x: x + 1)
         def plus(x):
@@ -182,6 +182,25 @@ def test_bf16_is_skipped_with_a_reason_under_the_triton_interpreter(tmp_path: Pa
     assert set(r.extra["coverage"]["inputs"]["x"]["dtype"]) == {"float32"}
     only = run(tmp_path, f, "bf16_only")
     assert only.status is Status.NOT_RUN and "interpreter" in (only.reason or "")
+
+
+def test_plain_torch_specs_keep_bf16_under_the_interpreter_even_though_torch_imports_triton(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    import torch._dynamo  # noqa: F401 - imports Triton wherever it is installed
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    f = write_spec(tmp_path, """
+        @gg.spec(dims={"n": gg.Dim(1, 64)}, inputs={"x": gg.Tensor(("n",), dtypes=["bfloat16"])},
+                 reference=lambda x: x + 1)
+        def torch_bf16(x):
+            return x + 1
+        """, name="torch_spec.py")
+    r = run(tmp_path, f, "torch_bf16")
+    assert "triton" in sys.modules
+    assert r.status is Status.PASSED and not [x for x in r.findings if x.kind == "dtype-not-run"]
+    assert set(r.extra["coverage"]["inputs"]["x"]["dtype"]) == {"bfloat16"}
 
 
 def test_a_spec_that_does_not_run_on_this_device_is_not_run(tmp_path: Path) -> None:
@@ -265,7 +284,7 @@ def test_the_growth_table_is_what_the_markdown_report_draws(tmp_path: Path) -> N
     assert "xychart-beta" in text and "262144" in text
     assert "grows faster with size than the baseline" in text
     (f,) = [x for x in r.findings if x.kind == "error-growth"]
-    assert f.repro and "--case" in f.repro and "slope" in f.message
+    assert f.repro and "--growth n:" in f.repro and "slope" in f.message
 
 
 def test_when_torch_s_own_low_precision_path_breaks_down_the_baseline_is_float32(tmp_path: Path) -> None:

@@ -83,3 +83,56 @@ def test_the_shrunk_case_reproduces_with_the_repro_command(repo, tmp_path: Path)
     fixed = _cli(f.repro, repo.path)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert "mismatch" not in fixed.stdout
+
+
+ROWSUM_KERNEL = '''import torch
+
+
+def rowsum(x: torch.Tensor) -> torch.Tensor:
+    rows, n = x.shape
+    nb = max(1, -(-n // 128))
+    padded = torch.zeros((rows, nb * 128), dtype=torch.float32)
+    padded[:, :n] = x.float()
+    parts = padded.view(rows, nb, 128).sum(-1)
+    acc = torch.zeros(rows, dtype={acc})
+    for j in range(nb):
+        acc = (acc.float() + parts[:, j]).to({acc})
+    return acc.to(torch.bfloat16)
+'''
+
+ROWSUM_GATE = '''import gpu_gate as gg
+from kernels.rowsum import rowsum
+
+
+@gg.spec(dims={"rows": gg.Dim(1, 8), "n": gg.Dim(1, 1 << 18, reduction=True)},
+         inputs={"x": gg.Tensor(("rows", "n"), dtypes=["bfloat16"])}, reference=lambda x: x.sum(-1))
+def rowsum_gate(x):
+    return rowsum(x)
+'''
+
+
+def test_an_error_growth_finding_reproduces_its_sweep(repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """Error growth is a property of a curve, not of one case: its repro command re-runs the
+    sweep (same dim, dtype and seed) and fails the same way; with an fp32 accumulator it passes."""
+    repo.commit("row sum", {".gpu-gate.yml": POLICY, "kernels/__init__.py": "",
+                            "kernels/rowsum.py": ROWSUM_KERNEL.format(acc="torch.bfloat16"),
+                            "gate/rowsum_gate.py": ROWSUM_GATE})
+    job = Job(id="equivalence:gate/rowsum_gate.py::rowsum_gate", check="equivalence", level="required",
+              kernels=(), spec=SpecRef("gate/rowsum_gate.py", "rowsum_gate"),
+              options={"cases": 4, "seed": 3, "shrink": False}, seed=3)
+    r = run_job(job, Context(repo_root=repo.path, device="cpu", workdir=tmp_path))
+    (f,) = [x for x in r.findings if x.kind == "error-growth"]
+    assert f.repro == "gpu-gate repro gate/rowsum_gate.py::rowsum_gate --check equivalence --growth n:bfloat16 --seed 3"
+
+    failing = _cli(f.repro, repo.path)
+    assert failing.returncode == 1, failing.stdout + failing.stderr
+    assert "error-growth" in failing.stdout and "error by length along 'n' in bfloat16" in failing.stdout
+    assert "262144" in failing.stdout, failing.stdout
+
+    repo.commit("fp32 accumulator", {"kernels/rowsum.py": ROWSUM_KERNEL.format(acc="torch.float32")})
+    fixed = _cli(f.repro, repo.path)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "error-growth" not in fixed.stdout and "error by length" in fixed.stdout
+
+    wrong = _cli("gpu-gate repro gate/rowsum_gate.py::rowsum_gate --growth rows:bfloat16", repo.path)
+    assert wrong.returncode != 0 and "no sweep for 'rows:bfloat16'" in wrong.stdout + wrong.stderr

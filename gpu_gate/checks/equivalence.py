@@ -9,6 +9,7 @@ import shlex
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, Severity, Status
@@ -52,12 +53,31 @@ def repro_command(job: Job, check: str = "equivalence") -> str:
     return f"gpu-gate repro {shlex.quote(job.spec.id)} --check {check} --case {{token}}"
 
 
+def uses_triton(repo_root: Path) -> bool:
+    """Whether code loaded from the repository (the spec and the kernels it imports) uses Triton.
+
+    ``"triton" in sys.modules`` is no answer: torch imports Triton itself wherever it is
+    installed, and a spec of plain torch code must keep its bf16 cases under the interpreter."""
+    import types
+
+    root = str(repo_root.resolve())
+    for mod in list(sys.modules.values()):
+        path = getattr(mod, "__file__", None) or ""
+        if not path.startswith(root):
+            continue
+        for value in list(vars(mod).values()):
+            name = value.__name__ if isinstance(value, types.ModuleType) else type(value).__module__
+            if isinstance(name, str) and name.split(".")[0] == "triton":
+                return True
+    return False
+
+
 def unsupported_dtypes(ctx: Context) -> tuple[frozenset[str], str | None]:
     import torch
 
     bad: set[str] = set()
     why = None
-    if ctx.triton_interpret and "triton" in sys.modules:
+    if ctx.triton_interpret and uses_triton(Path(ctx.repo_root)):
         bad |= INTERPRETER_BAD_DTYPES
         why = "the Triton interpreter (no GPU) computes bfloat16/float8 arithmetic wrongly"
     for f8 in ("float8_e4m3fn", "float8_e5m2"):
@@ -130,6 +150,8 @@ class Equivalence:
             return Outcome(Status.ERROR, [self._error("bad-case", f"cannot read the case token: {exc} (copy it "
                                                                    f"from the report's repro command)")],
                            reason="bad case token")
+        if self.job.options.get("growth_only"):
+            return self._growth_only()
         notes: list[Finding] = []
         if dropped:
             notes.append(self._note("dtype-not-run", f"{', '.join(dropped)} cases not run: {why}"))
@@ -228,6 +250,21 @@ class Equivalence:
         budget = float(self.job.options.get("shrink_budget_s") or 60)
         deadline = time.monotonic() + budget
         return shrink(self.runner, self.spec, finding, deadline)
+
+    def _growth_only(self) -> Outcome:
+        """One error-growth sweep and nothing else (``gpu-gate repro --growth DIM:DTYPE``)."""
+        from ..harness import Outcome
+
+        growth = self._growth()
+        if not growth:
+            why = (f"no sweep for {self.job.options['growth_only']!r}: the spec has no such reduction dim, the dtype "
+                   f"is not among its dtypes or cannot run here, or fewer than three lengths fit the case budget")
+            return Outcome(Status.ERROR, [self._error("no-growth-sweep", why)], reason=why)
+        findings = growth["findings"]
+        failed = any(f.severity is Severity.ERROR for f in findings)
+        cases = sum(len(t["rows"]) for t in growth["table"].get("curves", [growth["table"]]))
+        return Outcome(Status.FAILED if failed else Status.PASSED, findings, cases=cases,
+                       extra={"seed": self.seed, "growth": growth["table"]})
 
     def _growth(self) -> dict[str, Any] | None:
         from ..equivalence.growth import sweep

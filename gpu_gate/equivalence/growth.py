@@ -6,6 +6,7 @@ hundreds of times worse at 2**18 (FACTS.md): single cases miss it; the slope doe
 """
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from ..findings import Finding, Severity
@@ -39,6 +40,11 @@ def _case(spec: Spec, dim: str, n: int, dtype: str, seed: int) -> Case:
     return Case(f"g-{dim}-{dtype}-{n}", seed, dims, inputs)
 
 
+def growth_repro(spec_id: str, dim: str, dtype: str, seed: int) -> str:
+    """The command that re-runs one sweep: a growth finding is about a curve, not one case."""
+    return f"gpu-gate repro {shlex.quote(spec_id)} --check equivalence --growth {dim}:{dtype} --seed {seed}"
+
+
 def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[str], deadline: float,
           *, seed: int | None = None) -> dict[str, Any] | None:
     """Sweep every reduction dim x dtype. Returns ``{"table": ..., "findings": [...]}``: the
@@ -52,6 +58,11 @@ def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[
     dtypes = [d for d in spec.dtype_choices() if d not in bad_dtypes and d != "float64"]
     if job.options.get("dtypes"):
         dtypes = [d for d in dtypes if d in job.options["dtypes"]]
+    only = job.options.get("growth_only")  # "dim:dtype", from `gpu-gate repro --growth`
+    if only:
+        want_dim, _, want_dtype = str(only).partition(":")
+        reductions = [d for d in reductions if d == want_dim]
+        dtypes = [d for d in dtypes if not want_dtype or d == want_dtype]
     if not reductions or not dtypes:
         return None
     table: list[dict[str, Any]] = []
@@ -90,7 +101,7 @@ def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[
                 assert last is not None
                 findings.append(Finding(
                     check="equivalence", kind="error-growth", spec=job.spec.id, case=last.id,
-                    repro=runner.repro_cmd.format(token=last.token()),
+                    repro=growth_repro(job.spec.id, dim, dtype, seed),
                     message=f"error grows materially faster than torch's along reduction dim {dim!r} in {dtype}: "
                             f"slope {sc:.2f} vs {sb:.2f} (log-log); at {sizes[-1]} the error is "
                             f"{cand[-1] / max(base[-1], 1e-300):.3g}x torch's. Errors by length (candidate vs torch): "
