@@ -8,7 +8,7 @@ mkdir -p "$out"
 py=${PYTHON:-python3}
 : > "$out/summary.txt"
 
-# STEPS picks some of: doctor gpu-tests demo-gpu bench-equivalence bench-sanitizer bench-cache
+# STEPS picks some of: doctor gpu-tests demo-gpu bench-equivalence bench-sanitizer bench-cache bench-multigpu
 steps=" ${STEPS:-doctor gpu-tests demo-gpu bench-equivalence bench-sanitizer bench-cache} "
 
 step() {
@@ -29,6 +29,9 @@ step demo-gpu 300 "$py" -m gpu_gate.cli demo --gpu
 step bench-equivalence 240 "$py" bench/bench_equivalence.py
 step bench-sanitizer 300 "$py" bench/bench_sanitizer.py
 step bench-cache 120 "$py" bench/bench_cache.py
+# Not in the default STEPS: on a machine with several GPUs, STEPS=bench-multigpu runs the 64-job plan
+# on every GPU, then on one (MULTIGPU_RUNS=all or one picks a single run when time is short).
+step bench-multigpu "${MULTIGPU_LIMIT:-580}" "$py" bench/bench_multigpu.py --runs "${MULTIGPU_RUNS:-all,one}"
 
 echo
 echo "== GPU =="; cat "$out/gpu.txt"
@@ -37,7 +40,7 @@ if [[ -f $out/gpu-tests.log ]]; then
   grep -E "^(FAILED|ERROR)" "$out/gpu-tests.log" | head -30
 fi
 [[ -f $out/demo-gpu.log ]] && { echo "== demo =="; grep -A3 "demo verdicts" "$out/demo-gpu.log"; }
-for b in bench-equivalence bench-sanitizer bench-cache; do
+for b in bench-equivalence bench-sanitizer bench-cache bench-multigpu; do
   [[ -f $out/$b.log ]] && { echo "== $b =="; tail -12 "$out/$b.log"; }
 done
 echo "== summary =="; cat "$out/summary.txt"

@@ -5,15 +5,16 @@ a result finished later on a side stream, and a kernel that returns whatever mem
 allocator hands back (in a reference-first harness, the reference's freed result)."""
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from corpus import errors, not_notes
+from corpus import run as run_corpus
 
-from gpu_gate.findings import JobResult, Severity, Status
-from gpu_gate.harness import Context, run_job
-from gpu_gate.jobs import Job, SpecRef
+from gpu_gate.findings import Status
 
 pytestmark = pytest.mark.gpu
 
@@ -46,15 +47,7 @@ def compiled(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     sys.modules.pop("tt_kernels", None)
 
 
-def run(name: str, tmp_path: Path, seed: int, check: str = "equivalence", **options: object) -> JobResult:
-    opts = {"cases": 24, "shrink": False, **options}
-    job = Job(id=f"{check}:{name}", check=check, level="required", kernels=(), spec=SpecRef("gates.py", name),
-              options=opts, seed=seed)
-    return run_job(job, Context(repo_root=ROOT, device="cuda", workdir=tmp_path))
-
-
-def errors(r: JobResult) -> set[str]:
-    return {f.kind for f in r.findings if f.severity is Severity.ERROR}
+run = functools.partial(run_corpus, ROOT)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -68,7 +61,7 @@ def test_triton_bug_is_caught_on_the_gpu(bug: str, twin: str, kinds: set[str], s
 @pytest.mark.parametrize("twin", sorted({p[1] for p in PAIRS}))
 def test_triton_twin_passes_on_the_gpu(twin: str, seed: int, tmp_path: Path) -> None:
     r = run(twin, tmp_path, seed)
-    bad = [f"{f.kind}: {f.message}" for f in r.findings if f.severity is not Severity.NOTE]
+    bad = not_notes(r)
     assert r.status is Status.PASSED and not bad, "\n".join(bad)
     assert "bfloat16" in str(r.extra["coverage"]) or "float32" in str(r.extra["coverage"])
 
