@@ -1,121 +1,85 @@
 """Gate specs for the Triton corpus: each planted bug and its correct twin. On a GPU the
 low-precision specs use bf16; under TRITON_INTERPRET=1 (no GPU) every spec uses float32,
 because the interpreter's bf16 arithmetic is wrong."""
-import math
 import os
+import sys
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 import gpu_gate as gg
-from gpu_gate.spec import upcast
-import tt_kernels as K
 
-INTERPRETED = os.environ.get("TRITON_INTERPRET") == "1"
-LOW = ["float32"] if INTERPRETED else ["bfloat16"]
-HALF = ["float32"] if INTERPRETED else ["float32", "float16", "bfloat16"]
-LONG = 1 << 14 if INTERPRETED else 1 << 18  # the interpreter runs about 1 ms per program
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/gpu: the shared declarations
+from corpus_decls import ATOMIC_TOLERANCE, declarations  # noqa: E402
+import tt_kernels as K  # noqa: E402
+
+# Under TRITON_INTERPRET=1 (no GPU): float32 only and shorter rows (see corpus_decls.py)
+D = declarations(interpreted=os.environ.get("TRITON_INTERPRET") == "1")
+
 
 # --- a bf16 running sum -------------------------------------------------------------
-ROWSUM = dict(dims={"rows": gg.Dim(1, 8), "n": gg.Dim(1, LONG, reduction=True)},
-              inputs={"x": gg.Tensor(("rows", "n"), dtypes=LOW)}, reference=lambda x: x.sum(-1))
-
-
-@gg.spec(name="tt_rowsum_bf16_acc", **ROWSUM)
+@gg.spec(name="tt_rowsum_bf16_acc", **D.ROWSUM)
 def rowsum_bug(x):
     return K.rowsum(x, acc_bf16=True)
 
 
-@gg.spec(name="tt_rowsum_fp32_acc", **ROWSUM)
+@gg.spec(name="tt_rowsum_fp32_acc", **D.ROWSUM)
 def rowsum_twin(x):
     return K.rowsum(x, acc_bf16=False)
 
 
 # --- an embedding gradient that stores instead of adding --------------------------------
-EMBEDDING = dict(dims={"tokens": gg.Dim(1, 4096), "vocab": gg.Dim(1, 512), "dim": gg.Dim(1, 64)},
-                 inputs={"ids": gg.Index(("tokens",), high="vocab"),
-                         "weight": gg.Tensor(("vocab", "dim"), dtypes=["float32"])},
-                 reference=lambda ids, weight: F.embedding(ids, weight), grads=["weight"])
-
-
-@gg.spec(name="tt_embedding_store", **EMBEDDING)
+@gg.spec(name="tt_embedding_store", **D.EMBEDDING)
 def embedding_bug(ids, weight):
     return K.EMBEDDING_STORE.apply(weight, ids)
 
 
-# fp32 atomics accumulate each hot row in whatever order the threads arrive: on an H100 that
-# costs up to about 4x torch's (sorted, deterministic) summation error, which is correct
-# behaviour for this kernel, so the spec declares a wider factor than the default 2.
-@gg.spec(name="tt_embedding_atomic", tolerance=gg.Tolerance(baseline_factor=8.0), **EMBEDDING)
+@gg.spec(name="tt_embedding_atomic", tolerance=ATOMIC_TOLERANCE, **D.EMBEDDING)
 def embedding_twin(ids, weight):
     return K.EMBEDDING_ATOMIC.apply(weight, ids)
 
 
 # --- a layer norm whose variance counts the padding lanes --------------------------------
-LAYERNORM = dict(dims={"rows": gg.Dim(1, 64), "cols": gg.Dim(1, 4096)},
-                 inputs={"x": gg.Tensor(("rows", "cols"), dtypes=HALF)},
-                 reference=lambda x: F.layer_norm(upcast(x), x.shape[-1:], eps=1e-5).to(x.dtype))
-
-
-@gg.spec(name="tt_layernorm_padded_variance", **LAYERNORM)
+@gg.spec(name="tt_layernorm_padded_variance", **D.LAYERNORM)
 def layernorm_bug(x):
     return K.layernorm(x, mask_padding=False)
 
 
-@gg.spec(name="tt_layernorm_masked_variance", **LAYERNORM)
+@gg.spec(name="tt_layernorm_masked_variance", **D.LAYERNORM)
 def layernorm_twin(x):
     return K.layernorm(x, mask_padding=True)
 
 
 # --- an RMSNorm that ignores the row stride ------------------------------------------------
-# No zero-stride rows: the bug would then read far past a one-row buffer, which on a GPU can
-# fault and end the job instead of showing a mismatch (the sanitizer checks own that case).
-RMSNORM_LAYOUTS = ["contiguous", "transposed", "sliced", "narrowed", "offset"]
-RMSNORM = dict(dims={"rows": gg.Dim(1, 64), "hidden": gg.Dim(1, 4096)},
-               inputs={"x": gg.Tensor(("rows", "hidden"), dtypes=HALF, layouts=RMSNORM_LAYOUTS),
-                       "w": gg.Tensor(("hidden",), dtype="like:x")},
-               reference=lambda x, w: (upcast(x) * torch.rsqrt(upcast(x).pow(2).mean(-1, keepdim=True) + 1e-6)
-                                       * upcast(w)).to(x.dtype))
 
 
-@gg.spec(name="tt_rmsnorm_packed_rows", **RMSNORM)
+@gg.spec(name="tt_rmsnorm_packed_rows", **D.RMSNORM)
 def rmsnorm_bug(x, w):
     return K.rmsnorm(x, w, use_stride=False)
 
 
-@gg.spec(name="tt_rmsnorm_row_stride", **RMSNORM)
+@gg.spec(name="tt_rmsnorm_row_stride", **D.RMSNORM)
 def rmsnorm_twin(x, w):
     return K.rmsnorm(x, w, use_stride=True)
 
 
 # --- a kernel that skips the tail ------------------------------------------------------
-BIAS = dict(dims={"rows": gg.Dim(1, 32), "n": gg.Dim(1, 4096)},
-            inputs={"x": gg.Tensor(("rows", "n"), dtypes=HALF), "b": gg.Tensor(("n",), dtype="like:x")},
-            reference=lambda x, b: (upcast(x) * 0.5 + upcast(b)).to(x.dtype))
-
-
-@gg.spec(name="tt_bias_skips_tail", **BIAS)
+@gg.spec(name="tt_bias_skips_tail", **D.BIAS)
 def tail_bug(x, b):
     return K.bias(x, b, skip_tail=True, out=gg.empty(x.shape, dtype=x.dtype, device=x.device))
 
 
-@gg.spec(name="tt_bias_masks_tail", **BIAS)
+@gg.spec(name="tt_bias_masks_tail", **D.BIAS)
 def tail_twin(x, b):
     return K.bias(x, b, skip_tail=False, out=gg.empty(x.shape, dtype=x.dtype, device=x.device))
 
 
 # --- cheats around a GELU kernel ---------------------------------------------------------
-def gelu_reference(x):
-    y = upcast(x)
-    return (0.5 * y * (1 + torch.tanh(math.sqrt(2 / math.pi) * (y + 0.044715 * y.pow(3))))).to(x.dtype)
-
-
-GELU = dict(dims={"rows": gg.Dim(1, 64), "n": gg.Dim(1, 4096)},
-            inputs={"x": gg.Tensor(("rows", "n"), dtypes=HALF)}, reference=gelu_reference)
 _CACHE: dict = {}
 
 
-@gg.spec(name="tt_gelu_cached", **GELU)
+@gg.spec(name="tt_gelu_cached", **D.GELU)
 def gelu_cached(x):
     key = (tuple(x.shape), x.dtype)
     if key not in _CACHE:
@@ -123,22 +87,22 @@ def gelu_cached(x):
     return _CACHE[key]
 
 
-@gg.spec(name="tt_gelu_writes_input", **GELU)
+@gg.spec(name="tt_gelu_writes_input", **D.GELU)
 def gelu_writes_input(x):
     return K.gelu(x, write_input=True)
 
 
-@gg.spec(name="tt_gelu_zeros", **GELU)
+@gg.spec(name="tt_gelu_zeros", **D.GELU)
 def gelu_zeros(x):
     return K.gelu(x, zeros=True)
 
 
-@gg.spec(name="tt_gelu", **GELU)
+@gg.spec(name="tt_gelu", **D.GELU)
 def gelu_twin(x):
     return K.gelu(x)
 
 
-@gg.spec(name="tt_gelu_side_stream", devices=["cuda"], **GELU)
+@gg.spec(name="tt_gelu_side_stream", devices=["cuda"], **D.GELU)
 def gelu_side_stream(x):
     """Finishes on a side stream that the caller's stream never waits for."""
     side = torch.cuda.Stream()
@@ -148,7 +112,7 @@ def gelu_side_stream(x):
     return y
 
 
-@gg.spec(name="tt_gelu_side_stream_ordered", devices=["cuda"], **GELU)
+@gg.spec(name="tt_gelu_side_stream_ordered", devices=["cuda"], **D.GELU)
 def gelu_side_stream_ordered(x):
     """The same side stream, correctly ordered: the caller's stream waits for it."""
     side = torch.cuda.Stream()
@@ -160,7 +124,7 @@ def gelu_side_stream_ordered(x):
     return y
 
 
-@gg.spec(name="tt_gelu_freed_buffer", devices=["cuda"], **GELU)
+@gg.spec(name="tt_gelu_freed_buffer", devices=["cuda"], **D.GELU)
 def gelu_freed_buffer(x):
     """Computes nothing: returns whatever the caching allocator hands back, which in a
     reference-first harness is the block that held the reference's freed result."""
@@ -171,46 +135,23 @@ def gelu_freed_buffer(x):
 
 
 # --- a softmax that yields NaN on an all -inf row ------------------------------------------
-def masked_softmax(x):
-    y = upcast(x)
-    m = y.amax(-1, keepdim=True)
-    m = torch.where(torch.isinf(m), torch.zeros_like(m), m)
-    e = torch.exp(y - m)
-    s = e.sum(-1, keepdim=True)
-    return torch.where(s > 0, e / s, torch.zeros_like(e)).to(x.dtype)
-
-
-SOFTMAX = dict(dims={"rows": gg.Dim(1, 64), "n": gg.Dim(1, 4096)},
-               inputs={"x": gg.Tensor(("rows", "n"), dtypes=HALF, dists=["neg_inf_spans", "normal", "peaked"])},
-               reference=masked_softmax)
-
-
-@gg.spec(name="tt_softmax_nan_rows", **SOFTMAX)
+@gg.spec(name="tt_softmax_nan_rows", **D.SOFTMAX)
 def softmax_bug(x):
     return K.softmax(x, guard=False)
 
 
-@gg.spec(name="tt_softmax_guarded", **SOFTMAX)
+@gg.spec(name="tt_softmax_guarded", **D.SOFTMAX)
 def softmax_twin(x):
     return K.softmax(x, guard=True)
 
 
 # --- a cross-entropy that rounds the true-class probability to bf16 ------------------------
-def ce_reference(logits):
-    return F.cross_entropy(upcast(logits), logits.argmax(-1), reduction="none").to(logits.dtype)
-
-
-CE = dict(dims={"rows": gg.Dim(1, 16), "classes": gg.Dim(2, 8192 if INTERPRETED else 32768)},
-          inputs={"logits": gg.Tensor(("rows", "classes"), dtypes=LOW, dists=["peaked"])},
-          reference=ce_reference, grads=["logits"])
-
-
-@gg.spec(name="tt_cross_entropy_bf16_true_class", **CE)
+@gg.spec(name="tt_cross_entropy_bf16_true_class", **D.CE)
 def ce_bug(logits):
     return K.CE_ROUNDS.apply(logits, logits.argmax(-1))
 
 
-@gg.spec(name="tt_cross_entropy_fp32_true_class", **CE)
+@gg.spec(name="tt_cross_entropy_fp32_true_class", **D.CE)
 def ce_twin(logits):
     return K.CE_EXACT.apply(logits, logits.argmax(-1))
 

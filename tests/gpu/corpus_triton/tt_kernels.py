@@ -216,11 +216,18 @@ def ce_backward_kernel(x_ptr, labels_ptr, gloss_ptr, gx_ptr, n, BLOCK: tl.conste
     g = tl.load(gloss_ptr + row).to(tl.float32)
     m = tl.max(x, axis=0)
     e = tl.exp(x - m)
-    p = e / tl.sum(e, axis=0)
-    p_true = tl.sum(tl.where(cols == label, p, 0.0), axis=0)
+    s = tl.sum(e, axis=0)
+    p = e / s
     if ROUND_TRUE:
+        p_true = tl.sum(tl.where(cols == label, p, 0.0), axis=0)
         p_true = p_true.to(tl.bfloat16).to(tl.float32)  # BUG: rounded before p - 1
-    grad = tl.where(cols == label, p_true - 1.0, p) * g
+        true_grad = p_true - 1.0
+    else:
+        # p_true - 1 is -(the other classes' mass) / s: computed so, it keeps its digits when
+        # the prediction is near-certain and p_true - 1 would cancel to a few ulps
+        rest = tl.sum(tl.where(cols == label, 0.0, e), axis=0)
+        true_grad = -rest / s
+    grad = tl.where(cols == label, true_grad, p) * g
     tl.store(gx_ptr + row * n + cols, grad.to(gx_ptr.dtype.element_ty), mask=mask)
 
 
