@@ -130,6 +130,7 @@ class CaseRunner:
         self.device = device
         self.rule = rule
         self.repro_cmd = repro_cmd  # with {token}
+        self.side_streams: set[int] = set()  # streams the last candidate call switched to
 
     # --- the three computations -------------------------------------------------
 
@@ -137,7 +138,8 @@ class CaseRunner:
         return {**self.spec.params, **{d: case.dims[d] for d in self.spec.dim_args}}
 
     def call(self, m: Materialized, upstream: dict[str, Any] | None) -> tuple[dict[str, Any], OutputWatch]:
-        with OutputWatch() as watch, SideStreams(self.device):
+        with OutputWatch() as watch, SideStreams(self.device) as streams:
+            self.side_streams = streams.used
             outs = call_with_grads(self.spec, self.spec.fn, dict(m.tensors), self.kwargs(m.case), upstream,
                                    m.case.grad_layout)
         return outs, watch
@@ -291,7 +293,9 @@ class CaseRunner:
                     findings: list[Finding]) -> dict[str, Any] | None:
         try:
             outs, _ = self.call(m, upstream)
-            early = self._early_copy(outs)
+            # Only where the candidate switched streams: that is what the delay makes reliable,
+            # and the copy is one more set of outputs alive at the case's peak.
+            early = self._early_copy(outs) if self.side_streams else {}
             sync(self.device)
         except Exception as exc:  # noqa: BLE001
             if is_fatal(exc):
