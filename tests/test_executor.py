@@ -110,3 +110,53 @@ def test_jobs_share_a_gpu_only_when_its_memory_allows() -> None:
     slots.release("0")
     third.join(10)
     assert not third.is_alive()
+
+
+RECORD = ("import json, os, time; t0 = time.time(); time.sleep(1.0); "
+          "open({log!r} + '/' + str(os.getpid()), 'w').write(json.dumps("
+          "[os.environ['CUDA_VISIBLE_DEVICES'], t0, time.time()])); return x * 2")
+
+
+def test_one_worker_per_gpu_each_job_sees_only_its_own_gpu(tmp_path: Path) -> None:
+    """Four (injected) GPUs, eight jobs: all four GPUs are used at once, every job sees exactly one
+    GPU in CUDA_VISIBLE_DEVICES, and two jobs never overlap on one GPU (jobs_per_gpu 1)."""
+    import json
+
+    log = tmp_path / "log"
+    log.mkdir()
+    jobs = _jobs(tmp_path, {f"k{i}": RECORD.format(log=str(log)) for i in range(8)})
+    opts = ExecOptions(repo_root=tmp_path, gpus=("0", "1", "2", "3"), timeout_s=300,
+                       health_probe=lambda g: None, free_memory=lambda g: None)
+    results = execute(jobs, opts)
+    assert [r.status for r in results] == [Status.PASSED] * 8, [r.reason for r in results]
+    spans = [json.loads(p.read_text()) for p in log.iterdir()]
+    assert len(spans) >= 8  # each case-running call of the candidate logs once
+    assert {gpu for gpu, _, _ in spans} == {"0", "1", "2", "3"}
+    for gpu in "0123":
+        mine = sorted((a, b) for g, a, b in spans if g == gpu)
+        assert all(b1 <= a2 for (_, b1), (a2, _) in zip(mine, mine[1:])), f"two jobs at once on GPU {gpu}"
+    peak = max(sum(1 for _, a, b in spans if a <= t < b) for _, t, _ in spans)
+    assert peak >= 2, "the GPUs' workers never ran at the same time"
+
+
+def test_jobs_run_longest_first_with_sanitizer_jobs_interleaved() -> None:
+    from gpu_gate.executor import order_jobs
+
+    def job(check: str, cost: float, name: str) -> Job:
+        return Job(id=f"{check}:{name}", check=check, level="required", kernels=(), spec=None, cost=cost)
+
+    jobs = [job("equivalence", 1, "a"), job("memcheck", 5, "b"), job("equivalence", 9, "c"),
+            job("racecheck", 7, "d"), job("compile", 3, "e"), job("memcheck", 2, "f")]
+    assert [j.id for j in order_jobs(jobs)] == [
+        "equivalence:c", "racecheck:d", "compile:e", "memcheck:b", "equivalence:a", "memcheck:f"]
+
+
+def test_fail_fast_stops_starting_jobs_after_the_first_blocking_failure(tmp_path: Path) -> None:
+    jobs = _jobs(tmp_path, {"bad": "return x * 3", "b": "return x * 2", "c": "return x * 2"})
+    jobs = [Job(**{**j.__dict__, "cost": float(3 - i)}) for i, j in enumerate(jobs)]  # "bad" runs first
+    results = {r.job_id: r for r in execute(jobs, ExecOptions(repo_root=tmp_path, gpus=(), timeout_s=120,
+                                                              workers=1, fail_fast=True))}
+    assert results["equivalence:gate/bad_gate.py::bad"].status is Status.FAILED
+    rest = [r for k, r in results.items() if not k.endswith("::bad")]
+    assert [r.status for r in rest] == [Status.NOT_RUN] * 2
+    assert all("fail_fast" in (r.reason or "") for r in rest)
