@@ -54,6 +54,23 @@ def _module_name(rel: str) -> str:
     return "gpu_gate_spec__" + "".join(c if c.isalnum() else "_" for c in stem)
 
 
+_ROOTS: set[str] = set()
+
+
+def _forget_other_roots(root: str) -> None:
+    """In one process (tests, or a caller that runs jobs in-process), specs of another repository
+    must not see its packages: ``kernels`` imported from there would shadow this one's."""
+    for other in _ROOTS - {root}:
+        prefix = other.rstrip(os.sep) + os.sep
+        for name, mod in list(sys.modules.items()):
+            if (getattr(mod, "__file__", None) or "").startswith(prefix):
+                del sys.modules[name]
+        while other in sys.path:
+            sys.path.remove(other)
+    _ROOTS.clear()
+    _ROOTS.add(root)
+
+
 def load_spec(job: Job, ctx: Context) -> Any:
     """Import the spec module in isolation and return the named spec."""
     from .spec import specs_in_module
@@ -61,6 +78,7 @@ def load_spec(job: Job, ctx: Context) -> Any:
     assert job.spec is not None
     path = ctx.repo_root / job.spec.file
     root = str(ctx.repo_root)
+    _forget_other_roots(root)
     if root not in sys.path:
         sys.path.insert(0, root)  # the user's packages import as they do in their own tests
     name = _module_name(job.spec.file)

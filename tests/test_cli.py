@@ -213,11 +213,14 @@ def test_spec_whose_reference_raises(make_repo) -> None:  # type: ignore[no-unty
 
 @pytest.mark.parametrize("body,kind,text", [
     ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "crash", "the job process died: killed by SIGSEGV"),
-    ("import time; time.sleep(120)", "timeout", "the job did not finish within 8s"),
+    ("import time; time.sleep(600)", "timeout", "the job did not finish within 25s"),
     ("import sys; sys.stderr.write('E' * (6 << 20)); sys.stderr.flush(); import os; os._exit(7)", "crash",
      "the job process exited with code 7 without writing a result"),
 ])
 def test_a_crashing_or_hanging_job_is_a_finding_and_others_go_on(make_repo, body: str, kind: str, text: str) -> None:  # type: ignore[no-untyped-def]
+    # Generous per-job limit except for the hang: on a loaded CI machine the harness's start-up
+    # (importing torch) alone can take several seconds.
+    timeout = "25" if kind == "timeout" else "100"
     bad = GOOD_SPEC.replace("def double_gate(x):\n    return x * 2", f"def double_gate(x):\n    {body}")
     r = make_repo("proj", {".gpu-gate.yml": POLICY})
     r.branch("feature")
@@ -225,8 +228,8 @@ def test_a_crashing_or_hanging_job_is_a_finding_and_others_go_on(make_repo, body
                          "csrc/triple.cu": KERNEL.replace("double_it", "triple_it"),
                          "gate/triple_gate.py": GOOD_SPEC.replace("double", "triple")})
     start = time.monotonic()
-    p = gate("check", "--base", "main", "--job-timeout", "8", cwd=r.path)
-    assert time.monotonic() - start < 120
+    p = gate("check", "--base", "main", "--job-timeout", timeout, cwd=r.path)
+    assert time.monotonic() - start < 200
     assert p.returncode == 1
     res = {x["job_id"]: x for x in json.loads((r.path / ".gpu-gate/out/results.json").read_text())["results"]}
     broken = res["equivalence:gate/double_gate.py::double_gate"]
