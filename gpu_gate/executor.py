@@ -52,6 +52,7 @@ class ExecOptions:
     jobs_per_gpu: int = 1  # jobs sharing one GPU at once
     free_memory: Callable[[str], int | None] | None = None  # GPU index -> free bytes (default: nvidia-smi)
     work_root: Path | None = None  # where job directories are made (default: the system temp dir)
+    pycache: Path | None = None  # bytecode shared by this run's jobs (made by ``execute``)
 
 
 ProgressFn = Callable[[JobResult, int, int, float], None]
@@ -125,16 +126,26 @@ def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int, ch
         "GPU_GATE_REPO_ROOT": str(opts.repo_root),
         "CUDA_VISIBLE_DEVICES": gpu if gpu is not None else "",
         "PYTHONUNBUFFERED": "1",
-        "PYTHONDONTWRITEBYTECODE": "1",
         "TMPDIR": str(workdir),
         "GPU_GATE_JOB_BUDGET_S": str(max(1.0, opts.timeout_s * 0.8)),
         "OMP_NUM_THREADS": str(threads),
     }
+    if opts.pycache is not None:
+        # Every job is a fresh interpreter that imports torch. Where the installed packages carry no
+        # bytecode (an image built with --no-compile, a read-only site-packages), each job would
+        # recompile torch from source: seconds per job. The run's jobs share one bytecode
+        # directory instead, made for this run only (a job's code cannot plant bytecode for the
+        # next run), which also keeps __pycache__ folders out of the repository.
+        extra["PYTHONPYCACHEPREFIX"] = str(opts.pycache)
+    else:
+        extra["PYTHONDONTWRITEBYTECODE"] = "1"
     if gpu is None:
         extra["GPU_GATE_DEVICE"] = "cpu"
         if check != "compile":  # the compile check needs Triton's real compiler, not its interpreter
             extra["TRITON_INTERPRET"] = "1"  # Triton kernels run on the CPU through the interpreter
     env = proc.scrubbed_env(extra=extra)
+    if opts.pycache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # the run's own directory: nothing to protect
     if check == "compile":
         env.pop("TRITON_INTERPRET", None)
     return env
@@ -262,6 +273,16 @@ def order_jobs(jobs: Sequence[Job]) -> list[Job]:
 
 def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None = None) -> list[JobResult]:
     """Run every job; one worker per GPU (or ``opts.workers`` CPU workers without one)."""
+    if opts.pycache is None:
+        try:
+            pycache = Path(tempfile.mkdtemp(prefix="gpu-gate-pycache-", dir=opts.work_root))
+        except OSError:
+            pycache = None  # no room for bytecode: the jobs compile what they import, as before
+        if pycache is not None:
+            try:
+                return execute(jobs, dataclasses.replace(opts, pycache=pycache), progress)
+            finally:
+                shutil.rmtree(pycache, ignore_errors=True)
     ordered = order_jobs(jobs)
     per_gpu = max(1, opts.jobs_per_gpu)
     slots: list[str | None] = [g for g in opts.gpus for _ in range(per_gpu)] if opts.gpus else \

@@ -160,3 +160,27 @@ def test_fail_fast_stops_starting_jobs_after_the_first_blocking_failure(tmp_path
     rest = [r for k, r in results.items() if not k.endswith("::bad")]
     assert [r.status for r in rest] == [Status.NOT_RUN] * 2
     assert all("fail_fast" in (r.reason or "") for r in rest)
+
+
+def test_jobs_share_one_bytecode_directory_for_the_run_and_leave_none_behind(tmp_path: Path) -> None:
+    """Each job is a fresh interpreter: sharing bytecode saves recompiling torch where the installed
+    packages carry none. The directory is the run's own (a job cannot plant bytecode for a later
+    run) and __pycache__ never lands in the repository."""
+    import json
+
+    (tmp_path / "helper.py").write_text("VALUE = 2\n")
+    body = ("import json, os, sys, helper; open({out!r} + '/' + str(os.getpid()), 'w').write("
+            "json.dumps([sys.pycache_prefix, os.environ.get('PYTHONDONTWRITEBYTECODE')])); return x * helper.VALUE")
+    out = tmp_path / "seen"
+    out.mkdir()
+    work = tmp_path / "work"
+    work.mkdir()
+    jobs = _jobs(tmp_path, {f"k{i}": body.format(out=str(out)) for i in range(2)})
+    results = execute(jobs, ExecOptions(repo_root=tmp_path, gpus=(), timeout_s=300, workers=2, work_root=work))
+    assert [r.status for r in results] == [Status.PASSED] * 2, [r.reason for r in results]
+    seen = {tuple(json.loads(p.read_text())) for p in out.iterdir()}
+    assert len(seen) == 1, seen
+    ((prefix, no_bytecode),) = seen
+    assert prefix and Path(prefix).parent == work and no_bytecode is None
+    assert not Path(prefix).exists(), "the run's bytecode directory is removed afterwards"
+    assert not list(tmp_path.rglob("__pycache__")), "no bytecode in the repository"
