@@ -8,6 +8,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
+from gpu_gate import executor
 from gpu_gate.executor import ExecOptions, execute
 from gpu_gate.findings import Status
 from gpu_gate.jobs import Job, SpecRef
@@ -162,12 +165,14 @@ def test_fail_fast_stops_starting_jobs_after_the_first_blocking_failure(tmp_path
     assert all("fail_fast" in (r.reason or "") for r in rest)
 
 
-def test_jobs_share_one_bytecode_directory_for_the_run_and_leave_none_behind(tmp_path: Path) -> None:
+def test_jobs_share_one_bytecode_directory_for_the_run_and_leave_none_behind(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each job is a fresh interpreter: sharing bytecode saves recompiling torch where the installed
     packages carry none. The directory is the run's own (a job cannot plant bytecode for a later
     run) and __pycache__ never lands in the repository."""
     import json
 
+    monkeypatch.setattr(executor, "installed_without_bytecode", lambda: True)
     (tmp_path / "helper.py").write_text("VALUE = 2\n")
     body = ("import json, os, sys, helper; open({out!r} + '/' + str(os.getpid()), 'w').write("
             "json.dumps([sys.pycache_prefix, os.environ.get('PYTHONDONTWRITEBYTECODE')])); return x * helper.VALUE")
@@ -184,3 +189,19 @@ def test_jobs_share_one_bytecode_directory_for_the_run_and_leave_none_behind(tmp
     assert prefix and Path(prefix).parent == work and no_bytecode is None
     assert not Path(prefix).exists(), "the run's bytecode directory is removed afterwards"
     assert not list(tmp_path.rglob("__pycache__")), "no bytecode in the repository"
+
+
+def test_bytecode_is_shared_only_where_the_installed_packages_lack_it(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import py_compile
+
+    pkg = tmp_path / "site" / "fakepkg"
+    pkg.mkdir(parents=True)
+    init = pkg / "__init__.py"
+    init.write_text("X = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr("sys.pycache_prefix", None)
+    assert executor.installed_without_bytecode("fakepkg")
+    py_compile.compile(str(init))
+    assert not executor.installed_without_bytecode("fakepkg")
+    assert not executor.installed_without_bytecode("no_such_package_here")
