@@ -7,6 +7,21 @@
 // true class: 1/sum - 1 would cancel to a few float32 ulps when rest is below 1e-6 or so.
 #include "common.cuh"
 
+// The row's maximum m, and rest = sum of exp(x_j - m) over the classes other than the label:
+// every thread of the block gets both.
+template <typename T>
+__device__ __forceinline__ void row_max_and_rest(const T* row, long long stride_col, long long label, int n,
+                                                 float& m, float& rest) {
+  m = CU_NEG_INF;
+  for (int c = threadIdx.x; c < n; c += blockDim.x) m = fmaxf(m, to_f32(row[c * stride_col]));
+  m = block_max(m);
+  rest = 0.0f;
+  for (int c = threadIdx.x; c < n; c += blockDim.x) {
+    if (c != label) rest += expf(to_f32(row[c * stride_col]) - m);
+  }
+  rest = block_sum(rest);
+}
+
 // loss = logsumexp(x) - x[label], computed as log(sum_j exp(x_j - m)) - (x[label] - m). When the
 // label is the row's maximum (the usual case), the log is log(1 + rest) with `rest` the mass of
 // the other classes: log1pf keeps its digits for a near-certain row, where log(1.0000069f) would
@@ -18,14 +33,8 @@ __device__ __forceinline__ void ce_forward(const T* __restrict__ x, long long st
   const long long r = blockIdx.x;
   const T* row = x + r * stride_row;
   const long long label = labels[r * label_stride];
-  float m = CU_NEG_INF;
-  for (int c = threadIdx.x; c < n; c += blockDim.x) m = fmaxf(m, to_f32(row[c * stride_col]));
-  m = block_max(m);
-  float rest = 0.0f;
-  for (int c = threadIdx.x; c < n; c += blockDim.x) {
-    if (c != label) rest += expf(to_f32(row[c * stride_col]) - m);
-  }
-  rest = block_sum(rest);
+  float m, rest;
+  row_max_and_rest(row, stride_col, label, n, m, rest);
   if (threadIdx.x == 0) {
     const float x_label = to_f32(row[label * stride_col]) - m;
     const float lse = x_label == 0.0f ? log1pf(rest) : logf(expf(x_label) + rest);
@@ -42,14 +51,8 @@ __device__ __forceinline__ void ce_backward(const T* __restrict__ x, long long s
   const T* row = x + r * stride_row;
   const long long label = labels[r * label_stride];
   const float g = to_f32(grad_loss[r * grad_stride]);
-  float m = CU_NEG_INF;
-  for (int c = threadIdx.x; c < n; c += blockDim.x) m = fmaxf(m, to_f32(row[c * stride_col]));
-  m = block_max(m);
-  float rest = 0.0f;
-  for (int c = threadIdx.x; c < n; c += blockDim.x) {
-    if (c != label) rest += expf(to_f32(row[c * stride_col]) - m);
-  }
-  rest = block_sum(rest);
+  float m, rest;
+  row_max_and_rest(row, stride_col, label, n, m, rest);
   const float e_label = expf(to_f32(row[label * stride_col]) - m);
   const float s = e_label + rest;
   float true_grad;
