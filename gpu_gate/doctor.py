@@ -12,6 +12,7 @@ closed on an unfit runner. A runner without a GPU is not fit.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import importlib.metadata
 import importlib.util
@@ -243,14 +244,17 @@ def collect_tools(has_gpu: bool, t: Thresholds) -> dict[str, ToolInfo]:
         "triton": _package_tool("triton", ("triton",)),
         "cupy": _package_tool("cupy", ("cupy-cuda13x", "cupy-cuda12x", "cupy")),
     }
-    for name in ("torch", "cupy"):
-        info = tools[name]
-        if not info.found:
-            continue
-        if not has_gpu:
+    probed = [tools[name] for name in CUDA_PROBES if tools[name].found]
+    if not has_gpu:
+        for info in probed:
             info.detail = "CUDA not probed: no GPU"
-            continue
-        info.cuda_works, info.detail = probe_cuda(CUDA_PROBES[name], t.probe_timeout_s)
+        return tools
+    # Each probe is a fresh interpreter importing its package (seconds each): run them side by side,
+    # since `check` waits for the doctor before its first job.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(probed) or 1) as pool:
+        answers = list(pool.map(lambda info: probe_cuda(CUDA_PROBES[info.name], t.probe_timeout_s), probed))
+    for info, (works, detail) in zip(probed, answers):
+        info.cuda_works, info.detail = works, detail
     return tools
 
 

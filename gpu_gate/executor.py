@@ -157,7 +157,7 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path) -> JobR
         job.write(job_file)
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job file ({exc}): no disk space left?", None)
-    threads = max(1, (os.cpu_count() or 2) // max(1, opts.workers or 1))
+    threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
     env = _env_for(opts, gpu, workdir, threads, job.check)
     argv: list[str] = [sys.executable, "-m", "gpu_gate.harness", str(job_file), str(result_file)]
     module = CHECKS[job.check].load()
@@ -191,6 +191,14 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path) -> JobR
     if pr.tail(5):
         inner.log_tail = pr.tail(40)
     return inner
+
+
+def concurrency(opts: ExecOptions) -> int:
+    """How many jobs run at once: one per GPU slot, else the CPU workers. Each job's CPU
+    threads (the float64 reference, torch's CPU ops) get an equal share of the cores."""
+    if opts.gpus:
+        return len(opts.gpus) * max(1, opts.jobs_per_gpu)
+    return max(1, opts.workers or 1)
 
 
 def _read_result(path: Path) -> JobResult | None:

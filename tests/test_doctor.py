@@ -384,6 +384,26 @@ def test_without_gpu_cuda_is_not_probed() -> None:
     assert tools["torch"].cuda_works is None and tools["torch"].detail == "CUDA not probed: no GPU"
 
 
+def test_cuda_probes_run_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`check` waits for the doctor: the torch and cupy probes (each a fresh interpreter) overlap."""
+    import threading
+
+    both = threading.Barrier(2, timeout=20)
+    seen: list[str] = []
+
+    def probe(script: str, timeout: float) -> tuple[bool, str]:
+        seen.append(script)
+        both.wait()  # raises BrokenBarrierError unless the other probe runs at the same time
+        return True, "probed"
+
+    monkeypatch.setattr(doctor, "probe_cuda", probe)
+    monkeypatch.setattr(doctor, "_package_tool", lambda name, dists: doctor.ToolInfo(name, version="1.0"))
+    tools = doctor.collect_tools(True, Thresholds())
+    assert sorted(seen) == sorted(doctor.CUDA_PROBES.values())
+    assert [(tools[n].cuda_works, tools[n].detail) for n in ("torch", "cupy")] == [(True, "probed")] * 2
+    assert tools["triton"].cuda_works is None
+
+
 def test_probe_timeout_is_reported_not_hung() -> None:
     ok, detail = doctor.probe_cuda("import time; time.sleep(60)", timeout=1)
     assert not ok and detail.startswith("the CUDA probe timed out after 1s")

@@ -117,13 +117,15 @@ def test_jobs_share_a_gpu_only_when_its_memory_allows() -> None:
 
 RECORD = ("import json, os, time; t0 = time.time(); time.sleep(1.0); "
           "open({log!r} + '/' + str(os.getpid()), 'w').write(json.dumps("
-          "[os.environ['CUDA_VISIBLE_DEVICES'], t0, time.time()])); return x * 2")
+          "[os.environ['CUDA_VISIBLE_DEVICES'], t0, time.time(), os.environ['OMP_NUM_THREADS']])); return x * 2")
 
 
 def test_one_worker_per_gpu_each_job_sees_only_its_own_gpu(tmp_path: Path) -> None:
     """Four (injected) GPUs, eight jobs: all four GPUs are used at once, every job sees exactly one
-    GPU in CUDA_VISIBLE_DEVICES, and two jobs never overlap on one GPU (jobs_per_gpu 1)."""
+    GPU in CUDA_VISIBLE_DEVICES, and two jobs never overlap on one GPU (jobs_per_gpu 1). The four
+    jobs running at once share the CPU cores out between them."""
     import json
+    import os
 
     log = tmp_path / "log"
     log.mkdir()
@@ -132,7 +134,9 @@ def test_one_worker_per_gpu_each_job_sees_only_its_own_gpu(tmp_path: Path) -> No
                        health_probe=lambda g: None, free_memory=lambda g: None)
     results = execute(jobs, opts)
     assert [r.status for r in results] == [Status.PASSED] * 8, [r.reason for r in results]
-    spans = [json.loads(p.read_text()) for p in log.iterdir()]
+    logged = [json.loads(p.read_text()) for p in log.iterdir()]
+    assert {omp for *_, omp in logged} == {str(max(1, (os.cpu_count() or 2) // 4))}
+    spans = [(gpu, a, b) for gpu, a, b, _ in logged]
     assert len(spans) >= 8  # each case-running call of the candidate logs once
     assert {gpu for gpu, _, _ in spans} == {"0", "1", "2", "3"}
     for gpu in "0123":
