@@ -139,15 +139,22 @@ def _environment(gpus: tuple[str, ...]) -> dict[str, Any]:
             "device": "cuda" if gpus else "cpu"}
 
 
-def _doctor_findings(gpus: tuple[str, ...]) -> list[Any]:
-    """On a GPU runner, refuse to trust an unhealthy GPU: its problems fail the run."""
-    if not gpus:
+def _runner_problems(pycache: Path | None) -> list[Any]:
+    """Before the first job on a GPU runner: refuse to trust an unhealthy GPU. One infrastructure
+    finding per problem the doctor sees (none when the runner is fit)."""
+    from .doctor import infrastructure_findings, run_doctor
+
+    start = time.monotonic()
+    report = run_doctor(pycache=pycache)
+    took = time.monotonic() - start
+    if report.healthy:
+        names = ", ".join(sorted({g.name or "unknown GPU" for g in report.gpus}))
+        say(f"doctor: {len(report.gpus)} GPU(s) healthy ({names}) in {took:.1f}s")
         return []
-    try:
-        from .doctor import infrastructure_findings, run_doctor
-    except ImportError:
-        return []
-    return list(infrastructure_findings(run_doctor()))
+    say(f"doctor: this runner is unfit, {len(report.problems)} problem(s) in {took:.1f}s; its GPU jobs will not run:")
+    for problem in report.problems:
+        say(f"  - {problem}")
+    return list(infrastructure_findings(report))
 
 
 def cmd_check(args: argparse.Namespace) -> int:
@@ -176,12 +183,11 @@ def cmd_check(args: argparse.Namespace) -> int:
                        shard=args.shard, environment=_environment(gpus), notes=list(plan.notes))
     if not gpus:
         record.notes.append("no GPU on this machine: GPU-only checks are reported as not run")
-    record.plan_findings += _doctor_findings(gpus)
     if not jobs:
         say("no kernel changes" if not plan.kernels else "no jobs to run")
     else:
         with _head_checkout(repo, plan.head) as tree:
-            record.results = _run_jobs(jobs, tree, policy, gpus, args)
+            record.results = _run_jobs(jobs, tree, policy, gpus, args, record)
     return _finish(record, loaded, Path(args.out), args)
 
 
@@ -202,8 +208,9 @@ def _head_checkout(repo: Path, head: str | None) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], args: argparse.Namespace) -> list[Any]:
-    from .executor import ExecOptions, execute
+def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], args: argparse.Namespace,
+              record: Any) -> list[Any]:
+    from .executor import ExecOptions, execute, shared_bytecode
     from .report.console import gha_group, progress_line
 
     cache = _cache(policy, repo, args, gpus)
@@ -214,23 +221,35 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
     start, end = gha_group(f"gpu-gate: {len(jobs)} jobs") if _in_actions() else ("", "")
     if start:
         say(start)
-    say(f"running {len(todo)} jobs" + (f" ({len(cached)} cached)" if cached else "") +
-        (f" on {len(gpus)} GPU(s)" if gpus else " on the CPU"))
-    for i, r in enumerate(cached, 1):
-        say(progress_line(r, i, len(jobs), 0.0))
-    offset = len(cached)
+    work_root = Path(args.work_dir) if args.work_dir else None
+    with shared_bytecode(work_root) as pycache:
+        # The doctor runs only when jobs are about to use the GPU (a run served from the cache does
+        # not wait for it); its torch probe compiles the bytecode the jobs then share.
+        unfit = _runner_problems(pycache) if gpus and todo else []
+        record.plan_findings += unfit
+        say(("not running" if unfit else "running") + f" {len(todo)} jobs" +
+            (f" ({len(cached)} cached)" if cached else "") + (f" on {len(gpus)} GPU(s)" if gpus else " on the CPU"))
+        for i, r in enumerate(cached, 1):
+            say(progress_line(r, i, len(jobs), 0.0))
+        offset = len(cached)
 
-    def progress(r: Any, done: int, total: int, elapsed: float) -> None:
-        say(progress_line(r, done + offset, total + offset, elapsed))
+        def progress(r: Any, done: int, total: int, elapsed: float) -> None:
+            say(progress_line(r, done + offset, total + offset, elapsed))
 
-    opts = ExecOptions(repo_root=repo, gpus=gpus, timeout_s=args.job_timeout or policy.runner.job_timeout_minutes * 60,
-                       run_deadline=time.monotonic() + policy.runner.run_timeout_minutes * 60,
-                       workers=args.jobs or (len(gpus) or min(2, os.cpu_count() or 1)),
-                       fail_fast=policy.runner.fail_fast, sanitizer_path=policy.cuda.sanitizer,
-                       jobs_per_gpu=policy.runner.jobs_per_gpu,
-                       keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None,
-                       work_root=Path(args.work_dir) if args.work_dir else None)
-    results = execute(todo, opts, progress)
+        if unfit:
+            results = [_not_run_on_unfit_runner(j, unfit) for j in todo]
+            for i, r in enumerate(results, 1):
+                progress(r, i, len(results), 0.0)
+        else:
+            opts = ExecOptions(repo_root=repo, gpus=gpus,
+                               timeout_s=args.job_timeout or policy.runner.job_timeout_minutes * 60,
+                               run_deadline=time.monotonic() + policy.runner.run_timeout_minutes * 60,
+                               workers=args.jobs or (len(gpus) or min(2, os.cpu_count() or 1)),
+                               fail_fast=policy.runner.fail_fast, sanitizer_path=policy.cuda.sanitizer,
+                               jobs_per_gpu=policy.runner.jobs_per_gpu,
+                               keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None,
+                               work_root=work_root, pycache=pycache)
+            results = execute(todo, opts, progress)
     if cache:
         by_id = {j.id: j for j in todo}
         for r in results:
@@ -240,6 +259,16 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
     if end:
         say(end)
     return cached + results
+
+
+def _not_run_on_unfit_runner(job: Any, problems: list[Any]) -> Any:
+    """A job not started because the doctor found the runner unfit: not run, so it fails closed."""
+    from .findings import JobResult, Status
+
+    return JobResult(job_id=job.id, check=job.check, status=Status.NOT_RUN, level=job.level,
+                     spec=job.spec.id if job.spec else None, kernels=job.kernels,
+                     reason=f"the runner failed its health check ({len(problems)} doctor finding(s)): its GPU is "
+                            f"not trusted")
 
 
 def _cache(policy: Any, repo: Path, args: argparse.Namespace, gpus: tuple[str, ...]) -> Any:

@@ -109,8 +109,10 @@ def run_doctor(
     thresholds: Thresholds | None = None,
     nvml_lib: Any | None = None,
     tool_probe: ToolProbe | None = None,
+    pycache: Path | None = None,
 ) -> DoctorReport:
-    """Examine this machine. ``nvml_lib`` replaces ``pynvml`` and ``tool_probe`` the tool search (tests)."""
+    """Examine this machine. ``nvml_lib`` replaces ``pynvml`` and ``tool_probe`` the tool search (tests).
+    ``pycache``: the run's shared bytecode directory, which the CUDA probes then fill for the jobs."""
     t = thresholds or Thresholds()
     problems: list[str] = []
     notes: list[str] = []
@@ -128,7 +130,7 @@ def run_doctor(
     has_gpu = bool(gpus)
     for g in gpus:
         problems.extend(g.problems)
-    tools = (tool_probe or collect_tools)(has_gpu, t)
+    tools = tool_probe(has_gpu, t) if tool_probe else collect_tools(has_gpu, t, pycache=pycache)
     if has_gpu:
         problems.extend(_tool_problems(tools, t))
     notes.extend(_tool_notes(tools, t, has_gpu))
@@ -235,7 +237,7 @@ def _gpu_notes(h: GpuHealth, t: Thresholds) -> list[str]:
 # --- tools --------------------------------------------------------------------------------------
 
 
-def collect_tools(has_gpu: bool, t: Thresholds) -> dict[str, ToolInfo]:
+def collect_tools(has_gpu: bool, t: Thresholds, *, pycache: Path | None = None) -> dict[str, ToolInfo]:
     """Find every tool and, when there is a GPU, prove CUDA works through torch and cupy."""
     tools = {
         "compute-sanitizer": _binary_tool("compute-sanitizer", find_compute_sanitizer(), r"Version\s+(\S+)", t),
@@ -252,7 +254,7 @@ def collect_tools(has_gpu: bool, t: Thresholds) -> dict[str, ToolInfo]:
     # Each probe is a fresh interpreter importing its package (seconds each): run them side by side,
     # since `check` waits for the doctor before its first job.
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(probed) or 1) as pool:
-        answers = list(pool.map(lambda info: probe_cuda(CUDA_PROBES[info.name], t.probe_timeout_s), probed))
+        answers = list(pool.map(lambda info: probe_cuda(CUDA_PROBES[info.name], t.probe_timeout_s, pycache), probed))
     for info, (works, detail) in zip(probed, answers):
         info.cuda_works, info.detail = works, detail
     return tools
@@ -352,14 +354,21 @@ print(json.dumps({"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].dec
 }
 
 
-def probe_cuda(script: str, timeout: float) -> tuple[bool, str]:
-    """Run ``script`` in a fresh interpreter; (worked, what it said or why it failed)."""
-    res = proc.run([sys.executable, "-c", script], timeout=timeout)
+def probe_cuda(script: str, timeout: float, pycache: Path | None = None) -> tuple[bool, str]:
+    """Run ``script`` in a fresh interpreter; (worked, what it said or why it failed). With ``pycache``,
+    what it imports is compiled there once (torch: seconds) and the run's jobs reuse it."""
+    env = None
+    if pycache is not None:
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    res = proc.run([sys.executable, "-c", script], timeout=timeout, env=env)
     if res.ok:
         last = (res.stdout.strip().splitlines() or [""])[-1]
         try:
             info = json.loads(last)
         except ValueError:
+            return True, last
+        if not isinstance(info, dict):
             return True, last
         return True, f"CUDA works on {info.get('device')} (CUDA {info.get('cuda')})"
     return False, _probe_failure(res)

@@ -8,6 +8,7 @@ GPU left in a sticky error state by one kernel does not poison the next job.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -17,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -297,18 +298,31 @@ def installed_without_bytecode(package: str = "torch") -> bool:
         return False
 
 
+@contextlib.contextmanager
+def shared_bytecode(work_root: Path | None = None) -> Iterator[Path | None]:
+    """A bytecode directory for one run's interpreters (PYTHONPYCACHEPREFIX), made only where torch
+    was installed without bytecode, and removed afterwards; None where it is not needed or there is
+    no room for it (each interpreter then compiles what it imports, as without it)."""
+    if not installed_without_bytecode():
+        yield None
+        return
+    try:
+        pycache = Path(tempfile.mkdtemp(prefix="gpu-gate-pycache-", dir=work_root))
+    except OSError:
+        yield None
+        return
+    try:
+        yield pycache
+    finally:
+        shutil.rmtree(pycache, ignore_errors=True)
+
+
 def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None = None) -> list[JobResult]:
     """Run every job; one worker per GPU (or ``opts.workers`` CPU workers without one)."""
-    if opts.pycache is None and installed_without_bytecode():
-        try:
-            pycache = Path(tempfile.mkdtemp(prefix="gpu-gate-pycache-", dir=opts.work_root))
-        except OSError:
-            pycache = None  # no room for bytecode: the jobs compile what they import, as before
-        if pycache is not None:
-            try:
+    if opts.pycache is None:
+        with shared_bytecode(opts.work_root) as pycache:
+            if pycache is not None:
                 return execute(jobs, dataclasses.replace(opts, pycache=pycache), progress)
-            finally:
-                shutil.rmtree(pycache, ignore_errors=True)
     ordered = order_jobs(jobs)
     per_gpu = max(1, opts.jobs_per_gpu)
     slots: list[str | None] = [g for g in opts.gpus for _ in range(per_gpu)] if opts.gpus else \

@@ -301,6 +301,33 @@ def test_second_run_on_an_unchanged_kernel_is_served_from_the_cache(make_repo) -
     assert "running 1 jobs" in third.stdout
 
 
+def _has_nvidia_driver() -> bool:
+    import ctypes
+
+    try:
+        ctypes.CDLL("libnvidia-ml.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@pytest.mark.skipif(_has_nvidia_driver(), reason="this machine has the NVIDIA driver; tests/gpu covers it")
+def test_an_unfit_gpu_runner_starts_no_job_and_fails_closed(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A runner told it has GPU 0 where NVML sees none: the doctor fails it before any job starts."""
+    marker = tmp_path / "imported"
+    spec = GOOD_SPEC.replace("import torch\n", f"import torch\nopen({str(marker)!r}, 'w').close()\n")
+    r = _repo(make_repo, spec=spec)
+    p = gate("check", "--base", "main", "--no-cache", cwd=r.path, env={"CUDA_VISIBLE_DEVICES": "0"})
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "doctor: this runner is unfit" in p.stdout and "not running 1 jobs on 1 GPU(s)" in p.stdout
+    assert not marker.exists(), "a job ran on a GPU the doctor did not trust"
+    results = json.loads((r.path / ".gpu-gate/out/results.json").read_text())
+    blocking = [f for f in results["plan_findings"] if f["check"] == "doctor"]
+    assert blocking and blocking[0]["kind"] == "infrastructure" and "no NVIDIA GPU" in blocking[0]["message"]
+    job = results["results"][0]
+    assert job["status"] == "not_run" and "health check" in job["reason"]
+
+
 def test_head_that_is_not_checked_out_runs_from_its_own_tree(make_repo) -> None:  # type: ignore[no-untyped-def]
     bad = GOOD_SPEC.replace("return x * 2", "return x * 3")
     r = _repo(make_repo, spec=bad)

@@ -391,7 +391,7 @@ def test_cuda_probes_run_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
     both = threading.Barrier(2, timeout=20)
     seen: list[str] = []
 
-    def probe(script: str, timeout: float) -> tuple[bool, str]:
+    def probe(script: str, timeout: float, pycache: Path | None = None) -> tuple[bool, str]:
         seen.append(script)
         both.wait()  # raises BrokenBarrierError unless the other probe runs at the same time
         return True, "probed"
@@ -402,6 +402,19 @@ def test_cuda_probes_run_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sorted(seen) == sorted(doctor.CUDA_PROBES.values())
     assert [(tools[n].cuda_works, tools[n].detail) for n in ("torch", "cupy")] == [(True, "probed")] * 2
     assert tools["triton"].cuda_works is None
+
+
+def test_a_probe_given_the_runs_bytecode_directory_compiles_into_it(tmp_path: Path) -> None:
+    """What the probe imports is compiled into the run's shared directory, for the jobs to reuse."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "probe_target.py").write_text("VALUE = 42\n")
+    pycache = tmp_path / "pycache"
+    pycache.mkdir()
+    script = f"import sys; sys.path.insert(0, {str(tmp_path / 'src')!r}); import probe_target; print(probe_target.VALUE)"
+    ok, detail = doctor.probe_cuda(script, timeout=60, pycache=pycache)
+    assert ok and detail == "42"
+    assert any(p.name.startswith("probe_target.") for p in pycache.rglob("*.pyc"))
+    assert not (tmp_path / "src" / "__pycache__").exists()
 
 
 def test_probe_timeout_is_reported_not_hung() -> None:

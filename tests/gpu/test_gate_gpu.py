@@ -148,3 +148,49 @@ def test_shared_memory_race_is_caught_by_racecheck(gate_run: dict[str, dict]) ->
     assert r["status"] == "failed", r
     assert any("race" in k for k in _kinds(r)), r["findings"]
     assert any((f.get("file") or "").endswith("reverse_race.cu") for f in r["findings"]), r["findings"]
+
+
+CACHED_POLICY = """\
+version: 1
+kernels: {include: ["csrc/**/*.cu"]}
+specs: ["gate/**/*_gate.py"]
+checks:
+  compile: off
+  determinism: off
+  memcheck: off
+  racecheck: off
+  synccheck: off
+  initcheck: off
+  equivalence: {cases: 6, growth: false, shrink: false}
+"""
+
+
+def test_doctor_vets_the_gpu_before_jobs_and_a_cached_rerun_skips_it(tmp_path: Path) -> None:
+    """`check` runs the doctor before the first GPU job and says so; a re-run served wholly from the
+    cache starts no job and does not wait for the doctor."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    (repo / ".gpu-gate.yml").write_text(CACHED_POLICY)
+    _git(repo, "init", "-q")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "base")
+    _git(repo, "checkout", "-qb", "feature")
+    (repo / "csrc").mkdir()
+    (repo / "gate").mkdir()
+    (repo / "csrc/scale.cu").write_text(SCALE)
+    (repo / "gate/scale_gate.py").write_text(SPEC.format(name="scale", file="scale", reference="lambda x: 2 * x"))
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "kernels")
+
+    def check() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", "main",
+                               "--cache-dir", str(tmp_path / "cache")], cwd=repo, capture_output=True, text=True,
+                              timeout=600)
+
+    first = check()
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "GPU(s) healthy" in first.stdout and first.stdout.index("doctor:") < first.stdout.index("running 1 jobs")
+    second = check()
+    assert second.returncode == 0, second.stdout + second.stderr
+    assert "running 0 jobs (1 cached)" in second.stdout
+    assert "doctor:" not in second.stdout
