@@ -150,7 +150,8 @@ def test_shared_memory_race_is_caught_by_racecheck(gate_run: dict[str, dict]) ->
     assert any((f.get("file") or "").endswith("reverse_race.cu") for f in r["findings"]), r["findings"]
 
 
-CACHED_POLICY = """\
+
+ONLY_EQUIVALENCE = """\
 version: 1
 kernels: {include: ["csrc/**/*.cu"]}
 specs: ["gate/**/*_gate.py"]
@@ -164,33 +165,65 @@ checks:
   equivalence: {cases: 6, growth: false, shrink: false}
 """
 
+WILD_WRITE = """\
+extern "C" __global__ void a_wild(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float* nowhere = (float*)16;
+    if (i < n) nowhere[i] = 2.0f * x[i];  // an illegal address: the CUDA context is lost for good
+}
+"""
 
-def test_doctor_vets_the_gpu_before_jobs_and_a_cached_rerun_skips_it(tmp_path: Path) -> None:
-    """`check` runs the doctor before the first GPU job and says so; a re-run served wholly from the
-    cache starts no job and does not wait for the doctor."""
-    repo = tmp_path / "repo"
+
+def _scale_repo(root: Path, names: list[str], kernels: dict[str, str] | None = None) -> Path:
+    """A repository whose feature branch adds one scale-like kernel and its spec per name."""
+    repo = root / "repo"
     repo.mkdir()
-    (repo / ".gpu-gate.yml").write_text(CACHED_POLICY)
+    (repo / ".gpu-gate.yml").write_text(ONLY_EQUIVALENCE)
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "base")
     _git(repo, "checkout", "-qb", "feature")
     (repo / "csrc").mkdir()
     (repo / "gate").mkdir()
-    (repo / "csrc/scale.cu").write_text(SCALE)
-    (repo / "gate/scale_gate.py").write_text(SPEC.format(name="scale", file="scale", reference="lambda x: 2 * x"))
+    for name in names:
+        src = (kernels or {}).get(name, SCALE.replace("void scale(", f"void {name}("))
+        (repo / f"csrc/{name}.cu").write_text(src)
+        (repo / f"gate/{name}_gate.py").write_text(SPEC.format(name=name, file=name, reference="lambda x: 2 * x"))
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "kernels")
+    return repo
 
-    def check() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", "main",
-                               "--cache-dir", str(tmp_path / "cache")], cwd=repo, capture_output=True, text=True,
-                              timeout=600)
 
-    first = check()
+def _check(repo: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", "main", *args], cwd=repo,
+                          capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
+
+
+def test_doctor_vets_the_gpu_before_jobs_and_a_cached_rerun_skips_it(tmp_path: Path) -> None:
+    """`check` runs the doctor before the first GPU job and says so; a re-run served wholly from the
+    cache starts no job and does not wait for the doctor."""
+    repo = _scale_repo(tmp_path, ["scale"])
+    first = _check(repo, "--cache-dir", str(tmp_path / "cache"))
     assert first.returncode == 0, first.stdout + first.stderr
     assert "GPU(s) healthy" in first.stdout and first.stdout.index("doctor:") < first.stdout.index("running 1 jobs")
-    second = check()
+    second = _check(repo, "--cache-dir", str(tmp_path / "cache"))
     assert second.returncode == 0, second.stdout + second.stderr
     assert "running 0 jobs (1 cached)" in second.stdout
     assert "doctor:" not in second.stdout
+
+
+def test_a_kernel_that_breaks_the_cuda_context_fails_alone(tmp_path: Path) -> None:
+    """A write to an illegal address leaves that process's CUDA context unusable. Its job fails with
+    a cuda-error finding; the jobs after it on the same GPU run in fresh processes and pass."""
+    names = ["a_wild", "b_scale", "c_scale", "d_scale"]
+    repo = _scale_repo(tmp_path, names, {"a_wild": WILD_WRITE})
+    p = _check(repo, "--no-cache", env={"CUDA_VISIBLE_DEVICES": "0"})
+    assert p.returncode == 1, p.stdout + p.stderr
+    results = {r["spec"]: r for r in json.loads((repo / ".gpu-gate/out/results.json").read_text())["results"]}
+    wild = results["gate/a_wild_gate.py::a_wild_gate"]
+    assert wild["status"] == "failed" and "cuda-error" in _kinds(wild), wild
+    assert "illegal" in " ".join(f["message"] for f in wild["findings"]).lower(), wild["findings"]
+    for name in names[1:]:
+        r = results[f"gate/{name}_gate.py::{name}_gate"]
+        assert r["status"] == "passed", (name, r["reason"], r["findings"])
+    assert "unusable" not in p.stdout  # the GPU itself stayed healthy
