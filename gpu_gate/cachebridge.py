@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import platform
 import shutil
 from pathlib import Path
 
@@ -21,8 +22,9 @@ from .policy import Policy
 _PACKAGES = ("torch", "triton", "cupy-cuda13x", "cupy-cuda12x", "nvidia-ml-py")
 
 
-def environment_fingerprint(gpus: tuple[str, ...]) -> dict[str, str]:
-    env: dict[str, str] = {"device": "cuda" if gpus else "cpu"}
+def environment_fingerprint(gpus: tuple[str, ...], sanitizer: str | None = None) -> dict[str, str]:
+    """The machine's side of the key. ``sanitizer``: the policy's compute-sanitizer path, if it names one."""
+    env: dict[str, str] = {"device": "cuda" if gpus else "cpu", "python": platform.python_version()}
     for pkg in _PACKAGES:
         try:
             env[pkg] = importlib.metadata.version(pkg)
@@ -34,6 +36,14 @@ def environment_fingerprint(gpus: tuple[str, ...]) -> dict[str, str]:
     if shutil.which("nvcc"):
         r = proc.run(["nvcc", "--version"], timeout=20)
         env["nvcc"] = r.stdout.strip().splitlines()[-1] if r.ok and r.stdout.strip() else "unknown"
+    if gpus:  # the sanitizer jobs' findings depend on the tool's version
+        from .doctor import find_compute_sanitizer
+
+        path = sanitizer or find_compute_sanitizer()
+        if path:
+            r = proc.run([path, "--version"], timeout=20)
+            version = [ln.strip() for ln in r.stdout.splitlines() if ln.strip().startswith("Version")]
+            env["compute-sanitizer"] = version[-1] if r.ok and version else "unknown"
     return env
 
 
@@ -43,7 +53,8 @@ class JobCache:
         self.policy = policy
         self.cache = ResultCache(directory or (repo / policy.cache.dir))
         self.fingerprint = hashlib.sha256(json.dumps(policy.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
-        self.env = environment_fingerprint(gpus)
+        self.env = environment_fingerprint(gpus, policy.cuda.sanitizer)
+        self._files: frozenset[str] | None = None
         self.head = git.resolve(repo, "HEAD")
         self._specs = {s.id: s for s in discovery.discover_specs(repo, None, policy)}
         self._keys: dict[str, str] = {}
@@ -55,7 +66,9 @@ class JobCache:
             info = self._specs[job.spec.id]
             deps |= set(info.imports) | set(info.references)
         todo = [k for k in (*job.kernels, *deps) if cudascan.is_c_source(k)]
-        files = frozenset(git.list_files(self.repo, None))
+        if self._files is None:
+            self._files = frozenset(git.list_files(self.repo, None))
+        files = self._files
         while todo:
             path = todo.pop()
             try:

@@ -232,3 +232,24 @@ def test_concurrent_writers_never_leave_a_torn_entry(repo: Path, tmp_path: Path)
     assert final is not None and final.cases == 149
     assert not list(cache_dir.rglob("*.tmp"))
     json.loads(next(cache_dir.rglob(f"{key}.json")).read_text())
+
+
+def test_the_machine_fingerprint_names_the_sanitizer_version_on_a_gpu_runner(tmp_path: Path,
+                                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new compute-sanitizer can find what the old one missed: its version is part of the key."""
+    from gpu_gate.cachebridge import environment_fingerprint
+
+    tool = tmp_path / "compute-sanitizer"
+
+    def version(v: str) -> None:
+        tool.write_text(f"#!/bin/sh\necho 'NVIDIA (R) Compute Sanitizer'\necho 'Version {v} (build 1) (public-release)'\n")
+        tool.chmod(0o755)
+
+    version("2025.3.1.0")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no nvidia-smi or nvcc: only the sanitizer varies
+    old = environment_fingerprint(("0",), str(tool))
+    assert old["compute-sanitizer"] == "Version 2025.3.1.0 (build 1) (public-release)"
+    assert old["python"] == f"{sys.version_info.major}.{sys.version_info.minor}.{sys.version_info.micro}"
+    version("2026.1.0.0")
+    assert environment_fingerprint(("0",), str(tool)) != old
+    assert "compute-sanitizer" not in environment_fingerprint((), str(tool))  # CPU runs have no sanitizer jobs
