@@ -78,16 +78,22 @@ def _git(repo: Path, *args: str) -> None:
     subprocess.run(["git", "-c", "init.defaultBranch=main", *args], cwd=repo, env=env, check=True, capture_output=True)
 
 
-@pytest.fixture(scope="module")
-def gate_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    repo = tmp_path_factory.mktemp("gpu-gate-e2e")
-    (repo / ".gpu-gate.yml").write_text(POLICY)
+def _feature_repo(repo: Path, policy: str) -> Path:
+    """A repository holding only ``policy`` on main, checked out on a new branch `feature`."""
+    repo.mkdir(exist_ok=True)
+    (repo / ".gpu-gate.yml").write_text(policy)
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "base")
     _git(repo, "checkout", "-qb", "feature")
     (repo / "csrc").mkdir()
     (repo / "gate").mkdir()
+    return repo
+
+
+@pytest.fixture(scope="module")
+def gate_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    repo = _feature_repo(tmp_path_factory.mktemp("gpu-gate-e2e"), POLICY)
     for name, src in (("scale", SCALE), ("scale_tail", SCALE_TAIL), ("reverse_race", REVERSE_RACE)):
         (repo / f"csrc/{name}.cu").write_text(src)
     (repo / "gate/scale_gate.py").write_text(SPEC.format(name="scale", file="scale", reference="lambda x: 2 * x"))
@@ -176,15 +182,7 @@ extern "C" __global__ void a_wild(const float* x, float* y, int n) {
 
 def _scale_repo(root: Path, names: list[str], kernels: dict[str, str] | None = None) -> Path:
     """A repository whose feature branch adds one scale-like kernel and its spec per name."""
-    repo = root / "repo"
-    repo.mkdir()
-    (repo / ".gpu-gate.yml").write_text(ONLY_EQUIVALENCE)
-    _git(repo, "init", "-q")
-    _git(repo, "add", "-A")
-    _git(repo, "commit", "-qm", "base")
-    _git(repo, "checkout", "-qb", "feature")
-    (repo / "csrc").mkdir()
-    (repo / "gate").mkdir()
+    repo = _feature_repo(root / "repo", ONLY_EQUIVALENCE)
     for name in names:
         src = (kernels or {}).get(name, SCALE.replace("void scale(", f"void {name}("))
         (repo / f"csrc/{name}.cu").write_text(src)
