@@ -329,6 +329,7 @@ def test_under_a_sanitizer_a_wrong_result_is_a_note_for_the_equivalence_job_to_j
 class _FakeStream:
     def __init__(self, stream_id: int) -> None:
         self.stream_id = stream_id
+        self.cuda_stream = 0x1000 + stream_id  # the raw cudaStream_t
 
 
 def test_side_streams_delay_only_switches_away_from_the_caller_and_undo_their_hooks(
@@ -361,3 +362,33 @@ def test_side_streams_delay_only_switches_away_from_the_caller_and_undo_their_ho
     assert watch.used == {7}
     assert torch.cuda.set_stream is original_set_stream
     assert ("__enter__" in vars(torch.cuda.Stream)) == had_enter
+
+
+def test_a_gg_cuda_launch_on_an_explicit_side_stream_is_delayed_once_per_call(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`kernel(..., stream=side)` switches no torch stream; the launcher tells the watch, which
+    queues one sleep on that stream (not on the caller's) and leaves the caller's stream current."""
+    import torch
+
+    from gpu_gate.equivalence.guard import SIDE_STREAM_DELAY_CYCLES, SideStreams, before_launch
+
+    caller = _FakeStream(0)
+    current = [caller]
+    sleeps: list[tuple[int, int]] = []
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[0])
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: current.__setitem__(0, s))
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: sleeps.append((current[0].stream_id, cycles)))
+    monkeypatch.setattr(torch.cuda, "ExternalStream", lambda handle: _FakeStream(handle - 0x1000), raising=False)
+
+    before_launch(0x1009)  # outside the harness: nothing
+    assert sleeps == []
+    with SideStreams("cuda") as watch:
+        before_launch(caller.cuda_stream)
+        before_launch(0x1009)
+        before_launch(0x1009)
+        before_launch(0x100A)
+        assert current[0] is caller
+    assert sleeps == [(9, SIDE_STREAM_DELAY_CYCLES), (10, SIDE_STREAM_DELAY_CYCLES)]
+    assert watch.used == {9, 10}
+    before_launch(0x100B)  # the watch is over
+    assert len(sleeps) == 2

@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -228,6 +229,17 @@ def _torch_if_loaded() -> Any:
     return sys.modules.get("torch")
 
 
+def _cupy_view(cupy: Any, stream: Any) -> Any:
+    """A CuPy stream object for a torch stream: through the CUDA stream protocol where both
+    sides have it, else ``ExternalStream`` (deprecated in newer CuPy, same stream)."""
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None and hasattr(stream, "__cuda_stream__"):
+        return from_external(stream)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return cupy.cuda.ExternalStream(stream.cuda_stream)
+
+
 class _as_cupy_stream:
     """Launch on ``stream`` if given, else on torch's current stream when torch is in use."""
 
@@ -246,7 +258,11 @@ class _as_cupy_stream:
         if stream is None:
             return
         if hasattr(stream, "cuda_stream") and not isinstance(stream, cupy.cuda.Stream):
-            stream = cupy.cuda.ExternalStream(stream.cuda_stream)
+            stream = _cupy_view(cupy, stream)
+        if self._stream is not None:  # the candidate chose this stream: the harness may delay it
+            from ..equivalence.guard import before_launch
+
+            before_launch(stream.ptr)
         self._ctx = stream
         stream.__enter__()
 

@@ -114,7 +114,9 @@ SIDE_STREAM_DELAY_CYCLES = 50_000_000
 class SideStreams:
     """While a candidate runs on CUDA, each switch to a stream other than the caller's first
     queues a GPU sleep on that stream (``torch.cuda.stream``, ``torch.cuda.set_stream`` and
-    ``with stream:`` are watched).
+    ``with stream:`` are watched). A ``gg.cuda`` kernel launched with an explicit ``stream=``
+    (a torch or CuPy stream) other than the caller's gets the same sleep before its first
+    launch there in the call (:func:`before_launch`).
 
     Work the candidate then queues there finishes well after the call returns, unless the
     caller's stream waits for it. The harness copies every output on the caller's stream
@@ -128,6 +130,7 @@ class SideStreams:
         self.device = device
         self.used: set[int] = set()
         self._undo: list[Any] = []
+        self._launching_on: Any = None
 
     def __enter__(self) -> SideStreams:
         if self.device != "cuda":
@@ -157,11 +160,29 @@ class SideStreams:
             switched(stream)
             return result
 
+        delayed: set[int] = set()
+
+        def launching_on(handle: int) -> None:
+            if handle == caller.cuda_stream or handle in delayed:
+                return  # one sleep per stream and call delays everything queued after it there
+            delayed.add(handle)
+            target = torch.cuda.ExternalStream(handle)
+            self.used.add(int(target.stream_id))
+            current = torch.cuda.current_stream()
+            set_stream(target)
+            try:
+                torch.cuda._sleep(SIDE_STREAM_DELAY_CYCLES)
+            finally:
+                set_stream(current)
+
         torch.cuda.set_stream = watched_set_stream
         if inherited_enter is not None:
             cls.__enter__ = watched_enter  # type: ignore[method-assign]
+        self._launching_on = launching_on
+        _active.side_streams = self
 
         def undo() -> None:
+            _active.side_streams = None
             torch.cuda.set_stream = set_stream
             if inherited_enter is None:
                 return
@@ -176,3 +197,12 @@ class SideStreams:
     def __exit__(self, *exc: object) -> None:
         while self._undo:
             self._undo.pop()()
+
+
+def before_launch(stream_handle: int) -> None:
+    """Called by a ``gg.cuda`` kernel about to launch on an explicitly given stream (its raw
+    ``cudaStream_t``): while a candidate runs under :class:`SideStreams`, a stream other than the
+    caller's is delayed like one switched to. Outside the harness it does nothing."""
+    side: SideStreams | None = getattr(_active, "side_streams", None)
+    if side is not None and side._launching_on is not None:
+        side._launching_on(int(stream_handle))

@@ -153,14 +153,15 @@ def bias(x: torch.Tensor, b: torch.Tensor, skip_tail: bool) -> torch.Tensor:
 GELU_KERNELS = {"ok": "gelu", "writes_input": "gelu_writes_input", "zeros": "gelu_zeros"}
 
 
-def gelu(x: torch.Tensor, mode: str = "ok") -> torch.Tensor:
+def gelu(x: torch.Tensor, mode: str = "ok", stream=None) -> torch.Tensor:
+    """``stream``: launch there (a torch or CuPy stream) instead of on torch's current stream."""
     rows, n = x.shape
     y = gg.empty((rows, n), dtype=x.dtype, device=x.device)
     total = rows * n
     if total:
         blocks = min(-(-total // BLOCK), 8192)  # grid-stride beyond that
         kernel("gelu.cu", GELU_KERNELS[mode], x.dtype)(
-            (blocks,), (BLOCK,), x, y, i64(x.stride(0)), i64(x.stride(1)), i64(rows), i64(n))
+            (blocks,), (BLOCK,), x, y, i64(x.stride(0)), i64(x.stride(1)), i64(rows), i64(n), stream=stream)
     return y
 
 

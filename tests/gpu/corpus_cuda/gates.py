@@ -5,6 +5,8 @@ the same questions. Importing this module compiles and launches nothing."""
 import sys
 from pathlib import Path
 
+import torch
+
 import gpu_gate as gg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/gpu: the shared declarations
@@ -96,6 +98,34 @@ def gelu_zeros(x):
 @gg.spec(name="cu_gelu", **D.GELU)
 def gelu_twin(x):
     return K.gelu(x)
+
+
+@gg.spec(name="cu_gelu_side_stream", devices=["cuda"], **D.GELU)
+def gelu_side_stream(x):
+    """Launched on a torch side stream passed as ``stream=`` (no stream switch), never waited for."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    return K.gelu(x, stream=side)
+
+
+@gg.spec(name="cu_gelu_side_stream_cupy", devices=["cuda"], **D.GELU)
+def gelu_side_stream_cupy(x):
+    """The same on a CuPy stream: the launch is ordered after the input, the result is not."""
+    import cupy
+
+    torch.cuda.current_stream().synchronize()
+    return K.gelu(x, stream=cupy.cuda.Stream(non_blocking=True))
+
+
+@gg.spec(name="cu_gelu_side_stream_ordered", devices=["cuda"], **D.GELU)
+def gelu_side_stream_ordered(x):
+    """The torch side stream, correctly ordered: the caller's stream waits for it."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    y = K.gelu(x, stream=side)
+    torch.cuda.current_stream().wait_stream(side)
+    y.record_stream(torch.cuda.current_stream())
+    return y
 
 
 # --- a softmax that yields NaN on an all -inf row ------------------------------------------
