@@ -139,26 +139,31 @@ def _environment(gpus: tuple[str, ...]) -> dict[str, Any]:
             "device": "cuda" if gpus else "cpu"}
 
 
-def _runner_problems(pycache: Path | None) -> list[Any]:
-    """Before the first job on a GPU runner: refuse to trust an unhealthy GPU. One infrastructure
-    finding per problem the doctor sees (none when the runner is fit)."""
-    from .doctor import infrastructure_findings, run_doctor
+def _vet_runner(gpus: tuple[str, ...], pycache: Path | None) -> Any:
+    """Before the first job on a GPU runner: refuse to trust an unhealthy GPU. The doctor examines
+    the GPUs this run would use; a GPU with a problem is left out, and a runner with no healthy
+    GPU, or with a problem of its own, is unfit (a blocking finding per problem)."""
+    from .doctor import judge_runner, run_doctor
 
     start = time.monotonic()
-    report = run_doctor(pycache=pycache)
+    report = run_doctor(pycache=pycache, visible=gpus)
     took = time.monotonic() - start
-    if report.healthy:
-        names = ", ".join(sorted({g.name or "unknown GPU" for g in report.gpus}))
-        say(f"doctor: {len(report.gpus)} GPU(s) healthy ({names}) in {took:.1f}s")
-        return []
-    say(f"doctor: this runner is unfit, {len(report.problems)} problem(s) in {took:.1f}s; its GPU jobs will not run:")
-    for problem in report.problems:
-        say(f"  - {problem}")
-    return list(infrastructure_findings(report))
+    verdict = judge_runner(report)
+    if verdict.blocking:
+        say(f"doctor: this runner is unfit, {len(report.problems)} problem(s) in {took:.1f}s; its GPU jobs will not "
+            f"run:")
+        for problem in report.problems:
+            say(f"  - {problem}")
+        return verdict
+    names = ", ".join(sorted({g.name or "unknown GPU" for g in report.gpus if not g.problems}))
+    say(f"doctor: {len(verdict.usable)} GPU(s) healthy ({names}) in {took:.1f}s")
+    for f in verdict.excluded:
+        say(f"doctor: {f.message}")
+    return verdict
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .executor import ExecOptions, detect_gpus
+    from .executor import detect_gpus
     from .plan import Plan, parse_shard, shard
     from .record import RunRecord
 
@@ -225,8 +230,13 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
     with shared_bytecode(work_root) as pycache:
         # The doctor runs only when jobs are about to use the GPU (a run served from the cache does
         # not wait for it); its torch probe compiles the bytecode the jobs then share.
-        unfit = _runner_problems(pycache) if gpus and todo else []
-        record.plan_findings += unfit
+        unfit: list[Any] = []
+        if gpus and todo:
+            vetted = _vet_runner(gpus, pycache)
+            unfit = vetted.blocking
+            record.plan_findings += vetted.blocking + vetted.excluded
+            if vetted.usable:
+                gpus = tuple(vetted.usable)
         say(("not running" if unfit else "running") + f" {len(todo)} jobs" +
             (f" ({len(cached)} cached)" if cached else "") + (f" on {len(gpus)} GPU(s)" if gpus else " on the CPU"))
         for i, r in enumerate(cached, 1):

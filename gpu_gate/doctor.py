@@ -21,7 +21,7 @@ import os
 import re
 import shutil
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -79,6 +79,7 @@ class GpuHealth:
     processes: list[dict[str, Any]] | None  # other compute processes: pid, name, used_memory_mib
     unsupported: list[str]
     problems: list[str]
+    cuda_id: str | None = None  # how CUDA_VISIBLE_DEVICES names it (an index or a UUID); None: not named
 
 
 @dataclasses.dataclass
@@ -110,31 +111,74 @@ def run_doctor(
     nvml_lib: Any | None = None,
     tool_probe: ToolProbe | None = None,
     pycache: Path | None = None,
+    visible: Sequence[str] | None = None,
 ) -> DoctorReport:
     """Examine this machine. ``nvml_lib`` replaces ``pynvml`` and ``tool_probe`` the tool search (tests).
-    ``pycache``: the run's shared bytecode directory, which the CUDA probes then fill for the jobs."""
+    ``pycache``: the run's shared bytecode directory, which the CUDA probes then fill for the jobs.
+    ``visible``: the GPUs to examine, as CUDA_VISIBLE_DEVICES names them (indices or UUIDs);
+    None: those CUDA_VISIBLE_DEVICES names, or every GPU where it is unset. The GPUs of other
+    runners on the same host are none of this runner's business."""
     t = thresholds or Thresholds()
     problems: list[str] = []
     notes: list[str] = []
     gpus: list[GpuHealth] = []
     driver = cuda = None
+    tokens = list(visible) if visible is not None else visible_from_env()
     try:
         snap = nvml.snapshot(nvml_lib)
     except nvml.NvmlUnavailable as exc:
         problems.append(_no_gpu_message(exc))
     else:
         driver, cuda = snap.driver_version, snap.cuda_driver_version
-        gpus = [_judge_gpu(s, t, notes) for s in snap.gpus]
-        if not gpus:
+        samples, named = _visible_samples(list(snap.gpus), tokens, problems, notes)
+        gpus = [_judge_gpu(s, t, notes) for s in samples]
+        for g, cuda_id in zip(gpus, named):
+            g.cuda_id = cuda_id
+        if not snap.gpus:
             problems.append(f"{NO_GPU}: the driver is loaded but NVML sees no GPU (is one assigned to this runner?)")
     has_gpu = bool(gpus)
     for g in gpus:
         problems.extend(g.problems)
-    tools = tool_probe(has_gpu, t) if tool_probe else collect_tools(has_gpu, t, pycache=pycache)
+    tools = tool_probe(has_gpu, t) if tool_probe else collect_tools(has_gpu, t, pycache=pycache, visible=tokens)
     if has_gpu:
         problems.extend(_tool_problems(tools, t))
     notes.extend(_tool_notes(tools, t, has_gpu))
     return DoctorReport(has_gpu, gpus, tools, problems, notes, driver, cuda)
+
+
+def visible_from_env() -> list[str] | None:
+    """CUDA_VISIBLE_DEVICES as a list of names; None where it is unset (every GPU is visible)."""
+    raw = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return None
+    return [v.strip() for v in raw.split(",") if v.strip() and v.strip() != "-1"]
+
+
+def _visible_samples(samples: list[nvml.GpuSample], tokens: list[str] | None, problems: list[str],
+                     notes: list[str]) -> tuple[list[nvml.GpuSample], list[str | None]]:
+    """The GPUs named by ``tokens`` (NVML index or UUID prefix, as CUDA reads them), each with its
+    name; all of them, unnamed, where there are no tokens to follow."""
+    if tokens is None or not samples:
+        return samples, [None] * len(samples)
+    if any(tok.startswith("MIG-") for tok in tokens):
+        notes.append("CUDA_VISIBLE_DEVICES names MIG instances: every GPU of the host is examined")
+        return samples, [None] * len(samples)
+    chosen: list[nvml.GpuSample] = []
+    named: list[str | None] = []
+    for tok in tokens:
+        hit = next((s for s in samples if (tok.isdigit() and s.index == int(tok))
+                    or (tok.startswith("GPU-") and (s.uuid or "").startswith(tok))), None)
+        if hit is None:
+            problems.append(f"{NO_GPU}: CUDA_VISIBLE_DEVICES names {tok!r}, which is not one of the {len(samples)} "
+                            f"GPU(s) NVML sees (indices 0-{len(samples) - 1}, or a GPU UUID from `nvidia-smi -L`)")
+            continue
+        if hit not in chosen:
+            chosen.append(hit)
+            named.append(tok)
+    if not tokens:
+        problems.append(f"{NO_GPU}: CUDA_VISIBLE_DEVICES is empty: this runner may use none of the "
+                        f"{len(samples)} GPU(s) NVML sees")
+    return chosen, named
 
 
 def _no_gpu_message(exc: nvml.NvmlUnavailable) -> str:
@@ -237,7 +281,8 @@ def _gpu_notes(h: GpuHealth, t: Thresholds) -> list[str]:
 # --- tools --------------------------------------------------------------------------------------
 
 
-def collect_tools(has_gpu: bool, t: Thresholds, *, pycache: Path | None = None) -> dict[str, ToolInfo]:
+def collect_tools(has_gpu: bool, t: Thresholds, *, pycache: Path | None = None,
+                  visible: Sequence[str] | None = None) -> dict[str, ToolInfo]:
     """Find every tool and, when there is a GPU, prove CUDA works through torch and cupy."""
     tools = {
         "compute-sanitizer": _binary_tool("compute-sanitizer", find_compute_sanitizer(), r"Version\s+(\S+)", t),
@@ -254,7 +299,7 @@ def collect_tools(has_gpu: bool, t: Thresholds, *, pycache: Path | None = None) 
     # Each probe is a fresh interpreter importing its package (seconds each): run them side by side,
     # since `check` waits for the doctor before its first job.
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(probed) or 1) as pool:
-        answers = list(pool.map(lambda info: probe_cuda(CUDA_PROBES[info.name], t.probe_timeout_s, pycache), probed))
+        answers = list(pool.map(lambda info: probe_cuda(CUDA_PROBES[info.name], t.probe_timeout_s, pycache, visible), probed))
     for info, (works, detail) in zip(probed, answers):
         info.cuda_works, info.detail = works, detail
     return tools
@@ -354,13 +399,20 @@ print(json.dumps({"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].dec
 }
 
 
-def probe_cuda(script: str, timeout: float, pycache: Path | None = None) -> tuple[bool, str]:
+def probe_cuda(script: str, timeout: float, pycache: Path | None = None,
+               visible: Sequence[str] | None = None) -> tuple[bool, str]:
     """Run ``script`` in a fresh interpreter; (worked, what it said or why it failed). With ``pycache``,
-    what it imports is compiled there once (torch: seconds) and the run's jobs reuse it."""
+    what it imports is compiled there once (torch: seconds) and the run's jobs reuse it. With
+    ``visible``, it sees those GPUs only (it runs on the first)."""
     env = None
-    if pycache is not None:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    if pycache is not None or visible is not None:
+        env = dict(os.environ)
+    if env is not None and pycache is not None:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(pycache)
+    if env is not None and visible is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
+        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # numbered as NVML numbers them, like the jobs
     res = proc.run([sys.executable, "-c", script], timeout=timeout, env=env)
     if res.ok:
         last = (res.stdout.strip().splitlines() or [""])[-1]
@@ -417,6 +469,31 @@ _INSTALL_HINT = {
 
 
 # --- output -------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class RunnerVerdict:
+    """What ``check`` makes of a doctor report: the GPUs it may use, and why not the others."""
+
+    usable: list[str]  # CUDA_VISIBLE_DEVICES names of the healthy GPUs
+    blocking: list[Finding]  # the runner is unfit: no job may start
+    excluded: list[Finding]  # warnings: GPUs left out, the run goes on without them
+
+
+def judge_runner(report: DoctorReport) -> RunnerVerdict:
+    """A problem of one GPU among several leaves that GPU out: results from the healthy ones are
+    sound. A problem of the whole runner (a tool, CUDA through torch or cupy, no GPU), or of a GPU
+    that cannot be left out (CUDA_VISIBLE_DEVICES does not name it), makes it unfit."""
+    per_gpu = {p for g in report.gpus for p in g.problems}
+    runner_wide = [p for p in report.problems if p not in per_gpu]
+    healthy = [g.cuda_id for g in report.gpus if not g.problems and g.cuda_id is not None]
+    unnamed_bad = any(g.problems and g.cuda_id is None for g in report.gpus)
+    if runner_wide or unnamed_bad or not healthy:
+        return RunnerVerdict([], infrastructure_findings(report), [])
+    excluded = [Finding(check="doctor", kind="infrastructure", severity=Severity.WARNING,
+                        message=f"{p}; GPU {g.cuda_id} is left out of this run, the others run its jobs")
+                for g in report.gpus for p in g.problems]
+    return RunnerVerdict(healthy, [], excluded)
 
 
 def infrastructure_findings(report: DoctorReport) -> list[Finding]:

@@ -131,6 +131,10 @@ def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int, ch
         "GPU_GATE_JOB_BUDGET_S": str(max(1.0, opts.timeout_s * 0.8)),
         "OMP_NUM_THREADS": str(threads),
     }
+    if gpu is not None and "CUDA_DEVICE_ORDER" not in os.environ:
+        # CUDA's own default numbers GPUs fastest first; nvidia-smi, NVML (the doctor) and people
+        # number them by PCI bus. With this, "GPU 2" is the same GPU for all of them.
+        extra["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     if opts.pycache is not None:
         # Every job is a fresh interpreter that imports torch. Where torch was installed without
         # bytecode (see installed_without_bytecode), each job would recompile it from source: about

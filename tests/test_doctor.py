@@ -143,6 +143,12 @@ def healthy_tools(has_gpu: bool, t: Thresholds) -> dict[str, ToolInfo]:
     }
 
 
+@pytest.fixture(autouse=True)
+def every_gpu_visible(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The doctor follows CUDA_VISIBLE_DEVICES; these tests set it themselves where it matters."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
 def doc(*gpus: FakeGpu, thresholds: Thresholds | None = None) -> doctor.DoctorReport:
     return run_doctor(thresholds=thresholds, nvml_lib=FakeNvml(list(gpus)), tool_probe=healthy_tools)
 
@@ -391,7 +397,7 @@ def test_cuda_probes_run_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
     both = threading.Barrier(2, timeout=20)
     seen: list[str] = []
 
-    def probe(script: str, timeout: float, pycache: Path | None = None) -> tuple[bool, str]:
+    def probe(script: str, timeout: float, pycache: Path | None = None, visible: object = None) -> tuple[bool, str]:
         seen.append(script)
         both.wait()  # raises BrokenBarrierError unless the other probe runs at the same time
         return True, "probed"
@@ -435,3 +441,72 @@ def test_gpu_seen_by_nvml_but_cuda_broken_fails_closed() -> None:
     cupy_problem = [p for p in report.problems if "through cupy" in p]
     assert torch_problem and torch_problem[0].startswith("CUDA does not work through torch: the CUDA probe exited with code 1: ")
     assert cupy_problem and cupy_problem[0].startswith("CUDA does not work through cupy: the CUDA probe exited with code 1: ")
+
+
+# --- which GPUs: CUDA_VISIBLE_DEVICES, and leaving a sick GPU out ----------------------------------
+
+BUSY = [SimpleNamespace(pid=4242, usedGpuMemory=2 * GIB)]
+SECOND = "GPU-0ddba11-7777-8888-9999-000011112222"
+
+
+def two_gpus() -> FakeNvml:
+    return FakeNvml([FakeGpu(), FakeGpu(uuid=SECOND, processes=list(BUSY))])
+
+
+def test_only_the_gpus_this_runner_may_use_are_examined() -> None:
+    """One runner per GPU on a shared host: the other runner's process on GPU 1 is not a
+    problem of the runner that owns GPU 0."""
+    mine = run_doctor(nvml_lib=two_gpus(), tool_probe=healthy_tools, visible=["0"])
+    assert mine.healthy, mine.problems
+    assert [(g.index, g.cuda_id) for g in mine.gpus] == [(0, "0")]
+    theirs = run_doctor(nvml_lib=two_gpus(), tool_probe=healthy_tools, visible=[SECOND[:12]])
+    assert [(g.index, g.cuda_id) for g in theirs.gpus] == [(1, SECOND[:12])]
+    assert len(theirs.problems) == 1 and "GPU 1" in theirs.problems[0]
+
+
+def test_cuda_visible_devices_is_followed_when_no_gpus_are_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    report = run_doctor(nvml_lib=two_gpus(), tool_probe=healthy_tools)
+    assert [g.index for g in report.gpus] == [1] and not report.healthy
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    none = run_doctor(nvml_lib=two_gpus(), tool_probe=healthy_tools)
+    assert none.gpus == [] and none.problems == [
+        "no NVIDIA GPU: CUDA_VISIBLE_DEVICES is empty: this runner may use none of the 2 GPU(s) NVML sees"]
+
+
+def test_a_gpu_name_that_does_not_exist_is_a_problem() -> None:
+    report = run_doctor(nvml_lib=two_gpus(), tool_probe=healthy_tools, visible=["0", "5"])
+    assert [g.index for g in report.gpus] == [0]
+    assert report.problems == ["no NVIDIA GPU: CUDA_VISIBLE_DEVICES names '5', which is not one of the 2 GPU(s) "
+                               "NVML sees (indices 0-1, or a GPU UUID from `nvidia-smi -L`)"]
+
+
+def test_a_sick_gpu_among_healthy_ones_is_left_out_with_a_warning() -> None:
+    verdict = doctor.judge_runner(run_doctor(nvml_lib=two_gpus(), tool_probe=healthy_tools, visible=["0", "1"]))
+    assert verdict.usable == ["0"] and verdict.blocking == []
+    (w,) = verdict.excluded
+    assert w.severity is Severity.WARNING and w.kind == "infrastructure" and w.check == "doctor"
+    assert w.message.startswith("GPU 1 (NVIDIA H100 80GB HBM3): ") and "GPU 1 is left out of this run" in w.message
+
+
+def test_a_runner_with_no_healthy_gpu_or_a_problem_of_its_own_is_unfit() -> None:
+    sick = FakeNvml([FakeGpu(processes=list(BUSY))])
+    alone = doctor.judge_runner(run_doctor(nvml_lib=sick, tool_probe=healthy_tools, visible=["0"]))
+    assert alone.usable == [] and [f.severity for f in alone.blocking] == [Severity.ERROR] and not alone.excluded
+
+    def broken_torch(has_gpu: bool, t: Thresholds) -> dict[str, ToolInfo]:
+        tools = healthy_tools(has_gpu, t)
+        tools["torch"] = ToolInfo("torch", "2.11.0", cuda_works=False, detail="exit code 1: no kernel image")
+        return tools
+
+    runner = doctor.judge_runner(run_doctor(nvml_lib=FakeNvml([FakeGpu()]), tool_probe=broken_torch, visible=["0"]))
+    assert runner.usable == [] and len(runner.blocking) == 1 and "torch" in runner.blocking[0].message
+    # GPUs that CUDA_VISIBLE_DEVICES does not name cannot be left out one by one
+    unnamed = doctor.judge_runner(run_doctor(nvml_lib=two_gpus(), tool_probe=healthy_tools))
+    assert unnamed.usable == [] and len(unnamed.blocking) == 1
+
+
+def test_the_cuda_probes_see_only_the_runs_gpus(tmp_path: Path) -> None:
+    ok, detail = doctor.probe_cuda("import os; print(os.environ['CUDA_VISIBLE_DEVICES'])", timeout=60,
+                                   visible=["2", "3"])
+    assert ok and detail == "2,3"

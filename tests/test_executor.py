@@ -5,6 +5,7 @@ since this machine has no GPU to lose.
 """
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -125,7 +126,6 @@ def test_one_worker_per_gpu_each_job_sees_only_its_own_gpu(tmp_path: Path) -> No
     GPU in CUDA_VISIBLE_DEVICES, and two jobs never overlap on one GPU (jobs_per_gpu 1). The four
     jobs running at once share the CPU cores out between them."""
     import json
-    import os
 
     log = tmp_path / "log"
     log.mkdir()
@@ -209,3 +209,14 @@ def test_bytecode_is_shared_only_where_the_installed_packages_lack_it(tmp_path: 
     py_compile.compile(str(init))
     assert not executor.installed_without_bytecode("fakepkg")
     assert not executor.installed_without_bytecode("no_such_package_here")
+
+
+def test_jobs_number_gpus_as_nvidia_smi_and_the_doctor_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA_VISIBLE_DEVICES=2 must mean the GPU the doctor examined as GPU 2 (PCI bus order)."""
+    monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    opts = ExecOptions(repo_root=tmp_path, gpus=("2",))
+    env = executor._env_for(opts, "2", tmp_path, 4, "equivalence")
+    assert env["CUDA_VISIBLE_DEVICES"] == "2" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
+    assert "CUDA_DEVICE_ORDER" not in executor._env_for(opts, None, tmp_path, 4, "equivalence")  # CPU job
+    monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")  # the runner's own choice is kept
+    assert executor._env_for(opts, "2", tmp_path, 4, "equivalence")["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"

@@ -168,8 +168,6 @@ class CaseRunner:
     def baseline(self, m: Materialized, upstream: dict[str, Any] | None, like: dict[str, Any]) -> dict[str, Any]:
         """torch in the kernel's dtype; where torch has no kernel for that dtype on this device,
         the float32 result rounded to it (the best the dtype can represent)."""
-        import torch
-
         try:
             return self.reference(m, upstream, upcast=False)
         except (RuntimeError, NotImplementedError, TypeError):

@@ -31,7 +31,6 @@ def _float_values(choice: InputChoice, shape: tuple[int, ...], gen: Any, device:
 
     f64 = torch.float64
     dist = choice.dist
-    n_last = shape[-1] if shape else 1
     if dist == "normal":
         return torch.randn(shape, generator=gen, dtype=f64, device=device)
     if dist == "uniform_pos":
