@@ -51,3 +51,20 @@ def test_doctor_main_json_and_findings(capsys: pytest.CaptureFixture[str]) -> No
     assert rc == (0 if not data["problems"] else 1)
     findings = infrastructure_findings(run_doctor())
     assert all(f.kind == "infrastructure" and OTHER_PROCESS in f.message for f in findings)
+
+
+def test_a_gpu_named_by_uuid_is_the_one_examined_and_probed() -> None:
+    """CUDA_VISIBLE_DEVICES may name a GPU by its UUID (as `nvidia-smi -L` prints it): the doctor
+    examines that GPU, and its CUDA probes run on it."""
+    from gpu_gate.doctor import judge_runner
+
+    everyone = run_doctor()
+    first = everyone.gpus[0]
+    assert first.uuid and first.uuid.startswith("GPU-")
+    report = run_doctor(visible=[first.uuid])
+    assert [(g.index, g.cuda_id) for g in report.gpus] == [(first.index, first.uuid)]
+    assert report.tools["torch"].cuda_works is True, report.tools["torch"].detail
+    verdict = judge_runner(report)
+    assert verdict.usable == ([first.uuid] if report.healthy else []), report.problems
+    missing = run_doctor(visible=["GPU-00000000-0000-0000-0000-000000000000"])
+    assert missing.gpus == [] and any("CUDA_VISIBLE_DEVICES names" in p for p in missing.problems)
