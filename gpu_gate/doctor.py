@@ -91,6 +91,8 @@ class DoctorReport:
     notes: list[str]
     driver_version: str | None = None
     cuda_driver_version: str | None = None
+    gpus_on_host: int = 0  # what NVML sees, this runner's or not
+    visible: list[str] | None = None  # the CUDA_VISIBLE_DEVICES names followed; None: every GPU
 
     @property
     def healthy(self) -> bool:
@@ -123,13 +125,14 @@ def run_doctor(
     notes: list[str] = []
     gpus: list[GpuHealth] = []
     driver = cuda = None
+    on_host = 0
     tokens = list(visible) if visible is not None else visible_from_env()
     try:
         snap = nvml.snapshot(nvml_lib)
     except nvml.NvmlUnavailable as exc:
         problems.append(_no_gpu_message(exc))
     else:
-        driver, cuda = snap.driver_version, snap.cuda_driver_version
+        driver, cuda, on_host = snap.driver_version, snap.cuda_driver_version, len(snap.gpus)
         samples, named = _visible_samples(list(snap.gpus), tokens, problems, notes)
         gpus = [_judge_gpu(s, t, notes) for s in samples]
         for g, cuda_id in zip(gpus, named):
@@ -143,7 +146,7 @@ def run_doctor(
     if has_gpu:
         problems.extend(_tool_problems(tools, t))
     notes.extend(_tool_notes(tools, t, has_gpu))
-    return DoctorReport(has_gpu, gpus, tools, problems, notes, driver, cuda)
+    return DoctorReport(has_gpu, gpus, tools, problems, notes, driver, cuda, on_host, tokens)
 
 
 def visible_from_env() -> list[str] | None:
@@ -505,6 +508,9 @@ def format_report(report: DoctorReport) -> str:
     lines = ["gpu-gate doctor"]
     if report.driver_version or report.cuda_driver_version:
         lines.append(f"driver {report.driver_version or '?'}, CUDA {report.cuda_driver_version or '?'} (driver API)")
+    if report.visible is not None and report.gpus_on_host:
+        lines.append(f"examined: {len(report.gpus)} of the host's {report.gpus_on_host} GPU(s), as "
+                     f"CUDA_VISIBLE_DEVICES={','.join(report.visible)} names them")
     for g in report.gpus:
         lines.extend(_format_gpu(g))
     lines.append("tools:")

@@ -468,6 +468,7 @@ def test_cuda_visible_devices_is_followed_when_no_gpus_are_given(monkeypatch: py
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
     report = run_doctor(nvml_lib=two_gpus(), tool_probe=healthy_tools)
     assert [g.index for g in report.gpus] == [1] and not report.healthy
+    assert "examined: 1 of the host's 2 GPU(s), as CUDA_VISIBLE_DEVICES=1 names them" in doctor.format_report(report)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     none = run_doctor(nvml_lib=two_gpus(), tool_probe=healthy_tools)
     assert none.gpus == [] and none.problems == [
