@@ -5,6 +5,12 @@ of whose candidates keeps its GPU busy for a fixed time, then times `gpu-gate ch
 CUDA_VISIBLE_DEVICES set to one GPU and to all of them. Target on 4 GPUs: >= 3.4x faster.
 
     python bench/bench_multigpu.py [--jobs 64] [--busy-ms 600] [--runs one,all]
+
+Each job is a fresh interpreter that imports torch, as in a real run: about 3.7 s per job with
+--busy-ms 200 on an H200 (the first job of a run, or the doctor before it, also compiles the
+bytecode where torch was installed without it). Both runs of the default plan take about six
+minutes on 1 + 4 GPUs; where they must be split over two sessions, pass the first one's wall
+time to the second with --runs all --one-gpu-s W, at the same --busy-ms.
 Not a test. Without a GPU it says so and exits 0.
 """
 from __future__ import annotations
