@@ -23,7 +23,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import nvml, proc
 from .exitcodes import ExitCode
@@ -58,6 +58,7 @@ class ToolInfo:
     path: str | None = None
     cuda_works: bool | None = None  # None: not probed
     detail: str | None = None  # why not found / why CUDA failed / what was probed
+    failed_devices: dict[int, str] = dataclasses.field(default_factory=dict)  # CUDA ordinal -> error
 
     @property
     def found(self) -> bool:
@@ -140,13 +141,32 @@ def run_doctor(
         if not snap.gpus:
             problems.append(f"{NO_GPU}: the driver is loaded but NVML sees no GPU (is one assigned to this runner?)")
     has_gpu = bool(gpus)
+    tools = tool_probe(has_gpu, t) if tool_probe else collect_tools(has_gpu, t, pycache=pycache, visible=tokens)
+    runner_wide = _failed_devices(tools, gpus, tokens)
     for g in gpus:
         problems.extend(g.problems)
-    tools = tool_probe(has_gpu, t) if tool_probe else collect_tools(has_gpu, t, pycache=pycache, visible=tokens)
     if has_gpu:
-        problems.extend(_tool_problems(tools, t))
+        problems.extend(_tool_problems(tools, t) + runner_wide)
     notes.extend(_tool_notes(tools, t, has_gpu))
     return DoctorReport(has_gpu, gpus, tools, problems, notes, driver, cuda, on_host, tokens)
+
+
+def _failed_devices(tools: dict[str, ToolInfo], gpus: list[GpuHealth], tokens: list[str] | None) -> list[str]:
+    """NVML may call a GPU healthy on which CUDA still fails: each device the torch probe could not
+    use becomes a problem of that GPU (it can be left out), or of the runner where the probe's
+    device numbering cannot be matched to NVML's (MIG instances)."""
+    info = tools.get("torch")
+    if info is None or not info.failed_devices:
+        return []
+    matched = tokens is None or not any(tok.startswith("MIG-") for tok in tokens)
+    runner_wide: list[str] = []
+    for ordinal, why in sorted(info.failed_devices.items()):
+        if matched and 0 <= ordinal < len(gpus):
+            g = gpus[ordinal]  # both follow CUDA_VISIBLE_DEVICES's order, or PCI bus order without it
+            g.problems.append(f"GPU {g.index} ({g.name}): CUDA fails on it through torch: {why}")
+        else:
+            runner_wide.append(f"CUDA fails on device {ordinal} through torch: {why}")
+    return runner_wide
 
 
 def visible_from_env() -> list[str] | None:
@@ -303,8 +323,8 @@ def collect_tools(has_gpu: bool, t: Thresholds, *, pycache: Path | None = None,
     # since `check` waits for the doctor before its first job.
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(probed) or 1) as pool:
         answers = list(pool.map(lambda info: probe_cuda(CUDA_PROBES[info.name], t.probe_timeout_s, pycache, visible), probed))
-    for info, (works, detail) in zip(probed, answers):
-        info.cuda_works, info.detail = works, detail
+    for info, answer in zip(probed, answers):
+        info.cuda_works, info.detail, info.failed_devices = answer.works, answer.detail, dict(answer.failed_devices)
     return tools
 
 
@@ -378,15 +398,25 @@ def _package_tool(name: str, dists: tuple[str, ...]) -> ToolInfo:
     return ToolInfo(name, detail=f"Python package not installed ({' or '.join(dists)})")
 
 
-# A tiny allocation, one kernel, a synchronise and a check of the answer.
+# A tiny allocation, one kernel, a synchronise and a check of the answer: through torch on every
+# visible device (a GPU that NVML calls healthy may still fail there), through cupy on the first.
 CUDA_PROBES: dict[str, str] = {
     "torch": """
 import json, torch
-x = torch.arange(4096, device="cuda", dtype=torch.float32)
-y = float((x * 2).sum())
-torch.cuda.synchronize()
-assert y == 4095 * 4096, y
-print(json.dumps({"device": torch.cuda.get_device_name(0), "cuda": torch.version.cuda}))
+n = torch.cuda.device_count()
+failed = {}
+for i in range(n):
+    try:
+        x = torch.arange(4096, device=f"cuda:{i}", dtype=torch.float32)
+        y = float((x * 2).sum())
+        torch.cuda.synchronize(i)
+        assert y == 4095 * 4096, f"wrong answer {y}"
+    except Exception as exc:
+        failed[i] = ((str(exc).strip().splitlines() or [type(exc).__name__])[0])[:300]
+if len(failed) == n:
+    raise SystemExit(f"CUDA failed on every device ({n}): {failed}" if n else "torch sees no CUDA device")
+first = min(set(range(n)) - set(failed))
+print(json.dumps({"device": torch.cuda.get_device_name(first), "cuda": torch.version.cuda, "failed": failed}))
 """,
     "cupy": """
 import json, cupy
@@ -402,31 +432,37 @@ print(json.dumps({"device": cupy.cuda.runtime.getDeviceProperties(0)["name"].dec
 }
 
 
+class ProbeResult(NamedTuple):
+    works: bool
+    detail: str  # what it said, or why it failed
+    failed_devices: dict[int, str]  # devices it could not use, where others worked
+
+
 def probe_cuda(script: str, timeout: float, pycache: Path | None = None,
-               visible: Sequence[str] | None = None) -> tuple[bool, str]:
-    """Run ``script`` in a fresh interpreter; (worked, what it said or why it failed). With ``pycache``,
-    what it imports is compiled there once (torch: seconds) and the run's jobs reuse it. With
-    ``visible``, it sees those GPUs only (it runs on the first)."""
-    env = None
-    if pycache is not None or visible is not None:
-        env = dict(os.environ)
-    if env is not None and pycache is not None:
+               visible: Sequence[str] | None = None) -> ProbeResult:
+    """Run ``script`` in a fresh interpreter. With ``pycache``, what it imports is compiled there
+    once (torch: seconds) and the run's jobs reuse it. With ``visible``, it sees those GPUs only.
+    It numbers devices in PCI bus order, as NVML does."""
+    env = dict(os.environ)
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    if pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = str(pycache)
-    if env is not None and visible is not None:
+    if visible is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(visible)
-        env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")  # numbered as NVML numbers them, like the jobs
     res = proc.run([sys.executable, "-c", script], timeout=timeout, env=env)
-    if res.ok:
-        last = (res.stdout.strip().splitlines() or [""])[-1]
-        try:
-            info = json.loads(last)
-        except ValueError:
-            return True, last
-        if not isinstance(info, dict):
-            return True, last
-        return True, f"CUDA works on {info.get('device')} (CUDA {info.get('cuda')})"
-    return False, _probe_failure(res)
+    if not res.ok:
+        return ProbeResult(False, _probe_failure(res), {})
+    last = (res.stdout.strip().splitlines() or [""])[-1]
+    try:
+        info = json.loads(last)
+    except ValueError:
+        info = None
+    if not isinstance(info, dict):
+        return ProbeResult(True, last, {})
+    failed = {int(k): str(v) for k, v in (info.get("failed") or {}).items()}
+    more = f"; fails on device(s) {', '.join(map(str, sorted(failed)))}" if failed else ""
+    return ProbeResult(True, f"CUDA works on {info.get('device')} (CUDA {info.get('cuda')}){more}", failed)
 
 
 def _probe_failure(res: proc.ProcResult) -> str:

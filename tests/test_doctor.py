@@ -397,10 +397,10 @@ def test_cuda_probes_run_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
     both = threading.Barrier(2, timeout=20)
     seen: list[str] = []
 
-    def probe(script: str, timeout: float, pycache: Path | None = None, visible: object = None) -> tuple[bool, str]:
+    def probe(script: str, timeout: float, pycache: Path | None = None, visible: object = None) -> doctor.ProbeResult:
         seen.append(script)
         both.wait()  # raises BrokenBarrierError unless the other probe runs at the same time
-        return True, "probed"
+        return doctor.ProbeResult(True, "probed", {})
 
     monkeypatch.setattr(doctor, "probe_cuda", probe)
     monkeypatch.setattr(doctor, "_package_tool", lambda name, dists: doctor.ToolInfo(name, version="1.0"))
@@ -417,19 +417,19 @@ def test_a_probe_given_the_runs_bytecode_directory_compiles_into_it(tmp_path: Pa
     pycache = tmp_path / "pycache"
     pycache.mkdir()
     script = f"import sys; sys.path.insert(0, {str(tmp_path / 'src')!r}); import probe_target; print(probe_target.VALUE)"
-    ok, detail = doctor.probe_cuda(script, timeout=60, pycache=pycache)
+    ok, detail, _ = doctor.probe_cuda(script, timeout=60, pycache=pycache)
     assert ok and detail == "42"
     assert any(p.name.startswith("probe_target.") for p in pycache.rglob("*.pyc"))
     assert not (tmp_path / "src" / "__pycache__").exists()
 
 
 def test_probe_timeout_is_reported_not_hung() -> None:
-    ok, detail = doctor.probe_cuda("import time; time.sleep(60)", timeout=1)
+    ok, detail, _ = doctor.probe_cuda("import time; time.sleep(60)", timeout=1)
     assert not ok and detail.startswith("the CUDA probe timed out after 1s")
 
 
 def test_probe_crash_is_reported_not_raised() -> None:
-    ok, detail = doctor.probe_cuda("import os; os.abort()", timeout=30)
+    ok, detail, _ = doctor.probe_cuda("import os; os.abort()", timeout=30)
     assert not ok and detail == "killed by SIGABRT during the CUDA probe"
 
 
@@ -508,6 +508,37 @@ def test_a_runner_with_no_healthy_gpu_or_a_problem_of_its_own_is_unfit() -> None
 
 
 def test_the_cuda_probes_see_only_the_runs_gpus(tmp_path: Path) -> None:
-    ok, detail = doctor.probe_cuda("import os; print(os.environ['CUDA_VISIBLE_DEVICES'])", timeout=60,
+    ok, detail, _ = doctor.probe_cuda("import os; print(os.environ['CUDA_VISIBLE_DEVICES'])", timeout=60,
                                    visible=["2", "3"])
     assert ok and detail == "2,3"
+
+
+def test_a_probe_that_fails_on_some_devices_names_them() -> None:
+    script = "import json; print(json.dumps({'device': 'NVIDIA H100', 'cuda': '13.0', 'failed': {'1': 'boom'}}))"
+    result = doctor.probe_cuda(script, timeout=60)
+    assert result.works and result.failed_devices == {1: "boom"}
+    assert result.detail == "CUDA works on NVIDIA H100 (CUDA 13.0); fails on device(s) 1"
+
+
+def torch_fails_on(ordinal: int) -> Any:
+    def probe(has_gpu: bool, t: Thresholds) -> dict[str, ToolInfo]:
+        tools = healthy_tools(has_gpu, t)
+        tools["torch"].failed_devices = {ordinal: "CUDA error: unspecified launch failure"}
+        return tools
+    return probe
+
+
+def test_a_gpu_that_nvml_calls_healthy_but_cuda_cannot_use_is_left_out() -> None:
+    lib = FakeNvml([FakeGpu(), FakeGpu(uuid=SECOND)])
+    report = run_doctor(nvml_lib=lib, tool_probe=torch_fails_on(1), visible=["0", "1"])
+    assert report.problems == ["GPU 1 (NVIDIA H100 80GB HBM3): CUDA fails on it through torch: CUDA error: "
+                               "unspecified launch failure"]
+    verdict = doctor.judge_runner(report)
+    assert verdict.usable == ["0"] and not verdict.blocking and len(verdict.excluded) == 1
+
+
+def test_a_failing_device_that_cannot_be_matched_to_a_gpu_makes_the_runner_unfit() -> None:
+    lib = FakeNvml([FakeGpu(), FakeGpu(uuid=SECOND)])
+    report = run_doctor(nvml_lib=lib, tool_probe=torch_fails_on(0), visible=["MIG-1234", "MIG-5678"])
+    assert report.problems == ["CUDA fails on device 0 through torch: CUDA error: unspecified launch failure"]
+    assert doctor.judge_runner(report).blocking
