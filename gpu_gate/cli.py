@@ -139,14 +139,39 @@ def _environment(gpus: tuple[str, ...]) -> dict[str, Any]:
             "device": "cuda" if gpus else "cpu"}
 
 
-def _vet_runner(gpus: tuple[str, ...], pycache: Path | None) -> Any:
-    """Before the first job on a GPU runner: refuse to trust an unhealthy GPU. The doctor examines
-    the GPUs this run would use; a GPU with a problem is left out, and a runner with no healthy
-    GPU, or with a problem of its own, is unfit (a blocking finding per problem)."""
-    from .doctor import judge_runner, run_doctor
+def tools_needed(jobs: Sequence[Any]) -> tuple[str, ...]:
+    """What a runner must have for these jobs: torch always; compute-sanitizer for sanitizer
+    checks; triton for Triton kernels; cupy (gg.cuda) for CUDA kernels, and nvcc to compile them."""
+    from .checks import SANITIZER_TOOLS
+    from .cudascan import is_c_source
 
+    kernels = [k for j in jobs for k in j.kernels]
+    need = ["torch"]
+    if any(j.check in SANITIZER_TOOLS for j in jobs):
+        need.append("compute-sanitizer")
+    if any(k.endswith(".py") for k in kernels):
+        need.append("triton")
+    if any(is_c_source(k) for k in kernels):
+        need.append("cupy")
+    if any(j.check == "compile" and any(is_c_source(k) for k in j.kernels) for j in jobs):
+        need.append("nvcc")
+    return tuple(need)
+
+
+def _vet_runner(gpus: tuple[str, ...], pycache: Path | None, policy: Any, jobs: Sequence[Any]) -> Any:
+    """Before the first job on a GPU runner: refuse to trust an unhealthy GPU. The doctor examines
+    the GPUs this run would use, with the policy's thresholds; a GPU with a problem is left out,
+    and a runner with no healthy GPU, or with a problem of its own, is unfit (a blocking finding
+    per problem)."""
+    from .doctor import Thresholds, judge_runner, run_doctor
+
+    health = policy.runner.health
+    thresholds = Thresholds(max_temperature_c=health.max_temperature_c, min_free_memory_mib=health.min_free_memory_mib,
+                            allow_other_processes=health.allow_other_processes,
+                            required_tools=tuple(health.required_tools) if health.required_tools is not None
+                            else tools_needed(jobs))
     start = time.monotonic()
-    report = run_doctor(pycache=pycache, visible=gpus)
+    report = run_doctor(thresholds=thresholds, pycache=pycache, visible=gpus)
     took = time.monotonic() - start
     verdict = judge_runner(report)
     if verdict.blocking:
@@ -232,7 +257,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
         # not wait for it); its torch probe compiles the bytecode the jobs then share.
         unfit: list[Any] = []
         if gpus and todo:
-            vetted = _vet_runner(gpus, pycache)
+            vetted = _vet_runner(gpus, pycache, policy, todo)
             unfit = vetted.blocking
             record.plan_findings += vetted.blocking + vetted.excluded
             if vetted.usable:

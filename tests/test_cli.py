@@ -328,6 +328,20 @@ def test_an_unfit_gpu_runner_starts_no_job_and_fails_closed(make_repo, tmp_path:
     assert job["status"] == "not_run" and "health check" in job["reason"]
 
 
+def test_a_runner_needs_only_the_tools_its_jobs_use() -> None:
+    from gpu_gate.cli import tools_needed
+    from gpu_gate.jobs import Job, SpecRef
+
+    def job(check: str, *kernels: str) -> Job:
+        return Job(id=f"{check}:{kernels}", check=check, level="required", kernels=kernels,
+                   spec=SpecRef("gate/k_gate.py", "k_gate"))
+
+    assert tools_needed([job("equivalence", "mylib/kernels.py")]) == ("torch", "triton")
+    assert tools_needed([job("equivalence", "csrc/add.cu"), job("memcheck", "csrc/add.cu")]) == (
+        "torch", "compute-sanitizer", "cupy")
+    assert tools_needed([job("compile", "csrc/add.cuh")]) == ("torch", "cupy", "nvcc")
+
+
 def test_head_that_is_not_checked_out_runs_from_its_own_tree(make_repo) -> None:  # type: ignore[no-untyped-def]
     bad = GOOD_SPEC.replace("return x * 2", "return x * 3")
     r = _repo(make_repo, spec=bad)

@@ -154,6 +154,14 @@ def test_gpus_accepts_all_or_a_count(tmp_path: Path) -> None:
     assert load(tmp_path, "runner: {gpus: all}\n").policy.runner.gpus == "all"
 
 
+def test_runner_health_thresholds(tmp_path: Path) -> None:
+    health = load(tmp_path, "runner:\n  health: {max_temperature_c: 80, allow_other_processes: true,\n"
+                            "           required_tools: [torch, cupy]}\n").policy.runner.health
+    assert (health.max_temperature_c, health.min_free_memory_mib, health.allow_other_processes) == (80, 1024, True)
+    assert health.required_tools == ("torch", "cupy")
+    assert default_policy().runner.health.required_tools is None  # derived from the run's jobs
+
+
 def test_atol_and_rtol_together_are_accepted(tmp_path: Path) -> None:
     tol = load(tmp_path, "checks:\n  equivalence: {tolerance: {atol: 1.0e-3, rtol: 1e-2}}\n").policy.checks.equivalence.tolerance
     assert (tol.atol, tol.rtol, tol.baseline_factor) == (1e-3, 1e-2, 2.0)

@@ -130,6 +130,11 @@ def test_malformed_yaml(tmp_path: Path, text: str, message: str) -> None:
         "cache: {enabled: maybe}\n",
         ".gpu-gate.yml:1:18: cache.enabled: expected true or false, got 'maybe' (e.g. enabled: true)",
         id="bool"),
+    pytest.param(
+        "runner:\n  health: {required_tools: [torch, tensorflow]}\n",
+        ".gpu-gate.yml:2:36: runner.health.required_tools[1]: expected one of 'compute-sanitizer', 'nvcc', 'torch',"
+        " 'triton' or 'cupy', got 'tensorflow' (choose one of these)",
+        id="tool"),
 ])
 def test_wrong_values(tmp_path: Path, text: str, message: str) -> None:
     assert error_of(tmp_path, text) == message

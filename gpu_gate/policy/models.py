@@ -169,6 +169,21 @@ class CudaSettings(_Frozen):
     nvcc_flags: tuple[str, ...] = Field(default=(), description="extra nvcc flags")
 
 
+Tool = Literal["compute-sanitizer", "nvcc", "torch", "triton", "cupy"]
+
+
+class RunnerHealth(_Frozen):
+    """What `check` asks of a GPU before trusting it (the doctor's thresholds)."""
+
+    max_temperature_c: int = Field(default=85, ge=1, le=150, description="hotter than this: the GPU is left out")
+    min_free_memory_mib: int = Field(default=1024, ge=0, description="less free memory than this: the GPU is left out")
+    allow_other_processes: bool = Field(default=False, description=(
+        "tolerate other compute processes on the GPU (a shared GPU: timings and memory are then not the run's own)"))
+    required_tools: tuple[Tool, ...] | None = Field(default=None, description=(
+        "tools the runner must have; null: what the run needs (torch; compute-sanitizer for sanitizer checks; "
+        "triton for Triton kernels; cupy for CUDA kernels)"))
+
+
 class RunnerSettings(_Frozen):
     labels: tuple[str, ...] = Field(default=("self-hosted", "linux", "gpu"), min_length=1, description="runs-on labels of GPU runners")
     job_timeout_minutes: float = Field(default=30.0, gt=0, description="timeout of one job (spec x check)")
@@ -177,6 +192,7 @@ class RunnerSettings(_Frozen):
     fail_fast: bool = Field(default=False, description="stop at the first blocking failure")
     jobs_per_gpu: int = Field(default=1, ge=1, le=16, description=(
         "jobs sharing one GPU at once; a job starts only when the GPU has the free memory it needs"))
+    health: RunnerHealth = Field(default_factory=RunnerHealth, description="what a GPU must show before jobs run on it")
 
     @field_validator("gpus", mode="before")
     @classmethod
