@@ -342,6 +342,33 @@ def test_a_runner_needs_only_the_tools_its_jobs_use() -> None:
     assert tools_needed([job("compile", "csrc/add.cuh")]) == ("torch", "cupy", "nvcc")
 
 
+def test_the_policys_health_limits_reach_the_doctor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from gpu_gate import cli, doctor
+    from gpu_gate.jobs import Job, SpecRef
+    from gpu_gate.policy import load_policy
+
+    (tmp_path / ".gpu-gate.yml").write_text("runner:\n  health: {max_temperature_c: 70, allow_other_processes: true}\n")
+    policy = load_policy(tmp_path).policy
+    seen: dict[str, object] = {}
+
+    def fake_doctor(**kwargs: object) -> doctor.DoctorReport:
+        seen.update(kwargs)
+        gpu = doctor.GpuHealth(index=0, name="NVIDIA H100", uuid=None, memory_total_mib=None, memory_free_mib=None,
+                               temperature_c=None, throttle_reasons=[], ecc_uncorrected={}, retired_pages={},
+                               row_remap={}, processes=None, unsupported=[], problems=[], cuda_id="0")
+        return doctor.DoctorReport(True, [gpu], {}, [], [])
+
+    monkeypatch.setattr(doctor, "run_doctor", fake_doctor)
+    job = Job(id="e", check="equivalence", level="required", kernels=("k/k.py",), spec=SpecRef("g_gate.py", "g"))
+    verdict = cli._vet_runner(("0",), None, policy, [job])
+    t = seen["thresholds"]
+    assert isinstance(t, doctor.Thresholds)
+    assert (t.max_temperature_c, t.allow_other_processes, t.required_tools) == (70, True, ("torch", "triton"))
+    assert seen["visible"] == ("0",) and verdict.usable == ["0"]
+    assert "doctor: 1 GPU(s) healthy (NVIDIA H100)" in capsys.readouterr().out
+
+
 def test_head_that_is_not_checked_out_runs_from_its_own_tree(make_repo) -> None:  # type: ignore[no-untyped-def]
     bad = GOOD_SPEC.replace("return x * 2", "return x * 3")
     r = _repo(make_repo, spec=bad)
