@@ -27,8 +27,10 @@ class PolicyLike(Protocol):
     """The parts of :class:`gpu_gate.policy.Policy` that change detection reads."""
 
     kernels: Any  # .include, .exclude: globs
-    specs: Sequence[str]
     cuda: Any  # .include_dirs: repo-relative directories
+
+    @property
+    def specs(self) -> Sequence[str]: ...
 
 
 # --- globs ---------------------------------------------------------------------------------

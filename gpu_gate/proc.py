@@ -17,6 +17,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
+from typing import IO
 
 # Keep at most this many bytes of each stream: a kernel that prints megabytes
 # to stderr must not exhaust the runner's memory (we keep the head and the tail).
@@ -159,7 +160,7 @@ def run(
     return ProcResult(argv, None if timed_out else proc.returncode, stdout, stderr, duration, timed_out=timed_out)
 
 
-def _read_bounded(f: "tempfile._TemporaryFileWrapper[bytes]") -> str:  # type: ignore[name-defined]
+def _read_bounded(f: IO[bytes]) -> str:
     f.seek(0, os.SEEK_END)
     size = f.tell()
     if size <= MAX_CAPTURE:

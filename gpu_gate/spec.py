@@ -65,11 +65,12 @@ class Dim:
 class Tensor:
     """A floating-point input. ``dtype="like:x"`` ties its dtype to input ``x``."""
 
-    shape: tuple[str | int, ...]
-    dtypes: tuple[str, ...] | None = None
+    # Sequences as a spec writes them (lists are fine); stored as tuples.
+    shape: Sequence[str | int]
+    dtypes: Sequence[str] | None = None
     dtype: str | None = None
-    dists: tuple[str, ...] | None = None  # None: every float distribution
-    layouts: tuple[str, ...] | None = None  # None: every layout the rank allows
+    dists: Sequence[str] | None = None  # None: every float distribution
+    layouts: Sequence[str] | None = None  # None: every layout the rank allows
     grad: bool = True  # may receive a gradient when listed in ``grads``
 
     def __post_init__(self) -> None:
@@ -169,7 +170,7 @@ class Spec:
         """The dtypes of the first float input that has its own list (the spec's "primary" dtype)."""
         for t in self.float_inputs().values():
             if t.dtypes:
-                return t.dtypes
+                return tuple(t.dtypes)
         return ("float32",)
 
 

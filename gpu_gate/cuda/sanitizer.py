@@ -259,7 +259,8 @@ def _first_frame(el: ElementTree.Element) -> ElementTree.Element | None:
                   el.find("what/source/where"), el.find("what/destination/where")]
     present = [c for c in candidates if c is not None]
     with_line = [c for c in present if _text(c, "line")]
-    return (with_line or present or [None])[0]
+    best = with_line or present
+    return best[0] if best else None
 
 
 def _frame_file(frame: ElementTree.Element | None) -> str | None:

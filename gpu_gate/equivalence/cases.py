@@ -118,7 +118,7 @@ def case_bytes(spec: Spec, dims: dict[str, int], inputs: dict[str, InputChoice])
     return total * 3  # outputs, baseline, comparisons: a conservative multiple
 
 
-def numel(shape: tuple[str | int, ...], dims: dict[str, int]) -> int:
+def numel(shape: Sequence[str | int], dims: dict[str, int]) -> int:
     n = 1
     for d in shape:
         n *= dims[d] if isinstance(d, str) else int(d)
@@ -180,13 +180,13 @@ class ScheduleOptions:
                    layouts=tup("layouts"), max_reduction=int(o.get("max_reduction") or MAX_REDUCTION))
 
 
-def narrowed(spec_choice: tuple[str, ...] | None, policy: tuple[str, ...] | None,
+def narrowed(spec_choice: Sequence[str] | None, policy: tuple[str, ...] | None,
              default: tuple[str, ...]) -> tuple[str, ...]:
     """The spec's list where it pins one (the policy may only narrow it: the spec knows which
     values its kernel defines); else the policy's list, which may narrow or widen the default."""
     if spec_choice:
         kept = tuple(c for c in spec_choice if policy is None or c in policy)
-        return kept or spec_choice
+        return kept or tuple(spec_choice)
     if policy:
         return policy
     return default
@@ -300,7 +300,7 @@ def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random,
     return Case(cid, seed, dims, inputs, grad_layout)
 
 
-def _shape(shape: tuple[str | int, ...], dims: dict[str, int]) -> tuple[int, ...]:
+def _shape(shape: Sequence[str | int], dims: dict[str, int]) -> tuple[int, ...]:
     return tuple(dims[d] if isinstance(d, str) else int(d) for d in shape)
 
 

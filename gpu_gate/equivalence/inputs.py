@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from typing import Any
 
 from ..spec import Index, Spec, Tensor
@@ -152,7 +153,7 @@ def _layout(shape: tuple[int, ...], layout: str, itemsize: int) -> tuple[tuple[i
     return shape, contiguous_stride(shape), 0
 
 
-def shape_of(spec_shape: tuple[str | int, ...], dims: dict[str, int]) -> tuple[int, ...]:
+def shape_of(spec_shape: Sequence[str | int], dims: dict[str, int]) -> tuple[int, ...]:
     return tuple(dims[d] if isinstance(d, str) else int(d) for d in spec_shape)
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import uuid
 from typing import Any
 
@@ -18,7 +19,7 @@ ANNOTATION_TITLE_LIMIT = 255
 STATUS_DESCRIPTION_LIMIT = 140
 
 
-def annotations(record: RunRecord, verdict: Verdict) -> list[dict[str, Any]]:
+def check_annotations(record: RunRecord, verdict: Verdict) -> list[dict[str, Any]]:
     """One annotation per finding that names a file, blocking ones as failures.
 
     A finding about a whole file (an uncovered kernel) goes on line 1, as GitHub does.
@@ -34,6 +35,7 @@ def annotations(record: RunRecord, verdict: Verdict) -> list[dict[str, Any]]:
 
 
 def _annotation(f: Finding, *, blocking: bool) -> dict[str, Any]:
+    assert f.file, "only findings that name a file are annotated"
     line = f.line if f.line and f.line >= 1 else 1
     if blocking:
         level = "failure"
@@ -59,7 +61,7 @@ def publish_check_run(client: GitHubClient, repo: str, head_sha: str, record: Ru
                       markdown: str, *, artifacts_url: str | None, details_url: str | None,
                       name: str = CHECK_NAME) -> str | None:
     """Create a completed check run, then append the annotations past the first 50."""
-    notes = annotations(record, verdict)
+    notes = check_annotations(record, verdict)
     output = {
         "title": verdict.headline[:ANNOTATION_TITLE_LIMIT],
         "summary": fit_chars(markdown, CHECK_TEXT_LIMIT, truncation_note(artifacts_url)),
@@ -85,7 +87,7 @@ def publish_check_run(client: GitHubClient, repo: str, head_sha: str, record: Ru
         batch = notes[start:start + ANNOTATIONS_PER_REQUEST]
         path = f"/repos/{repo}/check-runs/{run_id}"
         client.request("PATCH", path, json={"output": {**output, "annotations": batch}},
-                       recover=lambda p=path, want=posted + len(batch): _annotations_landed(client, p, want))
+                       recover=functools.partial(_annotations_landed, client, path, posted + len(batch)))
         posted += len(batch)
     url = created.data.get("html_url")
     return url if isinstance(url, str) else None

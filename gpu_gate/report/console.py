@@ -117,8 +117,12 @@ def gha_annotations(record: RunRecord, verdict: Verdict) -> list[str]:
     return out
 
 
+_LEVELS: dict[Severity, AnnotationLevel] = {Severity.ERROR: "error", Severity.WARNING: "warning",
+                                            Severity.NOTE: "notice"}
+
+
 def _level(severity: Severity) -> AnnotationLevel:
-    return {Severity.ERROR: "error", Severity.WARNING: "warning", Severity.NOTE: "notice"}[severity]
+    return _LEVELS[severity]
 
 
 def _escape_data(text: str) -> str:

@@ -57,9 +57,9 @@ def write_reports(record: RunRecord, verdict: Verdict, out_dir: Path,
         else:
             written[fmt.value] = path
     if failed:
-        path, err = failed[0]
+        first_path, first_err = failed[0]
         more = f" (and {len(failed) - 1} more)" if len(failed) > 1 else ""
-        raise GateError(f"cannot write report {path}: {err.strerror or err}{more}",
+        raise GateError(f"cannot write report {first_path}: {first_err.strerror or first_err}{more}",
                         hint="check free disk space and that the directory is writable")
     return written
 

@@ -213,7 +213,7 @@ def _detail_blocks(ctx: _Ctx) -> list[str]:
         if item.job is not None and id(item.job) not in seen_jobs:
             seen_jobs.add(id(item.job))
             heading = f"#### ❌ {escape(item.job.check)} · {code(job_target(item.job))}"
-        blocks.append(_finding_block(item.finding, heading, ctx.message_limit))
+        blocks.append(_finding_block(f, heading, ctx.message_limit))
     return blocks
 
 
