@@ -434,7 +434,32 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .doctor import doctor_main
 
-    return doctor_main(json_output=args.json)
+    thresholds, source = _doctor_limits(args)
+    return doctor_main(json_output=args.json, thresholds=thresholds, limits_from=source)
+
+
+def _doctor_limits(args: argparse.Namespace) -> tuple[Any, str | None]:
+    """The repository's `runner.health` (--policy, else the .gpu-gate.yml of the git checkout
+    around the current directory), so that doctor judges a GPU as `check` will; else the
+    built-in limits. Without a policy list of tools, doctor requires every tool."""
+    from . import git
+    from .doctor import Thresholds
+    from .errors import GitError
+    from .policy import load_policy
+
+    try:
+        repo: Path | None = git.repo_root(Path.cwd())
+    except GitError:
+        repo = None
+    if args.policy is None and (repo is None or not any((repo / n).is_file() for n in (".gpu-gate.yml", ".gpu-gate.yaml"))):
+        return None, None
+    loaded = load_policy(repo or Path.cwd(), args.policy)
+    for w in loaded.warnings:
+        warn(w)
+    health = loaded.policy.runner.health
+    extra = {"required_tools": tuple(health.required_tools)} if health.required_tools is not None else {}
+    return Thresholds(max_temperature_c=health.max_temperature_c, min_free_memory_mib=health.min_free_memory_mib,
+                      allow_other_processes=health.allow_other_processes, **extra), loaded.source
 
 
 # --- parser ----------------------------------------------------------------------------------
@@ -527,6 +552,8 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Report driver, CUDA, GPU health (ECC, throttling, other processes) and tool "
                                     "versions; exit 1 with one line per problem.")
     dr.add_argument("--json", action="store_true", help="print JSON")
+    dr.add_argument("--policy", type=Path, help="take the limits from this policy's runner.health (default: the "
+                                                 ".gpu-gate.yml of the checkout around the current directory, if any)")
     dr.set_defaults(func=cmd_doctor)
     return p
 

@@ -540,10 +540,11 @@ def infrastructure_findings(report: DoctorReport) -> list[Finding]:
     return [Finding(check="doctor", kind="infrastructure", message=p, severity=Severity.ERROR) for p in report.problems]
 
 
-def format_report(report: DoctorReport) -> str:
+def format_report(report: DoctorReport, limits_from: str | None = None) -> str:
     lines = ["gpu-gate doctor"]
     if report.driver_version or report.cuda_driver_version:
         lines.append(f"driver {report.driver_version or '?'}, CUDA {report.cuda_driver_version or '?'} (driver API)")
+    lines.append(f"limits: runner.health of {limits_from}" if limits_from else "limits: gpu-gate's defaults")
     if report.visible is not None and report.gpus_on_host:
         lines.append(f"examined: {len(report.gpus)} of the host's {report.gpus_on_host} GPU(s), as "
                      f"CUDA_VISIBLE_DEVICES={','.join(report.visible)} names them")
@@ -592,11 +593,13 @@ def _format_tool(info: ToolInfo) -> str:
     return text
 
 
-def doctor_main(json_output: bool, *, nvml_lib: Any | None = None, tool_probe: ToolProbe | None = None) -> int:
-    """``gpu-gate doctor [--json]``: print the report; 0 when fit, 1 with one line per problem."""
-    report = run_doctor(nvml_lib=nvml_lib, tool_probe=tool_probe)
+def doctor_main(json_output: bool, *, nvml_lib: Any | None = None, tool_probe: ToolProbe | None = None,
+                thresholds: Thresholds | None = None, limits_from: str | None = None) -> int:
+    """``gpu-gate doctor [--json]``: print the report; 0 when fit, 1 with one line per problem.
+    ``limits_from``: the policy that ``thresholds`` come from, to say so."""
+    report = run_doctor(thresholds=thresholds, nvml_lib=nvml_lib, tool_probe=tool_probe)
     if json_output:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps({**report.to_json(), "limits_from": limits_from}, indent=2))
     else:
-        print(format_report(report))
+        print(format_report(report, limits_from))
     return int(ExitCode.PASSED if report.healthy else ExitCode.POLICY_BREACHED)

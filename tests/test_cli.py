@@ -369,6 +369,20 @@ def test_the_policys_health_limits_reach_the_doctor(tmp_path: Path, monkeypatch:
     assert "doctor: 1 GPU(s) healthy (NVIDIA H100)" in capsys.readouterr().out
 
 
+def test_doctor_takes_its_limits_from_the_repositorys_policy(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = make_repo("proj", {".gpu-gate.yml": "runner:\n  health: {max_temperature_c: 70}\n", "README.md": "x\n"})
+    inside = gate("doctor", cwd=r.path)
+    assert "limits: runner.health of .gpu-gate.yml" in inside.stdout, inside.stdout + inside.stderr
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    assert "limits: gpu-gate's defaults" in gate("doctor", cwd=outside).stdout
+    as_json = json.loads(gate("doctor", "--json", cwd=r.path).stdout)
+    assert as_json["limits_from"] == ".gpu-gate.yml"
+    (tmp_path / "bad.yml").write_text("runner:\n  health: {max_temperature_c: hot}\n")
+    bad = gate("doctor", "--policy", str(tmp_path / "bad.yml"), cwd=outside)
+    assert bad.returncode == 2 and "runner.health.max_temperature_c" in bad.stderr, bad.stderr
+
+
 def test_head_that_is_not_checked_out_runs_from_its_own_tree(make_repo) -> None:  # type: ignore[no-untyped-def]
     bad = GOOD_SPEC.replace("return x * 2", "return x * 3")
     r = _repo(make_repo, spec=bad)

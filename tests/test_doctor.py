@@ -542,3 +542,13 @@ def test_a_failing_device_that_cannot_be_matched_to_a_gpu_makes_the_runner_unfit
     report = run_doctor(nvml_lib=lib, tool_probe=torch_fails_on(0), visible=["MIG-1234", "MIG-5678"])
     assert report.problems == ["CUDA fails on device 0 through torch: CUDA error: unspecified launch failure"]
     assert doctor.judge_runner(report).blocking
+
+
+def test_doctor_main_applies_the_limits_it_is_given(capsys: pytest.CaptureFixture[str]) -> None:
+    busy = FakeNvml([FakeGpu(processes=list(BUSY))])
+    assert doctor_main(False, nvml_lib=busy, tool_probe=healthy_tools) == 1
+    capsys.readouterr()
+    lenient = Thresholds(allow_other_processes=True)
+    assert doctor_main(False, nvml_lib=busy, tool_probe=healthy_tools, thresholds=lenient,
+                       limits_from=".gpu-gate.yml") == 0
+    assert "limits: runner.health of .gpu-gate.yml" in capsys.readouterr().out
