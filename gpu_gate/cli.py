@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import shutil
@@ -457,9 +458,11 @@ def _doctor_limits(args: argparse.Namespace) -> tuple[Any, str | None]:
     for w in loaded.warnings:
         warn(w)
     health = loaded.policy.runner.health
-    extra = {"required_tools": tuple(health.required_tools)} if health.required_tools is not None else {}
-    return Thresholds(max_temperature_c=health.max_temperature_c, min_free_memory_mib=health.min_free_memory_mib,
-                      allow_other_processes=health.allow_other_processes, **extra), loaded.source
+    limits = Thresholds(max_temperature_c=health.max_temperature_c, min_free_memory_mib=health.min_free_memory_mib,
+                        allow_other_processes=health.allow_other_processes)
+    if health.required_tools is not None:
+        limits = dataclasses.replace(limits, required_tools=tuple(health.required_tools))
+    return limits, loaded.source
 
 
 # --- parser ----------------------------------------------------------------------------------
