@@ -160,9 +160,10 @@ def gate_specs(kernels_module: Any) -> list[Spec]:
 
 def test_gate_names(gate_specs: list[Spec]) -> None:
     names = [s.name for s in gate_specs]
-    assert len(set(names)) == len(names) == 21 and all(n.startswith("cu_") for n in names), names
+    assert len(set(names)) == len(names) == 22 and all(n.startswith("cu_") for n in names), names
     cuda_only = {s.name for s in gate_specs if "cpu" not in s.devices}
-    assert cuda_only == {"cu_gelu_side_stream", "cu_gelu_side_stream_cupy", "cu_gelu_side_stream_ordered"}
+    assert cuda_only == {"cu_gelu_side_stream", "cu_gelu_side_stream_cupy", "cu_gelu_cupy_current_stream",
+                         "cu_gelu_side_stream_ordered"}
 
 
 def _call(spec: Spec, tensors: dict[str, Any], seed: int) -> None:
@@ -205,7 +206,7 @@ def test_gates_import_without_a_gpu_and_launch_nothing() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env={
         **os.environ, "CUDA_VISIBLE_DEVICES": ""}, check=False)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "False", "21"]
+    assert out.stdout.split() == ["False", "False", "22"]
 
 
 # --- nvcc, through gpu-gate's own compile check ----------------------------------------------

@@ -392,3 +392,50 @@ def test_a_gg_cuda_launch_on_an_explicit_side_stream_is_delayed_once_per_call(
     assert watch.used == {9, 10}
     before_launch(0x100B)  # the watch is over
     assert len(sleeps) == 2
+
+
+def test_making_a_cupy_stream_current_is_delayed_like_a_torch_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+    """CuPy's own kernels launch on CuPy's current stream: `with s:` and `s.use()` on a CuPy
+    stream queue the sleep there (once per stream and call), and CuPy is as it was afterwards."""
+    import sys
+    import types
+
+    import torch
+
+    from gpu_gate.equivalence.guard import SIDE_STREAM_DELAY_CYCLES, SideStreams
+
+    class FakeCupyStream:
+        def __init__(self, ptr: int) -> None:
+            self.ptr = ptr
+
+        def __enter__(self) -> FakeCupyStream:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+        def use(self) -> FakeCupyStream:
+            return self
+
+    fake = types.ModuleType("cupy")
+    fake.cuda = types.SimpleNamespace(Stream=FakeCupyStream)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "cupy", fake)
+    caller = _FakeStream(0)
+    current = [caller]
+    sleeps: list[tuple[int, int]] = []
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[0])
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: current.__setitem__(0, s))
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: sleeps.append((current[0].stream_id, cycles)))
+    monkeypatch.setattr(torch.cuda, "ExternalStream", lambda handle: _FakeStream(handle - 0x1000), raising=False)
+    original = dict(vars(FakeCupyStream))
+
+    with SideStreams("cuda") as watch:
+        with FakeCupyStream(0x1005):
+            pass
+        FakeCupyStream(0x1005).use()
+        FakeCupyStream(0x1006).use()
+        with FakeCupyStream(caller.cuda_stream):
+            pass
+    assert sleeps == [(5, SIDE_STREAM_DELAY_CYCLES), (6, SIDE_STREAM_DELAY_CYCLES)]
+    assert watch.used == {5, 6} and current[0] is caller
+    assert dict(vars(FakeCupyStream)) == original

@@ -7,7 +7,9 @@ outside the harness they are plain ``torch.empty``.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 GUARD_BYTES = 4096  # a multiple of 256 keeps every view 256-byte aligned
@@ -114,9 +116,10 @@ SIDE_STREAM_DELAY_CYCLES = 50_000_000
 class SideStreams:
     """While a candidate runs on CUDA, each switch to a stream other than the caller's first
     queues a GPU sleep on that stream (``torch.cuda.stream``, ``torch.cuda.set_stream`` and
-    ``with stream:`` are watched). A ``gg.cuda`` kernel launched with an explicit ``stream=``
-    (a torch or CuPy stream) other than the caller's gets the same sleep before its first
-    launch there in the call (:func:`before_launch`).
+    ``with stream:`` are watched), and so does making a CuPy stream current (``with s:``,
+    ``s.use()``), where CuPy's own kernels launch. A ``gg.cuda`` kernel launched with an
+    explicit ``stream=`` (a torch or CuPy stream) other than the caller's gets the same sleep
+    before its first launch there in the call (:func:`before_launch`).
 
     Work the candidate then queues there finishes well after the call returns, unless the
     caller's stream waits for it. The harness copies every output on the caller's stream
@@ -151,15 +154,6 @@ class SideStreams:
             set_stream(stream)
             switched(stream)
 
-        cls = torch.cuda.Stream
-        own_enter = cls.__dict__.get("__enter__")
-        inherited_enter = getattr(cls, "__enter__", None)  # absent from CPU builds of torch
-
-        def watched_enter(stream: Any) -> Any:
-            result = inherited_enter(stream)  # type: ignore[misc]
-            switched(stream)
-            return result
-
         delayed: set[int] = set()
 
         def launching_on(handle: int) -> None:
@@ -176,23 +170,33 @@ class SideStreams:
                 set_stream(current)
 
         torch.cuda.set_stream = watched_set_stream
-        if inherited_enter is not None:
-            cls.__enter__ = watched_enter  # type: ignore[method-assign]
+        self._undo.append(lambda: setattr(torch.cuda, "set_stream", set_stream))
+        self._wrap(torch.cuda.Stream, "__enter__", switched)  # absent from CPU builds of torch
+        cupy = sys.modules.get("cupy")  # imported by gg.cuda, or by the candidate's own code
+        if cupy is not None:
+            # CuPy launches (RawKernel, elementwise) go on CuPy's current stream: entering a
+            # stream or calling .use() makes it current.
+            for name in ("__enter__", "use"):
+                self._wrap(cupy.cuda.Stream, name, lambda stream: launching_on(int(stream.ptr)))
         self._launching_on = launching_on
         _active.side_streams = self
-
-        def undo() -> None:
-            _active.side_streams = None
-            torch.cuda.set_stream = set_stream
-            if inherited_enter is None:
-                return
-            if own_enter is None:
-                del cls.__enter__
-            else:
-                cls.__enter__ = own_enter  # type: ignore[method-assign]
-
-        self._undo.append(undo)
+        self._undo.append(lambda: setattr(_active, "side_streams", None))
         return self
+
+    def _wrap(self, cls: Any, name: str, after: Callable[[Any], None]) -> None:
+        """Make ``cls.name`` call ``after(self)`` once it has run, until the watch ends."""
+        inherited = getattr(cls, name, None)
+        if inherited is None:
+            return
+        own = cls.__dict__.get(name)
+
+        def wrapped(obj: Any, *args: Any, **kwargs: Any) -> Any:
+            result = inherited(obj, *args, **kwargs)
+            after(obj)
+            return result
+
+        setattr(cls, name, wrapped)
+        self._undo.append(lambda: delattr(cls, name) if own is None else setattr(cls, name, own))
 
     def __exit__(self, *exc: object) -> None:
         while self._undo:

@@ -32,6 +32,7 @@ PAIRS = [  # bug, twin, the finding kinds that must name the bug
     ("cu_gelu_zeros", "cu_gelu", {"constant-output"}),
     ("cu_gelu_side_stream", "cu_gelu_side_stream_ordered", {"unordered-stream"}),
     ("cu_gelu_side_stream_cupy", "cu_gelu_side_stream_ordered", {"unordered-stream"}),
+    ("cu_gelu_cupy_current_stream", "cu_gelu_side_stream_ordered", {"unordered-stream"}),
     ("cu_softmax_nan_rows", "cu_softmax_guarded", {"nan"}),
     ("cu_cross_entropy_bf16_true_class", "cu_cross_entropy_fp32_true_class", {"mismatch"}),
 ]

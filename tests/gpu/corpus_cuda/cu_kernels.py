@@ -165,6 +165,22 @@ def gelu(x: torch.Tensor, mode: str = "ok", stream=None) -> torch.Tensor:
     return y
 
 
+def gelu_through_cupy(x: torch.Tensor) -> torch.Tensor:
+    """The same kernel launched through CuPy's RawKernel directly, as code written for CuPy does:
+    it runs on CuPy's current stream, not torch's."""
+    import numpy
+
+    rows, n = x.shape
+    y = gg.empty((rows, n), dtype=x.dtype, device=x.device)
+    total = rows * n
+    if total:
+        blocks = min(-(-total // BLOCK), 8192)
+        raw = kernel("gelu.cu", GELU_KERNELS["ok"], x.dtype).function
+        raw((blocks,), (BLOCK,), (numpy.uint64(x.data_ptr()), numpy.uint64(y.data_ptr()), numpy.int64(x.stride(0)),
+                                  numpy.int64(x.stride(1)), numpy.int64(rows), numpy.int64(n)))
+    return y
+
+
 # --- a softmax that yields NaN on an all -inf row ---------------------------------------------------
 def softmax(x: torch.Tensor, guard: bool) -> torch.Tensor:
     rows, n = x.shape

@@ -117,6 +117,16 @@ def gelu_side_stream_cupy(x):
     return K.gelu(x, stream=cupy.cuda.Stream(non_blocking=True))
 
 
+@gg.spec(name="cu_gelu_cupy_current_stream", devices=["cuda"], **D.GELU)
+def gelu_cupy_current_stream(x):
+    """A raw CuPy launch on a CuPy stream made current (``with side:``), never waited for."""
+    import cupy
+
+    torch.cuda.current_stream().synchronize()
+    with cupy.cuda.Stream(non_blocking=True):
+        return K.gelu_through_cupy(x)
+
+
 @gg.spec(name="cu_gelu_side_stream_ordered", devices=["cuda"], **D.GELU)
 def gelu_side_stream_ordered(x):
     """The torch side stream, correctly ordered: the caller's stream waits for it."""
