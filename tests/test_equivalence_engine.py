@@ -3,6 +3,8 @@ the policy, a broken reference, bitwise determinism, the dtype skipped under the
 interpreter, the harness subprocess and the growth table the Markdown report draws."""
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import os
 import subprocess
@@ -332,6 +334,28 @@ class _FakeStream:
         self.cuda_stream = 0x1000 + stream_id  # the raw cudaStream_t
 
 
+@dataclasses.dataclass
+class _FakeCuda:
+    """torch.cuda's stream calls, recorded: the current stream, and each sleep as (stream, cycles)."""
+
+    caller: _FakeStream
+    current: list[_FakeStream]
+    sleeps: list[tuple[int, int]]
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch: pytest.MonkeyPatch) -> _FakeCuda:
+    import torch
+
+    fc = _FakeCuda(_FakeStream(0), [], [])
+    fc.current.append(fc.caller)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: fc.current[0])
+    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: fc.current.__setitem__(0, s))
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: fc.sleeps.append((fc.current[0].stream_id, cycles)))
+    monkeypatch.setattr(torch.cuda, "ExternalStream", lambda handle: _FakeStream(handle - 0x1000), raising=False)
+    return fc
+
+
 def test_side_streams_delay_only_switches_away_from_the_caller_and_undo_their_hooks(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The watch queues a GPU sleep on every stream the candidate switches to (other than the
@@ -364,22 +388,12 @@ def test_side_streams_delay_only_switches_away_from_the_caller_and_undo_their_ho
     assert ("__enter__" in vars(torch.cuda.Stream)) == had_enter
 
 
-def test_a_gg_cuda_launch_on_an_explicit_side_stream_is_delayed_once_per_call(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_gg_cuda_launch_on_an_explicit_side_stream_is_delayed_once_per_call(fake_cuda: _FakeCuda) -> None:
     """`kernel(..., stream=side)` switches no torch stream; the launcher tells the watch, which
     queues one sleep on that stream (not on the caller's) and leaves the caller's stream current."""
-    import torch
-
     from gpu_gate.equivalence.guard import SIDE_STREAM_DELAY_CYCLES, SideStreams, before_launch
 
-    caller = _FakeStream(0)
-    current = [caller]
-    sleeps: list[tuple[int, int]] = []
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[0])
-    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: current.__setitem__(0, s))
-    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: sleeps.append((current[0].stream_id, cycles)))
-    monkeypatch.setattr(torch.cuda, "ExternalStream", lambda handle: _FakeStream(handle - 0x1000), raising=False)
-
+    caller, current, sleeps = fake_cuda.caller, fake_cuda.current, fake_cuda.sleeps
     before_launch(0x1009)  # outside the harness: nothing
     assert sleeps == []
     with SideStreams("cuda") as watch:
@@ -394,13 +408,12 @@ def test_a_gg_cuda_launch_on_an_explicit_side_stream_is_delayed_once_per_call(
     assert len(sleeps) == 2
 
 
-def test_making_a_cupy_stream_current_is_delayed_like_a_torch_switch(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_making_a_cupy_stream_current_is_delayed_like_a_torch_switch(monkeypatch: pytest.MonkeyPatch,
+                                                                      fake_cuda: _FakeCuda) -> None:
     """CuPy's own kernels launch on CuPy's current stream: `with s:` and `s.use()` on a CuPy
     stream queue the sleep there (once per stream and call), and CuPy is as it was afterwards."""
     import sys
     import types
-
-    import torch
 
     from gpu_gate.equivalence.guard import SIDE_STREAM_DELAY_CYCLES, SideStreams
 
@@ -420,13 +433,7 @@ def test_making_a_cupy_stream_current_is_delayed_like_a_torch_switch(monkeypatch
     fake = types.ModuleType("cupy")
     fake.cuda = types.SimpleNamespace(Stream=FakeCupyStream)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "cupy", fake)
-    caller = _FakeStream(0)
-    current = [caller]
-    sleeps: list[tuple[int, int]] = []
-    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: current[0])
-    monkeypatch.setattr(torch.cuda, "set_stream", lambda s: current.__setitem__(0, s))
-    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: sleeps.append((current[0].stream_id, cycles)))
-    monkeypatch.setattr(torch.cuda, "ExternalStream", lambda handle: _FakeStream(handle - 0x1000), raising=False)
+    caller, current, sleeps = fake_cuda.caller, fake_cuda.current, fake_cuda.sleeps
     original = dict(vars(FakeCupyStream))
 
     with SideStreams("cuda") as watch:
