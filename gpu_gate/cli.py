@@ -164,13 +164,9 @@ def _vet_runner(gpus: tuple[str, ...], pycache: Path | None, policy: Any, jobs: 
     the GPUs this run would use, with the policy's thresholds; a GPU with a problem is left out,
     and a runner with no healthy GPU, or with a problem of its own, is unfit (a blocking finding
     per problem)."""
-    from .doctor import Thresholds, judge_runner, run_doctor
+    from .doctor import judge_runner, run_doctor
 
-    health = policy.runner.health
-    thresholds = Thresholds(max_temperature_c=health.max_temperature_c, min_free_memory_mib=health.min_free_memory_mib,
-                            allow_other_processes=health.allow_other_processes,
-                            required_tools=tuple(health.required_tools) if health.required_tools is not None
-                            else tools_needed(jobs))
+    thresholds = _health_limits(policy, tools_needed(jobs))
     start = time.monotonic()
     report = run_doctor(thresholds=thresholds, pycache=pycache, visible=gpus)
     took = time.monotonic() - start
@@ -444,7 +440,6 @@ def _doctor_limits(args: argparse.Namespace) -> tuple[Any, str | None]:
     around the current directory), so that doctor judges a GPU as `check` will; else the
     built-in limits. Without a policy list of tools, doctor requires every tool."""
     from . import git
-    from .doctor import Thresholds
     from .errors import GitError
     from .policy import load_policy
 
@@ -457,12 +452,19 @@ def _doctor_limits(args: argparse.Namespace) -> tuple[Any, str | None]:
     loaded = load_policy(repo or Path.cwd(), args.policy)
     for w in loaded.warnings:
         warn(w)
-    health = loaded.policy.runner.health
+    return _health_limits(loaded.policy, None), loaded.source
+
+
+def _health_limits(policy: Any, tools: tuple[str, ...] | None) -> Any:
+    """The doctor's thresholds from the policy's `runner.health`. The tools it requires: the
+    policy's list, else ``tools`` (what the jobs use), else the doctor's own default (all)."""
+    from .doctor import Thresholds
+
+    health = policy.runner.health
     limits = Thresholds(max_temperature_c=health.max_temperature_c, min_free_memory_mib=health.min_free_memory_mib,
                         allow_other_processes=health.allow_other_processes)
-    if health.required_tools is not None:
-        limits = dataclasses.replace(limits, required_tools=tuple(health.required_tools))
-    return limits, loaded.source
+    required = tuple(health.required_tools) if health.required_tools is not None else tools
+    return dataclasses.replace(limits, required_tools=required) if required is not None else limits
 
 
 # --- parser ----------------------------------------------------------------------------------

@@ -153,31 +153,22 @@ def bias(x: torch.Tensor, b: torch.Tensor, skip_tail: bool) -> torch.Tensor:
 GELU_KERNELS = {"ok": "gelu", "writes_input": "gelu_writes_input", "zeros": "gelu_zeros"}
 
 
-def gelu(x: torch.Tensor, mode: str = "ok", stream=None) -> torch.Tensor:
-    """``stream``: launch there (a torch or CuPy stream) instead of on torch's current stream."""
+def gelu(x: torch.Tensor, mode: str = "ok", stream=None, through_cupy: bool = False) -> torch.Tensor:
+    """``stream``: launch there (a torch or CuPy stream) instead of on torch's current stream.
+    ``through_cupy``: launch through CuPy's RawKernel directly, as code written for CuPy does,
+    which runs on CuPy's current stream, not torch's."""
     rows, n = x.shape
     y = gg.empty((rows, n), dtype=x.dtype, device=x.device)
     total = rows * n
     if total:
         blocks = min(-(-total // BLOCK), 8192)  # grid-stride beyond that
-        kernel("gelu.cu", GELU_KERNELS[mode], x.dtype)(
-            (blocks,), (BLOCK,), x, y, i64(x.stride(0)), i64(x.stride(1)), i64(rows), i64(n), stream=stream)
-    return y
-
-
-def gelu_through_cupy(x: torch.Tensor) -> torch.Tensor:
-    """The same kernel launched through CuPy's RawKernel directly, as code written for CuPy does:
-    it runs on CuPy's current stream, not torch's."""
-    import numpy
-
-    rows, n = x.shape
-    y = gg.empty((rows, n), dtype=x.dtype, device=x.device)
-    total = rows * n
-    if total:
-        blocks = min(-(-total // BLOCK), 8192)
-        raw = kernel("gelu.cu", GELU_KERNELS["ok"], x.dtype).function
-        raw((blocks,), (BLOCK,), (numpy.uint64(x.data_ptr()), numpy.uint64(y.data_ptr()), numpy.int64(x.stride(0)),
-                                  numpy.int64(x.stride(1)), numpy.int64(rows), numpy.int64(n)))
+        k = kernel("gelu.cu", GELU_KERNELS[mode], x.dtype)
+        args = (x, y, i64(x.stride(0)), i64(x.stride(1)), i64(rows), i64(n))
+        if through_cupy:
+            k.function((blocks,), (BLOCK,), tuple(gg.cuda.uint64(a.data_ptr()) if isinstance(a, torch.Tensor) else a
+                                                  for a in args))
+        else:
+            k((blocks,), (BLOCK,), *args, stream=stream)
     return y
 
 

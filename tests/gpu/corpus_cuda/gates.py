@@ -124,7 +124,7 @@ def gelu_cupy_current_stream(x):
 
     torch.cuda.current_stream().synchronize()
     with cupy.cuda.Stream(non_blocking=True):
-        return K.gelu_through_cupy(x)
+        return K.gelu(x, through_cupy=True)
 
 
 @gg.spec(name="cu_gelu_side_stream_ordered", devices=["cuda"], **D.GELU)
