@@ -88,7 +88,7 @@ def matcher(include: Iterable[str], exclude: Iterable[str] = ()) -> Callable[[st
 @dataclasses.dataclass
 class ChangeSet:
     base: str  # the merge base sha
-    head: str
+    head: str | None  # None: the work tree, uncommitted and untracked files included
     files: list[FileChange]
     kernels: list[ChangedKernel]
     parse_errors: list[Finding]
@@ -111,11 +111,13 @@ def parse_error_finding(err: pyscan.ParseError) -> Finding:
                    file=err.file, line=err.line)
 
 
-def detect(repo: Path | str, base: str, head: str, policy: PolicyLike) -> ChangeSet:
-    """Kernel changes on ``head`` since it branched from ``base`` (three-dot)."""
+def detect(repo: Path | str, base: str, head: str | None, policy: PolicyLike) -> ChangeSet:
+    """Kernel changes on ``head`` since it branched from ``base`` (three-dot). With ``head=None``,
+    the work tree against the point where ``HEAD`` branched from ``base``: what the user sees,
+    uncommitted and untracked files included."""
     root = Path(repo)
-    merge_base = git.merge_base(root, base, head)
-    head_sha = git.resolve(root, head)
+    merge_base = git.merge_base(root, base, head or "HEAD")
+    head_sha = git.resolve(root, head) if head is not None else None
     files = git.diff(root, merge_base, head_sha)
     snap = git.Snapshot(root, head_sha)
     is_kernel_path = matcher(policy.kernels.include, policy.kernels.exclude)

@@ -46,7 +46,8 @@ def warn(msg: str) -> None:
 def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--repo", type=Path, default=None, help="repository to check (default: the current directory)")
     p.add_argument("--base", help="base ref; the diff is base...head, three-dot (default: the GitHub event's base)")
-    p.add_argument("--head", help="head ref (default: the GitHub event's head, else HEAD)")
+    p.add_argument("--head", help="head ref (default: the GitHub event's head, else the work tree: uncommitted and "
+                                  "untracked files included)")
     _add_policy(p)
 
 
@@ -71,7 +72,8 @@ def _load_policy(repo: Path, args: argparse.Namespace) -> LoadedPolicy:
     return loaded
 
 
-def _refs(repo: Path, args: argparse.Namespace) -> tuple[str, str]:
+def _refs(repo: Path, args: argparse.Namespace) -> tuple[str, str | None]:
+    """(base, head); head None means the work tree, as the user sees it (local use)."""
     from . import git
 
     base, head = args.base, args.head
@@ -82,7 +84,7 @@ def _refs(repo: Path, args: argparse.Namespace) -> tuple[str, str]:
             head = head or event[1]
     if base is None:
         raise GateError("no base to compare against", hint="pass --base REF, e.g. --base origin/main")
-    return base, head or "HEAD"
+    return base, head
 
 
 def _make_plan(args: argparse.Namespace) -> tuple[Path, LoadedPolicy, Plan]:
@@ -91,7 +93,20 @@ def _make_plan(args: argparse.Namespace) -> tuple[Path, LoadedPolicy, Plan]:
     repo = _repo(args)
     loaded = _load_policy(repo, args)
     base, head = _refs(repo, args)
-    return repo, loaded, build_plan(repo, base, head, loaded)
+    return repo, loaded, build_plan(repo, base, head, loaded, launch_store=_cache_dir(loaded.policy, repo, args))
+
+
+def _cache_dir(policy: Any, repo: Path, args: argparse.Namespace) -> Path | None:
+    if getattr(args, "no_cache", False) or not policy.cache.enabled:
+        return None
+    given = getattr(args, "cache_dir", None)
+    return Path(given) if given else repo / policy.cache.dir
+
+
+def _say_head(plan: Plan) -> None:
+    if plan.head is None:
+        say(f"comparing {plan.base[:12] if plan.base else 'the base'}...the work tree (uncommitted and untracked files "
+            f"included; pass --head REF to check a commit)")
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -115,18 +130,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def cmd_list_kernels(args: argparse.Namespace) -> int:
     _, loaded, plan = _make_plan(args)
     say(loaded.banner)
-    if not plan.kernels:
+    _say_head(plan)
+    if not plan.kernels and not plan.selected:
         say("no kernel changes")
         return ExitCode.PASSED
+    if not plan.kernels:
+        say("no kernel changes")
+    predicted = {f.file: f for f in plan.findings if f.kind == "uncovered-predicted"}
     for k in plan.kernels:
         via = f" (via {', '.join(k.via)})" if k.via else ""
         say(f"{k.path}  [{k.language}, {k.status}{via}]")
         for s in k.specs:
-            say(f"    covered by {s}")
-        if not k.specs and k.status != "deleted":
+            say(f"    covered by {s}" + (" (names it)" if s in k.declared else ""))
+        if k.path in predicted:
+            say(f"    PREDICTED UNCOVERED: {predicted[k.path].message.split(': ', 1)[1]}")
+        elif not k.specs and k.status != "deleted":
             say("    NOT COVERED by any gate spec")
+    if plan.selected:
+        say("specs that run, and why:")
+        for sid, why in sorted(plan.selected.items()):
+            say(f"  {sid}: {'; '.join(why)}")
     for f in plan.findings:
-        if f.kind != "uncovered":
+        if f.kind not in ("uncovered", "uncovered-predicted"):
             say(f"{f.location or ''}: {f.message}")
     return ExitCode.PASSED
 
@@ -196,6 +221,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         repo, loaded, plan = _make_plan(args)
     say(loaded.banner)
+    _say_head(plan)
     all_ids = [j.id for j in plan.jobs]
     jobs = plan.jobs
     if args.shard:
@@ -207,15 +233,34 @@ def cmd_check(args: argparse.Namespace) -> int:
         gpus = gpus[: policy.runner.gpus]
     record = RunRecord(base=plan.base, head=plan.head, policy_source=loaded.source, kernels=plan.kernels,
                        plan_findings=list(plan.findings), planned_jobs=[j.id for j in jobs] if args.shard else all_ids,
-                       shard=args.shard, environment=_environment(gpus), notes=list(plan.notes))
+                       shard=args.shard, environment=_environment(gpus), notes=list(plan.notes),
+                       selected={sid: why for sid, why in plan.selected.items()
+                                 if any(j.spec is not None and j.spec.id == sid for j in jobs)})
     if not gpus:
         record.notes.append("no GPU on this machine: GPU-only checks are reported as not run")
     if not jobs:
-        say("no kernel changes" if not plan.kernels else "no jobs to run")
+        say("no kernel changes" if not plan.kernels and not plan.selected else "no jobs to run")
     else:
+        for sid, why in sorted(record.selected.items()):
+            say(f"spec {sid}: {'; '.join(why)}")
         with _head_checkout(repo, plan.head) as tree:
             record.results = _run_jobs(jobs, tree, policy, gpus, args, record)
+        _remember_launches(plan, record, _cache_dir(policy, repo, args))
     return _finish(record, loaded, Path(args.out), args)
+
+
+def _remember_launches(plan: Plan, record: RunRecord, cache_dir: Path | None) -> None:
+    """Keep what each spec launched, keyed by the content it ran on, for later plans."""
+    from .coverage import LaunchStore
+
+    if cache_dir is None:
+        return
+    store = LaunchStore(cache_dir)
+    device = str(record.environment.get("device") or "cpu")
+    for r in record.results:
+        key = plan.launch_keys.get(r.spec or "")
+        if key and isinstance(r.extra.get("launches"), dict):
+            store.put(key, r.spec or "", device, r.extra["launches"])
 
 
 @contextlib.contextmanager
@@ -314,8 +359,11 @@ def _cache(policy: Any, repo: Path, args: argparse.Namespace, gpus: tuple[str, .
 def _finish(record: RunRecord, loaded: LoadedPolicy, out: Path, args: argparse.Namespace) -> int:
     from .report.console import gha_annotations, render_summary
     from .report.formats import OutputFormat, write_reports
+    from .coverage import revise
     from .verdict import decide
 
+    # What the specs launched in this run decides which changed kernels they covered.
+    record.plan_findings = revise(record.kernels, record.plan_findings, record.results, loaded.policy.specs)
     verdict = decide(record, loaded.policy.rules())
     say(render_summary(record, verdict))
     if _in_actions():

@@ -37,6 +37,12 @@ class SpecInfo:
             return any(match(path, pat) for pat in self.covers)
         return path == self.file or path in self.imports or path in self.references
 
+    def names_path(self, path: str) -> bool:
+        """Covers it by saying so (covers=, or a .cu path in its code), not only by importing it."""
+        if self.covers:
+            return any(match(path, pat) for pat in self.covers)
+        return path in self.references
+
 
 @dataclasses.dataclass
 class Discovery:
@@ -78,8 +84,10 @@ def discover(repo: Path | str, rev: str | None, policy: PolicyLike, *,
 
 
 def _reusable(graph: ImportGraph | None, repo: Path | str, rev: str | None) -> bool:
-    if graph is None or rev is None or graph.snap.rev is None or graph.snap.repo != Path(repo):
+    if graph is None or graph.snap.repo != Path(repo):
         return False
+    if rev is None or graph.snap.rev is None:
+        return rev is None and graph.snap.rev is None  # both the work tree
     return graph.snap.rev == rev or graph.snap.rev == git.resolve(repo, rev)
 
 
@@ -184,7 +192,9 @@ def uncovered(coverage_map: dict[str, list[str]], spec_globs: Sequence[str]) -> 
     ]
 
 
-def annotate(changeset: ChangeSet, coverage_map: dict[str, list[str]]) -> None:
+def annotate(changeset: ChangeSet, coverage_map: dict[str, list[str]], specs: Sequence[SpecInfo] = ()) -> None:
     """Record each changed kernel's covering specs on the kernel itself (for the run record)."""
     for k in changeset.kernels:
         k.specs = tuple(coverage_map.get(k.path, ()))
+        targets = [k.path, *changeset.header_includers.get(k.path, ())]
+        k.declared = tuple(s.id for s in specs if s.id in k.specs and any(s.names_path(t) for t in targets))

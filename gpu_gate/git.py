@@ -8,6 +8,7 @@ diff of 10,000 files or a batch of file contents must arrive whole, byte for byt
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import os
 import tempfile
@@ -203,14 +204,33 @@ def changed_files(repo: Path | str, base: str, head: str) -> list[FileChange]:
     return diff(repo, merge_base(repo, base, head), resolve(repo, head))
 
 
-def diff(repo: Path | str, old: str, new: str) -> list[FileChange]:
-    """Files that differ between two commits (two-dot), renames detected."""
+def diff(repo: Path | str, old: str, new: str | None) -> list[FileChange]:
+    """Files that differ between two commits (two-dot), renames detected. With ``new=None``,
+    between ``old`` and the work tree: uncommitted changes and untracked (not ignored) files."""
     options = ["diff", "--no-ext-diff", "--no-textconv", "--no-relative", "-z", "-M"]
-    revs = ["--end-of-options", old, new]
+    revs = ["--end-of-options", old, *([new] if new else [])]
     status_raw = _capture(repo, [*options, "--name-status", *revs])
     numstat_raw = _capture(repo, [*options, "--numstat", *revs])
     binary = _binary_paths(numstat_raw)
-    return [dataclasses.replace(c, binary=c.path in binary) for c in _parse_name_status(status_raw)]
+    changes = [dataclasses.replace(c, binary=c.path in binary) for c in _parse_name_status(status_raw)]
+    if new is None:
+        changes += [FileChange(p, "added", binary=_looks_binary(Path(repo) / p)) for p in untracked(repo)]
+    return changes
+
+
+def untracked(repo: Path | str) -> list[str]:
+    """Files in the work tree that git does not track and does not ignore."""
+    raw = _capture(repo, ["ls-files", "-z", "--others", "--exclude-standard"])
+    return sorted(_decode(p) for p in raw.split(b"\0") if p)
+
+
+def _looks_binary(path: Path) -> bool:
+    """As git decides for a diff: a NUL byte in the first 8000 bytes."""
+    try:
+        with open(path, "rb") as f:
+            return b"\0" in f.read(8000)
+    except OSError:
+        return False
 
 
 def _parse_name_status(raw: bytes) -> list[FileChange]:
@@ -328,6 +348,20 @@ class Snapshot:
 
     def read(self, path: str) -> bytes | None:
         return self.read_many([path]).get(path)
+
+    def object_ids(self, paths: Iterable[str]) -> dict[str, str]:
+        """Git's blob id of each path that exists here; for the work tree, computed from the
+        file's bytes as git would, so the same content has the same id committed or not."""
+        paths = [p for p in dict.fromkeys(paths) if p in self.files]
+        if self.rev is not None:
+            return {p: self._oids[p] for p in paths}
+        contents = self.read_many(paths)
+        return {p: blob_id(contents.get(p, b"")) for p in paths}
+
+
+def blob_id(data: bytes) -> str:
+    """The id git gives a blob with these bytes (``git hash-object``, SHA-1 repositories)."""
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()  # noqa: S324 - git's own id
 
 
 # --- GitHub Actions event ------------------------------------------------------------------

@@ -65,22 +65,27 @@ def _forget_other_roots(root: str) -> None:
         for name, mod in list(sys.modules.items()):
             if (getattr(mod, "__file__", None) or "").startswith(prefix):
                 del sys.modules[name]
-        while other in sys.path:
-            sys.path.remove(other)
+        sys.path[:] = [p for p in sys.path if p != other and not p.startswith(prefix)]
     _ROOTS.clear()
     _ROOTS.add(root)
 
 
 def load_spec(job: Job, ctx: Context) -> Any:
     """Import the spec module in isolation and return the named spec."""
+    from . import launches
     from .spec import specs_in_module
 
     assert job.spec is not None
     path = ctx.repo_root / job.spec.file
     root = str(ctx.repo_root)
     _forget_other_roots(root)
-    if root not in sys.path:
-        sys.path.insert(0, root)  # the user's packages import as they do in their own tests
+    # The user's packages import as they do in their own tests: from the policy's python_path
+    # (a src/ layout's package directory), then the root.
+    for rel in reversed(job.python_path or ("",)):
+        entry = os.path.join(root, rel) if rel else root
+        if entry in sys.path:
+            sys.path.remove(entry)
+        sys.path.insert(0, entry)
     name = _module_name(job.spec.file)
     try:
         spec_obj = importlib.util.spec_from_file_location(name, path)
@@ -89,6 +94,7 @@ def load_spec(job: Job, ctx: Context) -> Any:
         module = importlib.util.module_from_spec(spec_obj)
         sys.modules[name] = module
         spec_obj.loader.exec_module(module)
+        launches.ensure_hooked()
     except BaseException as exc:  # noqa: BLE001 - user code: any failure is a finding
         if isinstance(exc, KeyboardInterrupt):
             raise
@@ -97,7 +103,7 @@ def load_spec(job: Job, ctx: Context) -> Any:
         raise SpecImportError(Finding(
             check=job.check, kind="spec-import-error", spec=job.spec.id, file=job.spec.file, line=line,
             message=f"{job.spec.file}:{line or 1}: the spec does not import: {type(exc).__name__}: {exc} "
-                    f"(fix the spec module; run `python {job.spec.file}` to see the error)",
+                    f"({_import_hint(exc, job)})",
             details={"traceback": tb})) from exc
     found = [s for s in specs_in_module(name) if s.name == job.spec.name]
     if not found:
@@ -107,6 +113,16 @@ def load_spec(job: Job, ctx: Context) -> Any:
             message=f"{job.spec.file}: no gate spec named {job.spec.name!r} (found: {', '.join(names) or 'none'}; "
                     f"decorate the function with @gg.spec)"))
     return found[0]
+
+
+def _import_hint(exc: BaseException, job: Job) -> str:
+    if isinstance(exc, ModuleNotFoundError):
+        where = ", ".join(repr(p or ".") for p in job.python_path)
+        return (f"specs import the repository's packages from python_path [{where}]: if the package lives "
+                f"elsewhere, e.g. in src/, set `python_path: [src]` in .gpu-gate.yml; if it is a dependency, "
+                f"install it on the runner")
+    assert job.spec is not None
+    return f"fix the spec module; run `python {job.spec.file}` to see the error"
 
 
 def _user_line(tb: str, rel: str) -> int | None:
@@ -130,12 +146,18 @@ def pick_device() -> str:
 
 
 def run_job(job: Job, ctx: Context) -> JobResult:
+    from . import launches
+
     start = time.monotonic()
     info = CHECKS[job.check]
-    try:
-        outcome = info.load().run(job, ctx)
-    except SpecImportError as exc:
-        outcome = Outcome(Status.ERROR, [exc.finding], reason=exc.finding.message.split(" (")[0])
+    with launches.recording(ctx.repo_root) as launched:
+        try:
+            outcome = info.load().run(job, ctx)
+        except SpecImportError as exc:
+            outcome = Outcome(Status.ERROR, [exc.finding], reason=exc.finding.message.split(" (")[0])
+    if job.spec is not None and outcome.status in (Status.PASSED, Status.FAILED):
+        # What the spec really launched: the judge's coverage map (gpu_gate.coverage).
+        outcome.extra["launches"] = launched.to_json()
     return JobResult(
         job_id=job.id, check=job.check, status=outcome.status, level=job.level,
         spec=job.spec.id if job.spec else None, kernels=job.kernels, findings=outcome.findings,

@@ -35,10 +35,14 @@ class Job:
     cost: float = 1.0
     seed: int = 0
     case: str | None = None  # re-run just this case (repro)
+    python_path: tuple[str, ...] = ("",)  # repo-relative sys.path entries for the spec ("" is the root)
+    why: tuple[str, ...] = ()  # why the plan selected this spec ("imports kernels/ops.py, changed")
 
     def to_json(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
         d["kernels"] = list(self.kernels)
+        d["python_path"] = list(self.python_path)
+        d["why"] = list(self.why)
         return d
 
     @classmethod
@@ -46,6 +50,8 @@ class Job:
         d = dict(d)
         spec = d.pop("spec", None)
         d["kernels"] = tuple(d.get("kernels", ()))
+        d["python_path"] = tuple(d.get("python_path", ("",)))
+        d["why"] = tuple(d.get("why", ()))
         return cls(spec=SpecRef(**spec) if spec else None, **d)
 
     def write(self, path: Path) -> None:

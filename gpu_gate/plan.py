@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from . import changes, discovery
+from . import changes, coverage, discovery, git, pythonpath
 from .checks import CHECKS
 from .findings import Finding, Severity
 from .jobs import Job, SpecRef
@@ -26,6 +26,8 @@ class Plan:
     findings: list[Finding]  # plan-level: uncovered kernels, files that do not parse
     jobs: list[Job]
     notes: list[str] = dataclasses.field(default_factory=list)
+    selected: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # spec id -> why it runs
+    launch_keys: dict[str, str] = dataclasses.field(default_factory=dict)  # spec id -> key of its recorded launches
 
     def to_json(self, shards: int | None = None) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -37,6 +39,8 @@ class Plan:
             "findings": [f.to_json() for f in self.findings],
             "jobs": [j.to_json() for j in self.jobs],
             "notes": self.notes,
+            "selected": self.selected,
+            "launch_keys": self.launch_keys,
         }
         if shards:
             d["matrix"] = {"include": [{"shard": f"{i}/{shards}"} for i in range(1, shards + 1)
@@ -50,7 +54,9 @@ class Plan:
         return cls(base=d.get("base"), head=d.get("head"), policy_source=d.get("policy_source", ""),
                    kernels=[ChangedKernel.from_json(k) for k in d.get("kernels", [])],
                    findings=[Finding.from_json(f) for f in d.get("findings", [])],
-                   jobs=[Job.from_json(j) for j in d.get("jobs", [])], notes=list(d.get("notes", [])))
+                   jobs=[Job.from_json(j) for j in d.get("jobs", [])], notes=list(d.get("notes", [])),
+                   selected={str(k): list(v) for k, v in (d.get("selected") or {}).items()},
+                   launch_keys={str(k): str(v) for k, v in (d.get("launch_keys") or {}).items()})
 
     @classmethod
     def read(cls, path: Path) -> Plan:
@@ -72,7 +78,8 @@ def _cost(check: str, options: dict[str, Any]) -> float:
     return base
 
 
-def _spec_jobs(policy: Policy, specs: list[discovery.SpecInfo], cov: dict[str, list[str]], seed: int) -> list[Job]:
+def _spec_jobs(policy: Policy, specs: list[discovery.SpecInfo], cov: dict[str, list[str]],
+               why: dict[str, list[str]], seed: int, python_path: tuple[str, ...]) -> list[Job]:
     covering: dict[str, set[str]] = {}
     for kernel, ids in cov.items():
         for sid in ids:
@@ -83,12 +90,13 @@ def _spec_jobs(policy: Policy, specs: list[discovery.SpecInfo], cov: dict[str, l
         if CHECKS[name].scope != "spec":
             continue
         opts = _options(policy, name, chk)
-        for sid in sorted(covering):
+        for sid in sorted(why):
             info = by_id[sid]
             if info.checks is not None and name not in info.checks:
                 continue
-            jobs.append(Job(id=f"{name}:{sid}", check=name, level=chk.level, kernels=tuple(sorted(covering[sid])),
-                            spec=SpecRef(info.file, info.name), options=opts, cost=_cost(name, opts), seed=seed))
+            jobs.append(Job(id=f"{name}:{sid}", check=name, level=chk.level, kernels=tuple(sorted(covering.get(sid, ()))),
+                            spec=SpecRef(info.file, info.name), options=opts, cost=_cost(name, opts), seed=seed,
+                            python_path=python_path, why=tuple(why[sid])))
     return jobs
 
 
@@ -116,24 +124,57 @@ def _kernel_jobs(policy: Policy, kernels: list[ChangedKernel], seed: int) -> lis
     return jobs
 
 
-def build_plan(repo: Path, base: str, head: str, loaded: LoadedPolicy) -> Plan:
+def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
+               launch_store: Path | None = None) -> Plan:
+    """The jobs for the change ``base...head`` (``head=None``: the work tree). ``launch_store``
+    is the cache directory whose recorded launches refine coverage (see gpu_gate.coverage)."""
     policy = loaded.policy
     cs = changes.detect(repo, base, head, policy)
     notes = [loaded.banner] if loaded.is_default else []
+    if cs.head is None:
+        notes.append("head: the work tree, uncommitted and untracked files included")
     disc = discovery.discover(repo, cs.head, policy, graph=cs.import_graph)
     cov = discovery.coverage(cs, disc.specs)
-    discovery.annotate(cs, cov)
     findings: list[Finding] = list(cs.parse_errors) + list(disc.findings)
+    predicted: list[coverage.Prediction] = []
+    store = coverage.LaunchStore(launch_store) if launch_store is not None else None
+    if store is not None and not store.is_empty() and any(k.language == "triton" for k in cs.kernels):
+        cov, predicted = coverage.predict(cs, disc.specs, cov, store, _base_specs(repo, cs, policy, disc.specs))
+    discovery.annotate(cs, cov, disc.specs)
+    why = coverage.select(cs, disc.specs, cov)
+    assert cs.import_graph is not None
+    gone_why, gone_findings = coverage.deleted_imports(cs, disc.specs, cs.import_graph, _base_files(repo, cs))
+    for sid, reasons in gone_why.items():
+        why.setdefault(sid, []).extend(r for r in reasons if r not in why.get(sid, []))
+    findings += gone_findings + [coverage.prediction_finding(p) for p in predicted]
     if policy.uncovered != "ignore":
-        findings += discovery.uncovered(cov, policy.specs)
+        hidden = {p.kernel for p in predicted}
+        findings += discovery.uncovered({k: v for k, v in cov.items() if k not in hidden}, policy.specs)
     if cs.kernels and cs.import_graph is not None:
         findings += _empty_spec_globs(policy, list(cs.import_graph.snap.files), loaded.source)
-    seed = job_seed(cs.head, policy)
-    jobs = _kernel_jobs(policy, cs.kernels, seed) + _spec_jobs(policy, disc.specs, cov, seed)
-    if cs.no_kernel_changes:
+    seed = job_seed(cs.head or git.resolve(repo, "HEAD"), policy)
+    path = pythonpath.python_path(repo, policy.python_path)
+    jobs = _kernel_jobs(policy, cs.kernels, seed) + _spec_jobs(policy, disc.specs, cov, why, seed, path)
+    if cs.no_kernel_changes and not why:
         notes.append("no kernel changes")
+    keys = {sid: coverage.spec_key(s, cs.import_graph.snap) for s in disc.specs if (sid := s.id) in why}
     return Plan(base=cs.base, head=cs.head, policy_source=loaded.source, kernels=cs.kernels,
-                findings=_unique(findings), jobs=sorted(jobs, key=lambda j: j.id), notes=notes)
+                findings=_unique(findings), jobs=sorted(jobs, key=lambda j: j.id), notes=notes, selected=why,
+                launch_keys=keys)
+
+
+def _base_files(repo: Path, cs: changes.ChangeSet) -> list[str]:
+    if not any(f.status in ("deleted", "renamed") and (f.old_path or f.path).endswith(".py") for f in cs.files):
+        return []
+    return git.list_files(repo, cs.base)
+
+
+def _base_specs(repo: Path, cs: changes.ChangeSet, policy: Policy,
+                specs: list[discovery.SpecInfo]) -> dict[str, tuple[discovery.SpecInfo, git.Snapshot]]:
+    """The base revision's version of each spec, with its snapshot (for recorded launches)."""
+    graph = changes.ImportGraph(git.Snapshot(repo, cs.base))
+    base = {s.id: s for s in discovery.discover(repo, cs.base, policy, graph=graph).specs}
+    return {s.id: (base[s.id], graph.snap) for s in specs if s.id in base}
 
 
 def _empty_spec_globs(policy: Policy, files: list[str], source: str) -> list[Finding]:

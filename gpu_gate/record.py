@@ -24,14 +24,16 @@ class ChangedKernel:
     status: str  # "added" | "modified" | "renamed" | "deleted" | "affected" (via an include/import)
     via: tuple[str, ...] = ()  # changed files that made this kernel affected
     specs: tuple[str, ...] = ()  # spec ids covering it
+    declared: tuple[str, ...] = ()  # of those, the specs that name it (covers=, a .cu path): never revised
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "language": self.language, "status": self.status,
-                "via": list(self.via), "specs": list(self.specs)}
+                "via": list(self.via), "specs": list(self.specs), "declared": list(self.declared)}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ChangedKernel:
-        return cls(d["path"], d["language"], d["status"], tuple(d.get("via", ())), tuple(d.get("specs", ())))
+        return cls(d["path"], d["language"], d["status"], tuple(d.get("via", ())), tuple(d.get("specs", ())),
+                   tuple(d.get("declared", ())))
 
 
 @dataclasses.dataclass
@@ -46,6 +48,7 @@ class RunRecord:
     shard: str | None = None  # "i/n"
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)  # e.g. "no policy file: default preset"
+    selected: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # spec id -> why it ran
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -60,6 +63,7 @@ class RunRecord:
             "shard": self.shard,
             "environment": self.environment,
             "notes": list(self.notes),
+            "selected": {k: list(v) for k, v in self.selected.items()},
         }
 
     @classmethod
@@ -77,6 +81,7 @@ class RunRecord:
             shard=d.get("shard"),
             environment=dict(d.get("environment") or {}),
             notes=list(d.get("notes", [])),
+            selected={str(k): list(v) for k, v in (d.get("selected") or {}).items()},
         )
 
     def write(self, path: Path) -> None:
@@ -120,4 +125,5 @@ def merge(records: list[RunRecord]) -> RunRecord:
         shard=None,
         environment=first.environment,
         notes=list(dict.fromkeys(n for rec in records for n in rec.notes)),
+        selected={k: v for rec in records for k, v in rec.selected.items()},
     )

@@ -187,6 +187,9 @@ class Kernel:
     def __call__(self, grid: int | tuple[int, ...], block: int | tuple[int, ...], *args: Any,
                  shared_mem: int = 0, stream: Any = None) -> None:
         converted = tuple(_kernel_arg(i, a) for i, a in enumerate(args))
+        from ..launches import record_cuda
+
+        record_cuda(self.file, self.name)
         with _as_cupy_stream(stream):
             self.function(_dims(grid), _dims(block), converted, shared_mem=shared_mem)
 

@@ -217,6 +217,9 @@ class Policy(_Frozen):
     extends: str | None = Field(default=None, description="preset (default, strict) or relative path of a YAML file to extend")
     kernels: KernelSelection = KernelSelection()
     specs: tuple[str, ...] = Field(default=("gate/**/*_gate.py", "**/*_gate.py"), description="globs of gate spec files")
+    python_path: tuple[str, ...] | None = Field(default=None, description=(
+        "directories, relative to the repository root, from which specs import the repository's packages; "
+        "null: the package directories named in pyproject.toml (a src/ layout), else the root"))
     uncovered: Literal["fail", "warn", "ignore"] = Field(default="fail", description="a changed kernel with no gate spec")
     not_run: Literal["fail", "warn"] = Field(default="fail", description="a required check that could not run")
     refusals: Literal["fail", "warn", "ignore"] = Field(default="warn", description="a kernel that refuses an input loudly")

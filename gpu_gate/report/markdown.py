@@ -133,6 +133,8 @@ def _sections(ctx: _Ctx) -> list[_Section]:
         _Section("### Blocking", [_blocking_line(i) for i in ctx.verdict.blocking],
                  essential=True, joiner="\n", omitted="more blocking reasons not shown", capped=True),
         _Section("### Kernels", _kernel_blocks(ctx), essential=True, omitted="more kernels not shown"),
+        _Section("### Specs run, and why", _selection_lines(ctx), joiner="\n", omitted="more specs not shown",
+                 capped=True),
         _Section("### Failure details", _detail_blocks(ctx), omitted="more failure details not shown"),
         _Section("### Error growth with size", _growth_blocks(ctx.record.results)),
         _Section("### Compile resources", _resource_blocks(ctx.record.results)),
@@ -179,6 +181,18 @@ def _kernel_blocks(ctx: _Ctx) -> list[str]:
     if others:
         blocks.append("#### Other jobs\n\n" + _job_table(ctx, others))
     return blocks
+
+
+def _selection_lines(ctx: _Ctx) -> list[str]:
+    """Why each spec ran ("imports kernels/ops.py, changed") and what it was seen to launch."""
+    from ..coverage import launched_by_spec
+
+    launched = launched_by_spec(ctx.record.results)
+    lines = []
+    for sid, why in sorted(ctx.record.selected.items()):
+        seen = f" · launched {escape(launched[sid].describe())}" if sid in launched else ""
+        lines.append(f"- {code(sid)}: {escape('; '.join(why))}{seen}")
+    return lines
 
 
 def _kernel_block(ctx: _Ctx, k: ChangedKernel, jobs: list[JobResult]) -> str:
