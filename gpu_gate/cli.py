@@ -57,6 +57,12 @@ def _add_policy(p: argparse.ArgumentParser) -> None:
     p.add_argument("--strict", action="store_true", help="treat unknown policy keys as errors")
 
 
+def _add_launch_cache(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cache-dir", help="cache directory whose recorded kernel launches refine coverage (default: the "
+                                       "policy's cache.dir)")
+    p.add_argument("--no-cache", action="store_true", help="ignore recorded launches: coverage by imports alone")
+
+
 def _repo(args: argparse.Namespace) -> Path:
     from . import git
 
@@ -552,6 +558,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--shard", help="only the jobs of shard I/N")
     pl.add_argument("--shards", type=int, help="add a matrix of N shards")
     pl.add_argument("--output", type=Path, help="write the JSON here instead of stdout")
+    _add_launch_cache(pl)
     pl.set_defaults(func=cmd_plan)
 
     r = sub.add_parser("report", help="merge results.json files from shards and write the reports",
@@ -576,6 +583,7 @@ def build_parser() -> argparse.ArgumentParser:
     lk = sub.add_parser("list-kernels", help="the changed kernels, what each depends on, which specs cover it",
                         description="List changed kernels (directly or through an include/import) and their specs.")
     _add_selection(lk)
+    _add_launch_cache(lk)
     lk.set_defaults(func=cmd_list_kernels)
 
     rp = sub.add_parser("repro", help="re-run one recorded case of a spec",

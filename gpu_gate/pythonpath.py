@@ -55,7 +55,8 @@ def _strings(values: Iterable[Any]) -> list[str]:
 def _setuptools(st: dict[str, Any]) -> list[str]:
     packages = st.get("packages")
     find = _get(packages if isinstance(packages, dict) else {}, "find")
-    where = find.get("where") if isinstance(find.get("where"), list) else []
+    found_where = find.get("where")
+    where: list[Any] = found_where if isinstance(found_where, list) else []
     package_dir = _get(st, "package-dir")
     out = _strings(where) + _strings([package_dir.get("")])
     # {"mylib": "src/mylib"}: importable from src when the directory bears the package's name.
