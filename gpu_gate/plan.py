@@ -153,7 +153,7 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     if cs.kernels and cs.import_graph is not None:
         findings += _empty_spec_globs(policy, list(cs.import_graph.snap.files), loaded.source)
     seed = job_seed(cs.head or git.resolve(repo, "HEAD"), policy)
-    path = pythonpath.python_path(repo, policy.python_path)
+    path = pythonpath.python_path(cs.import_graph.snap.read("pyproject.toml"), policy.python_path)
     jobs = _kernel_jobs(policy, cs.kernels, seed) + _spec_jobs(policy, disc.specs, cov, why, seed, path)
     if cs.no_kernel_changes and not why:
         notes.append("no kernel changes")

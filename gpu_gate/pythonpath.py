@@ -12,15 +12,16 @@ from __future__ import annotations
 import posixpath
 import tomllib
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any
 
 
-def python_path(repo_root: Path, configured: Sequence[str] | None) -> tuple[str, ...]:
-    """Repository-relative directories for ``sys.path``, first to last ("" is the root)."""
+def python_path(pyproject: bytes | None, configured: Sequence[str] | None) -> tuple[str, ...]:
+    """Repository-relative directories for ``sys.path``, first to last ("" is the root), from
+    the policy's list, else from the revision's ``pyproject.toml`` (its bytes, or None)."""
     if configured is not None:
-        return tuple(_clean(d) for d in configured)
-    return (*from_pyproject(repo_root / "pyproject.toml"), "")
+        # Inside the repository only: a policy cannot put the runner's other directories first.
+        return tuple(c for c in (_clean(d) for d in configured) if not c.startswith(".."))
+    return (*from_pyproject(pyproject), "")
 
 
 def _clean(d: str) -> str:
@@ -28,12 +29,12 @@ def _clean(d: str) -> str:
     return "" if norm == "." else norm
 
 
-def from_pyproject(path: Path) -> tuple[str, ...]:
+def from_pyproject(pyproject: bytes | None) -> tuple[str, ...]:
     """Package directories other than the root that a pyproject.toml names (setuptools, hatch,
     poetry, pdm, maturin); () when it names none or cannot be read."""
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError):
+        data = tomllib.loads((pyproject or b"").decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError):
         return ()
     tool = data.get("tool") if isinstance(data.get("tool"), dict) else {}
     dirs = [*_setuptools(_get(tool, "setuptools")), *_hatch(_get(tool, "hatch")), *_poetry(_get(tool, "poetry")),
