@@ -56,8 +56,10 @@ class Recorder:
             if dep_rel is not None:
                 self.helpers.add((dep_rel, dep.__name__))
 
-    def cuda(self, rel_file: str, name: str) -> None:
-        self.kernels.add((rel_file, name, "cuda"))
+    def cuda(self, path: str, name: str) -> None:
+        rel = self._rel(path)
+        if rel is not None:
+            self.kernels.add((rel, name, "cuda"))
 
     def files(self) -> list[str]:
         return sorted({k[0] for k in self.kernels} | {h[0] for h in self.helpers})
@@ -113,10 +115,10 @@ def _record_triton(jitfn: Any) -> None:
         rec.triton(jitfn)
 
 
-def record_cuda(rel_file: str, name: str) -> None:
-    """Called by ``gg.cuda`` kernels as they launch."""
+def record_cuda(path: str, name: str) -> None:
+    """Called by ``gg.cuda`` kernels as they launch (``path``: the source file, absolute)."""
     for rec in _active:
-        rec.cuda(rel_file, name)
+        rec.cuda(path, name)
 
 
 _PATCHED: list[tuple[Any, Any]] = []

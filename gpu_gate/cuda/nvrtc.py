@@ -189,7 +189,7 @@ class Kernel:
         converted = tuple(_kernel_arg(i, a) for i, a in enumerate(args))
         from ..launches import record_cuda
 
-        record_cuda(self.file, self.name)
+        record_cuda(os.path.join(repo_root(), self.file), self.name)
         with _as_cupy_stream(stream):
             self.function(_dims(grid), _dims(block), converted, shared_mem=shared_mem)
 

@@ -1,0 +1,28 @@
+"""On a GPU, what a spec launched is recorded in its result, for compiled Triton kernels
+(JITFunction) and gg.cuda kernels alike: the judge's coverage map is built from it."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gpu_gate.findings import Status
+from gpu_gate.harness import Context, run_job
+from gpu_gate.jobs import Job, SpecRef
+
+GPU = Path(__file__).parent
+
+
+@pytest.mark.parametrize("corpus, spec, expected", [
+    ("corpus_triton", "tt_rowsum_fp32_acc", {"file": "tt_kernels.py", "name": "rowsum_kernel", "language": "triton"}),
+    ("corpus_cuda", "cu_rowsum_fp32_acc", {"file": "rowsum.cu", "name": "rowsum_fp32acc_f32", "language": "cuda"}),
+])
+def test_launches_are_recorded_on_the_gpu(corpus: str, spec: str, expected: dict[str, str], tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    root = GPU / corpus
+    monkeypatch.setenv("GPU_GATE_REPO_ROOT", str(root))
+    job = Job(id=spec, check="equivalence", level="required", kernels=(), spec=SpecRef("gates.py", spec), seed=3,
+              options={"cases": 4, "shrink": False, "growth": False, "dtypes": ["float32"]})
+    r = run_job(job, Context(repo_root=root, device="cuda", workdir=tmp_path))
+    assert r.status is Status.PASSED, [f.message for f in r.findings]
+    assert expected in r.extra["launches"]["kernels"], r.extra["launches"]
