@@ -236,12 +236,13 @@ class Prediction:
 
 
 def predict(cs: ChangeSet, specs: Sequence[SpecInfo], cov: dict[str, list[str]], store: LaunchStore,
-            base_specs: dict[str, tuple[SpecInfo, git.Snapshot]]) -> tuple[dict[str, list[str]], list[Prediction]]:
+            base_tree: dict[str, str]) -> tuple[dict[str, list[str]], list[Prediction]]:
     """Refine the static coverage of changed Triton kernels with recorded launches.
 
     A spec's record applies if it was made on exactly the head's content, or on the base's
-    content when the change touched nothing in the spec's closure but Triton files it did not
-    launch (only then can the change not have altered what it launches)."""
+    content (``base_tree``: path -> blob id at the merge base) when the change touched nothing
+    in the spec's closure but Triton files it did not launch: only then can the change not have
+    altered what it launches."""
     by_id = {s.id: s for s in specs}
     changed = {f.path for f in cs.files} | {f.old_path for f in cs.files if f.old_path}
     triton = {k.path for k in cs.kernels if k.language == "triton"}
@@ -250,7 +251,7 @@ def predict(cs: ChangeSet, specs: Sequence[SpecInfo], cov: dict[str, list[str]],
 
     def record(sid: str) -> Launched | None:
         if sid not in records:
-            records[sid] = _record_for(by_id[sid], store, head_snap, base_specs.get(sid), changed, triton)
+            records[sid] = _record_for(by_id[sid], store, head_snap, base_tree, changed, triton)
         return records[sid]
 
     refined: dict[str, list[str]] = {}
@@ -272,21 +273,21 @@ def predict(cs: ChangeSet, specs: Sequence[SpecInfo], cov: dict[str, list[str]],
     return refined, predictions
 
 
-def _record_for(spec: SpecInfo, store: LaunchStore, head_snap: git.Snapshot | None,
-                base: tuple[SpecInfo, git.Snapshot] | None, changed: set[str], triton: set[str]) -> Launched | None:
+def _record_for(spec: SpecInfo, store: LaunchStore, head_snap: git.Snapshot | None, base_tree: dict[str, str],
+                changed: set[str], triton: set[str]) -> Launched | None:
     if head_snap is not None:
         hit = store.get(spec_key(spec, head_snap))
         if hit is not None:
             return hit
-    if base is None:
-        return None
-    base_spec, base_snap = base
-    hit = store.get(spec_key(base_spec, base_snap))
-    if hit is None:
-        return None
-    touched = changed & ({spec.file, *spec.imports} | {base_spec.file, *base_spec.imports})
-    if any(p not in triton or p in hit.files for p in touched):
+    closure = [spec.file, *spec.imports]
+    touched = changed.intersection(closure)
+    if any(p not in triton for p in touched) or any(p not in base_tree for p in closure):
         return None  # the change may have altered what the spec launches: no prediction
+    # Keyed by the head closure's paths at their base contents: a record matches only if the
+    # spec's closure at the base was this same set of files.
+    hit = store.get(launch_key(spec.id, {p: base_tree[p] for p in closure}))
+    if hit is None or any(p in hit.files for p in touched):
+        return None
     return hit
 
 

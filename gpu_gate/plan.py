@@ -139,7 +139,7 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     predicted: list[coverage.Prediction] = []
     store = coverage.LaunchStore(launch_store) if launch_store is not None else None
     if store is not None and not store.is_empty() and any(k.language == "triton" for k in cs.kernels):
-        cov, predicted = coverage.predict(cs, disc.specs, cov, store, _base_specs(repo, cs, policy, disc.specs))
+        cov, predicted = coverage.predict(cs, disc.specs, cov, store, git.list_tree(repo, cs.base))
     discovery.annotate(cs, cov, disc.specs)
     why = coverage.select(cs, disc.specs, cov)
     assert cs.import_graph is not None
@@ -167,14 +167,6 @@ def _base_files(repo: Path, cs: changes.ChangeSet) -> list[str]:
     if not any(f.status in ("deleted", "renamed") and (f.old_path or f.path).endswith(".py") for f in cs.files):
         return []
     return git.list_files(repo, cs.base)
-
-
-def _base_specs(repo: Path, cs: changes.ChangeSet, policy: Policy,
-                specs: list[discovery.SpecInfo]) -> dict[str, tuple[discovery.SpecInfo, git.Snapshot]]:
-    """The base revision's version of each spec, with its snapshot (for recorded launches)."""
-    graph = changes.ImportGraph(git.Snapshot(repo, cs.base))
-    base = {s.id: s for s in discovery.discover(repo, cs.base, policy, graph=graph).specs}
-    return {s.id: (base[s.id], graph.snap) for s in specs if s.id in base}
 
 
 def _empty_spec_globs(policy: Policy, files: list[str], source: str) -> list[Finding]:
