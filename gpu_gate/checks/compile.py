@@ -23,6 +23,7 @@ from typing import Any
 
 from .. import proc
 from ..cuda import nvcc, tritonc
+from . import compiled_races
 from ..cuda.names import triton_kernel_names
 from ..cuda.nvcc import KernelResources
 from ..cuda.outcome import Context, make_outcome
@@ -113,6 +114,8 @@ def _cuda_file(job: Job, repo_root: Path, rel: str, archs: list[str]) -> tuple[l
             findings += _nvcc_findings(res, rel, arch, repo_root)
             if res.ok:
                 resources += nvcc.parse_resources(res.stderr + res.stdout, arch)
+        findings += compiled_races.cuda_findings(tool, source, rel, compiled_races.lint_arch(archs), includes, extra,
+                                                 repo_root, timeout)
     return findings, resources, len(archs)
 
 
@@ -216,6 +219,8 @@ def _triton_kernel(fn: Any, rel: str, line: int, given: dict[str, Any] | None,
             continue
         compiled += 1
         resources += [_renamed(r, name, arch) for r in build.resources]
+        if arch == compiled_races.lint_arch(archs):
+            findings += compiled_races.triton_findings(fn, build.ptx, rel, arch)
     if config.guessed and compiled:
         sig = ", ".join(f"{k}: {v}" for k, v in config.signature.items())
         findings.append(Finding(CHECK, "guessed-signature", f"{rel}:{line}: Triton kernel {name} compiled with a guessed "

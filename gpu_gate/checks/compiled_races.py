@@ -1,0 +1,72 @@
+"""Findings from the compiled code of each kernel the compile check builds: races through
+global memory that compute-sanitizer cannot see (see :mod:`gpu_gate.cuda.ptxlint`). The PTX is
+that of the toolchain in use, since compilers differ: Triton 3.9 puts a barrier before a scalar
+atomic release by itself, Triton 3.6 does not."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from .. import proc
+from ..cuda import ptxlint
+from ..findings import Finding, Severity
+
+CHECK = "compile"
+LINT_ARCH = "sm_90"
+
+
+def findings_from_ptx(ptx: str, rel: str, repo_root: Path, arch: str) -> list[Finding]:
+    out = []
+    for hit in ptxlint.lint(ptx):
+        file = _relative(hit.file, repo_root) or rel
+        where = f"{file}:{hit.line}" if hit.line else f"{rel} ({hit.kernel})"
+        if hit.kind == "lock-release-without-barrier":
+            msg = (f"{where}: kernel {hit.kernel} releases a lock with an atomic exchange right after its global "
+                   f"stores, with no block barrier between them ({arch}): the other threads' stores may land after "
+                   f"the next program took the lock (put a barrier before the release: tl.debug_barrier() in Triton, "
+                   f"__syncthreads() in CUDA, with __threadfence() for other blocks)")
+            severity = Severity.ERROR
+        else:
+            msg = (f"{where}: kernel {hit.kernel} reads, changes and writes back global memory at an address computed "
+                   f"from a loaded index, without an atomic ({arch}): programs with the same index lose updates "
+                   f"(use an atomic add, or make sure indices never repeat)")
+            severity = Severity.NOTE
+        out.append(Finding(CHECK, hit.kind, msg, severity, file=file, line=hit.line,
+                           details={"kernel": hit.kernel, "arch": arch, "ptx": hit.excerpt}))
+    return out
+
+
+def triton_findings(fn: object, ptx: str, rel: str, arch: str) -> list[Finding]:
+    """A Triton kernel's PTX, linted; ``rel`` is its file, relative to the repository."""
+    source = os.path.realpath(getattr(getattr(getattr(fn, "fn", None), "__code__", None), "co_filename", "") or rel)
+    root = Path(source[: -len(rel)]) if source.endswith(rel) else Path(source).parent
+    return findings_from_ptx(ptx, rel, root, arch)
+
+
+def _relative(path: str | None, repo_root: Path) -> str | None:
+    if not path:
+        return None
+    try:
+        return Path(os.path.realpath(path)).relative_to(os.path.realpath(repo_root)).as_posix()
+    except ValueError:
+        return path if not os.path.isabs(path) else None
+
+
+def lint_arch(archs: list[str]) -> str:
+    """sm_90 if the policy builds for it, else the newest architecture it builds for."""
+    return LINT_ARCH if LINT_ARCH in archs else max(archs, key=lambda a: int("".join(c for c in a if c.isdigit())))
+
+
+def cuda_findings(tool: str, source: str, rel: str, arch: str, includes: list[str], flags: list[str],
+                  repo_root: Path, timeout: float) -> list[Finding]:
+    """PTX of one CUDA translation unit (nvcc -ptx -lineinfo), linted. A build that fails here
+    has already been reported by the cubin build."""
+    with tempfile.TemporaryDirectory(prefix="gpu-gate-ptx-") as tmp:
+        out = Path(tmp) / "k.ptx"
+        argv = [tool, f"-arch={arch}", "-ptx", "-lineinfo", "-std=c++17", *(f"-I{d}" for d in includes), *flags,
+                source, "-o", str(out)]
+        res = proc.run(argv, cwd=repo_root, timeout=timeout, env=proc.scrubbed_env())
+        if not res.ok or not out.is_file():
+            return []
+        return findings_from_ptx(out.read_text(errors="replace"), rel, repo_root, arch)
