@@ -20,18 +20,24 @@ RECORD_VERSION = 1
 @dataclasses.dataclass
 class ChangedKernel:
     path: str
-    language: str  # "cuda" | "triton"
+    # "cuda" | "triton" | "cute" | "cutile" | "tilelang" | "numba-cuda" | "inline-cuda" | ... (see
+    # gpu_gate.kernelscan; several joined by "+"), or "unrecognised": GPU code in no language gpu-gate reads.
+    language: str
     status: str  # "added" | "modified" | "renamed" | "deleted" | "affected" (via an include/import)
     via: tuple[str, ...] = ()  # changed files that made this kernel affected
     specs: tuple[str, ...] = ()  # spec ids covering it
+    functions: tuple[tuple[str, int], ...] = ()  # (name, line) of the kernels found in a Python file
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "language": self.language, "status": self.status,
-                "via": list(self.via), "specs": list(self.specs)}
+                "via": list(self.via), "specs": list(self.specs),
+                "functions": [{"name": n, "line": line} for n, line in self.functions]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ChangedKernel:
-        return cls(d["path"], d["language"], d["status"], tuple(d.get("via", ())), tuple(d.get("specs", ())))
+        functions = tuple((str(f["name"]), int(f["line"])) for f in d.get("functions", ()))
+        return cls(d["path"], d["language"], d["status"], tuple(d.get("via", ())), tuple(d.get("specs", ())),
+                   functions)
 
 
 @dataclasses.dataclass
