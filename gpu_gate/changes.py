@@ -206,11 +206,10 @@ def unrecognised_finding(path: str, found: kernelscan.Scan) -> Finding:
     return Finding(
         check="changes", kind=UNRECOGNISED, severity=Severity.ERROR, file=path, line=first.line,
         details={"modules": found.gpu_modules, "uses": [u.name for u in found.gpu_uses[:10]]},
-        message=(f"{path}:{first.line}: uses the GPU module {modules} ({first.name}) but gpu-gate recognises no "
-                 f"kernel in it, so it cannot tell which GPU code changed. Make sure a gate spec runs this code "
-                 f"(name the file in the spec's covers=) and, once it does, set `unrecognised: warn` in the base "
-                 f"policy; or move the file out of kernels.include. If this is a kernel language gpu-gate "
-                 f"should know, please report it"))
+        message=(f"{path}:{first.line}: uses {modules} ({first.name}) but gpu-gate recognises no kernel in it, so "
+                 f"it cannot tell which GPU code changed: name the file in a gate spec's covers= and set "
+                 f"`unrecognised: warn` in the base policy, or move it out of kernels.include (and please report "
+                 f"the kernel style it uses)"))
 
 
 # --- submodules --------------------------------------------------------------------------------
@@ -228,8 +227,8 @@ def submodule_findings(files: list[FileChange], include: Iterable[str], exclude:
             check="changes", kind=SUBMODULE, severity=Severity.ERROR, file=f.path,
             details={"old": f.gitlink[0], "new": f.gitlink[1], "status": f.status},
             message=(f"{f.path}: git submodule {what}, under kernels.include; gpu-gate cannot see the kernels "
-                     f"inside a submodule. Gate them in the submodule's own repository, then set "
-                     f"`submodules: warn` in the base policy, or list the path under kernels.exclude")))
+                     f"inside a submodule: gate them in its own repository, then set `submodules: warn` in the "
+                     f"base policy, or list the path under kernels.exclude")))
     return out
 
 

@@ -210,7 +210,7 @@ def diff(repo: Path | str, old: str, new: str) -> list[FileChange]:
     """Files that differ between two commits (two-dot), renames detected."""
     options = ["diff", "--no-ext-diff", "--no-textconv", "--no-relative", "-z", "-M"]
     revs = ["--end-of-options", old, new]
-    status_raw = _capture(repo, [*options, "--raw", "--full-index", *revs])
+    status_raw = _capture(repo, [*options, "--raw", "--no-abbrev", *revs])
     numstat_raw = _capture(repo, [*options, "--numstat", *revs])
     binary = _binary_paths(numstat_raw)
     return [dataclasses.replace(c, binary=c.path in binary) for c in _parse_name_status(status_raw)]

@@ -123,6 +123,10 @@ LANGUAGES: tuple[Language, ...] = (
                                                                         "helion.language")),
 )
 
+# GPU modules (not names inside one), for messages.
+_MODULES = frozenset({"triton", "triton.language", "cutlass", "cutlass.cute", "cuda.tile", "tilelang",
+                      "tilelang.language", "numba.cuda", "cupyx.jit", "torch.cuda.jiterator", "pycuda.compiler",
+                      "helion.language"})
 _DECORATORS: frozenset[str] = frozenset().union(*(lang.decorators for lang in LANGUAGES))
 
 
@@ -166,11 +170,12 @@ class Scan:
 
 
 def _module_of(name: str) -> str:
-    for lang in LANGUAGES:
-        for prefix in lang.gpu:
-            if _under(name, prefix):
-                return prefix
-    return name
+    """The module a use comes from: ``cutlass.cute.kernel`` -> ``cutlass.cute``."""
+    name = name.removesuffix(".*")
+    known = [m for m in _MODULES if _under(name, m)]
+    if known:
+        return max(known, key=len)
+    return name.rsplit(".", 1)[0] if "." in name else name
 
 
 def _under(name: str, prefix: str) -> bool:
