@@ -80,6 +80,11 @@ def _has_cuda_sources(call: ast.Call | None) -> bool | None:
 
 _TL_DTYPES = ("float16", "float32", "float64", "bfloat16", "int1", "int8", "int16", "int32", "int64",
               "uint8", "uint16", "uint32", "uint64", "float8e4nv", "float8e5", "float8e4b15")
+_TILELANG_DTYPES = ("dtype", "bool", "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64",
+                    "uint8", "uint16", "uint32", "uint64", "float8_e4m3", "float8_e5m2", "float8_e4m3fn", "float8_e5m2fn")
+_CUTLASS_DTYPES = ("Boolean", "Float16", "BFloat16", "Float32", "Float64", "TFloat32", "Float8E4M3FN", "Float8E5M2",
+                   "Float8E8M0FNU", "Float4E2M1FN", "Int4", "Int8", "Int16", "Int32", "Int64", "Uint8", "Uint16",
+                   "Uint32", "Uint64")
 _NUMBA_HOST = ("to_device", "device_array", "device_array_like", "pinned_array", "pinned_array_like",
                "mapped_array", "mapped_array_like", "managed_array", "is_available", "synchronize", "stream",
                "default_stream", "external_stream", "per_thread_default_stream", "legacy_default_stream",
@@ -90,16 +95,25 @@ _NUMBA_HOST = ("to_device", "device_array", "device_array_like", "pinned_array",
 LANGUAGES: tuple[Language, ...] = (
     Language("triton", decorators=pyscan.TRITON_DECORATORS, gpu=("triton",), host=(
         "triton.cdiv", "triton.next_power_of_2", "triton.Config", "triton.testing", "triton.runtime.driver",
-        "triton.__version__", "triton.knobs", *(f"triton.language.{t}" for t in _TL_DTYPES))),
-    Language("cute", decorators=frozenset({"cutlass.cute.kernel", "cutlass.cute.jit"}), gpu=("cutlass",), host=(
-        "cutlass.cute.compile", "cutlass.cute.runtime", "cutlass.torch", "cutlass.cuda", "cutlass.__version__")),
+        "triton.__version__", "triton.knobs", "triton.compile", "triton.compiler", "triton.backends",
+        "triton.runtime.cache", "triton.ops",
+        *(f"triton.language.{t}" for t in _TL_DTYPES))),
+    # dsl_user_op marks a device-side helper op (``from cutlass.cutlass_dsl import dsl_user_op``).
+    Language("cute", decorators=frozenset({"cutlass.cute.kernel", "cutlass.cute.jit",
+                                           "cutlass.cutlass_dsl.dsl_user_op"}), gpu=("cutlass",), host=(
+        "cutlass.cute.compile", "cutlass.cute.runtime", "cutlass.cute.testing", "cutlass.cute.typing",
+        "cutlass.cute.sym_int", "cutlass.cute.sym_int64", "cutlass.torch", "cutlass.cuda", "cutlass.__version__", "cutlass.Constexpr",
+        "cutlass.Numeric", "cutlass.utils.HardwareInfo", "cutlass.utils.get_smem_capacity_in_bytes",
+        "cutlass.base_dsl.arch", "cutlass.cutlass_dsl.JitCompiledFunction", "cutlass.cutlass_dsl.cuda_jit_executor",
+        *(f"cutlass.{t}" for t in _CUTLASS_DTYPES))),
     Language("cutile", decorators=frozenset({"cuda.tile.kernel", "cuda.tile.function"}), gpu=("cuda.tile",),
-             host=("cuda.tile.launch", "cuda.tile.cdiv")),
+             host=("cuda.tile.launch", "cuda.tile.cdiv", "cuda.tile.tune", "cuda.tile.compiler_timeout")),
     Language("tilelang", decorators=frozenset({
         "tilelang.jit", "tilelang.lazy_jit", "tilelang.autotune", "tilelang.language.prim_func",
         "tilelang.language.macro", "tilelang.prim_func"}), gpu=("tilelang",), host=(
-        "tilelang.compile", "tilelang.cache", "tilelang.env", "tilelang.disable_cache", "tilelang.set_log_level",
-        "tilelang.__version__")),
+        "tilelang.compile", "tilelang.par_compile", "tilelang.cache", "tilelang.env", "tilelang.disable_cache",
+        "tilelang.set_log_level", "tilelang.__version__", "tilelang.testing", "tilelang.profiler", "tilelang.utils",
+        *(f"tilelang.language.{t}" for t in _TILELANG_DTYPES))),
     Language("numba-cuda", decorators=frozenset({"numba.cuda.jit", "numba.cuda.reduce", "numba.cuda.Reduce"}),
              calls=frozenset({"numba.cuda.jit_module"}), gpu=("numba.cuda",),
              host=tuple(f"numba.cuda.{n}" for n in _NUMBA_HOST)),
@@ -281,8 +295,9 @@ class _Scanner:
 
     def _gpu_uses(self) -> Iterable[GpuUse]:
         inner = {id(n.value) for n in ast.walk(self.tree) if isinstance(n, ast.Attribute)}
+        skip = inner | self.consumed | _annotation_nodes(self.tree)
         for node in ast.walk(self.tree):
-            if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in inner | self.consumed:
+            if isinstance(node, (ast.Name, ast.Attribute)) and id(node) not in skip:
                 qual = pyscan.qualified_name(node, self.aliases)
                 lang = _gpu_language(qual) if qual else None
                 if lang is not None and qual is not None:
@@ -314,6 +329,19 @@ def _name_argument(call: ast.Call, qual: str) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value:
         return node.value
     return None
+
+
+def _annotation_nodes(tree: ast.Module) -> set[int]:
+    """Nodes inside type annotations (``x: cute.Tensor``): a type names GPU code, it is none."""
+    roots: list[ast.expr] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg) and node.annotation is not None:
+            roots.append(node.annotation)
+        elif isinstance(node, ast.AnnAssign):
+            roots.append(node.annotation)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.returns is not None:
+            roots.append(node.returns)
+    return {id(n) for root in roots for n in ast.walk(root)}
 
 
 def _assignment_targets(tree: ast.Module) -> dict[int, str]:

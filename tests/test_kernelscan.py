@@ -31,6 +31,10 @@ def found(src: str) -> list[tuple[str, int, str, str]]:
     ("import cutlass\n@cutlass.cute.jit\ndef host():\n    pass\n", [("host", 2, "cute", "cutlass.cute.jit")]),
     ("from cutlass.cute import kernel as device_kernel\n@device_kernel\ndef k():\n    pass\n",
      [("k", 2, "cute", "cutlass.cute.kernel")]),
+    # a device-side helper op, as flash-attention's and Liger-Kernel's CuTe DSL code writes them
+    ("from cutlass import Float32\nfrom cutlass.cutlass_dsl import dsl_user_op\n@dsl_user_op\n"
+     "def fmax(a, b, *, loc=None, ip=None) -> Float32:\n    return a\n",
+     [("fmax", 3, "cute", "cutlass.cutlass_dsl.dsl_user_op")]),
     # TileLang: the jit factory and the prim_func it returns
     ("import tilelang\nimport tilelang.language as T\n@tilelang.jit(out_idx=[-1])\ndef matmul(M, N):\n"
      "    @T.prim_func\n    def main(A: T.Tensor((M, N), 'float16')):\n        pass\n    return main\n",
@@ -91,6 +95,10 @@ def test_kernels_in_every_language(src: str, expected: list[tuple[str, int, str,
     "import cutlass.cute as cute\nfrom cutlass.cute.runtime import from_dlpack\nfrom .k import host\n"
     "def f(x):\n    return cute.compile(host, from_dlpack(x))\n",
     "import triton\nimport cutlass.cute as cute\n",  # imported, never used
+    # dtype maps and types in annotations (Liger-Kernel's and flash-attention's CuTe DSL glue)
+    "import torch\nfrom cutlass import BFloat16, Float32\nMAP = {torch.bfloat16: BFloat16, torch.float32: Float32}\n",
+    "import cutlass.cute as cute\nfrom typing import NamedTuple\nclass Blocks(NamedTuple):\n    mask: cute.Tensor\n"
+    "def f(t: cute.Tensor) -> cute.Tensor:\n    return t\n",
 ])
 def test_not_kernels_and_not_gpu_code(src: str) -> None:
     s = scan(src)
