@@ -206,7 +206,7 @@ def unrecognised_finding(path: str, found: kernelscan.Scan) -> Finding:
     return Finding(
         check="changes", kind=UNRECOGNISED, severity=Severity.ERROR, file=path, line=first.line,
         details={"modules": found.gpu_modules, "uses": [u.name for u in found.gpu_uses[:10]]},
-        message=(f"{path}:{first.line}: uses {modules} ({first.name}) but gpu-gate recognises no kernel in it, so "
+        message=(f"{path} uses {modules} ({first.name}, line {first.line}) but gpu-gate recognises no kernel in it, so "
                  f"it cannot tell which GPU code changed: name the file in a gate spec's covers= and set "
                  f"`unrecognised: warn` in the base policy, or move it out of kernels.include (and please report "
                  f"the kernel style it uses)"))
@@ -222,11 +222,12 @@ def submodule_findings(files: list[FileChange], include: Iterable[str], exclude:
         if f.gitlink is None or excluded(f.path) or not any(may_contain(p, f.path) for p in include):
             continue
         old, new = (sha[:12] if sha.strip("0") else "nothing" for sha in f.gitlink)
-        what = {"added": f"added at {new}", "deleted": f"removed (was {old})"}.get(f.status, f"moved from {old} to {new}")
+        what = {"added": f"that was added at {new}", "deleted": f"that was removed (it was at {old})"}.get(
+            f.status, f"that moved from {old} to {new}")
         out.append(Finding(
             check="changes", kind=SUBMODULE, severity=Severity.ERROR, file=f.path,
             details={"old": f.gitlink[0], "new": f.gitlink[1], "status": f.status},
-            message=(f"{f.path}: git submodule {what}, under kernels.include; gpu-gate cannot see the kernels "
+            message=(f"{f.path} is a git submodule {what}, under kernels.include; gpu-gate cannot see the kernels "
                      f"inside a submodule: gate them in its own repository, then set `submodules: warn` in the "
                      f"base policy, or list the path under kernels.exclude")))
     return out

@@ -281,8 +281,8 @@ def test_gpu_code_in_no_known_language_is_an_unrecognised_kernel_finding(repo: G
     [f] = cs.parse_errors
     assert (f.check, f.kind, f.severity, f.file, f.line) == (
         "changes", "unrecognised-kernel", Severity.ERROR, "mylib/scale_hidden.py", 3)
-    assert f.message.startswith("mylib/scale_hidden.py:3: uses cutlass.cute (cutlass.cute.kernel) but gpu-gate "
-                                "recognises no kernel in it, so it cannot tell which GPU code changed")
+    assert f.message.startswith("mylib/scale_hidden.py uses cutlass.cute (cutlass.cute.kernel, line 3) but "
+                                "gpu-gate recognises no kernel in it, so it cannot tell which GPU code changed")
     assert "covers=" in f.message and "`unrecognised: warn`" in f.message
 
 
@@ -334,7 +334,7 @@ def test_submodule_bump_under_csrc_is_a_finding(make_repo) -> None:  # type: ign
     assert cs.kernels == [] and not cs.no_kernel_changes
     [f] = cs.parse_errors
     assert (f.check, f.kind, f.severity, f.file) == ("changes", "submodule-changed", Severity.ERROR, "csrc/cutlass")
-    assert f.message.startswith(f"csrc/cutlass: git submodule moved from {old[:12]} to {new[:12]}, under "
+    assert f.message.startswith(f"csrc/cutlass is a git submodule that moved from {old[:12]} to {new[:12]}, under "
                                 "kernels.include; gpu-gate cannot see the kernels inside a submodule: gate them in "
                                 "its own repository")
 
@@ -346,13 +346,13 @@ def test_submodule_added_or_removed_under_csrc_is_a_finding(make_repo) -> None: 
     sup.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib.path), "csrc/cutlass")
     sup.commit("vendor cutlass")
     [f] = detect(sup).parse_errors
-    assert f.kind == "submodule-changed" and "git submodule added at" in f.message
+    assert f.kind == "submodule-changed" and "is a git submodule that was added at" in f.message
     sup.git("checkout", "-q", "main")
     sup.branch("drop", "feature")
     sup.git("rm", "-q", "csrc/cutlass")
     sup.commit("unvendor")
     [f] = changes.detect(sup.path, "feature", "HEAD", policy()).parse_errors
-    assert f.kind == "submodule-changed" and "git submodule removed (was" in f.message
+    assert f.kind == "submodule-changed" and "is a git submodule that was removed (it was at" in f.message
 
 
 def test_submodule_outside_the_kernel_globs_or_excluded_is_quiet(make_repo) -> None:  # type: ignore[no-untyped-def]
@@ -468,7 +468,7 @@ def test_cli_unrecognised_gpu_code_fails_by_default_and_warns_when_the_policy_sa
         r.commit("hidden kernel", {"mylib/scale_hidden.py": CUTE_HIDDEN, "gate/scale_gate.py": COVERING_SPEC})
         p = gate("check", "--base", "main", cwd=r.path)
         assert p.returncode == rc, (mode, p.stdout, p.stderr)
-        assert "uses cutlass.cute (cutlass.cute.kernel) but gpu-gate recognises no kernel" in p.stdout
+        assert "uses cutlass.cute (cutlass.cute.kernel, line 3) but gpu-gate recognises no kernel" in p.stdout
         assert "no kernel changes" not in p.stdout
         # The spec that covers the file ran either way: the code was exercised.
         record = RunRecord.read(r.path / ".gpu-gate/out/results.json")
@@ -485,5 +485,5 @@ def test_cli_submodule_bump_under_csrc_fails_closed(make_repo) -> None:  # type:
         _bump(sup, "csrc/cutlass")
         p = gate("check", "--base", "main", cwd=sup.path)
         assert p.returncode == rc, (mode, p.stdout, p.stderr)
-        assert "csrc/cutlass: git submodule moved from" in p.stdout
+        assert "csrc/cutlass is a git submodule that moved from" in p.stdout
         assert ("FAILED" in p.stdout) is (mode == "fail")
