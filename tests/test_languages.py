@@ -306,9 +306,10 @@ def test_outside_the_kernel_globs_nothing_is_read(repo: GitRepo) -> None:
 
 # --- submodules ---------------------------------------------------------------------------------
 
-def _submodule_repo(make_repo, where: str = "csrc/cutlass") -> tuple[GitRepo, GitRepo]:  # type: ignore[no-untyped-def]
-    lib = make_repo("cutlass", {"include/cute/tensor.hpp": "#pragma once\n"})
-    sup = make_repo("proj", {"csrc/k.cu": "__global__ void k() {}\n"})
+def _submodule_repo(make_repo, where: str = "csrc/cutlass", tag: str = "") -> tuple[GitRepo, GitRepo]:  # type: ignore[no-untyped-def]
+    """A project that vendors a library as a submodule at ``where``; the library then moves on."""
+    lib = make_repo(f"cutlass{tag}", {"include/cute/tensor.hpp": "#pragma once\n"})
+    sup = make_repo(f"proj{tag}", {"csrc/k.cu": "__global__ void k() {}\n"})
     sup.git("-c", "protocol.file.allow=always", "submodule", "add", "-q", str(lib.path), where)
     sup.commit("vendor cutlass")
     lib.commit("cutlass update", {"include/cute/tensor.hpp": "#pragma once\n// v2\n"})
@@ -357,9 +358,8 @@ def test_submodule_added_or_removed_under_csrc_is_a_finding(make_repo) -> None: 
 
 def test_submodule_outside_the_kernel_globs_or_excluded_is_quiet(make_repo) -> None:  # type: ignore[no-untyped-def]
     """Twins: the same bump where no kernel glob reaches, and under an excluded directory."""
-    for where in ("docs/theme", "third_party/cutlass"):
-        sup, _ = _submodule_repo(make_repo, where) if where == "docs/theme" else _submodule_repo(
-            lambda name, initial=None: make_repo(name + "2", initial), where)
+    for tag, where in enumerate(("docs/theme", "third_party/cutlass")):
+        sup, _ = _submodule_repo(make_repo, where, tag=str(tag))
         sup.branch("feature")
         _bump(sup, where)
         cs = detect(sup)
@@ -479,7 +479,7 @@ def test_cli_unrecognised_gpu_code_fails_by_default_and_warns_when_the_policy_sa
 
 def test_cli_submodule_bump_under_csrc_fails_closed(make_repo) -> None:  # type: ignore[no-untyped-def]
     for mode, rc in (("fail", 1), ("warn", 0)):
-        sup, _ = _submodule_repo(lambda name, initial=None: make_repo(f"{name}-{mode}", initial))
+        sup, _ = _submodule_repo(make_repo, tag=mode)
         sup.commit("policy", {".gpu-gate.yml": POLICY + f"submodules: {mode}\n"})
         sup.branch("feature")
         _bump(sup, "csrc/cutlass")
