@@ -487,3 +487,15 @@ def test_cli_submodule_bump_under_csrc_fails_closed(make_repo) -> None:  # type:
         assert p.returncode == rc, (mode, p.stdout, p.stderr)
         assert "csrc/cutlass is a git submodule that moved from" in p.stdout
         assert ("FAILED" in p.stdout) is (mode == "fail")
+
+
+# --- what the reports carry ---------------------------------------------------------------------
+
+def test_kernel_names_and_lines_reach_the_record_and_the_markdown_report() -> None:
+    from gpu_gate.report.markdown import render_markdown
+
+    kernel = ChangedKernel("mylib/rmsnorm_cutile.py", "cutile", "added", functions=(("rms_norm_kernel", 7),))
+    record = RunRecord.from_json(RunRecord(kernels=[kernel]).to_json())
+    assert record.kernels == [kernel]
+    md = render_markdown(record, decide(record, Rules()))
+    assert "cutile · added" in md and "kernels: `rms_norm_kernel` (line 7)" in md
