@@ -8,7 +8,10 @@ A kernel is found by what defines it, resolved through the file's own imports:
   (``k = cuda.jit(f)``) count too;
 - a call that compiles CUDA C++ from a string: ``torch.utils.cpp_extension.load_inline(cuda_sources=...)``,
   ``cupy.RawKernel`` / ``RawModule`` / ``ElementwiseKernel`` / ``ReductionKernel``, ``torch.cuda.jiterator``,
-  ``pycuda.compiler.SourceModule``, ``cuda.core`` ``Program``.
+  ``pycuda.compiler.SourceModule``, ``cuda.core`` ``Program``;
+- a string literal that holds CUDA C++ with ``__global__`` or ``__device__`` code (read by the CUDA
+  scanner, comments and CUDA strings blanked; docstrings are documentation and are skipped): the
+  source that such a call compiles may live in a module of its own.
 
 ``numba.jit`` is the CPU compiler and defines no GPU kernel (unless given ``target="cuda"``); the
 text "cute.kernel" in a string or a comment is never a kernel.
@@ -21,9 +24,11 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from collections.abc import Callable, Iterable
 
 from . import pyscan
+from .cuda.names import blank_comments_and_strings, cuda_kernel_names
 from .pyscan import ParseError
 
 # A predicate on a call (or on a decorator's call): True it defines GPU code, False it does not,
@@ -241,6 +246,8 @@ class _Scanner:
         for node in ast.walk(self.tree):
             if isinstance(node, ast.Call) and id(node) not in self.decorator_calls:
                 self._call(node)
+        for k in _cuda_in_strings(self.tree):
+            self._add(k)
         kernels = sorted(self.kernels.values(), key=lambda k: (k.line, k.name))
         return Scan(tuple(kernels), tuple(self._gpu_uses()))
 
@@ -329,6 +336,43 @@ def _name_argument(call: ast.Call, qual: str) -> str | None:
     if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value:
         return node.value
     return None
+
+
+# `__device__ float f(`, `__global__ void __launch_bounds__(256) k(`, `__device__ int counter;`: CUDA code,
+# where a bare "__device__" in a list of words is none.
+_CUDA_CODE = re.compile(r"\b__(?:global|device)__\s+(?:[\w:<>,]+[\s*&]+)+\w+\s*[(;=\[]")
+CUDA_STRING = "CUDA source in a string"
+
+
+def _cuda_in_strings(tree: ast.Module) -> list[Kernel]:
+    """``__global__`` kernels (and ``__device__`` code) in string literals and f-strings, docstrings left out."""
+    skip = _docstrings(tree)
+    found: list[Kernel] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            skip.update(id(v) for v in node.values)
+            text = "".join(str(v.value) if isinstance(v, ast.Constant) else "_" for v in node.values)
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in skip:
+            text = node.value
+        else:
+            continue
+        if "__global__" not in text and "__device__" not in text:
+            continue
+        names = cuda_kernel_names(text)
+        found += [Kernel(n.name, node.lineno + n.line - 1, "inline-cuda", CUDA_STRING) for n in names]
+        if not names and _CUDA_CODE.search(blank_comments_and_strings(text)):
+            found.append(Kernel("<cuda source>", node.lineno, "inline-cuda", CUDA_STRING))
+    return found
+
+
+def _docstrings(tree: ast.Module) -> set[int]:
+    out: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
 
 
 def _annotation_nodes(tree: ast.Module) -> set[int]:

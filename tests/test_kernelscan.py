@@ -64,6 +64,12 @@ def found(src: str) -> list[tuple[str, int, str, str]]:
      [("l2norm", 2, "inline-cuda", "cupy.ReductionKernel")]),
     ("import torch\ngelu = torch.cuda.jiterator._create_jit_fn('template <typename T> T gelu(T x) { return x; }')\n",
      [("gelu", 2, "inline-cuda", "torch.cuda.jiterator._create_jit_fn")]),
+    # CUDA C++ kept in a string of its own, and a templated fragment of one
+    ("SRC = r\"\"\"\ntemplate <int B>\n__global__ void __launch_bounds__(256) k(float* x) {}\n\"\"\"\n",
+     [("k", 3, "inline-cuda", "CUDA source in a string")]),
+    ("def src(t):\n    return f\"__device__ {t} twice({t} v) {{ return 2 * v; }}\"\n",
+     [("<cuda source>", 2, "inline-cuda", "CUDA source in a string")]),
+    ("COUNTER = '__device__ unsigned int counter;'\n", [("<cuda source>", 1, "inline-cuda", "CUDA source in a string")]),
     # More Python GPU languages
     ("from cupyx import jit\n@jit.rawkernel()\ndef k(x):\n    pass\n", [("k", 2, "cupy-jit", "cupyx.jit.rawkernel")]),
     ("import warp as wp\n@wp.kernel\ndef k(a: wp.array(dtype=float)):\n    pass\n", [("k", 2, "warp", "warp.kernel")]),
@@ -85,6 +91,10 @@ def test_kernels_in_every_language(src: str, expected: list[tuple[str, int, str,
     "from torch.utils.cpp_extension import load_inline\next = load_inline('e', [SRC], cuda_sources=[])\n",
     "import cupy as cp\ny = cp.asarray([1.0]) * 2\n",  # CuPy as an array library
     "import cupy as cp\nimport cupyx.scipy.ndimage\n",
+    # CUDA in documentation, or only in a CUDA comment: no code
+    '"""Compiles ``__global__ void add(float* x)`` with NVRTC."""\ndef f():\n    """A __device__ helper."""\n',
+    "NOTE = '// __global__ kernels live in csrc/'\n",
+    "QUALIFIERS = {'void', '__device__', '__host__'}\nMSG = 'Uninitialized __global__ memory read of size 4 bytes'\n",
     # the names only in text
     "# @cute.kernel and @ct.kernel live elsewhere\nDOC = '@cute.kernel def k(): ...'\nS = 'cupy.RawKernel(code, name)'\n",
     # host-side helpers of the GPU modules: a wrapper, not GPU code

@@ -265,10 +265,22 @@ def test_inline_cuda_strings_and_their_cpu_twins(repo: GitRepo) -> None:
                            "mylib/axpy_cupy.py": RAW_KERNEL, "mylib/softmax_cupy.py": CUPY_ARRAYS})
     cs = detect(repo)
     assert [(k.path, k.language, k.functions) for k in cs.kernels] == [
-        ("mylib/axpy_cupy.py", "inline-cuda", (("axpy", 9), ("_mod", 10))),
-        ("mylib/ext.py", "inline-cuda", (("scale_ext", 11),)),
+        # the __global__ function in the source string, and the two objects that compile it
+        ("mylib/axpy_cupy.py", "inline-cuda", (("axpy", 4), ("axpy", 9), ("_mod", 10))),
+        ("mylib/ext.py", "inline-cuda", (("scale_kernel", 4), ("scale_ext", 11))),
     ]
     assert cs.parse_errors == []
+
+
+def test_cuda_source_kept_in_a_module_of_its_own_is_a_kernel(repo: GitRepo) -> None:
+    """Editing the CUDA string is editing the kernel, even where the module that compiles it did not change."""
+    src = 'AXPY = r"""\nextern "C" __global__ void axpy(const float* x, float* y, float a, int n) {}\n"""\n'
+    repo.commit("base", {"mylib/cuda_src.py": src, "mylib/axpy_cupy.py": "import cupy as cp\nfrom .cuda_src import AXPY\n"
+                         "_axpy = cp.RawKernel(AXPY, 'axpy')\n"})
+    repo.branch("feature")
+    repo.commit("edit the source", {"mylib/cuda_src.py": src.replace("{}", "{ y[0] = a; }")})
+    assert [(k.path, k.language, k.functions) for k in detect(repo).kernels] == [
+        ("mylib/cuda_src.py", "inline-cuda", (("axpy", 2),))]
 
 
 def test_gpu_code_in_no_known_language_is_an_unrecognised_kernel_finding(repo: GitRepo) -> None:
