@@ -1,9 +1,16 @@
 """Which kernels a change touches: ``git diff base...head`` -> kernel files, with propagation.
 
 Kernel files are changed ``.cu``/``.cuh`` files matched by the policy's globs,
-and changed Python files in those globs that define Triton kernels. A changed
-header makes every kernel that includes it (transitively) affected; a changed
-Python module makes every gate spec that imports it (transitively) affected.
+and changed Python files in those globs that define GPU kernels in a language
+gpu-gate reads (Triton, CuTe DSL, cuTile, TileLang, Numba CUDA, inline CUDA
+strings, ...: see :mod:`gpu_gate.kernelscan`). A changed header makes every
+kernel that includes it (transitively) affected; a changed Python module makes
+every gate spec that imports it (transitively) affected.
+
+What gpu-gate cannot read is refused loudly, never passed as "no kernel
+changes": a Python file that uses a GPU module but defines no kernel it
+recognises (``unrecognised-kernel``), and a git submodule that moved under the
+kernel globs (``submodule-changed``). The policy decides how much they weigh.
 """
 from __future__ import annotations
 
@@ -14,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import cudascan, git, pyscan
+from . import cudascan, git, kernelscan, pyscan
 from .findings import Finding, Severity
 from .git import FileChange
 from .record import ChangedKernel
@@ -91,6 +98,8 @@ class ChangeSet:
     head: str | None  # None: the work tree, uncommitted and untracked files included
     files: list[FileChange]
     kernels: list[ChangedKernel]
+    # What the change holds that gpu-gate cannot read: files that do not parse, GPU code in no
+    # language it recognises, changed submodules. Plan-level findings, all of them.
     parse_errors: list[Finding]
     affected_specs: list[str]  # spec files that import a changed module (transitively)
     changed_modules: list[str] = dataclasses.field(default_factory=list)  # changed .py files
@@ -100,10 +109,16 @@ class ChangeSet:
 
     @property
     def no_kernel_changes(self) -> bool:
-        return not self.kernels
+        """Nothing under the kernel globs changed that is, or may be, GPU code."""
+        return not self.kernels and not any(f.kind in UNREADABLE_KINDS for f in self.parse_errors)
 
     def kernel(self, path: str) -> ChangedKernel | None:
         return next((k for k in self.kernels if k.path == path), None)
+
+
+UNRECOGNISED = "unrecognised-kernel"
+SUBMODULE = "submodule-changed"
+UNREADABLE_KINDS = frozenset({UNRECOGNISED, SUBMODULE})
 
 
 def parse_error_finding(err: pyscan.ParseError) -> Finding:
@@ -124,6 +139,7 @@ def detect(repo: Path | str, base: str, head: str | None, policy: PolicyLike) ->
     errors: list[Finding] = []
 
     kernels = _direct_kernels(root, merge_base, files, snap, is_kernel_path, errors)
+    errors += submodule_findings(files, policy.kernels.include, policy.kernels.exclude)
     includers = _header_propagation(files, snap, is_kernel_path, policy, kernels)
     modules = sorted(f.path for f in files if f.path.endswith(".py"))
     graph = ImportGraph(snap)
@@ -143,31 +159,101 @@ def _dedupe(findings: list[Finding]) -> list[Finding]:
 def _direct_kernels(root: Path, merge_base: str, files: list[FileChange], snap: git.Snapshot,
                     is_kernel_path: Callable[[str], bool], errors: list[Finding]) -> dict[str, ChangedKernel]:
     kernels: dict[str, ChangedKernel] = {}
-    candidates = [f for f in files if is_kernel_path(f.path)]
+    candidates = [f for f in files if is_kernel_path(f.path) and f.gitlink is None]
     for f in candidates:
         if f.path.endswith(cudascan.KERNEL_SUFFIXES):
             kernels[f.path] = ChangedKernel(f.path, "cuda", _KERNEL_STATUS[f.status])
     py_live = [f for f in candidates if f.path.endswith(".py") and f.status != "deleted" and not f.binary]
     contents = snap.read_many(f.path for f in py_live)
     for f in py_live:
-        if _defines_triton(f.path, contents.get(f.path, b""), errors):
-            kernels[f.path] = ChangedKernel(f.path, "triton", _KERNEL_STATUS[f.status])
+        found = _scan(f.path, contents.get(f.path, b""), errors)
+        kernel = _python_kernel(f.path, found, _KERNEL_STATUS[f.status]) if found else None
+        if kernel is not None:
+            kernels[f.path] = kernel
+        if found is not None and found.unrecognised:
+            errors.append(unrecognised_finding(f.path, found))
     py_gone = [f for f in candidates if f.path.endswith(".py") and f.status == "deleted"]
     if py_gone:
         old = git.Snapshot(root, merge_base).read_many(f.path for f in py_gone)
         for f in py_gone:
-            # A deleted file's parse errors are not the head's problem.
-            if _defines_triton(f.path, old.get(f.path, b""), []):
-                kernels[f.path] = ChangedKernel(f.path, "triton", "deleted")
+            # A deleted file's parse errors, or its unreadable GPU code, are not the head's problem.
+            found = _scan(f.path, old.get(f.path, b""), [])
+            kernel = _python_kernel(f.path, found, "deleted") if found else None
+            if kernel is not None:
+                kernels[f.path] = kernel
     return kernels
 
 
-def _defines_triton(path: str, source: bytes, errors: list[Finding]) -> bool:
+def _scan(path: str, source: bytes, errors: list[Finding]) -> kernelscan.Scan | None:
     try:
-        return bool(pyscan.find_triton_kernels(source, path))
+        return kernelscan.scan(source, path)
     except pyscan.ParseError as err:
         errors.append(parse_error_finding(err))
+        return None
+
+
+def _python_kernel(path: str, found: kernelscan.Scan, status: str) -> ChangedKernel | None:
+    """A Python file with kernels, or with GPU code and no kernel gpu-gate can name ("unrecognised"):
+    the latter is still a kernel file, so the specs that cover it run and coverage applies."""
+    if found.language is not None:
+        return ChangedKernel(path, found.language, status, functions=tuple((k.name, k.line) for k in found.kernels))
+    if found.unrecognised:
+        return ChangedKernel(path, "unrecognised", status)
+    return None
+
+
+def unrecognised_finding(path: str, found: kernelscan.Scan) -> Finding:
+    first = found.gpu_uses[0]
+    modules = ", ".join(found.gpu_modules)
+    return Finding(
+        check="changes", kind=UNRECOGNISED, severity=Severity.ERROR, file=path, line=first.line,
+        details={"modules": found.gpu_modules, "uses": [u.name for u in found.gpu_uses[:10]]},
+        message=(f"{path} uses {modules} ({first.name}, line {first.line}) but gpu-gate recognises no kernel in it, so "
+                 f"it cannot tell which GPU code changed: name the file in a gate spec's covers= and set "
+                 f"`unrecognised: warn` in the base policy, or move it out of kernels.include (and please report "
+                 f"the kernel style it uses)"))
+
+
+# --- submodules --------------------------------------------------------------------------------
+
+def submodule_findings(files: list[FileChange], include: Iterable[str], exclude: Iterable[str]) -> list[Finding]:
+    """Git submodules (gitlinks) that moved under the kernel globs: gpu-gate cannot see inside them."""
+    out: list[Finding] = []
+    excluded = matcher(exclude)
+    for f in files:
+        if f.gitlink is None or excluded(f.path) or not any(may_contain(p, f.path) for p in include):
+            continue
+        old, new = (sha[:12] if sha.strip("0") else "nothing" for sha in f.gitlink)
+        what = {"added": f"that was added at {new}", "deleted": f"that was removed (it was at {old})"}.get(
+            f.status, f"that moved from {old} to {new}")
+        out.append(Finding(
+            check="changes", kind=SUBMODULE, severity=Severity.ERROR, file=f.path,
+            details={"old": f.gitlink[0], "new": f.gitlink[1], "status": f.status},
+            message=(f"{f.path} is a git submodule {what}, under kernels.include; gpu-gate cannot see the kernels "
+                     f"inside a submodule: gate them in its own repository, then set `submodules: warn` in the "
+                     f"base policy, or list the path under kernels.exclude")))
+    return out
+
+
+def may_contain(pattern: str, directory: str) -> bool:
+    """Whether some file below ``directory`` could match the gitignore-style ``pattern``."""
+    pat = pattern.strip()
+    if "/" not in pat.rstrip("/"):
+        return True  # matches at any depth
+    if match(directory, pat):
+        return True  # the pattern names the directory or one above it
+    return _components_may_match(pat.strip("/").split("/"), directory.split("/"))
+
+
+def _components_may_match(pattern: list[str], path: list[str]) -> bool:
+    """Can ``pattern`` match a path that starts with ``path`` and goes deeper?"""
+    if not path:
+        return bool(pattern)
+    if not pattern:
         return False
+    if pattern[0] == "**":
+        return _components_may_match(pattern[1:], path) or _components_may_match(pattern, path[1:])
+    return _glob_regex(pattern[0]).fullmatch(path[0]) is not None and _components_may_match(pattern[1:], path[1:])
 
 
 def _header_propagation(files: list[FileChange], snap: git.Snapshot, is_kernel_path: Callable[[str], bool],

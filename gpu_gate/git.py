@@ -25,6 +25,7 @@ _GIT = ("git", "-c", "core.quotePath=false")
 _ZERO_SHA = "0" * 40
 _DEEPEN_STEPS = (50, 500, 5000)
 
+_GITLINK = "160000"  # the tree-entry mode of a submodule
 _STATUS = {"A": "added", "M": "modified", "D": "deleted", "R": "renamed", "C": "copied", "T": "type_changed"}
 
 
@@ -34,6 +35,8 @@ class FileChange:
     status: str  # added | modified | deleted | renamed | copied | type_changed
     old_path: str | None = None  # for renamed and copied files
     binary: bool = False
+    # A git submodule (mode 160000) on either side: its (old, new) commit, all zeros where absent.
+    gitlink: tuple[str, str] | None = None
 
 
 def _env() -> dict[str, str]:
@@ -209,7 +212,7 @@ def diff(repo: Path | str, old: str, new: str | None) -> list[FileChange]:
     between ``old`` and the work tree: uncommitted changes and untracked (not ignored) files."""
     options = ["diff", "--no-ext-diff", "--no-textconv", "--no-relative", "-z", "-M"]
     revs = ["--end-of-options", old, *([new] if new else [])]
-    status_raw = _capture(repo, [*options, "--name-status", *revs])
+    status_raw = _capture(repo, [*options, "--raw", "--no-abbrev", *revs])
     numstat_raw = _capture(repo, [*options, "--numstat", *revs])
     binary = _binary_paths(numstat_raw)
     changes = [dataclasses.replace(c, binary=c.path in binary) for c in _parse_name_status(status_raw)]
@@ -234,18 +237,21 @@ def _looks_binary(path: Path) -> bool:
 
 
 def _parse_name_status(raw: bytes) -> list[FileChange]:
+    """``--name-status -z`` or ``--raw -z`` output; the raw form's modes tell submodules apart."""
     fields = raw.split(b"\0")
     changes: list[FileChange] = []
     i = 0
     while i < len(fields) and fields[i]:
-        code = fields[i].decode("ascii")[:1]
+        meta = fields[i].decode("ascii").split()  # raw: ":OLDMODE NEWMODE OLDSHA NEWSHA STATUS"
+        code = meta[-1][:1]
         status = _STATUS.get(code, "modified")
+        gitlink = (meta[2], meta[3]) if len(meta) == 5 and _GITLINK in (meta[0][1:], meta[1]) else None
         if code in ("R", "C"):
             old, new = _decode(fields[i + 1]), _decode(fields[i + 2])
-            changes.append(FileChange(new, status, old_path=old))
+            changes.append(FileChange(new, status, old_path=old, gitlink=gitlink))
             i += 3
         else:
-            changes.append(FileChange(_decode(fields[i + 1]), status))
+            changes.append(FileChange(_decode(fields[i + 1]), status, gitlink=gitlink))
             i += 2
     return changes
 

@@ -20,20 +20,25 @@ RECORD_VERSION = 1
 @dataclasses.dataclass
 class ChangedKernel:
     path: str
-    language: str  # "cuda" | "triton"
+    # "cuda" | "triton" | "cute" | "cutile" | "tilelang" | "numba-cuda" | "inline-cuda" | ... (see
+    # gpu_gate.kernelscan; several joined by "+"), or "unrecognised": GPU code in no language gpu-gate reads.
+    language: str
     status: str  # "added" | "modified" | "renamed" | "deleted" | "affected" (via an include/import)
     via: tuple[str, ...] = ()  # changed files that made this kernel affected
     specs: tuple[str, ...] = ()  # spec ids covering it
     declared: tuple[str, ...] = ()  # of those, the specs that name it (covers=, a .cu path): never revised
+    functions: tuple[tuple[str, int], ...] = ()  # (name, line) of the kernels found in a Python file
 
     def to_json(self) -> dict[str, Any]:
         return {"path": self.path, "language": self.language, "status": self.status,
-                "via": list(self.via), "specs": list(self.specs), "declared": list(self.declared)}
+                "via": list(self.via), "specs": list(self.specs), "declared": list(self.declared),
+                "functions": [{"name": n, "line": line} for n, line in self.functions]}
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> ChangedKernel:
+        functions = tuple((str(f["name"]), int(f["line"])) for f in d.get("functions", ()))
         return cls(d["path"], d["language"], d["status"], tuple(d.get("via", ())), tuple(d.get("specs", ())),
-                   tuple(d.get("declared", ())))
+                   tuple(d.get("declared", ())), functions)
 
 
 @dataclasses.dataclass

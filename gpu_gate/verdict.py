@@ -22,6 +22,8 @@ class Rules:
     uncovered: Mode = "fail"
     not_run: Literal["fail", "warn"] = "fail"
     refusals: Mode = "warn"
+    unrecognised: Literal["fail", "warn"] = "fail"  # GPU code in no language gpu-gate reads
+    submodules: Literal["fail", "warn"] = "fail"  # a submodule moved under the kernel globs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +67,10 @@ def _mode_for(finding: Finding, rules: Rules) -> Mode:
         return rules.uncovered
     if finding.kind == "refused":
         return rules.refusals
+    if finding.kind == "unrecognised-kernel":
+        return rules.unrecognised
+    if finding.kind == "submodule-changed":
+        return rules.submodules
     return "fail" if finding.severity is Severity.ERROR else "warn"
 
 

@@ -223,6 +223,10 @@ class Policy(_Frozen):
     uncovered: Literal["fail", "warn", "ignore"] = Field(default="fail", description="a changed kernel with no gate spec")
     not_run: Literal["fail", "warn"] = Field(default="fail", description="a required check that could not run")
     refusals: Literal["fail", "warn", "ignore"] = Field(default="warn", description="a kernel that refuses an input loudly")
+    unrecognised: Literal["fail", "warn"] = Field(default="fail", description=(
+        "a changed file under kernels.include that uses a GPU module but defines no kernel gpu-gate recognises"))
+    submodules: Literal["fail", "warn"] = Field(default="fail", description=(
+        "a git submodule under kernels.include that moved: gpu-gate cannot see the kernels inside it"))
     checks: Checks = Checks()
     cuda: CudaSettings = CudaSettings()
     runner: RunnerSettings = RunnerSettings()
@@ -238,4 +242,5 @@ class Policy(_Frozen):
         return [(name, self.check(name)) for name in CHECKS if self.check(name).level != "off"]
 
     def rules(self) -> Rules:
-        return Rules(uncovered=self.uncovered, not_run=self.not_run, refusals=self.refusals)
+        return Rules(uncovered=self.uncovered, not_run=self.not_run, refusals=self.refusals,
+                     unrecognised=self.unrecognised, submodules=self.submodules)

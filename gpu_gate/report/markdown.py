@@ -195,10 +195,17 @@ def _selection_lines(ctx: _Ctx) -> list[str]:
     return lines
 
 
+_MAX_FUNCTIONS = 12  # kernel names listed per file
+
+
 def _kernel_block(ctx: _Ctx, k: ChangedKernel, jobs: list[JobResult]) -> str:
     specs = ", ".join(code(s) for s in k.specs) if k.specs else "**none** — no gate spec covers this kernel"
     change = escape(k.status) + (f" via {', '.join(code(v) for v in k.via)}" if k.via else "")
     head = f"#### {code(k.path)}\n\n{escape(k.language)} · {change} · specs: {specs}"
+    if k.functions:
+        names = ", ".join(f"{code(n)} (line {line})" for n, line in k.functions[:_MAX_FUNCTIONS])
+        more = f" and {len(k.functions) - _MAX_FUNCTIONS} more" if len(k.functions) > _MAX_FUNCTIONS else ""
+        head += f"\n\nkernels: {names}{more}"
     if not jobs:
         return head + "\n\nNo checks ran for this kernel."
     return f"{head}\n\n{_job_table(ctx, jobs)}"

@@ -22,6 +22,8 @@ SARIF_VERSION = "2.1.0"
 _DESCRIPTIONS = {
     "uncovered": "A changed kernel file that no gate spec covers",
     "parse-error": "A changed kernel or spec file that could not be parsed",
+    "unrecognised-kernel": "A changed file that uses a GPU module but defines no kernel gpu-gate recognises",
+    "submodule-changed": "A git submodule under the kernel globs moved: its kernels are out of sight",
     "mismatch": "Output differs from the float64 reference by more than the baseline allows",
     "nan": "NaN or Inf in the output where the reference is finite",
     "refused": "The candidate refused an input with an exception",
