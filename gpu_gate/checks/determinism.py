@@ -17,6 +17,7 @@ if TYPE_CHECKING:
 
 CASES = 4
 LOAD_STREAMS = 2
+DEFAULT_CONTENTION_GIB = 4.0  # one contention case, at most; a third of the free GPU memory at most
 
 
 @contextlib.contextmanager
@@ -66,7 +67,10 @@ class Determinism:
         self.load = bool(job.options.get("concurrent_load", True))
 
     def cases(self) -> list[Case]:
-        from ..equivalence.cases import Case, ScheduleOptions, schedule
+        """The contention cases first (many programs sharing locks, partial rows and hot
+        indices; see gpu_gate.equivalence.contention), then a few fuzzed ones."""
+        from ..equivalence.cases import Case, ScheduleOptions, allowed_dtypes, schedule
+        from ..equivalence.contention import contention_cases
         from .equivalence import unsupported_dtypes
 
         if self.job.case:
@@ -74,7 +78,22 @@ class Determinism:
         bad, _ = unsupported_dtypes(self.ctx)
         opts = ScheduleOptions.from_options({**self.job.options, "cases": CASES}, seed=self.eq.seed,
                                             budget=self.eq.budget, unsupported=bad)
-        return schedule(self.spec, opts)
+        usable, _ = allowed_dtypes(self.spec, opts)
+        busy: list[Case] = []
+        if usable and self.job.options.get("contention", True):
+            busy = contention_cases(self.spec, self.eq.seed, usable[0], self._contention_budget(), opts.max_reduction)
+        return busy + schedule(self.spec, opts)
+
+    def _contention_budget(self) -> int:
+        from ..equivalence.contention import gpu_budget
+
+        cap = float(self.job.options.get("contention_gib") or DEFAULT_CONTENTION_GIB)
+        if self.ctx.device != "cuda":
+            return self.eq.budget
+        import torch
+
+        free, _ = torch.cuda.mem_get_info()
+        return gpu_budget(int(free), cap)
 
     def run(self) -> Outcome:
         from ..equivalence.engine import ContextLost, SpecBroken

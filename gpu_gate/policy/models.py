@@ -116,6 +116,10 @@ class EquivalencePolicy(CheckPolicy):
 class DeterminismPolicy(CheckPolicy):
     repeats: int = Field(default=8, ge=2, description="runs per case")
     concurrent_load: bool = Field(default=True, description="also run while other kernels load the GPU")
+    contention: bool = Field(default=True, description=(
+        "also run cases built for contention: many rows per lock or partial buffer, wide rows, Zipf-skewed indices"))
+    contention_gib: float = Field(default=4.0, gt=0, description=(
+        "GPU memory one contention case may take, in GiB (at most a third of the GPU's free memory)"))
 
 
 class SanitizerPolicy(CheckPolicy):
