@@ -3,7 +3,9 @@
 Every caller (git, nvcc, compute-sanitizer, the harness subprocess) goes through
 :func:`run`. It returns the exit code and both output streams, kills the whole
 process group on timeout, bounds how much output it keeps in memory, and turns a
-missing executable into a result instead of an exception.
+missing executable into a result instead of an exception. A program started without
+an explicit ``env`` gets :func:`scrubbed_env`: no external tool (a ``--version`` probe of
+a path a policy names included) ever sees a token.
 """
 from __future__ import annotations
 
@@ -113,7 +115,7 @@ def run(
             proc = subprocess.Popen(
                 argv,
                 cwd=cwd,
-                env=None if env is None else dict(env),
+                env=scrubbed_env() if env is None else dict(env),
                 stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
