@@ -27,6 +27,9 @@ MAX_CAPTURE = 256 * 1024
 
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|PRIVATE|AUTH", re.I)
 _SECRET_PREFIXES = ("ACTIONS_", "GITHUB_TOKEN", "GH_", "RUNNER_TOKEN", "AWS_", "AZURE_", "GOOGLE_")
+# The runner's command files: a line written to GITHUB_ENV or GITHUB_PATH changes the environment and
+# PATH of every later step of the job, the one that publishes with the token included.
+RUNNER_COMMAND_FILES = ("GITHUB_ENV", "GITHUB_PATH", "GITHUB_OUTPUT", "GITHUB_STATE", "GITHUB_STEP_SUMMARY")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,7 +76,7 @@ def scrubbed_env(base: Mapping[str, str] | None = None, extra: Mapping[str, str]
     """The environment for untrusted kernel code: no tokens, secrets, keys or Actions internals."""
     env = dict(os.environ if base is None else base)
     for name in list(env):
-        if name.startswith(_SECRET_PREFIXES) or _SECRET_NAME.search(name):
+        if name.startswith(_SECRET_PREFIXES) or _SECRET_NAME.search(name) or name in RUNNER_COMMAND_FILES:
             del env[name]
     if extra:
         env.update(extra)

@@ -16,12 +16,14 @@ own = open('/proc/self/environ', 'rb').read().decode()
 print('LEAK' if 'ghs_sealed_secret' in own else 'CLEAN')
 print('PATH0=' + os.environ['PATH'].split(os.pathsep)[0])
 print('PLAIN=' + os.environ.get('PLAIN_SETTING', ''))
+print('FILES=' + ','.join(n for n in ('GITHUB_ENV', 'GITHUB_PATH', 'GITHUB_OUTPUT') if n in os.environ))
 """
 
 
 def run_sealed(*argv: str) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "GITHUB_TOKEN": "ghs_sealed_secret", "GG_TOKEN": "ghs_sealed_secret",
-           "ACTIONS_RUNTIME_TOKEN": "ghs_sealed_secret", "PLAIN_SETTING": "kept"}
+           "ACTIONS_RUNTIME_TOKEN": "ghs_sealed_secret", "PLAIN_SETTING": "kept",
+           "GITHUB_ENV": "/tmp/set_env", "GITHUB_PATH": "/tmp/add_path", "GITHUB_OUTPUT": "/tmp/out"}
     return subprocess.run([sys.executable, "-m", "gpu_gate.github.sealed", *argv], env=env, capture_output=True,
                           text=True, timeout=60)
 
@@ -31,6 +33,7 @@ def test_the_command_runs_with_no_token_in_its_proc_environ() -> None:
     assert res.returncode == 0, res.stderr
     lines = res.stdout.splitlines()
     assert "CLEAN" in lines and "PLAIN=kept" in lines
+    assert "FILES=" in lines, "setup code must not be pointed at the files that change later steps' env and PATH"
     assert f"PATH0={Path(sys.executable).parent}" in lines, "python and pip in a setup command mean gpu-gate's"
     warning = next(line for line in lines if line.startswith("::warning title=gpu-gate::removed "))
     assert all(name in warning for name in ("ACTIONS_RUNTIME_TOKEN", "GG_TOKEN", "GITHUB_TOKEN"))

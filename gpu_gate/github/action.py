@@ -234,7 +234,8 @@ def _seal_run_phase() -> None:
     """In the run phase, start again without any token if the step's environment held one."""
     phase = os.environ.get("GG_PHASE") or DEFAULT_PHASE.get(os.environ.get("GG_MODE") or "check", "run")
     if phase == "run" and sealed.dropped(os.environ):
-        sealed.exec_sealed([sys.executable, "-m", "gpu_gate.github.action"])
+        # gpu-gate's own driver keeps its step outputs; the checks' workers get none of the command files.
+        sealed.exec_sealed([sys.executable, "-P", "-m", "gpu_gate.github.action"], keep=("GITHUB_OUTPUT",))
 
 
 if __name__ == "__main__":

@@ -11,19 +11,22 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 
-from ..proc import scrubbed_env
+from ..proc import RUNNER_COMMAND_FILES, scrubbed_env
 
 
 def dropped(env: Mapping[str, str]) -> list[str]:
-    """The variables :func:`scrubbed_env` removes from ``env``, sorted."""
+    """The secrets :func:`scrubbed_env` removes from ``env``, sorted (the runner's command files,
+    removed too, are no secret)."""
     kept = scrubbed_env(env)
-    return sorted(name for name in env if name not in kept)
+    return sorted(name for name in env if name not in kept and name not in RUNNER_COMMAND_FILES)
 
 
-def sealed_env(env: Mapping[str, str]) -> dict[str, str]:
-    """``env`` without secrets, with this interpreter's directory first on PATH (so that ``python``
-    and ``pip`` in a setup command mean the interpreter gpu-gate runs with)."""
+def sealed_env(env: Mapping[str, str], keep: Sequence[str] = ()) -> dict[str, str]:
+    """``env`` without secrets or the runner's command files (but those in ``keep``), with this
+    interpreter's directory first on PATH (so that ``python`` and ``pip`` in a setup command mean
+    the interpreter gpu-gate runs with)."""
     out = scrubbed_env(env)
+    out.update({name: env[name] for name in keep if name in env and name in RUNNER_COMMAND_FILES})
     bindir = os.path.dirname(sys.executable)
     out["PATH"] = os.pathsep.join([bindir, *(p for p in out.get("PATH", "").split(os.pathsep) if p and p != bindir)])
     return out
@@ -35,10 +38,10 @@ def warn_dropped(names: Sequence[str]) -> None:
               "the repository's code; do not set tokens in a workflow's or job's `env:`", flush=True)
 
 
-def exec_sealed(argv: Sequence[str]) -> None:
+def exec_sealed(argv: Sequence[str], keep: Sequence[str] = ()) -> None:
     """Replace this process with ``argv`` in a sealed environment (never returns)."""
     warn_dropped(dropped(os.environ))
-    env = sealed_env(os.environ)
+    env = sealed_env(os.environ, keep)
     os.execvpe(argv[0], list(argv), env)
 
 
