@@ -55,8 +55,16 @@ def git(repo: Path, *args: str) -> str:
     return res.stdout.strip()
 
 
+def copy_action(dest: Path) -> None:
+    """What `uses: <org>/gpu-gate@sha` checks out, as far as the action needs it."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "action.yml", dest / "action.yml")
+    shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    shutil.copytree(ROOT / "gpu_gate", dest / "gpu_gate", ignore=shutil.ignore_patterns("__pycache__"))
+
+
 def action_workflow(python: str, check: dict | None = None) -> dict:
-    common = {"python": python, "artifact": "", "extra-args": "--cpu"}
+    common = {"python": python, "artifact": "", "gpu": "false"}
     record = ("import json, os, shutil\n"
               "out = os.environ['GG_TEST_OUT']\n"
               "keys = ['VERDICT', 'EXIT_CODE', 'COUNTS', 'JUNIT', 'MARKDOWN', 'SARIF', 'REPORT_DIR',"
@@ -98,10 +106,7 @@ def pr_repo(tmp_path: Path) -> tuple[Path, Path, str, str]:
     git(repo, "init", "-q", "-b", "main")
     (repo / "csrc" / "add.cu").write_text(GOOD)
     (repo / "csrc" / "scale.cu").write_text(SCALE)
-    action_dir = repo / ".gpu-gate-action"
-    action_dir.mkdir()
-    shutil.copy(ROOT / "action.yml", action_dir / "action.yml")
-    shutil.copy(ROOT / "pyproject.toml", action_dir / "pyproject.toml")
+    copy_action(repo / ".gpu-gate-action")
     wf = repo / ".github" / "workflows"
     wf.mkdir(parents=True)
     (wf / "gate-test.yml").write_text(yaml.safe_dump(action_workflow(sys.executable), sort_keys=False))
@@ -144,13 +149,15 @@ def run_act(repo: Path, event: Path, gh: FakeGitHub, workflow: str, out: Path, h
     artifacts = out / "artifacts"
     artifacts.mkdir(exist_ok=True)
     cache = cache or out / "actions-cache"
+    secrets = out / "secrets.env"  # not on act's command line: a spec may read /proc/*/cmdline too
+    secrets.write_text(f"GITHUB_TOKEN={gh.token}\n")
     argv = [ACT, "pull_request", "-W", f".github/workflows/{workflow}", "-e", str(event),
             "-P", "self-hosted=-self-hosted", "-P", "ubuntu-latest=-self-hosted", "-P", "gpu=-self-hosted",
             "--env", f"GITHUB_API_URL={gh.url}", "--env", "GITHUB_REPOSITORY=octo/kernels",
             "--env", f"GITHUB_RUN_ID={run[0]}", "--env", f"GITHUB_RUN_ATTEMPT={run[1]}",
             "--env", f"GG_TEST_OUT={out}", "--env", f"GG_FAKE_ARTIFACTS={artifacts}",
             "--env", f"GG_FAKE_CACHE={cache}",
-            "-s", f"GITHUB_TOKEN={gh.token}",
+            "--secret-file", str(secrets),
             "--local-repository", f"{UPLOAD}={FAKE_ACTIONS / 'upload-artifact'}",
             "--local-repository", f"{DOWNLOAD}={FAKE_ACTIONS / 'download-artifact'}",
             "--local-repository", f"{CACHE}={FAKE_ACTIONS / 'cache'}"]

@@ -93,8 +93,11 @@ def install_deps(python: str, reqs: list[str], deps: Path) -> None:
 
 
 def import_path(python: str, pythonpath: str) -> list[str]:
-    """PYTHON's sys.path with ``pythonpath`` in front, read now, before any repository code ran."""
-    res = _python(python, "import json, sys; print(json.dumps(sys.path))")
+    """PYTHON's sys.path, read now, before any repository code ran, with ``pythonpath`` and the folder
+    that holds gpu-gate in front (an editable install finds it through a .pth hook, which -S skips)."""
+    code = ("import json, os, sys, gpu_gate\n"
+            "print(json.dumps([os.path.dirname(os.path.dirname(gpu_gate.__file__)), *sys.path]))")
+    res = _python(python, code, pythonpath=pythonpath)
     if res.returncode != 0:
         raise SystemExit(f"::error title=gpu-gate::{python} failed: {res.stderr.strip()[-500:]}")
     front = [p for p in pythonpath.split(os.pathsep) if p]
