@@ -438,3 +438,198 @@ def test_fake_cache_stand_ins_match_keys_like_actions_cache(tmp_path: Path) -> N
     assert stand_in("save", ws, store, path="c", key="k-c-1")[0] == 0 and len(saved_keys(store)) == 3, \
         "a missing path only warns"
     assert restores(store)[:2] == [("k-a-1", "-"), ("k-a-1", "k-a-1")]
+
+
+# --- No secret where the change's code runs; an interpreter that lacks gpu-gate -----------------
+
+SEARCH = '''"""Look for the token everywhere a process of this job could: every /proc/*/environ, the
+checkout's .git/config (and any above it), this process's environment."""
+import glob
+import os
+import sys
+
+TOKEN = os.environ.get("GG_TEST_TOKEN_TO_FIND") or {token!r}
+CANARY = {canary!r}  # set in the job's env on purpose: a search that cannot see it proves nothing
+
+
+def places():
+    for path in sorted(glob.glob("/proc/[0-9]*/environ")):
+        try:
+            with open(path, "rb") as f:
+                yield path, f.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+    here = os.getcwd()
+    while True:
+        config = os.path.join(here, ".git", "config")
+        if os.path.isfile(config):
+            with open(config, encoding="utf-8", errors="replace") as f:
+                yield config, f.read()
+        if os.path.dirname(here) == here:
+            break
+        here = os.path.dirname(here)
+    yield "os.environ", "\\n".join(f"{{k}}={{v}}" for k, v in os.environ.items())
+
+
+def check_nothing_leaks():
+    found = list(places())
+    leaks = [path for path, text in found if TOKEN in text]
+    if leaks:
+        raise RuntimeError("the token is readable at " + ", ".join(leaks))
+    if not any(CANARY in text for _, text in found):
+        raise RuntimeError(f"the canary is nowhere in {{len(found)}} places: the search is blind")
+    return len(found)
+
+
+if __name__ == "__main__":
+    print(f"searched {{check_nothing_leaks()}} places: no token")
+'''
+
+LEAK_SPEC = '''import gpu_gate as gg
+
+from gate.secret_search import check_nothing_leaks
+
+
+@gg.spec(
+    dims={"n": gg.Dim(1, 64)},
+    inputs={"x": gg.Tensor(("n",), dtypes=["float32"]), "y": gg.Tensor(("n",), dtype="like:x")},
+    reference=lambda x, y: x + y,
+    covers=["csrc/add.cu"],
+    checks=["equivalence"],
+)
+def leak_gate(x, y):
+    check_nothing_leaks()
+    return x + y
+'''
+
+SPY = """#!/bin/sh
+# nvcc as the runner has it, but first write down the environment it was given.
+env > "$GG_SPY_OUT/nvcc-env.$$"
+exec {nvcc} "$@"
+"""
+POLICY = """version: 1
+specs: ["gate/**/*_gate.py"]
+not_run: warn
+checks:
+  equivalence: {cases: 4}
+  determinism: off
+  memcheck: off
+  racecheck: off
+  synccheck: off
+  initcheck: off
+"""
+
+
+def runner_python(tmp_path: Path) -> str:
+    """A runner's interpreter that has torch and gpu-gate's dependencies but not gpu-gate: a venv
+    that sees this venv's packages through a .pth file (the editable gpu-gate's own hook is not followed)."""
+    import sysconfig
+    import venv
+
+    env_dir = tmp_path / "runner-python"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = str(env_dir / "bin" / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "runner-stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = subprocess.run([python, "-P", "-c", "import torch\ntry:\n import gpu_gate\nexcept ImportError: print('ok')"],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert probe.stdout.strip() == "ok", "the runner's python must have torch and lack gpu-gate"
+    return python
+
+
+@pytest.fixture
+def leak_repo(tmp_path: Path, gh: FakeGitHub) -> tuple[Path, Path, Path, str]:
+    """(repo, event, spy output dir, canary): a PR that changes a CUDA kernel covered by a spec that
+    searches for the token; nvcc on PATH is a spy; the job's env holds the token (carelessly)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not installed")
+    repo, spy_out, spy_dir = tmp_path / "repo", tmp_path / "spy", tmp_path / "spy-bin"
+    for d in (repo / "csrc", repo / "gate", spy_out, spy_dir):
+        d.mkdir(parents=True)
+    canary = "gg-canary-" + os.urandom(6).hex()
+    (spy_dir / "nvcc").write_text(SPY.format(nvcc=nvcc))
+    (spy_dir / "nvcc").chmod(0o755)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "csrc" / "add.cu").write_text(GOOD)
+    (repo / "gate" / "secret_search.py").write_text(SEARCH.format(token=gh.token, canary=canary))
+    (repo / "gate" / "leak_gate.py").write_text(LEAK_SPEC)
+    (repo / ".gpu-gate.yml").write_text(POLICY)
+    copy_action(repo / ".gpu-gate-action")
+    python = runner_python(tmp_path)
+    steps = [
+        {"uses": "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683",
+         "with": {"persist-credentials": False}},
+        {"name": "put the spy nvcc first on PATH", "shell": "bash", "env": {"SPY_DIR": str(spy_dir)},
+         "run": 'echo "$SPY_DIR" >> "$GITHUB_PATH"'},
+        {"id": "gate", "uses": "./.gpu-gate-action", "continue-on-error": True,
+         "with": {"python": python, "gpu": "false", "artifact": "",
+                  "setup": "python -m gate.secret_search > \"$GG_SPY_OUT/setup.txt\"\n"
+                           "python -c 'import sys; print(sys.executable)' >> \"$GG_SPY_OUT/setup.txt\""}},
+        {"name": "record outputs", "if": "always()", "shell": "bash",
+         "env": {"VERDICT": "${{ steps.gate.outputs.verdict }}", "REPORT_DIR": "${{ steps.gate.outputs.report-dir }}"},
+         "run": 'cp "$REPORT_DIR/results.json" "$GG_SPY_OUT/results.json"; echo "$VERDICT" > "$GG_SPY_OUT/verdict"'},
+    ]
+    job = {"runs-on": ["self-hosted", "gpu"], "permissions": {"contents": "read", "checks": "write",
+                                                               "pull-requests": "write"},
+           # The careless pattern gpu-gate must survive: the token in the job's environment.
+           "env": {"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}", "GG_CANARY": canary, "GG_SPY_OUT": str(spy_out)},
+           "steps": steps}
+    wf = repo / ".github" / "workflows"
+    wf.mkdir(parents=True)
+    (wf / "leak.yml").write_text(yaml.safe_dump({"name": "leak", "on": "pull_request", "jobs": {"gate": job}},
+                                                sort_keys=False))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "feature")
+    (repo / "csrc" / "add.cu").write_text(GOOD.replace("int i =", "const int i ="))
+    git(repo, "commit", "-q", "-am", "const index")
+    head = git(repo, "rev-parse", "HEAD")
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"number": 7, "repository": {"full_name": "octo/kernels"},
+                                 "pull_request": {"number": 7, "head": {"sha": head, "ref": "feature"},
+                                                  "base": {"sha": base, "ref": "main"}}}))
+    return repo, event, spy_out, canary
+
+
+def test_check_mode_leaves_no_token_where_the_changes_code_runs_on_the_runners_interpreter(
+        leak_repo, gh: FakeGitHub, tmp_path: Path) -> None:
+    """One run (act is slow), two promises.
+
+    No secret: the spec and the setup commands search every /proc/*/environ, .git/config and their
+    environment for the token, and find the canary (so the search sees); nvcc, first on PATH, writes
+    down what it was given; the token still reaches the publishing step (comment and check run posted).
+
+    Install: the runner's interpreter has torch but not gpu-gate; the action copies gpu-gate from its
+    checkout for it, says what torch it found, runs setup with that interpreter as `python`, and the
+    spec (which imports torch and gpu_gate) runs there.
+    """
+    repo, event, spy_out, canary = leak_repo
+    res = run_act(repo, event, gh, "leak.yml", tmp_path / "run", tmp_path / "home")
+    log = res.stdout + res.stderr
+    assert (spy_out / "results.json").exists(), log[-8000:]
+    results = json.loads((spy_out / "results.json").read_text())
+    leak = [r for r in results["results"] if r["check"] == "equivalence"]
+    assert leak, [r["job_id"] for r in results["results"]]
+    messages = [f["message"] for r in leak for f in r["findings"]]
+    assert [r["status"] for r in leak] == ["passed"], messages
+    setup = (spy_out / "setup.txt").read_text().splitlines()
+    assert setup[0].startswith("searched ") and setup[0].endswith("no token"), setup
+    dumps = sorted(spy_out.glob("nvcc-env.*"))
+    assert dumps, "nvcc never ran: the tool check would prove nothing"
+    for dump in dumps:
+        text = dump.read_text()
+        assert gh.token not in text and "GITHUB_TOKEN=" not in text and f"GG_CANARY={canary}" in text
+    removed = [line for line in log.splitlines() if "::warning title=gpu-gate::removed " in line]
+    assert removed and all("GITHUB_TOKEN" in line for line in removed), "gpu-gate says it dropped the job env's token"
+    assert (spy_out / "verdict").read_text().strip() == "passed", log[-6000:]
+    assert len(gh.comments[7]) == 1 and gh.check_runs, "publishing had the token"
+    assert gh.violations == []
+
+    python = yaml.safe_load((repo / ".github" / "workflows" / "leak.yml").read_text()
+                            )["jobs"]["gate"]["steps"][2]["with"]["python"]
+    assert f"from the action's checkout, for {python}" in log, log[-6000:]
+    assert "torch 2." in log and "torch.cuda.is_available() = False" in log, "the interpreter check says what it found"
+    assert setup[1] == python, "setup's `python` is the runner's interpreter"
