@@ -33,6 +33,8 @@ ACT = shutil.which("act") or str(Path(sys.executable).parent / "act")
 UPLOAD = "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02"
 DOWNLOAD = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093"
 CACHE = "actions/cache@5a3ec84eff668545956fd18022155c47e93e2684"  # restore/ and save/ inside
+CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"  # only for other repositories
+GPU_GATE_REPO, GPU_GATE_REF = "octo/gpu-gate", "0123456789abcdef0123456789abcdef01234567"
 PINNED = {"GIT_AUTHOR_NAME": "Gate Tester", "GIT_AUTHOR_EMAIL": "tester@example.com",
           "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+00:00", "GIT_COMMITTER_NAME": "Gate Tester",
           "GIT_COMMITTER_EMAIL": "tester@example.com", "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+00:00"}
@@ -60,7 +62,8 @@ def copy_action(dest: Path) -> None:
     dest.mkdir(parents=True, exist_ok=True)
     shutil.copy(ROOT / "action.yml", dest / "action.yml")
     shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
-    shutil.copytree(ROOT / "gpu_gate", dest / "gpu_gate", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(ROOT / "gpu_gate", dest / "gpu_gate", ignore=shutil.ignore_patterns("__pycache__"),
+                    dirs_exist_ok=True)
 
 
 def action_workflow(python: str, check: dict | None = None) -> dict:
@@ -111,9 +114,13 @@ def pr_repo(tmp_path: Path) -> tuple[Path, Path, str, str]:
     wf.mkdir(parents=True)
     (wf / "gate-test.yml").write_text(yaml.safe_dump(action_workflow(sys.executable), sort_keys=False))
     shutil.copy(ROOT / ".github" / "workflows" / "gate.yml", wf / "gate.yml")
+    # The runners' interpreters have torch but not gpu-gate: the workflow runs gpu-gate from its own
+    # checkout at gpu-gate-ref (a stand-in for actions/checkout copies it).
+    runner = runner_python(tmp_path)
     caller = {"name": "fanout", "on": "pull_request", "jobs": {"gpu": {
         "uses": "./.github/workflows/gate.yml",
-        "with": {"runner-labels": '["self-hosted", "gpu"]', "shards": 2, "python": sys.executable}}}}
+        "with": {"runner-labels": '["self-hosted", "gpu"]', "shards": 2, "python": runner, "hosted-python": runner,
+                 "gpu-gate-repository": GPU_GATE_REPO, "gpu-gate-ref": GPU_GATE_REF, "gpu": False}}}}
     (wf / "fanout.yml").write_text(yaml.safe_dump(caller, sort_keys=False))
     caller["jobs"]["gpu"]["with"]["cache"] = False
     (wf / "fanout-nocache.yml").write_text(yaml.safe_dump({**caller, "name": "fanout-nocache"}, sort_keys=False))
@@ -157,10 +164,14 @@ def run_act(repo: Path, event: Path, gh: FakeGitHub, workflow: str, out: Path, h
             "--env", f"GITHUB_RUN_ID={run[0]}", "--env", f"GITHUB_RUN_ATTEMPT={run[1]}",
             "--env", f"GG_TEST_OUT={out}", "--env", f"GG_FAKE_ARTIFACTS={artifacts}",
             "--env", f"GG_FAKE_CACHE={cache}",
+            "--env", f"GG_FAKE_GPU_GATE_SRC={out / 'gpu-gate-src'}", "--env", f"GG_FAKE_GPU_GATE_REPO={GPU_GATE_REPO}",
+            "--env", f"GG_FAKE_GPU_GATE_REF={GPU_GATE_REF}",
             "--secret-file", str(secrets),
             "--local-repository", f"{UPLOAD}={FAKE_ACTIONS / 'upload-artifact'}",
             "--local-repository", f"{DOWNLOAD}={FAKE_ACTIONS / 'download-artifact'}",
-            "--local-repository", f"{CACHE}={FAKE_ACTIONS / 'cache'}"]
+            "--local-repository", f"{CACHE}={FAKE_ACTIONS / 'cache'}",
+            "--local-repository", f"{CHECKOUT}={FAKE_ACTIONS / 'checkout'}"]
+    copy_action(out / "gpu-gate-src")  # what the reusable workflow checks out at gpu-gate-ref
     env = {**os.environ, "HOME": str(home)}  # act keeps its copies of the workspace under ~/.cache
     env.pop("GITHUB_ACTIONS", None)
     return subprocess.run(argv, cwd=repo, capture_output=True, text=True, env=env, timeout=540)
@@ -291,7 +302,8 @@ def test_reusable_workflow_is_green_when_no_kernel_changed(tmp_path: Path, gh: F
     shutil.copy(ROOT / ".github" / "workflows" / "gate.yml", wf / "gate.yml")
     caller = {"name": "fanout", "on": "pull_request", "jobs": {"gpu": {
         "uses": "./.github/workflows/gate.yml",
-        "with": {"runner-labels": '["self-hosted", "gpu"]', "shards": 2, "python": sys.executable}}}}
+        "with": {"runner-labels": '["self-hosted", "gpu"]', "shards": 2, "python": sys.executable,
+                 "hosted-python": sys.executable, "gpu": False}}}}
     (wf / "fanout.yml").write_text(yaml.safe_dump(caller, sort_keys=False))
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")

@@ -67,3 +67,10 @@ def test_an_old_python_is_one_clear_error(tmp_path: Path) -> None:
     fake.chmod(0o755)
     with pytest.raises(SystemExit, match="is not Python 3.11 or newer"):
         install.install(str(fake), ROOT, tmp_path / "gg")
+
+
+def test_without_a_checkout_the_installed_gpu_gate_is_used_or_the_error_says_what_to_pass(tmp_path: Path) -> None:
+    out = install.install(sys.executable, None, tmp_path / "gg")
+    assert out["pythonpath"] == "" and json.loads(out["sys-path"])
+    with pytest.raises(SystemExit, match="pass gpu-gate-ref"):
+        install.install(runner_python(tmp_path, with_packages=True), None, tmp_path / "gg")

@@ -104,15 +104,21 @@ def import_path(python: str, pythonpath: str) -> list[str]:
     return front + [p for p in json.loads(res.stdout) if p and p not in front]
 
 
-def install(python: str, action: Path, dest: Path) -> dict[str, str]:
-    """Step outputs: python, pythonpath, sys-path."""
+def install(python: str, action: Path | None, dest: Path) -> dict[str, str]:
+    """Step outputs: python, pythonpath, sys-path. ``action`` None: use the gpu-gate PYTHON has."""
     exe = _python(python, "import sys; print(sys.executable); sys.exit(sys.version_info < (3, 11))")
     if exe.returncode != 0:
         raise SystemExit(f"::error title=gpu-gate::{python} is not Python 3.11 or newer "
                          f"({(exe.stderr or exe.stdout).strip()[-300:]}): pass the action a `python:` that is")
     python = exe.stdout.strip()
-    want = action_version(action)
     have = installed_version(python)
+    if action is None:
+        if have is None:
+            raise SystemExit(f"::error title=gpu-gate::{python} has no gpu-gate: pass gpu-gate-ref (the commit you "
+                             "call the workflow at) so that it is checked out, or bake gpu-gate into the runner image")
+        print(f"gpu-gate {have} is installed for {python}", flush=True)
+        return {"python": python, "pythonpath": "", "sys-path": json.dumps(import_path(python, ""))}
+    want = action_version(action)
     pythonpath = ""
     if have == want:
         print(f"gpu-gate {want} is already installed for {python}", flush=True)
@@ -134,9 +140,9 @@ def install(python: str, action: Path, dest: Path) -> dict[str, str]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 3:
-        print("usage: install.py PYTHON ACTION_PATH DEST", file=sys.stderr)
+        print("usage: install.py PYTHON ACTION_PATH|'' DEST", file=sys.stderr)
         return 2
-    outputs = install(argv[0], Path(argv[1]), Path(argv[2]))
+    outputs = install(argv[0], Path(argv[1]) if argv[1] else None, Path(argv[2]))
     lines = "".join(f"{k}={v}\n" for k, v in outputs.items())
     target = os.environ.get("GITHUB_OUTPUT")
     if target:
