@@ -645,3 +645,33 @@ def test_check_mode_leaves_no_token_where_the_changes_code_runs_on_the_runners_i
     assert f"from the action's checkout, for {python}" in log, log[-6000:]
     assert "torch 2." in log and "torch.cuda.is_available() = False" in log, "the interpreter check says what it found"
     assert setup[1] == python, "setup's `python` is the runner's interpreter"
+
+
+def test_a_forks_commit_reaches_the_gpu_jobs_only_after_a_maintainer_approved_that_commit(
+        pr_repo, gh: FakeGitHub, tmp_path: Path) -> None:
+    """gate.yml with approve-by-comment: without an approval the shards never run and the verdict is
+    red; a maintainer's comment naming another commit does not count; one naming the head does."""
+    repo, event, base, head = pr_repo
+    fork = json.loads(event.read_text())
+    fork["pull_request"]["head"]["repo"] = {"full_name": "stranger/kernels", "fork": True}
+    fork_event = tmp_path / "fork-event.json"
+    fork_event.write_text(json.dumps(fork))
+    caller = yaml.safe_load((repo / ".github" / "workflows" / "fanout.yml").read_text())
+    caller["jobs"]["gpu"]["with"].update({"approve-by-comment": True, "cache": False})
+    (repo / ".github" / "workflows" / "approve.yml").write_text(yaml.safe_dump({**caller, "name": "approve"},
+                                                                               sort_keys=False))
+    gh.add_comment(7, f"/gpu-gate approve {base}", "maintainer", "MEMBER")  # an older commit
+    gh.add_comment(7, f"/gpu-gate approve {head}", "stranger", "CONTRIBUTOR")  # the author's own
+    waiting = run_act(repo, fork_event, gh, "approve.yml", tmp_path / "run1", tmp_path / "home")
+    log = waiting.stdout + waiting.stderr
+    assert f"comments '/gpu-gate approve {head}'" in log, log[-6000:]
+    assert not list((tmp_path / "run1" / "artifacts").glob("gpu-gate-results-*")), "no shard may run unapproved"
+    assert "the GPU jobs wait for a maintainer's '/gpu-gate approve <head sha>' comment" in log, \
+        [line for line in log.splitlines() if 'error' in line]
+    assert waiting.returncode != 0 and "gpu-gate did not pass" in log
+
+    gh.add_comment(7, f"reviewed.\n/gpu-gate approve {head}", "maintainer", "MEMBER")
+    approved = run_act(repo, fork_event, gh, "approve.yml", tmp_path / "run2", tmp_path / "home")
+    log = approved.stdout + approved.stderr
+    assert f"commit {head} approved by maintainer" in log, log[-6000:]
+    assert len(list((tmp_path / "run2" / "artifacts").glob("gpu-gate-results-*/results.json"))) == 2

@@ -72,6 +72,12 @@ def test_the_gate_jobs_that_run_the_pull_requests_code_get_no_token() -> None:
     jobs = load(ROOT / ".github" / "workflows" / "gate.yml")["jobs"]
     for name in ("plan", "approval", "check", "verdict"):
         assert token_uses(jobs[name]) == [], f"gate.yml job {name} hands a token over"
+    # The comment approval reads comments with a read-only token and checks out nothing of the PR.
+    approval = jobs["comment-approval"]
+    assert approval["permissions"] == {"pull-requests": "read"}
+    assert not any(str(s.get("uses", "")).startswith("actions/checkout@") and "repository" not in s.get("with", {})
+                   for s in approval["steps"])
+    assert [s["name"] for s in approval["steps"] if token_uses(s)] == ["Look for a maintainer's approval of the head commit"]
     report_steps = [s for s in jobs["report"]["steps"] if token_uses(s)]
     assert [s.get("id") for s in report_steps] == ["report"], "only the publishing step holds the token"
     assert "-I -S" in report_steps[0]["run"], "and it runs gpu-gate without site hooks or PYTHON* variables"
@@ -113,7 +119,8 @@ def test_no_expression_is_expanded_inside_a_script(path: Path) -> None:
 def test_gate_report_publishes_unless_cancelled_and_the_verdict_job_always_decides() -> None:
     jobs = load(ROOT / ".github" / "workflows" / "gate.yml")["jobs"]
     report, verdict = jobs["report"], jobs["verdict"]
-    assert report["if"] == "${{ !cancelled() }}" and set(report["needs"]) == {"plan", "approval", "check"}
+    assert report["if"] == "${{ !cancelled() }}" and set(report["needs"]) == {"plan", "approval", "comment-approval",
+                                                                              "check"}
     script = next(s["run"] for s in report["steps"] if s.get("id") == "report")
     assert "--expect-plan" in script and "CHECK_RESULT" in script
     assert verdict["if"] == "always()" and verdict["needs"] == ["report"]
@@ -125,8 +132,9 @@ def test_gate_report_publishes_unless_cancelled_and_the_verdict_job_always_decid
 def test_gate_gpu_jobs_wait_for_the_environments_approval() -> None:
     jobs = load(ROOT / ".github" / "workflows" / "gate.yml")["jobs"]
     assert jobs["approval"]["environment"] == "${{ inputs.environment }}"
-    assert "approval" in jobs["check"]["needs"]
+    assert {"approval", "comment-approval"} <= set(jobs["check"]["needs"])
     cond = jobs["check"]["if"]
+    assert "needs.comment-approval.outputs.approved == 'true'" in cond
     assert "needs.approval.result == 'success'" in cond and "inputs.environment == ''" in cond
     assert "environment" not in jobs["check"], "the environment's secrets must not reach the GPU jobs"
 
