@@ -39,7 +39,6 @@ machine as the cache folder, so an untrusted PR could plant entries.
 from __future__ import annotations
 
 import hashlib
-import importlib.metadata
 import json
 import os
 import tempfile
@@ -55,10 +54,11 @@ UNCACHEABLE = frozenset({Status.ERROR, Status.NOT_RUN})
 
 
 def gpu_gate_version() -> str:
-    try:
-        return importlib.metadata.version("gpu-gate")
-    except importlib.metadata.PackageNotFoundError:
-        return "unknown"
+    # The package's own version: the distribution's name differs from the command's, and the
+    # action runs gpu-gate from a copy of its checkout that has no distribution metadata.
+    from . import __version__
+
+    return __version__
 
 
 def _canonical(value: Any) -> bytes:

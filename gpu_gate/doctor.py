@@ -443,7 +443,7 @@ def probe_cuda(script: str, timeout: float, pycache: Path | None = None,
     """Run ``script`` in a fresh interpreter. With ``pycache``, what it imports is compiled there
     once (torch: seconds) and the run's jobs reuse it. With ``visible``, it sees those GPUs only.
     It numbers devices in PCI bus order, as NVML does."""
-    env = dict(os.environ)
+    env = proc.scrubbed_env()
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     if pycache is not None:
         env.pop("PYTHONDONTWRITEBYTECODE", None)

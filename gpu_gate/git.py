@@ -40,7 +40,7 @@ class FileChange:
 
 
 def _env() -> dict[str, str]:
-    env = dict(os.environ)
+    env = proc.scrubbed_env()  # git needs no token to read the checkout
     env["GIT_TERMINAL_PROMPT"] = "0"  # never wait for a password on a runner
     env["LC_ALL"] = "C"
     return env

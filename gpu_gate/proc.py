@@ -3,7 +3,9 @@
 Every caller (git, nvcc, compute-sanitizer, the harness subprocess) goes through
 :func:`run`. It returns the exit code and both output streams, kills the whole
 process group on timeout, bounds how much output it keeps in memory, and turns a
-missing executable into a result instead of an exception.
+missing executable into a result instead of an exception. A program started without
+an explicit ``env`` gets :func:`scrubbed_env`: no external tool (a ``--version`` probe of
+a path a policy names included) ever sees a token.
 """
 from __future__ import annotations
 
@@ -25,6 +27,9 @@ MAX_CAPTURE = 256 * 1024
 
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|(^|_)KEY($|_)|PRIVATE|AUTH", re.I)
 _SECRET_PREFIXES = ("ACTIONS_", "GITHUB_TOKEN", "GH_", "RUNNER_TOKEN", "AWS_", "AZURE_", "GOOGLE_")
+# The runner's command files: a line written to GITHUB_ENV or GITHUB_PATH changes the environment and
+# PATH of every later step of the job, the one that publishes with the token included.
+RUNNER_COMMAND_FILES = ("GITHUB_ENV", "GITHUB_PATH", "GITHUB_OUTPUT", "GITHUB_STATE", "GITHUB_STEP_SUMMARY")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +76,7 @@ def scrubbed_env(base: Mapping[str, str] | None = None, extra: Mapping[str, str]
     """The environment for untrusted kernel code: no tokens, secrets, keys or Actions internals."""
     env = dict(os.environ if base is None else base)
     for name in list(env):
-        if name.startswith(_SECRET_PREFIXES) or _SECRET_NAME.search(name):
+        if name.startswith(_SECRET_PREFIXES) or _SECRET_NAME.search(name) or name in RUNNER_COMMAND_FILES:
             del env[name]
     if extra:
         env.update(extra)
@@ -113,7 +118,7 @@ def run(
             proc = subprocess.Popen(
                 argv,
                 cwd=cwd,
-                env=None if env is None else dict(env),
+                env=scrubbed_env() if env is None else dict(env),
                 stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,

@@ -33,6 +33,8 @@ ACT = shutil.which("act") or str(Path(sys.executable).parent / "act")
 UPLOAD = "actions/upload-artifact@ea165f8d65b6e75b540449e92b4886f43607fa02"
 DOWNLOAD = "actions/download-artifact@d3f86a106a0bac45b974a628896c90dbdf5c8093"
 CACHE = "actions/cache@5a3ec84eff668545956fd18022155c47e93e2684"  # restore/ and save/ inside
+CHECKOUT = "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683"  # only for other repositories
+GPU_GATE_REPO, GPU_GATE_REF = "octo/gpu-gate", "0123456789abcdef0123456789abcdef01234567"
 PINNED = {"GIT_AUTHOR_NAME": "Gate Tester", "GIT_AUTHOR_EMAIL": "tester@example.com",
           "GIT_AUTHOR_DATE": "2024-01-01T00:00:00+00:00", "GIT_COMMITTER_NAME": "Gate Tester",
           "GIT_COMMITTER_EMAIL": "tester@example.com", "GIT_COMMITTER_DATE": "2024-01-01T00:00:00+00:00"}
@@ -55,8 +57,17 @@ def git(repo: Path, *args: str) -> str:
     return res.stdout.strip()
 
 
+def copy_action(dest: Path) -> None:
+    """What `uses: <org>/gpu-gate@sha` checks out, as far as the action needs it."""
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy(ROOT / "action.yml", dest / "action.yml")
+    shutil.copy(ROOT / "pyproject.toml", dest / "pyproject.toml")
+    shutil.copytree(ROOT / "gpu_gate", dest / "gpu_gate", ignore=shutil.ignore_patterns("__pycache__"),
+                    dirs_exist_ok=True)
+
+
 def action_workflow(python: str, check: dict | None = None) -> dict:
-    common = {"python": python, "artifact": "", "extra-args": "--cpu"}
+    common = {"python": python, "artifact": "", "gpu": "false"}
     record = ("import json, os, shutil\n"
               "out = os.environ['GG_TEST_OUT']\n"
               "keys = ['VERDICT', 'EXIT_CODE', 'COUNTS', 'JUNIT', 'MARKDOWN', 'SARIF', 'REPORT_DIR',"
@@ -98,17 +109,18 @@ def pr_repo(tmp_path: Path) -> tuple[Path, Path, str, str]:
     git(repo, "init", "-q", "-b", "main")
     (repo / "csrc" / "add.cu").write_text(GOOD)
     (repo / "csrc" / "scale.cu").write_text(SCALE)
-    action_dir = repo / ".gpu-gate-action"
-    action_dir.mkdir()
-    shutil.copy(ROOT / "action.yml", action_dir / "action.yml")
-    shutil.copy(ROOT / "pyproject.toml", action_dir / "pyproject.toml")
+    copy_action(repo / ".gpu-gate-action")
     wf = repo / ".github" / "workflows"
     wf.mkdir(parents=True)
     (wf / "gate-test.yml").write_text(yaml.safe_dump(action_workflow(sys.executable), sort_keys=False))
     shutil.copy(ROOT / ".github" / "workflows" / "gate.yml", wf / "gate.yml")
+    # The runners' interpreters have torch but not gpu-gate: the workflow runs gpu-gate from its own
+    # checkout at gpu-gate-ref (a stand-in for actions/checkout copies it).
+    runner = runner_python(tmp_path)
     caller = {"name": "fanout", "on": "pull_request", "jobs": {"gpu": {
         "uses": "./.github/workflows/gate.yml",
-        "with": {"runner-labels": '["self-hosted", "gpu"]', "shards": 2, "python": sys.executable}}}}
+        "with": {"runner-labels": '["self-hosted", "gpu"]', "shards": 2, "python": runner, "hosted-python": runner,
+                 "gpu-gate-repository": GPU_GATE_REPO, "gpu-gate-ref": GPU_GATE_REF, "gpu": False}}}}
     (wf / "fanout.yml").write_text(yaml.safe_dump(caller, sort_keys=False))
     caller["jobs"]["gpu"]["with"]["cache"] = False
     (wf / "fanout-nocache.yml").write_text(yaml.safe_dump({**caller, "name": "fanout-nocache"}, sort_keys=False))
@@ -144,16 +156,22 @@ def run_act(repo: Path, event: Path, gh: FakeGitHub, workflow: str, out: Path, h
     artifacts = out / "artifacts"
     artifacts.mkdir(exist_ok=True)
     cache = cache or out / "actions-cache"
+    secrets = out / "secrets.env"  # not on act's command line: a spec may read /proc/*/cmdline too
+    secrets.write_text(f"GITHUB_TOKEN={gh.token}\n")
     argv = [ACT, "pull_request", "-W", f".github/workflows/{workflow}", "-e", str(event),
             "-P", "self-hosted=-self-hosted", "-P", "ubuntu-latest=-self-hosted", "-P", "gpu=-self-hosted",
             "--env", f"GITHUB_API_URL={gh.url}", "--env", "GITHUB_REPOSITORY=octo/kernels",
             "--env", f"GITHUB_RUN_ID={run[0]}", "--env", f"GITHUB_RUN_ATTEMPT={run[1]}",
             "--env", f"GG_TEST_OUT={out}", "--env", f"GG_FAKE_ARTIFACTS={artifacts}",
             "--env", f"GG_FAKE_CACHE={cache}",
-            "-s", f"GITHUB_TOKEN={gh.token}",
+            "--env", f"GG_FAKE_GPU_GATE_SRC={out / 'gpu-gate-src'}", "--env", f"GG_FAKE_GPU_GATE_REPO={GPU_GATE_REPO}",
+            "--env", f"GG_FAKE_GPU_GATE_REF={GPU_GATE_REF}",
+            "--secret-file", str(secrets),
             "--local-repository", f"{UPLOAD}={FAKE_ACTIONS / 'upload-artifact'}",
             "--local-repository", f"{DOWNLOAD}={FAKE_ACTIONS / 'download-artifact'}",
-            "--local-repository", f"{CACHE}={FAKE_ACTIONS / 'cache'}"]
+            "--local-repository", f"{CACHE}={FAKE_ACTIONS / 'cache'}",
+            "--local-repository", f"{CHECKOUT}={FAKE_ACTIONS / 'checkout'}"]
+    copy_action(out / "gpu-gate-src")  # what the reusable workflow checks out at gpu-gate-ref
     env = {**os.environ, "HOME": str(home)}  # act keeps its copies of the workspace under ~/.cache
     env.pop("GITHUB_ACTIONS", None)
     return subprocess.run(argv, cwd=repo, capture_output=True, text=True, env=env, timeout=540)
@@ -284,7 +302,8 @@ def test_reusable_workflow_is_green_when_no_kernel_changed(tmp_path: Path, gh: F
     shutil.copy(ROOT / ".github" / "workflows" / "gate.yml", wf / "gate.yml")
     caller = {"name": "fanout", "on": "pull_request", "jobs": {"gpu": {
         "uses": "./.github/workflows/gate.yml",
-        "with": {"runner-labels": '["self-hosted", "gpu"]', "shards": 2, "python": sys.executable}}}}
+        "with": {"runner-labels": '["self-hosted", "gpu"]', "shards": 2, "python": sys.executable,
+                 "hosted-python": sys.executable, "gpu": False}}}}
     (wf / "fanout.yml").write_text(yaml.safe_dump(caller, sort_keys=False))
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", "base")
@@ -431,3 +450,228 @@ def test_fake_cache_stand_ins_match_keys_like_actions_cache(tmp_path: Path) -> N
     assert stand_in("save", ws, store, path="c", key="k-c-1")[0] == 0 and len(saved_keys(store)) == 3, \
         "a missing path only warns"
     assert restores(store)[:2] == [("k-a-1", "-"), ("k-a-1", "k-a-1")]
+
+
+# --- No secret where the change's code runs; an interpreter that lacks gpu-gate -----------------
+
+SEARCH = '''"""Look for the token everywhere a process of this job could: every /proc/*/environ, the
+checkout's .git/config (and any above it), this process's environment."""
+import glob
+import os
+import sys
+
+TOKEN = os.environ.get("GG_TEST_TOKEN_TO_FIND") or {token!r}
+CANARY = {canary!r}  # set in the job's env on purpose: a search that cannot see it proves nothing
+
+
+def places():
+    for path in sorted(glob.glob("/proc/[0-9]*/environ")):
+        try:
+            with open(path, "rb") as f:
+                yield path, f.read().decode("utf-8", "replace")
+        except OSError:
+            continue
+    here = os.getcwd()
+    while True:
+        config = os.path.join(here, ".git", "config")
+        if os.path.isfile(config):
+            with open(config, encoding="utf-8", errors="replace") as f:
+                yield config, f.read()
+        if os.path.dirname(here) == here:
+            break
+        here = os.path.dirname(here)
+    yield "os.environ", "\\n".join(f"{{k}}={{v}}" for k, v in os.environ.items())
+
+
+def check_nothing_leaks():
+    found = list(places())
+    leaks = [path for path, text in found if TOKEN in text]
+    if leaks:
+        raise RuntimeError("the token is readable at " + ", ".join(leaks))
+    if not any(CANARY in text for _, text in found):
+        raise RuntimeError(f"the canary is nowhere in {{len(found)}} places: the search is blind")
+    return len(found)
+
+
+if __name__ == "__main__":
+    print(f"searched {{check_nothing_leaks()}} places: no token")
+'''
+
+LEAK_SPEC = '''import gpu_gate as gg
+
+from gate.secret_search import check_nothing_leaks
+
+
+@gg.spec(
+    dims={"n": gg.Dim(1, 64)},
+    inputs={"x": gg.Tensor(("n",), dtypes=["float32"]), "y": gg.Tensor(("n",), dtype="like:x")},
+    reference=lambda x, y: x + y,
+    covers=["csrc/add.cu"],
+    checks=["equivalence"],
+)
+def leak_gate(x, y):
+    check_nothing_leaks()
+    return x + y
+'''
+
+SPY = """#!/bin/sh
+# nvcc as the runner has it, but first write down the environment it was given.
+env > "$GG_SPY_OUT/nvcc-env.$$"
+exec {nvcc} "$@"
+"""
+POLICY = """version: 1
+specs: ["gate/**/*_gate.py"]
+not_run: warn
+checks:
+  equivalence: {cases: 4}
+  determinism: off
+  memcheck: off
+  racecheck: off
+  synccheck: off
+  initcheck: off
+"""
+
+
+def runner_python(tmp_path: Path) -> str:
+    """A runner's interpreter that has torch and gpu-gate's dependencies but not gpu-gate: a venv
+    that sees this venv's packages through a .pth file (the editable gpu-gate's own hook is not followed)."""
+    import sysconfig
+    import venv
+
+    env_dir = tmp_path / "runner-python"
+    venv.EnvBuilder(with_pip=False).create(env_dir)
+    python = str(env_dir / "bin" / "python")
+    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    Path(site, "runner-stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+    probe = subprocess.run([python, "-P", "-c", "import torch\ntry:\n import gpu_gate\nexcept ImportError: print('ok')"],
+                           capture_output=True, text=True, cwd=tmp_path)
+    assert probe.stdout.strip() == "ok", "the runner's python must have torch and lack gpu-gate"
+    return python
+
+
+@pytest.fixture
+def leak_repo(tmp_path: Path, gh: FakeGitHub) -> tuple[Path, Path, Path, str]:
+    """(repo, event, spy output dir, canary): a PR that changes a CUDA kernel covered by a spec that
+    searches for the token; nvcc on PATH is a spy; the job's env holds the token (carelessly)."""
+    nvcc = shutil.which("nvcc")
+    if nvcc is None:
+        pytest.skip("nvcc is not installed")
+    repo, spy_out, spy_dir = tmp_path / "repo", tmp_path / "spy", tmp_path / "spy-bin"
+    for d in (repo / "csrc", repo / "gate", spy_out, spy_dir):
+        d.mkdir(parents=True)
+    canary = "gg-canary-" + os.urandom(6).hex()
+    (spy_dir / "nvcc").write_text(SPY.format(nvcc=nvcc))
+    (spy_dir / "nvcc").chmod(0o755)
+    git(repo, "init", "-q", "-b", "main")
+    (repo / "csrc" / "add.cu").write_text(GOOD)
+    (repo / "gate" / "secret_search.py").write_text(SEARCH.format(token=gh.token, canary=canary))
+    (repo / "gate" / "leak_gate.py").write_text(LEAK_SPEC)
+    (repo / ".gpu-gate.yml").write_text(POLICY)
+    copy_action(repo / ".gpu-gate-action")
+    python = runner_python(tmp_path)
+    steps = [
+        {"uses": "actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683",
+         "with": {"persist-credentials": False}},
+        {"name": "put the spy nvcc first on PATH", "shell": "bash", "env": {"SPY_DIR": str(spy_dir)},
+         "run": 'echo "$SPY_DIR" >> "$GITHUB_PATH"'},
+        {"id": "gate", "uses": "./.gpu-gate-action", "continue-on-error": True,
+         "with": {"python": python, "gpu": "false", "artifact": "",
+                  "setup": "python -m gate.secret_search > \"$GG_SPY_OUT/setup.txt\"\n"
+                           "python -c 'import sys; print(sys.executable)' >> \"$GG_SPY_OUT/setup.txt\""}},
+        {"name": "record outputs", "if": "always()", "shell": "bash",
+         "env": {"VERDICT": "${{ steps.gate.outputs.verdict }}", "REPORT_DIR": "${{ steps.gate.outputs.report-dir }}"},
+         "run": 'cp "$REPORT_DIR/results.json" "$GG_SPY_OUT/results.json"; echo "$VERDICT" > "$GG_SPY_OUT/verdict"'},
+    ]
+    job = {"runs-on": ["self-hosted", "gpu"], "permissions": {"contents": "read", "checks": "write",
+                                                               "pull-requests": "write"},
+           # The careless pattern gpu-gate must survive: the token in the job's environment.
+           "env": {"GITHUB_TOKEN": "${{ secrets.GITHUB_TOKEN }}", "GG_CANARY": canary, "GG_SPY_OUT": str(spy_out)},
+           "steps": steps}
+    wf = repo / ".github" / "workflows"
+    wf.mkdir(parents=True)
+    (wf / "leak.yml").write_text(yaml.safe_dump({"name": "leak", "on": "pull_request", "jobs": {"gate": job}},
+                                                sort_keys=False))
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "base")
+    base = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-b", "feature")
+    (repo / "csrc" / "add.cu").write_text(GOOD.replace("int i =", "const int i ="))
+    git(repo, "commit", "-q", "-am", "const index")
+    head = git(repo, "rev-parse", "HEAD")
+    event = tmp_path / "event.json"
+    event.write_text(json.dumps({"number": 7, "repository": {"full_name": "octo/kernels"},
+                                 "pull_request": {"number": 7, "head": {"sha": head, "ref": "feature"},
+                                                  "base": {"sha": base, "ref": "main"}}}))
+    return repo, event, spy_out, canary
+
+
+def test_check_mode_leaves_no_token_where_the_changes_code_runs_on_the_runners_interpreter(
+        leak_repo, gh: FakeGitHub, tmp_path: Path) -> None:
+    """One run (act is slow), two promises.
+
+    No secret: the spec and the setup commands search every /proc/*/environ, .git/config and their
+    environment for the token, and find the canary (so the search sees); nvcc, first on PATH, writes
+    down what it was given; the token still reaches the publishing step (comment and check run posted).
+
+    Install: the runner's interpreter has torch but not gpu-gate; the action copies gpu-gate from its
+    checkout for it, says what torch it found, runs setup with that interpreter as `python`, and the
+    spec (which imports torch and gpu_gate) runs there.
+    """
+    repo, event, spy_out, canary = leak_repo
+    res = run_act(repo, event, gh, "leak.yml", tmp_path / "run", tmp_path / "home")
+    log = res.stdout + res.stderr
+    assert (spy_out / "results.json").exists(), log[-8000:]
+    results = json.loads((spy_out / "results.json").read_text())
+    leak = [r for r in results["results"] if r["check"] == "equivalence"]
+    assert leak, [r["job_id"] for r in results["results"]]
+    messages = [f["message"] for r in leak for f in r["findings"]]
+    assert [r["status"] for r in leak] == ["passed"], messages
+    setup = (spy_out / "setup.txt").read_text().splitlines()
+    assert setup[0].startswith("searched ") and setup[0].endswith("no token"), setup
+    dumps = sorted(spy_out.glob("nvcc-env.*"))
+    assert dumps, "nvcc never ran: the tool check would prove nothing"
+    for dump in dumps:
+        text = dump.read_text()
+        assert gh.token not in text and "GITHUB_TOKEN=" not in text and f"GG_CANARY={canary}" in text
+    removed = [line for line in log.splitlines() if "::warning title=gpu-gate::removed " in line]
+    assert removed and all("GITHUB_TOKEN" in line for line in removed), "gpu-gate says it dropped the job env's token"
+    assert (spy_out / "verdict").read_text().strip() == "passed", log[-6000:]
+    assert len(gh.comments[7]) == 1 and gh.check_runs, "publishing had the token"
+    assert gh.violations == []
+
+    python = yaml.safe_load((repo / ".github" / "workflows" / "leak.yml").read_text()
+                            )["jobs"]["gate"]["steps"][2]["with"]["python"]
+    assert f"from the action's checkout, for {python}" in log, log[-6000:]
+    assert "torch 2." in log and "torch.cuda.is_available() = False" in log, "the interpreter check says what it found"
+    assert setup[1] == python, "setup's `python` is the runner's interpreter"
+
+
+def test_a_forks_commit_reaches_the_gpu_jobs_only_after_a_maintainer_approved_that_commit(
+        pr_repo, gh: FakeGitHub, tmp_path: Path) -> None:
+    """gate.yml with approve-by-comment: without an approval the shards never run and the verdict is
+    red; a maintainer's comment naming another commit does not count; one naming the head does."""
+    repo, event, base, head = pr_repo
+    fork = json.loads(event.read_text())
+    fork["pull_request"]["head"]["repo"] = {"full_name": "stranger/kernels", "fork": True}
+    fork_event = tmp_path / "fork-event.json"
+    fork_event.write_text(json.dumps(fork))
+    caller = yaml.safe_load((repo / ".github" / "workflows" / "fanout.yml").read_text())
+    caller["jobs"]["gpu"]["with"].update({"approve-by-comment": True, "cache": False})
+    (repo / ".github" / "workflows" / "approve.yml").write_text(yaml.safe_dump({**caller, "name": "approve"},
+                                                                               sort_keys=False))
+    gh.add_comment(7, f"/gpu-gate approve {base}", "maintainer", "MEMBER")  # an older commit
+    gh.add_comment(7, f"/gpu-gate approve {head}", "stranger", "CONTRIBUTOR")  # the author's own
+    waiting = run_act(repo, fork_event, gh, "approve.yml", tmp_path / "run1", tmp_path / "home")
+    log = waiting.stdout + waiting.stderr
+    assert f"comments '/gpu-gate approve {head}'" in log, log[-6000:]
+    assert not list((tmp_path / "run1" / "artifacts").glob("gpu-gate-results-*")), "no shard may run unapproved"
+    assert "the GPU jobs wait for a maintainer's '/gpu-gate approve <head sha>' comment" in log, \
+        [line for line in log.splitlines() if 'error' in line]
+    assert waiting.returncode != 0 and "gpu-gate did not pass" in log
+
+    gh.add_comment(7, f"reviewed.\n/gpu-gate approve {head}", "maintainer", "MEMBER")
+    approved = run_act(repo, fork_event, gh, "approve.yml", tmp_path / "run2", tmp_path / "home")
+    log = approved.stdout + approved.stderr
+    assert f"commit {head} approved by maintainer" in log, log[-6000:]
+    assert len(list((tmp_path / "run2" / "artifacts").glob("gpu-gate-results-*/results.json"))) == 2

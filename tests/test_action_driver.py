@@ -53,13 +53,12 @@ def no_token_in_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("GG_TOKEN", "s3cret")  # as action.yml passes it
 
 
-def test_check_runs_without_the_token_and_report_publishes_with_it(tmp_path: Path) -> None:
+def test_check_runs_without_the_token_and_the_publish_phase_publishes_with_it(tmp_path: Path) -> None:
     cli = FakeCli(tmp_path / "gpu-gate-report", {"check": 1, "report": 1})
     assert action.main(env_for(tmp_path, mode="check", base="main", extra_args="--cpu --jobs 2"), run=cli) == 0
-    (check, check_token), (report, report_token) = cli.calls
+    ((check, check_token),) = cli.calls
     assert check[:2] == ["check", "--repo"] and ["--base", "main"] == check[3:5] and check[-2:] == ["--jobs", "2"]
     assert check_token is None, "kernel code runs under check: it must not see the token"
-    assert report[0] == "report" and "--github" in report and report_token == "s3cret"
     out = outputs(tmp_path)
     assert out["verdict"] == "failed" and out["exit-code"] == "1"
     assert json.loads(out["counts"]) == {"jobs": 2, "passed": 1, "failed": 1, "error": 0, "not_run": 0,
@@ -67,27 +66,44 @@ def test_check_runs_without_the_token_and_report_publishes_with_it(tmp_path: Pat
     assert out["junit"].endswith("gpu-gate-report/junit.xml") and "sarif" not in out
     assert os.environ.get("GG_TOKEN") == "s3cret", "the environment is restored afterwards"
 
+    (tmp_path / "out.txt").unlink()
+    action.main(env_for(tmp_path, mode="check", phase="publish"), run=cli)
+    report, report_token = cli.calls[1]
+    assert report[:2] == ["report", str(tmp_path / "gpu-gate-report" / "results.json")]
+    assert "--github" in report and report_token == "s3cret"
+    assert outputs(tmp_path) == {"publish-exit-code": "1"}, "the verdict stays the check step's"
+
+
+def test_gpu_false_runs_on_the_cpu(tmp_path: Path) -> None:
+    cli = FakeCli(tmp_path / "gpu-gate-report", {})
+    action.main(env_for(tmp_path, mode="check", gpu="false"), run=cli)
+    action.main(env_for(tmp_path, mode="check"), run=cli)
+    assert "--cpu" in cli.calls[0][0] and "--cpu" not in cli.calls[1][0]
+
 
 def test_a_shard_does_not_publish(tmp_path: Path) -> None:
     cli = FakeCli(tmp_path / "gpu-gate-report", {})
     action.main(env_for(tmp_path, mode="check", shard="2/3", artifact="gpu-gate-report"), run=cli)
-    assert [c[0][0] for c in cli.calls] == ["check"]
     assert outputs(tmp_path)["artifact-name"] == "gpu-gate-report-shard-2-of-3"
+    action.main(env_for(tmp_path, mode="check", phase="publish", shard="2/3"), run=cli)
+    assert [c[0][0] for c in cli.calls] == ["check"]
 
 
-def test_without_a_token_report_does_not_publish(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_a_token_the_publish_phase_writes_the_summary_only(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("GG_TOKEN")
     cli = FakeCli(tmp_path / "gpu-gate-report", {})
     env = env_for(tmp_path, mode="check")
     del env["GG_TOKEN"]
     action.main(env, run=cli)
-    assert "--no-github" in cli.calls[1][0] and outputs(tmp_path)["verdict"] == "passed"
+    action.main({**env, "GG_PHASE": "publish"}, run=cli)
+    assert "--no-github" in cli.calls[1][0] and outputs(tmp_path)["publish-exit-code"] == "0"
 
 
-def test_usage_error_in_check_skips_publishing(tmp_path: Path) -> None:
+def test_a_check_that_wrote_no_results_publishes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cli = FakeCli(tmp_path / "gpu-gate-report", {"check": 2})
-    action.main(env_for(tmp_path, mode="check"), run=cli)
-    assert len(cli.calls) == 1 and outputs(tmp_path)["exit-code"] == "2"
+    action.main(env_for(tmp_path, mode="check", phase="publish"), run=cli)
+    assert cli.calls == [] and "nothing to publish" in capsys.readouterr().out
 
 
 def test_plan_mode_outputs_the_matrix(tmp_path: Path) -> None:
@@ -122,3 +138,9 @@ def test_report_mode_without_results_or_plan_is_a_usage_error(tmp_path: Path, ca
 def test_unknown_mode_is_a_usage_error(tmp_path: Path) -> None:
     action.main(env_for(tmp_path, mode="deploy"), run=FakeCli(tmp_path, {}))
     assert outputs(tmp_path)["exit-code"] == "2"
+
+
+def test_plan_never_runs_in_the_publish_phase(tmp_path: Path) -> None:
+    cli = FakeCli(tmp_path, {})
+    action.main(env_for(tmp_path, mode="plan", phase="publish"), run=cli)
+    assert cli.calls == [] and outputs(tmp_path)["exit-code"] == "2"

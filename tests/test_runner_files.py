@@ -24,16 +24,16 @@ def dockerfile() -> str:
     return (RUNNER / "Dockerfile").read_text()
 
 
-def unit() -> configparser.ConfigParser:
+def unit(name: str = "gpu-gate-runner.service") -> configparser.ConfigParser:
     parser = configparser.ConfigParser(strict=False, interpolation=None)
     parser.optionxform = str  # type: ignore[assignment,method-assign]
-    parser.read_string((RUNNER / "host" / "gpu-gate-runner.service").read_text())
+    parser.read_string((RUNNER / "host" / name).read_text())
     return parser
 
 
-def unit_values(key: str) -> list[str]:
+def unit_values(key: str, name: str = "gpu-gate-runner.service") -> list[str]:
     """All values of a repeatable systemd key (configparser keeps only the last)."""
-    text = (RUNNER / "host" / "gpu-gate-runner.service").read_text()
+    text = (RUNNER / "host" / name).read_text()
     return re.findall(rf"^{re.escape(key)}=(.*)$", text, re.M)
 
 
@@ -76,6 +76,14 @@ def test_arc_values_run_jobs_in_the_gpu_pod_and_document_kubernetes_mode() -> No
     text = (RUNNER / "arc" / "values.yaml").read_text()
     assert "ACTIONS_RUNNER_CONTAINER_HOOK_TEMPLATE" in text
     assert "job-pod-template.yaml" in text
+
+
+def test_no_pod_mounts_a_service_account_token() -> None:
+    """A job in a pod with the default service account token can talk to the cluster's API."""
+    values = load_yaml("arc/values.yaml")
+    assert values["template"]["spec"]["automountServiceAccountToken"] is False
+    template = load_yaml("arc/job-pod-template.yaml")
+    assert template["spec"]["automountServiceAccountToken"] is False
 
 
 def test_job_pod_template_puts_the_gpu_on_the_job_container() -> None:
@@ -139,10 +147,29 @@ def test_systemd_unit_restarts_one_job_runner_as_a_dedicated_user() -> None:
     svc = u["Service"]
     assert svc["Restart"] == "always"
     assert svc["User"] == "gpu-runner"
-    assert svc["ExecStart"].endswith("/register-jit.sh")
+    assert svc["ExecStart"].endswith("/run-jit.sh")
     assert svc["PrivateTmp"] == "yes" and svc["NoNewPrivileges"] == "yes"
-    assert svc["LoadCredential"].startswith("github-app-key:")
     assert u["Install"]["WantedBy"] == "multi-user.target"
+
+
+def test_the_runner_unit_gets_the_jit_configuration_and_never_the_app_key() -> None:
+    """A job runs in the runner unit: with the App key there, it could mint tokens and register runners."""
+    u = unit()
+    assert unit_values("LoadCredential") == ["jitconfig:/run/gpu-gate-register/jitconfig"]
+    assert "github-app-key" not in (RUNNER / "host" / "gpu-gate-runner.service").read_text()
+    assert u["Unit"]["Requires"] == "gpu-gate-register.service"
+    assert "gpu-gate-register.service" in unit_values("After")
+    assert "+/bin/rm -f /run/gpu-gate-register/jitconfig" in unit_values("ExecStartPre")
+
+
+def test_the_registration_unit_is_one_shot_as_another_user_and_holds_the_key() -> None:
+    svc = unit("gpu-gate-register.service")["Service"]
+    assert svc["Type"] == "oneshot" and "RemainAfterExit" not in svc
+    assert svc["User"] == "gpu-gate-register" != unit()["Service"]["User"]
+    assert svc["LoadCredential"].startswith("github-app-key:")
+    assert svc["ExecStart"].endswith("/register-jit.sh")
+    assert svc["RuntimeDirectory"] == "gpu-gate-register" and svc["RuntimeDirectoryPreserve"] == "yes"
+    assert svc["PrivateDevices"] == "yes", "registration needs no GPU"
 
 
 def test_systemd_unit_hardening_keeps_the_nvidia_devices() -> None:
@@ -155,23 +182,27 @@ def test_systemd_unit_hardening_keeps_the_nvidia_devices() -> None:
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed")
-def test_systemd_analyze_knows_every_directive() -> None:
-    res = subprocess.run(["systemd-analyze", "verify", str(RUNNER / "host" / "gpu-gate-runner.service")],
-                         capture_output=True, text=True)
+@pytest.mark.parametrize("name", ["gpu-gate-runner.service", "gpu-gate-register.service"])
+def test_systemd_analyze_knows_every_directive(name: str) -> None:
+    res = subprocess.run(["systemd-analyze", "verify", str(RUNNER / "host" / name)], capture_output=True, text=True)
     # The only complaint allowed is that the script is not installed on this machine.
     complaints = [line for line in res.stderr.splitlines() if "is not executable" not in line and line.strip()]
     assert complaints == []
+
+
+SCRIPTS = [RUNNER / "host" / "register-jit.sh", RUNNER / "host" / "run-jit.sh"]
 
 
 def script() -> Path:
     return RUNNER / "host" / "register-jit.sh"
 
 
-def test_register_script_is_strict_bash() -> None:
-    text = script().read_text()
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_host_scripts_are_strict_bash(path: Path) -> None:
+    text = path.read_text()
     assert text.startswith("#!/usr/bin/env bash\n")
     assert "set -euo pipefail" in text
-    res = subprocess.run(["bash", "-n", str(script())], capture_output=True, text=True)
+    res = subprocess.run(["bash", "-n", str(path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
 
 
@@ -179,10 +210,16 @@ def test_register_script_uses_a_jit_config_and_never_a_stored_token() -> None:
     text = script().read_text()
     assert "/orgs/${GITHUB_ORG}/actions/runners/generate-jitconfig" in text
     assert "/app/installations/${GITHUB_APP_INSTALLATION_ID}/access_tokens" in text
-    assert 'exec ./run.sh --jitconfig "$jit"' in text
+    assert "run.sh" not in text and "exec " not in text, "no job ever runs where the key is"
     assert "config.sh" not in text  # no long-lived registration
-    # No token is written to a file.
-    assert not re.search(r"(token|jit)[^\n]*>\s*[\"$/\w]", text, re.I)
+    # The installation token is never written to a file; the JIT configuration only to JIT_FILE.
+    assert not re.search(r"token[^\n]*>\s*[\"$/\w]", text, re.I)
+    assert re.findall(r"(?:jit|token)[^\n]*>(?!&)\s*(\S+)", text, re.I) == ['"${JIT_FILE}.tmp")']
+
+
+def test_run_script_runs_one_job_with_the_jit_credential() -> None:
+    text = (RUNNER / "host" / "run-jit.sh").read_text()
+    assert 'exec ./run.sh --jitconfig "$jit"' in text and "github-app-key" not in text
 
 
 def test_register_script_refuses_without_the_app_key(tmp_path: Path) -> None:
@@ -193,16 +230,77 @@ def test_register_script_refuses_without_the_app_key(tmp_path: Path) -> None:
     assert "cannot read the GitHub App key" in res.stderr
 
 
+@pytest.mark.skipif(not all(shutil.which(t) for t in ("openssl", "jq", "curl")), reason="needs openssl, jq, curl")
+def test_registration_then_run_hands_over_the_jit_configuration_only(tmp_path: Path) -> None:
+    """register-jit.sh against a local stand-in for GitHub's two endpoints, with a real RSA key; then
+    run-jit.sh with that file as its credential and a stand-in run.sh that writes down what it got."""
+    import http.server
+    import json
+    import threading
+
+    key = tmp_path / "app.pem"
+    subprocess.run(["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True)
+    seen: list[tuple[str, str]] = []
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0)).decode()
+            seen.append((self.path, self.headers.get("Authorization", "")))
+            answer = ({"token": "ghs_installation"} if self.path.endswith("/access_tokens")
+                      else {"encoded_jit_config": "JIT-" + json.loads(body)["name"]})
+            data = json.dumps(answer).encode()
+            self.send_response(201)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        run_dir = tmp_path / "register"
+        run_dir.mkdir()
+        env = {"PATH": "/usr/bin:/bin", "GITHUB_ORG": "acme", "GITHUB_APP_ID": "1", "GITHUB_APP_INSTALLATION_ID": "2",
+               "GITHUB_APP_KEY_FILE": str(key), "RUNTIME_DIRECTORY": str(run_dir),
+               "GITHUB_API": f"http://127.0.0.1:{server.server_address[1]}"}
+        res = subprocess.run(["bash", str(script())], capture_output=True, text=True, env=env, timeout=60)
+    finally:
+        server.shutdown()
+    assert res.returncode == 0, res.stderr
+    assert [p for p, _ in seen] == ["/app/installations/2/access_tokens", "/orgs/acme/actions/runners/generate-jitconfig"]
+    assert seen[1][1] == "Bearer ghs_installation"
+    jit = (run_dir / "jitconfig").read_text()
+    assert jit.startswith("JIT-gpu-") and (run_dir / "jitconfig").stat().st_mode & 0o077 == 0
+
+    runner_dir, creds = tmp_path / "actions-runner", tmp_path / "creds"
+    runner_dir.mkdir()
+    creds.mkdir()
+    (creds / "jitconfig").write_text(jit)
+    (runner_dir / "_work").mkdir()
+    (runner_dir / "run.sh").write_text('#!/bin/sh\nprintf "%s\\n" "$@" > args.txt\nenv > env.txt\n')
+    (runner_dir / "run.sh").chmod(0o755)
+    res = subprocess.run(["bash", str(RUNNER / "host" / "run-jit.sh")], capture_output=True, text=True, timeout=30,
+                         env={"PATH": "/usr/bin:/bin", "RUNNER_DIR": str(runner_dir), "CREDENTIALS_DIRECTORY": str(creds)})
+    assert res.returncode == 0, res.stderr
+    assert (runner_dir / "args.txt").read_text().split() == ["--jitconfig", jit]
+    assert not (runner_dir / "_work").exists(), "the previous job's work folder is gone"
+    assert "BEGIN" not in (runner_dir / "env.txt").read_text() and str(key) not in (runner_dir / "env.txt").read_text()
+
+
 @pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed")
-def test_register_script_passes_shellcheck() -> None:
-    res = subprocess.run(["shellcheck", str(script())], capture_output=True, text=True)
+@pytest.mark.parametrize("path", SCRIPTS, ids=lambda p: p.name)
+def test_host_scripts_pass_shellcheck(path: Path) -> None:
+    res = subprocess.run(["shellcheck", str(path)], capture_output=True, text=True)
     assert res.returncode == 0, res.stdout
 
 
 def test_readme_covers_every_file_and_the_security_rules() -> None:
     text = (RUNNER / "README.md").read_text()
     for name in ("Dockerfile", "arc/values.yaml", "arc/job-pod-template.yaml", "host/gpu-gate-runner.service",
-                 "host/register-jit.sh"):
+                 "host/gpu-gate-register.service", "host/register-jit.sh", "host/run-jit.sh"):
         assert f"`{name}`" in text, name
     for rule in ("Ephemeral runners only", "No secrets on the runner", "Runner groups limited",
                  "Fork pull requests run only after approval", "Never `pull_request_target`"):

@@ -5,8 +5,13 @@
 them in-process, and writes the step outputs. It exits 0 whatever the verdict, so that
 the report artifact is uploaded; the action's last step then fails on ``exit-code``.
 
-The token is removed from the environment while ``check`` runs (kernel code runs there)
-and given only to ``report``, which publishes.
+Each mode runs in one of two phases, each a step of its own in ``action.yml``:
+
+- ``run`` (``check``, ``plan``): the repository's code runs here, so the step holds no token. If
+  a token reached the step's environment anyway (a workflow's ``env:``), the driver starts itself
+  again without it before anything else runs (see :mod:`gpu_gate.github.sealed`).
+- ``publish`` (``report``, and publishing a ``check``'s own ``results.json``): holds the token and
+  runs no repository code: it reads result files and talks to GitHub.
 """
 from __future__ import annotations
 
@@ -22,16 +27,20 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from ..exitcodes import ExitCode
+from . import credentials, sealed
 from ..record import RunRecord
 from ..verdict import Rules, decide
 
 TOKEN_VARIABLES = ("GITHUB_TOKEN", "GH_TOKEN", "INPUT_TOKEN", "GG_TOKEN")
 MODES = ("check", "plan", "report")
+PHASES = ("run", "publish")
+DEFAULT_PHASE = {"check": "run", "plan": "run", "report": "publish"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Inputs:
     mode: str
+    phase: str
     workspace: Path
     out: Path
     policy: str = ""
@@ -44,6 +53,7 @@ class Inputs:
     comment_mode: str = "sticky"
     extra_args: tuple[str, ...] = ()
     artifact: str = ""
+    gpu: bool = True
     token: str = dataclasses.field(default="", repr=False)
 
     @classmethod
@@ -53,13 +63,14 @@ class Inputs:
 
         workspace = Path(env.get("GITHUB_WORKSPACE") or ".")
         out = Path(get("OUT") or "gpu-gate-report")
-        return cls(mode=get("MODE") or "check", workspace=workspace,
+        mode = get("MODE") or "check"
+        return cls(mode=mode, phase=get("PHASE") or DEFAULT_PHASE.get(mode, "run"), workspace=workspace,
                    out=out if out.is_absolute() else workspace / out,
                    policy=get("POLICY"), base=get("BASE"), head=get("HEAD"), shard=get("SHARD"),
                    shards=get("SHARDS"), results=get("RESULTS"), plan=get("PLAN"),
                    comment_mode=get("COMMENT_MODE") or "sticky",
                    extra_args=tuple(shlex.split(get("EXTRA_ARGS"))), artifact=get("ARTIFACT"),
-                   token=env.get("GG_TOKEN", ""))
+                   gpu=get("GPU").lower() not in ("false", "0", "no"), token=env.get("GG_TOKEN", ""))
 
 
 def _opt(flag: str, value: str) -> list[str]:
@@ -107,17 +118,25 @@ def _cli(argv: list[str]) -> int:
 
 
 def run_check(inp: Inputs, outputs: dict[str, str], run: Runner) -> int:
+    """The checks, with no token anywhere in reach; publishing is the next step's (``publish_check``)."""
+    for warning in credentials.warnings(inp.workspace):
+        print(f"::warning title=gpu-gate::{warning}", flush=True)
     argv = ["check", *_selection(inp), "--out", str(inp.out), *_opt("--shard", inp.shard),
-            *_opt("--plan", inp.plan), *inp.extra_args]
+            *_opt("--plan", inp.plan), *([] if inp.gpu else ["--cpu"]), *inp.extra_args]
     with _group("gpu-gate check"), _token_env(os.environ, None):
-        code = run(argv)
+        return run(argv)
+
+
+def publish_check(inp: Inputs, outputs: dict[str, str], run: Runner) -> int:
+    """Publish a lone check's results.json; a shard leaves publishing to the report job."""
     results = inp.out / "results.json"
-    # A shard leaves publishing to the report job; a lone check publishes its own result.
-    if inp.shard or code not in (ExitCode.PASSED, ExitCode.POLICY_BREACHED) or not results.exists():
-        return code
+    if inp.shard:
+        return ExitCode.PASSED
+    if not results.exists():
+        print(f"::warning title=gpu-gate::no {results}: the check wrote no results, nothing to publish", flush=True)
+        return ExitCode.PASSED
     with _group("gpu-gate report"), _token_env(os.environ, inp.token):
-        published = run(["report", str(results), "--out", str(inp.out), *_publish_flags(inp)])
-    return code if published in (ExitCode.PASSED, ExitCode.POLICY_BREACHED) else published
+        return run(["report", str(results), "--out", str(inp.out), *_publish_flags(inp)])
 
 
 def run_plan(inp: Inputs, outputs: dict[str, str], run: Runner) -> int:
@@ -148,8 +167,9 @@ def run_report(inp: Inputs, outputs: dict[str, str], run: Runner) -> int:
         return run(argv)
 
 
-MODE_RUNNERS: dict[str, Callable[[Inputs, dict[str, str], Runner], int]] = {
-    "check": run_check, "plan": run_plan, "report": run_report,
+MODE_RUNNERS: dict[tuple[str, str], Callable[[Inputs, dict[str, str], Runner], int]] = {
+    ("check", "run"): run_check, ("check", "publish"): publish_check,
+    ("plan", "run"): run_plan, ("report", "publish"): run_report,
 }
 
 
@@ -191,19 +211,33 @@ def write_outputs(path: str | None, outputs: Mapping[str, str]) -> None:
 
 
 def main(env: Mapping[str, str] | None = None, run: Runner = _cli) -> int:
-    inp = Inputs.from_env(os.environ if env is None else env)
-    if inp.mode not in MODES:
-        print(f"::error title=gpu-gate::input mode is {inp.mode!r}; use one of {', '.join(MODES)}", flush=True)
+    environ = os.environ if env is None else env
+    inp = Inputs.from_env(environ)
+    runner = MODE_RUNNERS.get((inp.mode, inp.phase))
+    extra: dict[str, str] = {}
+    if runner is None:
+        print(f"::error title=gpu-gate::mode {inp.mode!r} in phase {inp.phase!r}: use mode check, plan or report",
+              flush=True)
         code = int(ExitCode.USAGE_ERROR)
-        extra: dict[str, str] = {}
     else:
-        extra = {}
-        code = int(MODE_RUNNERS[inp.mode](inp, extra, run))
-    outputs = report_outputs(inp, code)
+        code = int(runner(inp, extra, run))
+    if (inp.mode, inp.phase) == ("check", "publish"):
+        outputs = {"publish-exit-code": str(code)}  # the verdict is the check step's
+    else:
+        outputs = report_outputs(inp, code)
     outputs.update(extra)
-    write_outputs((os.environ if env is None else env).get("GITHUB_OUTPUT"), outputs)
+    write_outputs(environ.get("GITHUB_OUTPUT"), outputs)
     return 0
 
 
+def _seal_run_phase() -> None:
+    """In the run phase, start again without any token if the step's environment held one."""
+    phase = os.environ.get("GG_PHASE") or DEFAULT_PHASE.get(os.environ.get("GG_MODE") or "check", "run")
+    if phase == "run" and sealed.dropped(os.environ):
+        # gpu-gate's own driver keeps its step outputs; the checks' workers get none of the command files.
+        sealed.exec_sealed([sys.executable, "-P", "-m", "gpu_gate.github.action"], keep=("GITHUB_OUTPUT",))
+
+
 if __name__ == "__main__":
+    _seal_run_phase()
     sys.exit(main())

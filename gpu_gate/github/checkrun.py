@@ -1,14 +1,17 @@
 """The check run (with annotations on kernel source lines) and its fallback, a commit status."""
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import functools
 import uuid
+from pathlib import Path
 from typing import Any
 
-from ..findings import Finding, Severity
+from ..findings import Finding, JobResult, Severity
 from ..record import RunRecord
 from ..verdict import Verdict
+from . import locate
 from .client import ApiResponse, GitHubClient
 from .text import CHECK_TEXT_LIMIT, fit_chars, truncation_note
 
@@ -19,18 +22,39 @@ ANNOTATION_TITLE_LIMIT = 255
 STATUS_DESCRIPTION_LIMIT = 140
 
 
-def check_annotations(record: RunRecord, verdict: Verdict) -> list[dict[str, Any]]:
+def check_annotations(record: RunRecord, verdict: Verdict, root: Path | None = None) -> list[dict[str, Any]]:
     """One annotation per finding that names a file, blocking ones as failures.
 
-    A finding about a whole file (an uncovered kernel) goes on line 1, as GitHub does.
+    A finding about a whole file (an uncovered kernel) goes on line 1, as GitHub does. A blocking
+    finding that names no file (an equivalence mismatch) goes on its spec's decorator and on the
+    definitions of the kernels its job judged, once per job and place, read from the checkout at
+    ``root`` (default: the working directory).
     """
     blocking = {id(item.finding) for item in verdict.blocking if item.finding is not None}
-    findings = list(record.plan_findings) + [f for r in record.results for f in r.findings]
+    out = [_annotation(f, blocking=id(f) in blocking) for f in record.plan_findings if f.file]
+    for result in record.results:
+        out += [_annotation(f, blocking=id(f) in blocking) for f in result.findings if f.file]
+        unplaced = [f for f in result.findings if not f.file and id(f) in blocking]
+        if unplaced:
+            out += _placed(result, unplaced, root or Path.cwd())
+    return out
+
+
+def _placed(result: JobResult, findings: list[Finding], root: Path) -> list[dict[str, Any]]:
+    first = findings[0]
+    more = f"\n(and {len(findings) - 1} more finding(s) of this job: see the report)" if len(findings) > 1 else ""
+    places: list[tuple[str, int, str]] = []
+    spec = result.spec or first.spec
+    where = locate.spec_line(root, spec) if spec else None
+    if where:
+        places.append((*where, f"the spec {spec.partition('::')[2]}" if spec else "the spec"))
+    for rel in result.kernels:
+        places += [(f, line, f"kernel {name}") for f, line, name in locate.kernel_lines(root, rel)]
     out = []
-    for f in findings:
-        if not f.file:
-            continue
-        out.append(_annotation(f, blocking=id(f) in blocking))
+    for path, line, what in places:
+        ann = _annotation(dataclasses.replace(first, file=path, line=line), blocking=True)
+        ann["message"] = (f"{what}: {first.message}"[:ANNOTATION_MESSAGE_LIMIT - len(more)] + more) or first.kind
+        out.append(ann)
     return out
 
 

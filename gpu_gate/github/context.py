@@ -26,6 +26,7 @@ class ActionsContext:
     workflow: str = ""
     job: str = ""
     comment_key: str | None = None  # overrides workflow/job in the sticky marker
+    check_name: str = "gpu-gate"  # the check run's name (and the commit status's context)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ActionsContext:
@@ -42,6 +43,7 @@ class ActionsContext:
             workflow=env.get("GITHUB_WORKFLOW", ""),
             job=env.get("GITHUB_JOB", ""),
             comment_key=env.get("GPU_GATE_COMMENT_KEY") or None,
+            check_name=(env.get("GPU_GATE_CHECK_NAME") or "").strip() or "gpu-gate",
         )
 
     @property

@@ -122,7 +122,8 @@ def _publish_check(client: GitHubClient, ctx: ActionsContext, record: RunRecord,
         return
     try:
         out.check_run_url = publish_check_run(client, ctx.repository, sha, record, verdict, markdown,
-                                              artifacts_url=ctx.artifacts_url, details_url=ctx.run_url)
+                                              artifacts_url=ctx.artifacts_url, details_url=ctx.run_url,
+                                              name=ctx.check_name)
         out.note(f"created the check run on {sha[:12]}")
         return
     except GitHubError as exc:
@@ -131,7 +132,7 @@ def _publish_check(client: GitHubClient, ctx: ActionsContext, record: RunRecord,
             return
         first = exc
     try:
-        publish_status(client, ctx.repository, sha, verdict, target_url=ctx.run_url)
+        publish_status(client, ctx.repository, sha, verdict, target_url=ctx.run_url, context=ctx.check_name)
     except GitHubError as exc:
         if exc.read_only and out.comment_url is None:
             raise _ReadOnly from exc

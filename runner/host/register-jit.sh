@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Register one ephemeral GitHub Actions runner with a just-in-time configuration, run one
-# job, exit. systemd (gpu-gate-runner.service) starts it again for the next job.
+# Register one ephemeral GitHub Actions runner: ask GitHub for a just-in-time runner
+# configuration and write it where the runner unit loads it from. Run by the one-shot unit
+# gpu-gate-register.service, as its own user, before every start of gpu-gate-runner.service.
 #
 # Authentication: a GitHub App (permission "Self-hosted runners: read and write" on the
-# organisation). The App's private key comes from systemd's credential store; the JWT and
-# the one-hour installation token it yields live in shell variables only, never on disk.
+# organisation). The App's private key comes from systemd's credential store of this unit
+# only; the JWT and the one-hour installation token it yields live in shell variables,
+# never on disk. The job never runs here: the runner unit gets the JIT configuration and
+# nothing else, so no job can read the key, mint tokens or register runners.
 set -euo pipefail
 
 : "${GITHUB_ORG:?set GITHUB_ORG in /etc/gpu-gate/runner.env}"
@@ -12,10 +15,10 @@ set -euo pipefail
 : "${GITHUB_APP_INSTALLATION_ID:?set GITHUB_APP_INSTALLATION_ID in /etc/gpu-gate/runner.env}"
 RUNNER_GROUP_ID="${RUNNER_GROUP_ID:-1}"
 RUNNER_LABELS="${RUNNER_LABELS:-self-hosted,linux,x64,gpu}"
-RUNNER_DIR="${RUNNER_DIR:-/var/lib/gpu-runner/actions-runner}"
 GITHUB_API="${GITHUB_API:-https://api.github.com}"
 KEY_FILE="${GITHUB_APP_KEY_FILE:-${CREDENTIALS_DIRECTORY:-/nonexistent}/github-app-key}"
-GPU_GATE="${GPU_GATE:-gpu-gate}"
+# Where the runner unit loads the configuration from (LoadCredential=jitconfig:...).
+JIT_FILE="${JIT_FILE:-${RUNTIME_DIRECTORY:-/run/gpu-gate-register}/jitconfig}"
 
 log() { printf 'register-jit: %s\n' "$*" >&2; }
 die() { log "$*"; exit 1; }
@@ -56,20 +59,16 @@ jit_config() {
 }
 
 main() {
-  [[ -r "$KEY_FILE" ]] || die "cannot read the GitHub App key at ${KEY_FILE} (LoadCredential=github-app-key:... in the unit)"
-  [[ -x "${RUNNER_DIR}/run.sh" ]] || die "no Actions runner in ${RUNNER_DIR} (unpack actions-runner-linux-x64 there)"
-  # A runner whose GPU is unfit must not take a job; systemd retries after RestartSec.
-  "$GPU_GATE" doctor || die "gpu-gate doctor found this GPU unfit; not registering"
-  # The previous job's checkout and tools must not leak into this one.
-  rm -rf "${RUNNER_DIR:?}/_work"
+  [[ -r "$KEY_FILE" ]] || die "cannot read the GitHub App key at ${KEY_FILE} (LoadCredential=github-app-key:... in gpu-gate-register.service)"
 
   local token jit
   token=$(installation_token) || die "could not get an installation token for App ${GITHUB_APP_ID}"
   jit=$(jit_config "$token") || die "could not generate a JIT runner config for org ${GITHUB_ORG}"
   unset token
-  cd "$RUNNER_DIR"
-  log "registered an ephemeral runner (labels ${RUNNER_LABELS}); waiting for one job"
-  exec ./run.sh --jitconfig "$jit"
+  # Only the JIT configuration leaves this unit: a file of its own user, mode 0600, that
+  # systemd hands to the runner unit as a credential; the runner unit's start removes it.
+  (umask 077 && printf '%s' "$jit" > "${JIT_FILE}.tmp") && mv -f "${JIT_FILE}.tmp" "$JIT_FILE"
+  log "registered an ephemeral runner (labels ${RUNNER_LABELS}); its configuration is in ${JIT_FILE}"
 }
 
 main "$@"

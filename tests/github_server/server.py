@@ -116,6 +116,12 @@ class FakeGitHub:
         for i in range(count):
             self._add_comment("o", "r", number, f"{body} {i}")
 
+    def add_comment(self, number: int, body: str, login: str, association: str) -> None:
+        """A comment by someone else: ``association`` is GitHub's author_association (OWNER, MEMBER,
+        COLLABORATOR, CONTRIBUTOR, NONE...)."""
+        comment = self._add_comment("o", "r", number, body)
+        comment.update(user={"login": login}, author_association=association)
+
     def calls(self, operation: str, *, ok_only: bool = False) -> list[Recorded]:
         return [r for r in self.requests if r.operation == operation
                 and (not ok_only or (r.status is not None and r.status < 300))]
@@ -191,6 +197,7 @@ class FakeGitHub:
         cid = next(self._ids)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         comment = {"id": cid, "node_id": f"IC_{cid}", "body": text, "user": {"login": "github-actions[bot]"},
+                   "author_association": "NONE",
                    "html_url": f"https://github.com/{owner}/{repo}/pull/{number}#issuecomment-{cid}",
                    "created_at": now, "updated_at": now}
         self.comments[number].append(comment)
