@@ -137,11 +137,11 @@ def cmd_list_kernels(args: argparse.Namespace) -> int:
     _, loaded, plan = _make_plan(args)
     say(loaded.banner)
     _say_head(plan)
-    if not plan.kernels and not plan.selected:
+    if not plan.kernels and not plan.selected and not plan.findings:
         say("no kernel changes")
         return ExitCode.PASSED
     if not plan.kernels:
-        say("no kernel changes")
+        say("no kernel file changed" + (": the specs below run for other changes" if plan.selected else ""))
     predicted = {f.file: f for f in plan.findings if f.kind == "uncovered-predicted"}
     for k in plan.kernels:
         via = f" (via {', '.join(k.via)})" if k.via else ""
@@ -245,7 +245,8 @@ def cmd_check(args: argparse.Namespace) -> int:
     if not gpus:
         record.notes.append("no GPU on this machine: GPU-only checks are reported as not run")
     if not jobs:
-        say("no kernel changes" if not plan.kernels and not plan.selected else "no jobs to run")
+        quiet = not plan.kernels and not plan.selected and not plan.findings
+        say("no kernel changes" if quiet else "no jobs to run")
     else:
         for sid, why in sorted(record.selected.items()):
             say(f"spec {sid}: {'; '.join(why)}")

@@ -117,11 +117,24 @@ def _kernel_jobs(policy: Policy, kernels: list[ChangedKernel], seed: int) -> lis
             continue
         opts = _options(policy, name, chk)
         for k in kernels:
-            if k.status == "deleted":
+            if k.status == "deleted" or k.language not in COMPILED_LANGUAGES:
                 continue
             jobs.append(Job(id=f"{name}:{k.path}", check=name, level=chk.level, kernels=(k.path,), options=opts,
                             cost=_cost(name, opts), seed=seed))
     return jobs
+
+
+COMPILED_LANGUAGES = ("cuda", "triton")  # what the compile check knows how to build
+
+
+def _not_compiled(policy: Policy, kernels: list[ChangedKernel]) -> list[Finding]:
+    """Kernels in languages the compile check cannot build: said, never passed in silence."""
+    if policy.check("compile").level == "off":
+        return []
+    return [Finding(check="compile", kind="not-compiled", severity=Severity.NOTE, file=k.path,
+                    message=f"{k.path}: {k.language} kernels are not compiled by the compile check (it builds CUDA "
+                            f"and Triton); the specs that run them are what checks them")
+            for k in kernels if k.status != "deleted" and k.language not in COMPILED_LANGUAGES]
 
 
 def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
@@ -146,7 +159,7 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     gone_why, gone_findings = coverage.deleted_imports(cs, disc.specs, cs.import_graph, _base_files(repo, cs))
     for sid, reasons in gone_why.items():
         why.setdefault(sid, []).extend(r for r in reasons if r not in why.get(sid, []))
-    findings += gone_findings + [coverage.prediction_finding(p) for p in predicted]
+    findings += gone_findings + [coverage.prediction_finding(p) for p in predicted] + _not_compiled(policy, cs.kernels)
     if policy.uncovered != "ignore":
         hidden = {p.kernel for p in predicted}
         findings += discovery.uncovered({k: v for k, v in cov.items() if k not in hidden}, policy.specs)
@@ -155,7 +168,7 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     seed = job_seed(cs.head or git.resolve(repo, "HEAD"), policy)
     path = pythonpath.python_path(cs.import_graph.snap.read("pyproject.toml"), policy.python_path)
     jobs = _kernel_jobs(policy, cs.kernels, seed) + _spec_jobs(policy, disc.specs, cov, why, seed, path)
-    if cs.no_kernel_changes and not why:
+    if cs.no_kernel_changes and not why and not findings:
         notes.append("no kernel changes")
     keys = {sid: coverage.spec_key(s, cs.import_graph.snap) for s in disc.specs if (sid := s.id) in why}
     return Plan(base=cs.base, head=cs.head, policy_source=loaded.source, kernels=cs.kernels,
