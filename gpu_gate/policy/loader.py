@@ -29,10 +29,9 @@ class LoadedPolicy:
     @property
     def banner(self) -> str:
         """What the CLI says about where its policy came from."""
-        if self.is_default and not self.note:
-            return f"no {POLICY_NAMES[0]} found: using the default preset"
-        head = "policy: the default preset" if self.is_default else f"policy: {self.source}"
-        return f"{head} ({self.note})" if self.note else head
+        if self.is_default:
+            return f"no {POLICY_NAMES[0]} found: using the default preset" + (f" ({self.note})" if self.note else "")
+        return f"policy: {self.source}" + (f" ({self.note})" if self.note else "")
 
 
 def load_policy(repo_root: Path, path: Path | None = None, *, strict: bool = False) -> LoadedPolicy:

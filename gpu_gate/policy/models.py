@@ -220,6 +220,9 @@ class Policy(_Frozen):
     uncovered: Literal["fail", "warn", "ignore"] = Field(default="fail", description="a changed kernel with no gate spec")
     not_run: Literal["fail", "warn"] = Field(default="fail", description="a required check that could not run")
     refusals: Literal["fail", "warn", "ignore"] = Field(default="warn", description="a kernel that refuses an input loudly")
+    rule_changes: Literal["fail", "warn"] = Field(default="fail", description=(
+        "a change that weakens the rules (this policy or a spec's reference, tolerance, dims, dtypes or checks); "
+        "read from the base's policy: fail blocks the merge, warn reports it"))
     checks: Checks = Checks()
     cuda: CudaSettings = CudaSettings()
     runner: RunnerSettings = RunnerSettings()

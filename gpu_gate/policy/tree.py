@@ -12,7 +12,7 @@ import re
 from pathlib import Path
 from typing import Protocol
 
-from ..errors import GitError, PolicyError
+from ..errors import PolicyError
 
 _LINK_HOPS = 8
 _DRIVE = re.compile(r"^[A-Za-z]:")
@@ -104,10 +104,10 @@ class GitTree:
     def __init__(self, repo: Path, rev: str, label: str | None = None) -> None:
         self.repo = repo
         self.rev = rev
-        self.label = label or rev[:12]
+        self.label = rev[:12] if label is None else label  # "": name files as in the work tree
 
     def display(self, rel: str) -> str:
-        return f"{self.label}:{rel}"
+        return f"{self.label}:{rel}" if self.label else rel
 
     def key(self, rel: str) -> str:
         return f"{self.rev}:{rel}"
@@ -118,10 +118,7 @@ class GitTree:
     def _entry(self, rel: str) -> tuple[str, str, str] | None:
         from .. import git
 
-        try:
-            return git.tree_entry(self.repo, self.rev, rel)
-        except GitError:
-            return None
+        return git.tree_entry(self.repo, self.rev, rel)  # a missing revision is a GitError: never "no policy"
 
     def read(self, rel: str) -> bytes:
         from .. import git
