@@ -40,7 +40,38 @@ def apply(repo: Path, plan: Plan, choice: PolicyInForce) -> None:
     matched = {s.id for s in pairs.values()}
     changes += [_deleted(s, ctx) for s in base_specs.values() if s.id not in matched]
     plan.findings += [c.finding(mode) for c in changes]
-    plan.jobs = [_judged_by_base(j, head_specs, pairs, mode) for j in plan.jobs]
+    jobs = plan.jobs + _base_checks(plan, choice, pairs)
+    plan.jobs = sorted((_judged_by_base(j, head_specs, pairs, mode) for j in jobs), key=lambda j: j.id)
+
+
+def _base_checks(plan: Plan, choice: PolicyInForce, pairs: dict[str, SpecRules]) -> list[Job]:
+    """The jobs the base's spec asks for that the head's `checks=` dropped: the base decides them too."""
+    from ..checks import CHECKS
+    from ..jobs import SpecRef
+    from ..plan import _cost, _options, job_seed
+
+    policy = choice.loaded.policy
+    have = {j.id for j in plan.jobs}
+    covered: dict[str, list[str]] = {}
+    for k in plan.kernels:
+        for sid in k.specs:
+            covered.setdefault(sid, []).append(k.path)
+    added = []
+    for sid, kernels in sorted(covered.items()):
+        old = pairs.get(sid)
+        base_checks = old.literal("checks") if old is not None else None
+        if old is None or not (base_checks is None or isinstance(base_checks, list)):
+            continue
+        for name, chk in policy.enabled_checks():
+            job_id = f"{name}:{sid}"
+            if CHECKS[name].scope != "spec" or job_id in have or (base_checks is not None and name not in base_checks):
+                continue
+            opts = _options(policy, name, chk)
+            file, _, spec_name = sid.partition("::")
+            added.append(Job(id=job_id, check=name, level=chk.level, kernels=tuple(sorted(kernels)),
+                             spec=SpecRef(file, spec_name), options=opts, cost=_cost(name, opts),
+                             seed=job_seed(plan.head, policy)))
+    return added
 
 
 def _policy_changes(choice: PolicyInForce) -> list[RuleChange]:
