@@ -24,6 +24,7 @@ from .exitcodes import ExitCode
 if TYPE_CHECKING:
     from .plan import Plan
     from .policy import LoadedPolicy
+    from .policy.base import PolicyInForce
     from .record import RunRecord
 
 DEFAULT_OUT = ".gpu-gate/out"
@@ -85,7 +86,7 @@ def _refs(repo: Path, args: argparse.Namespace) -> tuple[str, str]:
     return base, head or "HEAD"
 
 
-def _policy_in_force(repo: Path, args: argparse.Namespace, base: str | None, head: str | None) -> LoadedPolicy:
+def _policy_in_force(repo: Path, args: argparse.Namespace, base: str | None, head: str | None) -> PolicyInForce:
     """The base decides (gpu_gate.policy.base): its policy, with the head's validated and compared."""
     from . import git
     from .policy.base import choose
@@ -95,8 +96,7 @@ def _policy_in_force(repo: Path, args: argparse.Namespace, base: str | None, hea
                     strict=args.strict, in_actions=_in_actions())
     for w in choice.loaded.warnings + (choice.head.warnings if choice.head else ()):
         warn(w)
-    args.policy_choice = choice
-    return choice.loaded
+    return choice
 
 
 def _make_plan(args: argparse.Namespace) -> tuple[Path, LoadedPolicy, Plan]:
@@ -105,10 +105,10 @@ def _make_plan(args: argparse.Namespace) -> tuple[Path, LoadedPolicy, Plan]:
 
     repo = _repo(args)
     base, head = _refs(repo, args)
-    loaded = _policy_in_force(repo, args, base, head)
-    plan = build_plan(repo, base, head, loaded)
-    apply(repo, plan, args.policy_choice)
-    return repo, loaded, plan
+    choice = _policy_in_force(repo, args, base, head)
+    plan = build_plan(repo, base, head, choice.loaded)
+    apply(repo, plan, choice)
+    return repo, choice.loaded, plan
 
 
 # --- commands --------------------------------------------------------------------------------
@@ -209,7 +209,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if args.plan:
         repo = _repo(args)
         plan = Plan.read(args.plan)
-        loaded = _policy_in_force(repo, args, plan.base, plan.head)
+        loaded = _policy_in_force(repo, args, plan.base, plan.head).loaded
     else:
         repo, loaded, plan = _make_plan(args)
     say(loaded.banner)
@@ -398,7 +398,7 @@ def _report_policy(record: RunRecord, args: argparse.Namespace) -> LoadedPolicy:
     root = Path.cwd()
     try:
         if record.base:
-            return _policy_in_force(git.repo_root(root), args, record.base, record.head)
+            return _policy_in_force(git.repo_root(root), args, record.base, record.head).loaded
     except GitError as exc:
         warn(f"gpu-gate: warning: the base's policy cannot be read ({exc}); each verdict rule is the stricter of "
              f"this checkout's policy and the default preset")

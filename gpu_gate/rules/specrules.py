@@ -16,6 +16,7 @@ from .. import discovery, git, pyscan
 from ..changes import matcher
 
 UNREAD = object()  # a keyword written as an expression gpu-gate cannot evaluate without importing
+_CONSTRUCTORS = {"Dim", "Tensor", "Index", "Tolerance"}  # gg.* calls read as data; any other call is code
 
 
 @dataclasses.dataclass
@@ -86,6 +87,8 @@ def literal(node: ast.expr) -> Any:
         if any(v is UNREAD for v in [*args, *kwargs.values()]) or any(k.arg is None for k in node.keywords):
             return UNREAD
         callee = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "?")
+        if callee not in _CONSTRUCTORS:
+            return UNREAD
         return {"__call__": callee, "args": args, **kwargs}
     if isinstance(node, ast.Dict):
         keys = [literal(k) if k is not None else UNREAD for k in node.keys]
@@ -134,7 +137,10 @@ def _specs_in(tree: ast.Module, path: str, source: str) -> list[SpecRules]:
 
 
 def _names(node: ast.AST) -> set[str]:
-    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+    """Names a piece of code uses; a function's decorators are not its code (the spec's own keywords
+    sit in the candidate's decorator)."""
+    parts: list[ast.AST] = list(node.body) if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else [node]
+    return {n.id for part in parts for n in ast.walk(part) if isinstance(n, ast.Name)}
 
 
 def _module_files(qualified: str, index: pyscan.ModuleIndex) -> list[str]:
