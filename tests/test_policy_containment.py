@@ -122,3 +122,23 @@ def test_characters_yaml_refuses_are_an_error_at_their_place(make_repo, text: st
     assert p.returncode == 2
     assert p.stderr.startswith(f"{at} invalid YAML: character {code} is not allowed"), p.stderr
     assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_an_alias_bomb_is_refused_quickly(tmp_path: Path) -> None:
+    lines = ["version: 1", "a0: &a0 [x, x, x, x, x, x, x, x, x, x]"]
+    lines += [f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 10) + "]" for i in range(1, 9)]
+    lines.append("kernels: {include: *a8}")
+    path = _repo(tmp_path) / ".gpu-gate.yml"
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(PolicyError) as err:
+        load_policy(path.parent)
+    assert str(err.value) == (".gpu-gate.yml:1:1: the policy expands to more than 100000 values through its aliases "
+                              "(write the settings out; a policy needs no more than a few aliases)")
+
+
+def test_deep_nesting_is_an_error_not_a_recursion_traceback(tmp_path: Path) -> None:
+    path = _repo(tmp_path) / ".gpu-gate.yml"
+    path.write_text("version: 1\nspecs: " + "[" * 3000 + "]" * 3000 + "\n")
+    with pytest.raises(PolicyError) as err:
+        load_policy(path.parent)
+    assert str(err.value).startswith(".gpu-gate.yml:") and len(str(err.value).splitlines()) == 1

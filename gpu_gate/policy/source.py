@@ -11,6 +11,7 @@ from ..errors import PolicyError
 
 KeyPath = tuple[str | int, ...]
 _STR_TAG = "tag:yaml.org,2002:str"
+MAX_VALUES = 100_000
 _KEY_KINDS = {"bool": "boolean", "int": "number", "float": "number", "null": "null value", "timestamp": "date"}
 
 
@@ -77,6 +78,10 @@ def _parse(text: str, display: str) -> Document:
         root = Where.of(display, node.start_mark) if node is not None else Where(display, 1, 1)
         spots: dict[KeyPath, Spot] = {(): Spot(root, root)}
         errors: list[str] = []
+        if node is not None and _expanded_size(node, {}, set()) > MAX_VALUES:
+            # Aliases of aliases (a "billion laughs") would make every later step walk millions of values.
+            raise PolicyError(f"{root}: the policy expands to more than {MAX_VALUES} values through its aliases",
+                              "write the settings out; a policy needs no more than a few aliases")
         if node is not None:
             _record(node, (), display, spots, errors, set())
         if errors:
@@ -87,6 +92,29 @@ def _parse(text: str, display: str) -> Document:
     finally:
         loader.dispose()
     return Document(_as_mapping(data, root), spots)
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], stack: set[int]) -> int:
+    """How many values the document holds once its aliases are expanded (computed once per node)."""
+    if id(node) in sizes:
+        return sizes[id(node)]
+    if id(node) in stack:  # a recursive alias
+        return 1
+    stack.add(id(node))
+    total = 1
+    if isinstance(node, yaml.MappingNode):
+        for key, value in node.value:
+            total += _expanded_size(key, sizes, stack) + _expanded_size(value, sizes, stack)
+            if total > MAX_VALUES:
+                break
+    elif isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            total += _expanded_size(item, sizes, stack)
+            if total > MAX_VALUES:
+                break
+    stack.discard(id(node))
+    sizes[id(node)] = total
+    return total
 
 
 def _read_bytes(path: Path, display: str) -> bytes:
