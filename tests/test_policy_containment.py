@@ -142,3 +142,16 @@ def test_deep_nesting_is_an_error_not_a_recursion_traceback(tmp_path: Path) -> N
     with pytest.raises(PolicyError) as err:
         load_policy(path.parent)
     assert str(err.value).startswith(".gpu-gate.yml:") and len(str(err.value).splitlines()) == 1
+
+
+def test_a_key_with_a_line_break_character_stays_one_line(tmp_path: Path) -> None:
+    # Found by the fuzz test: '\x85' and '\x1e' are line breaks to str.splitlines().
+    path = _repo(tmp_path) / ".gpu-gate.yml"
+    path.write_text('version: 1\nchecks: {"a\\x85b": required, "c\\x1ed": off}\n')
+    with pytest.raises(PolicyError) as err:
+        load_policy(path.parent)
+    assert str(err.value).splitlines() == [
+        ".gpu-gate.yml:2:10: unknown check 'a\\x85b' (valid checks: compile, equivalence, determinism, memcheck, "
+        "racecheck, synccheck, initcheck)",
+        ".gpu-gate.yml:2:30: unknown check 'c\\x1ed' (valid checks: compile, equivalence, determinism, memcheck, "
+        "racecheck, synccheck, initcheck)"]

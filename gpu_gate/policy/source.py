@@ -12,6 +12,13 @@ from ..errors import PolicyError
 KeyPath = tuple[str | int, ...]
 _STR_TAG = "tag:yaml.org,2002:str"
 MAX_VALUES = 100_000
+# Characters str.splitlines() breaks on: a key that holds one must not split an error into two lines.
+_BREAKS = {ord(c): ascii(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+
+
+def one_line(text: str) -> str:
+    """``text`` with its line breaks written as escapes: every error is exactly one line."""
+    return text.translate(_BREAKS)
 _KEY_KINDS = {"bool": "boolean", "int": "number", "float": "number", "null": "null value", "timestamp": "date"}
 
 
@@ -175,11 +182,11 @@ def _record_mapping(node: yaml.MappingNode, path: KeyPath, file: str, spots: dic
             # YAML 1.1 reads `on:`, `no:` or `1:` as a boolean or number, which no setting is named.
             kind = key_node.tag.rsplit(":", 1)[-1]
             kind = _KEY_KINDS.get(kind, kind)
-            errors.append(f"{key_at}: key '{name}' is read by YAML as a {kind}, not a name (quote it, or fix the key)")
+            errors.append(f"{key_at}: key '{one_line(name)}' is read by YAML as a {kind}, not a name (quote it, or fix the key)")
             continue
         if name in first_line:
             # PyYAML silently keeps the last one; a duplicated setting is almost always a mistake.
-            errors.append(f"{key_at}: duplicate key '{name}' (it is already set on line {first_line[name]}; keep one)")
+            errors.append(f"{key_at}: duplicate key '{one_line(name)}' (it is already set on line {first_line[name]}; keep one)")
             continue
         first_line[name] = key_at.line
         spots[path + (name,)] = Spot(key_at, Where.of(file, value_node.start_mark))
@@ -198,7 +205,7 @@ def _yaml_message(err: yaml.YAMLError, display: str, text: str) -> str:
         what = "a second document starts here"
     elif err.problem and err.context and err.context_mark is not None:
         what += f", {err.context} started at line {err.context_mark.line + 1}"
-    return f"{at}: invalid YAML: {what} ({_yaml_hint(err)})"
+    return one_line(f"{at}: invalid YAML: {what} ({_yaml_hint(err)})")
 
 
 def _reader_message(err: yaml.reader.ReaderError, display: str, text: str) -> str:
