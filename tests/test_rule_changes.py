@@ -118,3 +118,23 @@ def test_a_reference_using_a_helper_this_change_modifies_is_a_weakening() -> Non
     ctx = specdiff.Context(files, set(), lambda f: False, 2.0)
     unchanged = [c.direction for c in specdiff.compare(_spec(BASE_SPEC), _spec(head), ctx)]
     assert "weakened" not in unchanged  # an unchanged pure-torch helper module is not the code under review
+
+
+def test_a_rule_kept_in_a_spec_module_constant_changes_with_it() -> None:
+    base = BASE_SPEC.replace("tolerance=gg.Tolerance(baseline_factor=2.0))", "tolerance=TOL)")
+    base = base.replace("from mylib.ops import scale", "from mylib.ops import scale\nTOL = gg.Tolerance(baseline_factor=2.0)")
+    head = base.replace("TOL = gg.Tolerance(baseline_factor=2.0)", "TOL = gg.Tolerance(baseline_factor=9e9)")
+    ctx = specdiff.Context(frozenset({"mylib/ops.py", "gate/s_gate.py"}), set(), lambda f: False, 2.0)
+    assert specdiff.compare(_spec(base), _spec(base), ctx) == []
+    found = [(c.direction, c.what) for c in specdiff.compare(_spec(base), _spec(head), ctx)]
+    assert [d for d, what in found if "tolerance= changed and is not a literal" in what] == ["weakened"], found
+
+
+def test_a_rule_imported_from_a_module_this_change_modifies_is_a_weakening() -> None:
+    spec = BASE_SPEC.replace("tolerance=gg.Tolerance(baseline_factor=2.0))", "tolerance=TOL)")
+    spec = spec.replace("from mylib.ops import scale", "from mylib.ops import scale\nfrom gate.common import TOL")
+    files = frozenset({"mylib/ops.py", "gate/common.py", "gate/s_gate.py"})
+    ctx = specdiff.Context(files, {"gate/common.py"}, lambda f: False, 2.0)
+    found = [(c.direction, c.what) for c in specdiff.compare(_spec(spec), _spec(spec), ctx)]
+    assert found == [("weakened", "spec scale_gate: tolerance= uses 'TOL' from gate/common.py, which this change "
+                                  "modifies (write the rule in the spec itself)")]

@@ -82,7 +82,7 @@ def _base_policy(repo: Path, base: str, rel: str | None) -> LoadedPolicy:
                             note=f"the base's {rel or POLICY_NAMES[0]} at {short} is invalid")
     if loaded.is_default:
         name = rel or POLICY_NAMES[0]
-        return dataclasses.replace(loaded, note=f"none at the base {short}, and the base decides")
+        return dataclasses.replace(loaded, note=f"none at the base {short}, and the base decides", looked_for=name)
     name = rel or loaded.source.split(":", 1)[-1]
     return dataclasses.replace(loaded, source=f"{name} at base {short}",
                                note="the base decides; the head's changes to the rules are listed as findings")

@@ -25,12 +25,13 @@ class LoadedPolicy:
     is_default: bool = False
     path: Path | None = None
     note: str = ""  # why this policy is the one in force (shown in the banner)
+    looked_for: str = POLICY_NAMES[0]  # the file whose absence made this the default preset
 
     @property
     def banner(self) -> str:
         """What the CLI says about where its policy came from."""
         if self.is_default:
-            return f"no {POLICY_NAMES[0]} found: using the default preset" + (f" ({self.note})" if self.note else "")
+            return f"no {self.looked_for} found: using the default preset" + (f" ({self.note})" if self.note else "")
         return f"policy: {self.source}" + (f" ({self.note})" if self.note else "")
 
 

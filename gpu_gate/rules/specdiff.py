@@ -1,7 +1,6 @@
 """A spec at the base against the same spec at the head: what each change does to the rules."""
 from __future__ import annotations
 
-import ast
 from collections.abc import Callable
 from typing import Any, TypeGuard
 
@@ -39,9 +38,29 @@ def compare(base: SpecRules, head: SpecRules, ctx: Context) -> list[RuleChange]:
     _lists(base, head, add)
     _reference(base, head, add)
     for key in sorted((set(base.keywords) | set(head.keywords)) - _CHECKED_KEYS):
-        if _dump(base.keywords.get(key)) != _dump(head.keywords.get(key)):
+        if base.shape(key) != head.shape(key):
             add("changed", f"{key}= changed", key)
     out += reference_calls_code_under_review(head, ctx, base)
+    out += rules_from_modified_modules(head, ctx)
+    return out
+
+
+_RULE_KEYS = ("tolerance", "dims", "inputs", "checks", "grads", "devices", "params", "deterministic")
+
+
+def rules_from_modified_modules(head: SpecRules, ctx: Context) -> list[RuleChange]:
+    """A rule written as a name imported from a repository module (`tolerance=TOL` from gate/common.py)
+    changes with that module: when this change modifies it, the rule changed without the spec showing it."""
+    out = []
+    for key in _RULE_KEYS:
+        node = head.keywords.get(key)
+        if node is None:
+            continue
+        for file, name in sorted(head.modules_used(node, ctx.index).items()):
+            if file in ctx.changed:
+                out.append(RuleChange("weakened", f"spec {head.name}: {key}= uses {name!r} from {file}, which this "
+                                                  f"change modifies (write the rule in the spec itself)",
+                                      head.file, head.line_of(key), head.id))
     return out
 
 
@@ -51,7 +70,7 @@ Add = Callable[[Direction, str, str], None]
 def _tolerance(base: SpecRules, head: SpecRules, ctx: Context, add: Add) -> None:
     old, new = base.literal("tolerance"), head.literal("tolerance")
     if old is UNREAD or new is UNREAD:
-        if _dump(base.keywords.get("tolerance")) != _dump(head.keywords.get("tolerance")):
+        if base.shape("tolerance") != head.shape("tolerance"):
             add("weakened", "tolerance= changed and is not a literal gg.Tolerance(...), so gpu-gate cannot tell by how "
                             "much (write it as gg.Tolerance(baseline_factor=...))", "tolerance")
         return
@@ -90,7 +109,7 @@ def _tol(value: Any) -> dict[str, Any]:
 def _dims(base: SpecRules, head: SpecRules, add: Add) -> None:
     old, new = base.literal("dims", {}), head.literal("dims", {})
     if old is UNREAD or new is UNREAD or not isinstance(old, dict) or not isinstance(new, dict):
-        if _dump(base.keywords.get("dims")) != _dump(head.keywords.get("dims")):
+        if base.shape("dims") != head.shape("dims"):
             add("weakened", "dims= changed and is not a literal mapping of gg.Dim(...), so gpu-gate cannot tell "
                             "whether it narrows the sizes tested", "dims")
         return
@@ -142,7 +161,7 @@ def _dim(name: str, old: dict[str, Any], new: dict[str, Any], add: Add) -> None:
 def _inputs(base: SpecRules, head: SpecRules, add: Add) -> None:
     old, new = base.literal("inputs", {}), head.literal("inputs", {})
     if old is UNREAD or new is UNREAD or not isinstance(old, dict) or not isinstance(new, dict):
-        if _dump(base.keywords.get("inputs")) != _dump(head.keywords.get("inputs")):
+        if base.shape("inputs") != head.shape("inputs"):
             add("weakened", "inputs= changed and is not a literal mapping of gg.Tensor/gg.Index, so gpu-gate cannot "
                             "tell whether it narrows the dtypes tested", "inputs")
         return
@@ -257,10 +276,6 @@ def reference_calls_code_under_review(head: SpecRules, ctx: Context, base: SpecR
                                           f"(write the reference in plain torch)",
                               head.file, head.line_of("reference"), head.id))
     return out
-
-
-def _dump(node: ast.AST | None) -> str | None:
-    return ast.dump(node) if node is not None else None
 
 
 def _num(value: Any) -> TypeGuard[float]:

@@ -43,26 +43,36 @@ class SpecRules:
         return default if node is None else literal(node)
 
     def reference_shape(self) -> str | None:
-        """The reference's code as a structure (formatting and comments do not count); a function of the
-        spec module named by the reference counts with its body."""
-        node = self.keywords.get("reference")
+        return self.shape("reference")
+
+    def shape(self, key: str) -> str | None:
+        """A keyword's code as a structure (formatting and comments do not count), with the functions and
+        module-level values of the spec module that it names, so `tolerance=TOL` changes when TOL does."""
+        node = self.keywords.get(key)
         if node is None:
             return None
-        parts = [ast.dump(node)]
-        for fn in self.local_functions(node):
-            parts.append(ast.dump(fn))
-        return "\n".join(parts)
+        return "\n".join([ast.dump(node), *(ast.dump(d) for d in self.local_functions(node))])
 
-    def local_functions(self, node: ast.AST) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
-        """Functions of the spec module that ``node`` refers to, directly or through one another."""
-        defined = {fn.name: fn for fn in self.module.body if isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))}
-        found: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = {}
-        todo = [node]
+    def local_functions(self, node: ast.AST) -> list[ast.stmt]:
+        """Functions and assignments of the spec module that ``node`` refers to, directly or through one another."""
+        defined: dict[str, ast.stmt] = {}
+        for stmt in self.module.body:
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt is not self.candidate:
+                defined[stmt.name] = stmt
+            elif isinstance(stmt, (ast.Assign, ast.AnnAssign)):
+                targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+                for target in targets:
+                    for bound in ast.walk(target):
+                        if isinstance(bound, ast.Name):
+                            defined[bound.id] = stmt
+        found: dict[int, ast.stmt] = {}
+        todo: list[ast.AST] = [node]
         while todo:
-            for name in _names(todo.pop()):
-                if name in defined and name not in found and defined[name] is not self.candidate:
-                    found[name] = defined[name]
-                    todo.append(defined[name])
+            for used in sorted(_names(todo.pop())):
+                hit = defined.get(used)
+                if hit is not None and id(hit) not in found:
+                    found[id(hit)] = hit
+                    todo.append(hit)
         return list(found.values())
 
     def modules_used(self, node: ast.AST, index: pyscan.ModuleIndex) -> dict[str, str]:
