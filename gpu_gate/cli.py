@@ -53,7 +53,8 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
 
 def _add_policy(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", type=Path, default=None,
-                   help="policy file (default: .gpu-gate.yml in the repository, else the default preset)")
+                   help="policy file, in force instead of the base's (default: the base revision's .gpu-gate.yml, "
+                        "else the default preset; in GitHub Actions a FILE inside the repository is read at the base)")
     p.add_argument("--strict", action="store_true", help="treat unknown policy keys as errors")
 
 
