@@ -24,6 +24,7 @@ from .exitcodes import ExitCode
 if TYPE_CHECKING:
     from .plan import Plan
     from .policy import LoadedPolicy
+    from .policy.base import PolicyInForce
     from .record import RunRecord
 
 DEFAULT_OUT = ".gpu-gate/out"
@@ -53,7 +54,8 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
 
 def _add_policy(p: argparse.ArgumentParser) -> None:
     p.add_argument("--policy", type=Path, default=None,
-                   help="policy file (default: .gpu-gate.yml in the repository, else the default preset)")
+                   help="policy file, in force instead of the base's (default: the base revision's .gpu-gate.yml, "
+                        "else the default preset; in GitHub Actions a FILE inside the repository is read at the base)")
     p.add_argument("--strict", action="store_true", help="treat unknown policy keys as errors")
 
 
@@ -93,13 +95,29 @@ def _refs(repo: Path, args: argparse.Namespace) -> tuple[str, str | None]:
     return base, head
 
 
+def _policy_in_force(repo: Path, args: argparse.Namespace, base: str | None, head: str | None) -> PolicyInForce:
+    """The base decides (gpu_gate.policy.base): its policy, with the head's validated and compared."""
+    from . import git
+    from .policy.base import choose
+
+    merge_base = git.merge_base(repo, base, head or "HEAD") if base else None
+    choice = choose(repo, merge_base, git.resolve(repo, head or "HEAD") if base else None, args.policy,
+                    strict=args.strict, in_actions=_in_actions())
+    for w in choice.loaded.warnings + (choice.head.warnings if choice.head else ()):
+        warn(w)
+    return choice
+
+
 def _make_plan(args: argparse.Namespace) -> tuple[Path, LoadedPolicy, Plan]:
     from .plan import build_plan
+    from .rules.apply import apply
 
     repo = _repo(args)
-    loaded = _load_policy(repo, args)
     base, head = _refs(repo, args)
-    return repo, loaded, build_plan(repo, base, head, loaded, launch_store=_cache_dir(loaded.policy, repo, args))
+    choice = _policy_in_force(repo, args, base, head)
+    plan = build_plan(repo, base, head, choice.loaded, launch_store=_cache_dir(choice.loaded.policy, repo, args))
+    apply(repo, plan, choice)
+    return repo, choice.loaded, plan
 
 
 def _cache_dir(policy: Any, repo: Path, args: argparse.Namespace) -> Path | None:
@@ -222,8 +240,8 @@ def cmd_check(args: argparse.Namespace) -> int:
 
     if args.plan:
         repo = _repo(args)
-        loaded = _load_policy(repo, args)
         plan = Plan.read(args.plan)
+        loaded = _policy_in_force(repo, args, plan.base, plan.head).loaded
     else:
         repo, loaded, plan = _make_plan(args)
     say(loaded.banner)
@@ -400,7 +418,6 @@ def _publish(record: Any, verdict: Any, written: dict[str, Path], args: argparse
 
 def cmd_report(args: argparse.Namespace) -> int:
     from .plan import Plan
-    from .policy import load_policy
     from .record import RunRecord, merge
 
     records = []
@@ -418,11 +435,33 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not records:
             record.kernels, record.plan_findings = plan.kernels, list(plan.findings)
             record.base, record.head, record.policy_source = plan.base, plan.head, plan.policy_source
-    root = Path.cwd()
-    loaded = load_policy(root, args.policy, strict=args.strict)
+    loaded = _report_policy(record, args)
     if args.github is None:
         args.github = _in_actions() and bool(os.environ.get("GITHUB_TOKEN") or os.environ.get("INPUT_TOKEN"))
     return _finish(record, loaded, Path(args.out), args)
+
+
+def _report_policy(record: RunRecord, args: argparse.Namespace) -> LoadedPolicy:
+    """The base decides here too: the head's checkout must not relax the verdict's rules. Without the
+    base revision at hand, each rule is the stricter of the head's policy and the default preset."""
+    import dataclasses as dc
+
+    from . import git
+    from .errors import GitError
+    from .policy import default_policy, load_policy
+    from .policy.base import stricter_rules
+
+    root = Path.cwd()
+    try:
+        if record.base:
+            return _policy_in_force(git.repo_root(root), args, record.base, record.head).loaded
+    except GitError as exc:
+        warn(f"gpu-gate: warning: the base's policy cannot be read ({exc}); each verdict rule is the stricter of "
+             f"this checkout's policy and the default preset")
+    loaded = load_policy(root, args.policy, strict=args.strict)
+    if not record.base:
+        return loaded
+    return dc.replace(loaded, policy=stricter_rules(loaded.policy, default_policy()))
 
 
 def cmd_validate_policy(args: argparse.Namespace) -> int:

@@ -298,6 +298,18 @@ def list_tree(repo: Path | str, rev: str) -> dict[str, str]:
     return tree
 
 
+def tree_entry(repo: Path | str, rev: str, path: str) -> tuple[str, str, str] | None:
+    """(mode, kind, object id) of ``path`` at ``rev``, or None when it is not there. A symbolic link
+    has mode 120000 and its blob holds the link's target."""
+    raw = _capture(repo, ["ls-tree", "-z", "--full-tree", "--end-of-options", rev, "--", path])
+    for entry in raw.split(b"\0"):
+        meta, _, name = entry.partition(b"\t")
+        if name and _decode(name) == path:
+            mode, kind, oid = meta.decode("ascii").split(" ")
+            return mode, kind, oid
+    return None
+
+
 def show(repo: Path | str, rev: str, path: str) -> bytes:
     """The contents of ``path`` at ``rev``."""
     tree = list_tree(repo, rev)

@@ -71,12 +71,21 @@ def _forget_other_roots(root: str) -> None:
 
 
 def load_spec(job: Job, ctx: Context) -> Any:
-    """Import the spec module in isolation and return the named spec."""
+    """Import the spec module in isolation and return the named spec. A spec that exists at the base is
+    loaded from the base's source (gpu_gate.rules.judging); the head's file judges only when it cannot."""
+    from .rules import judging
+
+    base = judging.base_copy(job, ctx.workdir)
+    if base is not None:
+        return _load_spec_file(job, ctx, base)
+    return _load_spec_file(job, ctx, ctx.repo_root / job.spec.file if job.spec else ctx.repo_root)
+
+
+def _load_spec_file(job: Job, ctx: Context, path: Path) -> Any:
     from . import launches
     from .spec import specs_in_module
 
     assert job.spec is not None
-    path = ctx.repo_root / job.spec.file
     root = str(ctx.repo_root)
     _forget_other_roots(root)
     # The user's packages import as they do in their own tests: from the policy's python_path
@@ -145,16 +154,28 @@ def pick_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
+def _run_check(info: Any, job: Job, ctx: Context) -> Outcome:
+    try:
+        outcome: Outcome = info.load().run(job, ctx)
+    except SpecImportError as exc:
+        outcome = Outcome(Status.ERROR, [exc.finding], reason=exc.finding.message.split(" (")[0])
+    return outcome
+
+
 def run_job(job: Job, ctx: Context) -> JobResult:
     from . import launches
+    from .rules import judging
 
     start = time.monotonic()
     info = CHECKS[job.check]
     with launches.recording(ctx.repo_root) as launched:
-        try:
-            outcome = info.load().run(job, ctx)
-        except SpecImportError as exc:
-            outcome = Outcome(Status.ERROR, [exc.finding], reason=exc.finding.message.split(" (")[0])
+        outcome = _run_check(info, job, ctx)
+        why = judging.signature_broke(job, outcome.findings)
+        if why is not None:  # the base's spec no longer fits the head: the head's judges, and the job says so
+            outcome = _run_check(info, judging.without_base(job), ctx)
+            outcome.findings.append(judging.fallback_finding(job, why))
+            if outcome.status is Status.PASSED and any(f.severity is Severity.ERROR for f in outcome.findings):
+                outcome.status = Status.FAILED
     if job.spec is not None and outcome.status in (Status.PASSED, Status.FAILED):
         # What the spec really launched: the judge's coverage map (gpu_gate.coverage).
         outcome.extra["launches"] = launched.to_json()

@@ -12,7 +12,7 @@ from pydantic_core import ErrorDetails
 
 from ..checks import CHECKS
 from .models import Policy
-from .source import Document, KeyPath, Where
+from .source import Document, KeyPath, Where, one_line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +56,7 @@ def diagnose(doc: Document, *, strict: bool) -> Diagnosis:
 
 
 def _sorted(lines: list[_Line]) -> tuple[str, ...]:
-    return tuple(line.text for line in sorted(lines, key=_Line.sort_key))
+    return tuple(one_line(line.text) for line in sorted(lines, key=_Line.sort_key))
 
 
 def _delete(data: Any, loc: KeyPath) -> None:

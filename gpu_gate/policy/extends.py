@@ -1,19 +1,19 @@
-"""`extends:`: a policy builds on a preset or on another YAML file. Mappings merge deeply; lists replace."""
+"""`extends:`: a policy builds on a preset or on another YAML file of its own tree (repository or revision).
+Mappings merge deeply; lists replace."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable
+import posixpath
 from pathlib import Path
 from typing import Any
 
 from ..checks import CHECKS
 from ..errors import PolicyError
-from .source import Document, KeyPath, Spot, read_document
+from .source import Document, KeyPath, Spot, parse_document
+from .tree import PolicyTree, PresetTree, inside, outside_error
 
 PRESETS_DIR = Path(__file__).parent / "presets"
 PRESETS = ("default", "strict")
-
-Display = Callable[[Path], str]
 
 
 def preset_path(name: str) -> Path:
@@ -27,9 +27,13 @@ def preset_display(path: Path) -> str | None:
     return None
 
 
-def load_merged(path: Path, display: Display) -> Document:
-    """Read ``path`` and everything it extends, and merge them, the extending file winning."""
-    layers = _chain(path, display)
+_PRESET_TREE = PresetTree(PRESETS_DIR)
+Located = tuple[PolicyTree, str]
+
+
+def load_merged(tree: PolicyTree, rel: str) -> Document:
+    """Read ``rel`` in ``tree`` and everything it extends, and merge them, the extending file winning."""
+    layers = _chain(tree, rel)
     top_extends = layers[-1].data.get("extends")
     merged = Document({}, {(): layers[-1].spots[()]})
     for layer in layers:
@@ -40,47 +44,61 @@ def load_merged(path: Path, display: Display) -> Document:
     return merged
 
 
-def _chain(path: Path, display: Display) -> list[Document]:
-    """The files from the base preset up to ``path``; each is normalised before merging."""
-    seen: list[Path] = []
+def _chain(tree: PolicyTree, rel: str) -> list[Document]:
+    """The files from the base preset up to ``rel``; each is normalised before merging."""
+    seen: list[Located] = []
     docs: list[Document] = []
-    current: Path | None = path
+    current: Located | None = (tree, rel)
     while current is not None:
-        seen.append(current.resolve())
-        doc = read_document(current, preset_display(current) or display(current))
+        seen.append(current)
+        here_tree, here = current
+        doc = parse_document(here_tree.read(here), here_tree.display(here))
         _expand_check_shorthands(doc)
         docs.append(doc)
-        current = _target(doc, current, seen, display)
+        current = _target(doc, current, seen)
     return docs[::-1]
 
 
-def _target(doc: Document, current: Path, seen: list[Path], display: Display) -> Path | None:
+def _target(doc: Document, current: Located, seen: list[Located]) -> Located | None:
     value = doc.data.get("extends")
     if value is None:
         return None
-    at = doc.where(("extends",))
+    at = str(doc.where(("extends",)))
     if not isinstance(value, str) or not value:
-        raise PolicyError(f"{at}: extends: expected a preset name or a relative path, got {value!r}",
+        raise PolicyError(f"{at}: extends: expected a preset name or a relative path, got {_short(value)}",
                           f"write e.g. extends: default; presets: {', '.join(PRESETS)}")
-    target = _resolve(value, current, str(at))
-    if target.resolve() in seen:
-        names = [preset_display(p) or display(p) for p in seen + [target.resolve()]]
+    target = _resolve(value, current, at)
+    tree, rel = target
+    if tree.key(rel) in {t.key(r) for t, r in seen}:
+        names = [t.display(r) for t, r in seen + [target]]
         raise PolicyError(f"{at}: extends cycle: {' -> '.join(names)}", "remove one of these extends")
-    if not target.is_file():
-        raise PolicyError(f"{at}: extends: file '{value}' not found",
-                          f"looked for {display(target)}; paths are relative to the file that extends them")
+    if not tree.exists(rel):
+        raise PolicyError(f"{at}: extends: file {value!r} not found",
+                          f"looked for {tree.display(rel)}; paths are relative to the file that extends them")
     return target
 
 
-def _resolve(value: str, current: Path, at: str) -> Path:
+def _resolve(value: str, current: Located, at: str) -> Located:
     if value in PRESETS:
-        return preset_path(value)
+        return _PRESET_TREE, f"{value}.yml"
+    tree, rel = current
     if "/" in value or "\\" in value or value.endswith((".yml", ".yaml")):
-        return current.parent / value
+        if tree is _PRESET_TREE:
+            raise PolicyError(f"{at}: extends: a preset extends presets only, got {value!r}",
+                              f"presets: {', '.join(PRESETS)}")
+        target = inside(posixpath.dirname(rel), value)
+        if target is None:
+            raise outside_error(at, f"extends: {value!r}")
+        return tree, target
     close = difflib.get_close_matches(value, PRESETS, n=1)
     guess = f"did you mean '{close[0]}'? " if close else ""
-    raise PolicyError(f"{at}: extends: unknown preset '{value}'",
+    raise PolicyError(f"{at}: extends: unknown preset {value!r}",
                       f"{guess}presets: {', '.join(PRESETS)}; or give a relative path such as base.yml")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def _expand_check_shorthands(doc: Document) -> None:

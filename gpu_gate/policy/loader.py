@@ -8,9 +8,10 @@ from pathlib import Path
 
 from ..errors import PolicyError
 from ..exitcodes import ExitCode
-from .diagnostics import Diagnosis, diagnose
-from .extends import PRESETS_DIR, load_merged, preset_path
+from .diagnostics import diagnose
+from .extends import PRESETS_DIR, load_merged
 from .models import Policy
+from .tree import FileTree, PolicyTree, PresetTree
 
 POLICY_NAMES = (".gpu-gate.yml", ".gpu-gate.yaml")
 DEFAULT_SOURCE = "default preset"
@@ -23,13 +24,15 @@ class LoadedPolicy:
     warnings: tuple[str, ...] = ()
     is_default: bool = False
     path: Path | None = None
+    note: str = ""  # why this policy is the one in force (shown in the banner)
+    looked_for: str = POLICY_NAMES[0]  # the file whose absence made this the default preset
 
     @property
     def banner(self) -> str:
         """What the CLI says about where its policy came from."""
         if self.is_default:
-            return f"no {POLICY_NAMES[0]} found: using the default preset"
-        return f"policy: {self.source}"
+            return f"no {self.looked_for} found: using the default preset" + (f" ({self.note})" if self.note else "")
+        return f"policy: {self.source}" + (f" ({self.note})" if self.note else "")
 
 
 def load_policy(repo_root: Path, path: Path | None = None, *, strict: bool = False) -> LoadedPolicy:
@@ -43,38 +46,71 @@ def load_policy(repo_root: Path, path: Path | None = None, *, strict: bool = Fal
         path = _find(repo_root, warnings)
         if path is None:
             return LoadedPolicy(default_policy(), DEFAULT_SOURCE, (), is_default=True)
-    display = _Display(repo_root)
-    diagnosis = _diagnose(path, display, strict)
+    tree, rel = _on_disk(path, repo_root, repo_root)
+    loaded = load_from(tree, rel, strict=strict)
+    return dataclasses.replace(loaded, warnings=tuple(warnings) + loaded.warnings, path=path)
+
+
+def load_from(tree: PolicyTree, rel: str, *, strict: bool = False) -> LoadedPolicy:
+    """Load ``rel`` from ``tree`` (a directory or a git revision); its `extends:` stay inside that tree."""
+    diagnosis = diagnose(load_merged(tree, rel), strict=strict)
     if diagnosis.policy is None:
         raise PolicyError("\n".join(diagnosis.errors))
-    return LoadedPolicy(diagnosis.policy, display(path), tuple(warnings) + diagnosis.warnings, path=path)
+    return LoadedPolicy(diagnosis.policy, tree.display(rel), diagnosis.warnings)
+
+
+def find_in(tree: PolicyTree) -> tuple[str | None, tuple[str, ...]]:
+    """The policy file of a tree (`.gpu-gate.yml`, else `.gpu-gate.yaml`) and a warning when both exist."""
+    found = [name for name in POLICY_NAMES if tree.exists(name)]
+    warnings = (f"{POLICY_NAMES[1]}: warning: ignored, because {POLICY_NAMES[0]} exists (delete one of them)",) \
+        if len(found) > 1 else ()
+    return (found[0] if found else None), warnings
 
 
 def validate_policy_file(path: Path, *, strict: bool) -> tuple[int, list[str]]:
     """For `gpu-gate validate-policy`: the exit code and the lines to print."""
-    display = _Display(Path.cwd())
+    tree, rel = _on_disk(path, _enclosing_checkout(path), Path.cwd())
     try:
-        diagnosis = _diagnose(path, display, strict)
+        diagnosis = diagnose(load_merged(tree, rel), strict=strict)
     except PolicyError as err:
         return int(ExitCode.USAGE_ERROR), str(err).splitlines()
     lines = list(diagnosis.warnings)
     if diagnosis.policy is None:
         return int(ExitCode.USAGE_ERROR), lines + list(diagnosis.errors)
     enabled = ", ".join(f"{name} ({check.level})" for name, check in diagnosis.policy.enabled_checks())
-    return int(ExitCode.PASSED), lines + [f"{display(path)}: valid; checks: {enabled or 'none'}"]
+    return int(ExitCode.PASSED), lines + [f"{tree.display(rel)}: valid; checks: {enabled or 'none'}"]
 
 
 @functools.cache
 def default_policy() -> Policy:
     """The policy that applies when a repository has no policy file."""
-    diagnosis = _diagnose(preset_path("default"), _Display(PRESETS_DIR), strict=True)
+    diagnosis = diagnose(load_merged(PresetTree(PRESETS_DIR), "default.yml"), strict=True)
     if diagnosis.policy is None:  # a broken preset is gpu-gate's bug, not the user's
         raise RuntimeError("the default preset is invalid: " + "; ".join(diagnosis.errors))
     return diagnosis.policy
 
 
-def _diagnose(path: Path, display: _Display, strict: bool) -> Diagnosis:
-    return diagnose(load_merged(path, display), strict=strict)
+def _on_disk(path: Path, root: Path, shown_from: Path) -> tuple[FileTree, str]:
+    """A file on disk as (tree, name): inside ``root`` its `extends:` may reach all of ``root``; a file
+    elsewhere (given on the command line) is a tree of its own directory."""
+    full = Path(os.path.abspath(path))
+    for base in (root, Path(os.path.realpath(root))):
+        try:
+            rel = full.relative_to(os.path.abspath(base)).as_posix()
+        except ValueError:
+            continue
+        if rel != ".":
+            return FileTree(base, shown_from), rel
+    return FileTree(full.parent, shown_from), full.name
+
+
+def _enclosing_checkout(path: Path) -> Path:
+    """The git work tree around ``path`` (found on disk, without running git), else its directory."""
+    start = Path(os.path.abspath(path)).parent
+    for folder in (start, *start.parents):
+        if (folder / ".git").exists():
+            return folder
+    return start
 
 
 def _find(repo_root: Path, warnings: list[str]) -> Path | None:
@@ -82,19 +118,3 @@ def _find(repo_root: Path, warnings: list[str]) -> Path | None:
     if len(found) > 1:
         warnings.append(f"{POLICY_NAMES[1]}: warning: ignored, because {POLICY_NAMES[0]} exists (delete one of them)")
     return found[0] if found else None
-
-
-class _Display:
-    """Shows a path relative to ``base`` when it lies inside it, else as given."""
-
-    def __init__(self, base: Path) -> None:
-        self.base = base
-
-    def __call__(self, path: Path) -> str:
-        # Unresolved first, so a policy reached through a symlink keeps the name the user gave it.
-        for resolve in (os.path.abspath, os.path.realpath):
-            try:
-                return Path(resolve(path)).relative_to(resolve(self.base)).as_posix()
-            except ValueError:
-                continue
-        return str(path)

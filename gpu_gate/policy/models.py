@@ -231,6 +231,9 @@ class Policy(_Frozen):
         "a changed file under kernels.include that uses a GPU module but defines no kernel gpu-gate recognises"))
     submodules: Literal["fail", "warn"] = Field(default="fail", description=(
         "a git submodule under kernels.include that moved: gpu-gate cannot see the kernels inside it"))
+    rule_changes: Literal["fail", "warn"] = Field(default="fail", description=(
+        "a change that weakens the rules (this policy or a spec's reference, tolerance, dims, dtypes or checks); "
+        "read from the base's policy: fail blocks the merge, warn reports it"))
     checks: Checks = Checks()
     cuda: CudaSettings = CudaSettings()
     runner: RunnerSettings = RunnerSettings()

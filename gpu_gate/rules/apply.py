@@ -1,0 +1,150 @@
+"""Plan time: the rule changes between base and head become findings, and spec jobs get the base's spec."""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import cudascan, git, pyscan
+from ..changes import match
+from ..findings import Finding
+from ..jobs import Job
+from . import policydiff, specdiff
+from .change import RuleChange
+from .specrules import SpecRules, read_specs
+
+if TYPE_CHECKING:
+    from ..plan import Plan
+    from ..policy.base import PolicyInForce
+
+from .judging import BASE_SPEC  # the job option that carries the base's spec source
+
+
+def apply(repo: Path, plan: Plan, choice: PolicyInForce) -> None:
+    """Add the rule changes to ``plan.findings`` and point its spec jobs at the base's specs."""
+    if choice.base is None or choice.head is None or plan.base is None:
+        return
+    mode = choice.loaded.policy.rule_changes
+    changes = _policy_changes(choice)
+    base_specs = read_specs(repo, plan.base, choice.base.policy.specs)
+    head_specs = read_specs(repo, plan.head, choice.loaded.policy.specs)
+    ctx = _context(repo, plan, choice)
+    pairs = _pairs(base_specs, head_specs)
+    for head_id, spec in sorted(head_specs.items()):
+        old = pairs.get(head_id)
+        if old is None:
+            changes.append(RuleChange("new", f"new reference, written by this change: review it (spec {spec.name})",
+                                      spec.file, spec.line_of("reference"), spec.id))
+        changes += specdiff.compare(old, spec, ctx) if old else specdiff.reference_calls_code_under_review(spec, ctx, None)
+    matched = {s.id for s in pairs.values()}
+    changes += [_deleted(s, ctx) for s in base_specs.values() if s.id not in matched]
+    plan.findings += [c.finding(mode) for c in changes]
+    jobs = plan.jobs + _base_checks(plan, choice, pairs)
+    plan.jobs = sorted((_judged_by_base(j, head_specs, pairs, mode) for j in jobs), key=lambda j: j.id)
+
+
+def _base_checks(plan: Plan, choice: PolicyInForce, pairs: dict[str, SpecRules]) -> list[Job]:
+    """The jobs the base's spec asks for that the head's `checks=` dropped: the base decides them too."""
+    from ..checks import CHECKS
+    from ..jobs import SpecRef
+    from ..plan import _cost, _options, job_seed
+
+    policy = choice.loaded.policy
+    have = {j.id for j in plan.jobs}
+    covered: dict[str, list[str]] = {}
+    for k in plan.kernels:
+        for sid in k.specs:
+            covered.setdefault(sid, []).append(k.path)
+    added = []
+    for sid, kernels in sorted(covered.items()):
+        old = pairs.get(sid)
+        base_checks = old.literal("checks") if old is not None else None
+        if old is None or not (base_checks is None or isinstance(base_checks, list)):
+            continue
+        for name, chk in policy.enabled_checks():
+            job_id = f"{name}:{sid}"
+            if CHECKS[name].scope != "spec" or job_id in have or (base_checks is not None and name not in base_checks):
+                continue
+            opts = _options(policy, name, chk)
+            file, _, spec_name = sid.partition("::")
+            like = next((j for j in plan.jobs if j.spec is not None and j.spec.id == sid), None)
+            added.append(Job(id=job_id, check=name, level=chk.level, kernels=tuple(sorted(kernels)),
+                             spec=SpecRef(file, spec_name), options=opts, cost=_cost(name, opts),
+                             seed=like.seed if like else job_seed(plan.head, policy),
+                             python_path=like.python_path if like else ("",),
+                             why=(*tuple(plan.selected.get(sid, ())), "the base's spec runs this check")))
+    return added
+
+
+def _policy_changes(choice: PolicyInForce) -> list[RuleChange]:
+    assert choice.base is not None and choice.head is not None
+    head = choice.head
+    file = None if head.is_default else head.source
+    changes = policydiff.compare(choice.base.policy, head.policy, file)
+    if head.is_default and not choice.base.is_default:
+        changes = [dataclasses.replace(c, what=f"{c.what} (the head has no policy file: the default preset)")
+                   for c in changes]
+    return changes
+
+
+def _pairs(base: dict[str, SpecRules], head: dict[str, SpecRules]) -> dict[str, SpecRules]:
+    """Head spec id -> the same spec at the base: same id, else the same name when it is unique (a spec
+    moved to another file keeps its rules)."""
+    out = {hid: base[hid] for hid in head if hid in base}
+    left = [s for s in base.values() if s.id not in out]
+    for hid, spec in head.items():
+        if hid in out:
+            continue
+        same = [s for s in left if s.name == spec.name]
+        if len(same) == 1:
+            out[hid] = same[0]
+            left.remove(same[0])
+    return out
+
+
+def _context(repo: Path, plan: Plan, choice: PolicyInForce) -> specdiff.Context:
+    snap = git.Snapshot(repo, plan.head)
+    changed = {c.path for c in git.diff(repo, plan.base, plan.head)} if plan.head and plan.base else set()
+    kernel_paths = {k.path for k in plan.kernels}
+
+    @functools.lru_cache(maxsize=None)
+    def is_kernel_module(path: str) -> bool:
+        if path in kernel_paths or cudascan.is_c_source(path):
+            return True
+        source = snap.read(path)
+        try:
+            return bool(source and pyscan.find_triton_kernels(source, path))
+        except pyscan.ParseError:
+            return False
+
+    factor = choice.loaded.policy.checks.equivalence.tolerance.baseline_factor
+    return specdiff.Context(snap.files, changed, is_kernel_module, factor)
+
+
+def _deleted(spec: SpecRules, ctx: specdiff.Context) -> RuleChange:
+    covers = spec.literal("covers", [])
+    remaining = sorted(f for f in spec.modules_used(spec.candidate, ctx.index) if ctx.is_kernel_module(f))
+    if isinstance(covers, list):
+        files = ctx.files
+        remaining += sorted(f for f in files if any(isinstance(p, str) and match(f, p) for p in covers))
+    if remaining:
+        return RuleChange("weakened", f"spec {spec.name} deleted while the kernels it checks remain "
+                                      f"({', '.join(sorted(set(remaining))[:5])})", spec.file, spec.line, spec.id)
+    return RuleChange("changed", f"spec {spec.name} deleted together with its kernels", spec.file, spec.line, spec.id)
+
+
+def _judged_by_base(job: Job, head: dict[str, SpecRules], pairs: dict[str, SpecRules], mode: str) -> Job:
+    if job.spec is None or job.spec.id not in pairs:
+        return job
+    old, new = pairs[job.spec.id], head[job.spec.id]
+    if old.source == new.source and old.file == new.file:
+        return job  # the head's file is the base's: nothing to swap
+    carried: dict[str, Any] = {"file": old.file, "name": old.name, "source": old.source,
+                               "reference_changed": old.reference_shape() != new.reference_shape(),
+                               "rule_changes": mode}
+    return dataclasses.replace(job, options={**job.options, BASE_SPEC: carried})
+
+
+def rule_findings(findings: list[Finding]) -> list[Finding]:
+    return [f for f in findings if f.check == "rules"]
