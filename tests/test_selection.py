@@ -345,9 +345,9 @@ def test_an_uncommitted_bug_in_a_wrapper_is_red_in_local_use(make_repo) -> None:
 
 def test_a_wrong_python_path_names_the_key(make_repo) -> None:  # type: ignore[no-untyped-def]
     r = _liger_repo(make_repo)
+    r.commit("policy", {".gpu-gate.yml": POLICY + "python_path: [lib]\n"})  # the base's policy is in force
     r.branch("feature")
-    r.commit("policy", {".gpu-gate.yml": POLICY + "python_path: [lib]\n",
-                        "src/liger/ops/rms_norm.py": RMS_OP + "\n# touched\n"})
+    r.commit("touch", {"src/liger/ops/rms_norm.py": RMS_OP + "\n# touched\n"})
     p = gate("check", "--base", "main", "--head", "feature", "--no-cache", cwd=r.path)
     assert p.returncode == 1, p.stdout
     assert "No module named 'liger'" in p.stdout and "set `python_path: [src]` in .gpu-gate.yml" in p.stdout, p.stdout
