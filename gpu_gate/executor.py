@@ -96,6 +96,31 @@ class RunControl:
             self._running.discard(pid or -1)
 
 
+@contextlib.contextmanager
+def cancel_on_signals(control: RunControl) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT cancel the run instead of killing gpu-gate: every job's
+    sandbox is killed, the run ends, and the caller writes the reports with what finished."""
+    import signal
+
+    def handler(signum: int, _frame: Any) -> None:
+        control.cancel(f"interrupted by {signal.Signals(signum).name}")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def interrupted_finding(reason: str) -> Finding:
+    return Finding(check="gate", kind="interrupted", severity=Severity.ERROR,
+                   message=f"the run was {reason}: every running job was killed, and the reports show what finished")
+
+
 def _kill_group(pid: int) -> None:
     import signal
 
