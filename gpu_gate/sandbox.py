@@ -218,7 +218,8 @@ def _unshare_setup(layout: Layout) -> str:
         q = _quote(p)
         lines.append(f"mount --bind {q} {q} && mount -o remount,bind,ro {q}")
     jd = _quote(Path(os.path.realpath(layout.jobdir)))
-    lines.append(f"mount --bind {jd} {jd}")
+    # A bind of a path inside a read-only mount is read-only too, until remounted.
+    lines.append(f"mount --bind {jd} {jd} && mount -o remount,bind,rw {jd}")
     lines.append(f"cd {_quote(layout.repo)}")
     lines.append("set +e")  # the waiter must count after a failing worker too
     return "\n".join(lines)
