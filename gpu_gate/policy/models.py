@@ -197,6 +197,11 @@ class RunnerSettings(_Frozen):
         "run every job in a sandbox (bubblewrap, else unshare): required: no job runs without one; auto: use one "
         "where it works, else run unsandboxed with a sandbox-unavailable warning; off: never"))
 
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _sandbox(cls, value: Any) -> Any:
+        return _level_from_bool(value)  # `sandbox: off` is YAML's false
+
     @field_validator("gpus", mode="before")
     @classmethod
     def _gpus(cls, value: Any) -> Any:
