@@ -226,7 +226,7 @@ def _head_checkout(repo: Path, head: str | None) -> Iterator[Path]:
     if head is None or git.resolve(repo, "HEAD") == head:
         yield repo
         return
-    tmp = Path(tempfile.mkdtemp(prefix="gpu-gate-head-"))
+    tmp = Path(tempfile.mkdtemp())  # a neutral name: the jobs see this path
     say(f"head {head[:12]} is not checked out: running its code from a temporary work tree")
     try:
         yield git.add_worktree(repo, head, tmp / "tree")

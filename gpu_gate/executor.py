@@ -269,10 +269,14 @@ def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Av
     if not (avail.kind == "bwrap" and work_root == Path("/tmp")):  # bwrap's /tmp is private already
         hide.append(work_root)
     keep = [*sandbox.python_install_paths()]
-    if opts.pycache is not None:
-        keep.append(opts.pycache)
     if opts.sanitizer_path:
         keep.append(Path(opts.sanitizer_path).parent)
+    # A path shown again must not bring a hidden one back into view (a sys.path entry of /tmp).
+    covered = [Path(os.path.realpath(p)) for p in (*hide, Path("/tmp"))]
+    keep = [k for k in keep if not any(h == Path(os.path.realpath(k)) or Path(os.path.realpath(k)) in h.parents
+                                       for h in covered)]
+    if opts.pycache is not None:
+        keep.append(opts.pycache)
     return sandbox.Layout(repo=opts.repo_root, jobdir=workdir, hide=tuple(hide), readonly=tuple(keep),
                           gpu=gpu is not None)
 
