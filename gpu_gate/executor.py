@@ -291,6 +291,8 @@ def _context(opts: ExecOptions, gpu: str | None, job: Job) -> dict[str, Any]:
 
 def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control: RunControl) -> JobResult:
     avail = opts.sandbox or sandbox.choose(opts.sandbox_mode)
+    if opts.sandbox_mode == "required" and not avail.works:
+        return _refused(job, avail)
     job_file, result_file = workdir / "in.json", workdir / "out.json"
     try:
         job_file.write_text(json.dumps({"job": job.to_json(), "context": _context(opts, gpu, job)}))

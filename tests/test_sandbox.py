@@ -288,3 +288,22 @@ def test_the_jobs_environment_names_nothing_of_gpu_gate(tmp_path: Path, monkeypa
     assert not [v for k, v in env.items() if ("gpu-gate" in v or "gpu_gate" in v) and not k.startswith("PYTEST_")]
     argv = executor.worker_argv(opts, tmp_path / "in.json", tmp_path / "out.json")
     assert argv[1] == "-I"
+
+
+def test_bwrap_mounts_nest_shallow_first_and_hidden_directories_turn_read_only_last(tmp_path: Path) -> None:
+    """The repository inside a hidden work root is shown again; the report directory inside the
+    repository is hidden again; the job's own directory inside its hidden parent stays writable."""
+    work = (tmp_path / "work").resolve()
+    repo, jobdir = work / "repo", work / "tmpx" / "w"
+    out = repo / ".gpu-gate" / "out"
+    for d in (out, jobdir):
+        d.mkdir(parents=True)
+    argv = sandbox._bwrap_mounts(sandbox.Layout(repo=repo, jobdir=jobdir, hide=(work, out, jobdir.parent)))
+    ops = [(argv[i], argv[i + 1]) for i in range(0, len(argv), 1) if argv[i].startswith("--")]
+    order = [op for op in ops if op[0] != "--remount-ro"]
+    assert order.index(("--tmpfs", str(work))) < order.index(("--ro-bind", str(repo))) < \
+        order.index(("--tmpfs", str(out)))
+    assert order.index(("--tmpfs", str(jobdir.parent))) < order.index(("--bind", str(jobdir)))
+    remounts = [p for o, p in ops if o == "--remount-ro"]
+    assert set(remounts) == {str(work), str(out), str(jobdir.parent)}
+    assert argv.index("--remount-ro") > argv.index("--bind")
