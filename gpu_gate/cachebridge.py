@@ -3,6 +3,9 @@
 The key covers the job's kernel files, the spec and every repository file it imports
 or names (transitively), each CUDA file's includes, the policy, gpu-gate's version
 and the machine's toolchain (GPU model, driver, torch/triton/cupy, nvcc).
+
+A cache directory that the checked-out commit itself carries is not used: its entries were
+written by whoever wrote the commit, and anyone can compute a valid entry for any tree.
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import shutil
 from pathlib import Path
 
 from . import cudascan, discovery, git, proc
-from .cache import ResultCache, cache_key
+from .cache import ResultCache, cache_key, run_record
 from .findings import JobResult
 from .jobs import Job
 from .policy import Policy
@@ -58,7 +61,22 @@ class JobCache:
         self.head = git.resolve(repo, "HEAD")
         self._specs = {s.id: s for s in discovery.discover_specs(repo, None, policy)}
         self._keys: dict[str, str] = {}
+        self._runs: dict[str, dict[str, object]] = {}
         self.notes: list[str] = []
+        self.refused = self._committed_entries()
+        if self.refused:
+            self.notes.append(f"result cache: not used, since this commit carries files in its directory "
+                              f"{self.refused} (entries must come from gpu-gate's own runs, never from the tree)")
+
+    def _committed_entries(self) -> str | None:
+        """The cache directory, relative to the repository, when the checked-out commit has files in it."""
+        try:
+            rel = self.cache.dir.resolve().relative_to(self.repo.resolve()).as_posix()
+        except ValueError:
+            return None  # outside the repository: the commit cannot carry it
+        prefix = rel.rstrip("/") + "/"
+        tracked = git.list_tree(self.repo, self.head) if self.head else {}
+        return rel if any(p.startswith(prefix) for p in tracked) else None
 
     def _deps(self, job: Job) -> set[str]:
         deps: set[str] = set()
@@ -87,10 +105,19 @@ class JobCache:
             self._keys[job.id] = cache_key(job, self.repo, sorted(self._deps(job)), self.fingerprint, self.env)
         return self._keys[job.id]
 
+    def _run(self, job: Job) -> dict[str, object]:
+        if job.id not in self._runs:
+            self._runs[job.id] = run_record(job, self.repo, sorted(self._deps(job)))
+        return self._runs[job.id]
+
     def lookup(self, job: Job) -> JobResult | None:
-        return self.cache.get(self._key(job))
+        if self.refused:
+            return None
+        return self.cache.get(self._key(job), self._run(job))
 
     def store(self, result: JobResult, job: Job) -> None:
-        note = self.cache.put(self._key(job), result, self.head)
+        if self.refused:
+            return
+        note = self.cache.put(self._key(job), result, self.head, self._run(job))
         if note:
             self.notes.append(note)

@@ -296,7 +296,7 @@ def _head_checkout(repo: Path, head: str | None) -> Iterator[Path]:
     if head is None or git.resolve(repo, "HEAD") == head:
         yield repo
         return
-    tmp = Path(tempfile.mkdtemp(prefix="gpu-gate-head-"))
+    tmp = Path(tempfile.mkdtemp())  # a neutral name: the jobs see this path
     say(f"head {head[:12]} is not checked out: running its code from a temporary work tree")
     try:
         yield git.add_worktree(repo, head, tmp / "tree")
@@ -307,9 +307,14 @@ def _head_checkout(repo: Path, head: str | None) -> Iterator[Path]:
 
 def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], args: argparse.Namespace,
               record: Any) -> list[Any]:
-    from .executor import ExecOptions, execute, shared_bytecode
+    from . import sandbox
+    from .executor import (ExecOptions, RunControl, cancel_on_signals, execute, interrupted_finding,
+                           sandbox_findings, shared_bytecode)
     from .report.console import gha_group, progress_line
 
+    box = sandbox.choose(policy.runner.sandbox)
+    record.plan_findings += sandbox_findings(box, policy.runner.sandbox)
+    control = RunControl()
     cache = _cache(policy, repo, args, gpus)
     todo, cached = [], []
     for j in jobs:
@@ -350,17 +355,33 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
                                fail_fast=policy.runner.fail_fast, sanitizer_path=policy.cuda.sanitizer,
                                jobs_per_gpu=policy.runner.jobs_per_gpu,
                                keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None,
-                               work_root=work_root, pycache=pycache)
-            results = execute(todo, opts, progress)
+                               work_root=work_root, pycache=pycache, sandbox_mode=policy.runner.sandbox,
+                               sandbox=box, hide=(Path(args.out).resolve(), *([cache.cache.dir] if cache else [])))
+            with cancel_on_signals(control):
+                results = execute(todo, opts, progress, control)
+    if control.reason:
+        record.plan_findings.append(interrupted_finding(control.reason))
     if cache:
-        by_id = {j.id: j for j in todo}
-        for r in results:
-            cache.store(r, by_id[r.job_id])
-        for note in cache.notes:
-            warn(f"gpu-gate: {note}")
+        # Unsandboxed jobs ran (none runs on an unfit runner, or under `required` without a sandbox).
+        exposed = not box.protects_files and not unfit and policy.runner.sandbox != "required"
+        _settle_cache(cache, todo, results, not exposed, control.reason)
     if end:
         say(end)
     return cached + results
+
+
+def _settle_cache(cache: Any, todo: list[Any], results: list[Any], protected: bool, interrupted: str | None) -> None:
+    """Store the new results, after every sandbox is gone. A run whose jobs could write the cache
+    directory (no sandbox) stores nothing and empties it: what it holds is no longer the gate's."""
+    if todo and not protected:
+        cache.notes.append(f"result cache: nothing stored and {cache.cache.clear()} entries removed, since the jobs "
+                           f"ran without a sandbox and could have written its directory")
+    elif not interrupted:
+        by_id = {j.id: j for j in todo}
+        for r in results:
+            cache.store(r, by_id[r.job_id])
+    for note in cache.notes:
+        warn(f"gpu-gate: {note}")
 
 
 def _not_run_on_unfit_runner(job: Any, problems: list[Any]) -> Any:

@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import nvml, proc
+from . import nvml, proc, sandbox
 from .exitcodes import ExitCode
 from .findings import Finding, Severity
 
@@ -94,6 +94,7 @@ class DoctorReport:
     cuda_driver_version: str | None = None
     gpus_on_host: int = 0  # what NVML sees, this runner's or not
     visible: list[str] | None = None  # the CUDA_VISIBLE_DEVICES names followed; None: every GPU
+    sandbox: str | None = None  # the jobs' sandbox: "bwrap: <version>", or "none: <why>"
 
     @property
     def healthy(self) -> bool:
@@ -115,6 +116,7 @@ def run_doctor(
     tool_probe: ToolProbe | None = None,
     pycache: Path | None = None,
     visible: Sequence[str] | None = None,
+    sandbox_probe: Callable[[], sandbox.Available] | None = None,
 ) -> DoctorReport:
     """Examine this machine. ``nvml_lib`` replaces ``pynvml`` and ``tool_probe`` the tool search (tests).
     ``pycache``: the run's shared bytecode directory, which the CUDA probes then fill for the jobs.
@@ -148,7 +150,15 @@ def run_doctor(
     if has_gpu:
         problems.extend(_tool_problems(tools, t) + runner_wide)
     notes.extend(_tool_notes(tools, t, has_gpu))
-    return DoctorReport(has_gpu, gpus, tools, problems, notes, driver, cuda, on_host, tokens)
+    box = (sandbox_probe or sandbox.probe)()
+    if not box.works:
+        notes.append("no sandbox works here: `check` runs jobs unsandboxed under runner.sandbox: auto (with a "
+                     "warning) and runs none under runner.sandbox: required")
+    elif box.kind == "unshare":
+        notes.append("sandbox: unshare only (install bubblewrap for a private /tmp and /dev, and hidden rather than "
+                     "read-only report and cache directories)")
+    return DoctorReport(has_gpu, gpus, tools, problems, notes, driver, cuda, on_host, tokens,
+                        sandbox=f"{box.kind}: {box.detail}")
 
 
 def _failed_devices(tools: dict[str, ToolInfo], gpus: list[GpuHealth], tokens: list[str] | None) -> list[str]:
@@ -550,6 +560,8 @@ def format_report(report: DoctorReport, limits_from: str | None = None) -> str:
                      f"CUDA_VISIBLE_DEVICES={','.join(report.visible)} names them")
     for g in report.gpus:
         lines.extend(_format_gpu(g))
+    if report.sandbox:
+        lines.append(f"sandbox: {report.sandbox}")
     lines.append("tools:")
     for info in report.tools.values():
         lines.append("  " + _format_tool(info))

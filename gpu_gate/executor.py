@@ -1,10 +1,18 @@
-"""The local executor: every job in its own subprocess, spread over the visible GPUs.
+"""The local executor: every job in its own sandboxed subprocess, spread over the visible GPUs.
 
-Each job gets a timeout that kills its whole process group, a scrubbed
-environment (no tokens), one GPU (``CUDA_VISIBLE_DEVICES``) and a temporary
-directory of its own. A crash, hang or corrupted CUDA context ends that job only:
-it becomes a finding and the other jobs go on. A fresh process per job means a
-GPU left in a sticky error state by one kernel does not poison the next job.
+Each job gets a timeout that kills its whole sandbox, a scrubbed environment (no tokens,
+nothing naming gpu-gate), one GPU (``CUDA_VISIBLE_DEVICES``) and a directory of its own that
+no other job sees. A crash, hang or corrupted CUDA context ends that job only: it becomes a
+finding and the other jobs go on. A fresh process per job means a GPU left in a sticky error
+state by one kernel does not poison the next job.
+
+The sandbox (:mod:`gpu_gate.sandbox`) keeps the report directory, the result cache and
+gpu-gate's installation out of the job's reach and ends every process the job started. The
+worker still runs the comparison in its own process, so a candidate can forge *its own* job's
+result; it cannot write another job's result, a report or a cache entry.
+
+A :class:`RunControl` lets the caller stop the run (SIGTERM, SIGINT): every running sandbox
+is killed, and the jobs it held, and those not yet started, come back as interrupted.
 """
 from __future__ import annotations
 
@@ -22,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import proc
+from . import proc, sandbox
 from .checks import CHECKS, SANITIZER_TOOLS
 from .findings import Finding, JobResult, Severity, Status
 from .jobs import Job
@@ -54,6 +62,72 @@ class ExecOptions:
     free_memory: Callable[[str], int | None] | None = None  # GPU index -> free bytes (default: nvidia-smi)
     work_root: Path | None = None  # where job directories are made (default: the system temp dir)
     pycache: Path | None = None  # bytecode shared by this run's jobs (made by ``execute``)
+    sandbox_mode: sandbox.Mode = "auto"  # the policy's runner.sandbox
+    sandbox: sandbox.Available | None = None  # the sandbox in use (default: chosen from sandbox_mode)
+    hide: tuple[Path, ...] = ()  # directories no job may see or write: the report directory, the result cache
+
+
+class RunControl:
+    """Stops a run from outside (a signal handler): kills every running job's process group
+    (a sandbox dies with its outer process) and makes the jobs report as interrupted."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        self._running: set[int] = set()
+        self._lock = threading.Lock()
+
+    def cancel(self, reason: str) -> None:
+        with self._lock:
+            if self.reason is None:
+                self.reason = reason
+            running = list(self._running)
+        for pid in running:
+            _kill_group(pid)
+
+    def started(self, pid: int) -> None:
+        with self._lock:
+            self._running.add(pid)
+            cancelled = self.reason is not None
+        if cancelled:  # the signal came between the start and this call
+            _kill_group(pid)
+
+    def ended(self, pid: int | None) -> None:
+        with self._lock:
+            self._running.discard(pid or -1)
+
+
+@contextlib.contextmanager
+def cancel_on_signals(control: RunControl) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT cancel the run instead of killing gpu-gate: every job's
+    sandbox is killed, the run ends, and the caller writes the reports with what finished."""
+    import signal
+
+    def handler(signum: int, _frame: Any) -> None:
+        control.cancel(f"interrupted by {signal.Signals(signum).name}")
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+    old = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def interrupted_finding(reason: str) -> Finding:
+    return Finding(check="gate", kind="interrupted", severity=Severity.ERROR,
+                   message=f"the run was {reason}: every running job was killed, and the reports show what finished")
+
+
+def _kill_group(pid: int) -> None:
+    import signal
+
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 ProgressFn = Callable[[JobResult, int, int, float], None]
@@ -103,68 +177,130 @@ def _outcome_to_result(job: Job, outcome: Any, duration: float, log_tail: str | 
                      log_tail=log_tail)
 
 
-def run_one(job: Job, opts: ExecOptions, gpu: str | None) -> JobResult:
+def run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl | None = None) -> JobResult:
     info = CHECKS[job.check]
     if info.needs_gpu and gpu is None:
         return JobResult(job_id=job.id, check=job.check, status=Status.NOT_RUN, level=job.level,
                          spec=job.spec.id if job.spec else None, kernels=job.kernels,
                          reason=f"no GPU on this machine: {job.check} needs a CUDA device")
+    # Two levels: the outer directory is the gate's (a sanitizer's targets, the count of
+    # processes left behind); only the inner one is shown to the job, writable. The name is
+    # tempfile's own, like any program's temporary directory.
     try:
-        workdir = Path(tempfile.mkdtemp(prefix="gpu-gate-job-", dir=opts.work_root))
+        outer = Path(tempfile.mkdtemp(dir=opts.work_root))
+        workdir = outer / "w"
+        workdir.mkdir()
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot create a job directory: {exc}", None)
     try:
-        return _run_in(job, opts, gpu, workdir)
+        return _run_in(job, opts, gpu, workdir, control or RunControl())
     finally:
         if opts.keep_workdirs is not None:
             dest = opts.keep_workdirs / job.id.replace("/", "_").replace(":", "_")
             shutil.copytree(workdir, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.tmp"))
-        shutil.rmtree(workdir, ignore_errors=True)
+        shutil.rmtree(outer, ignore_errors=True)
 
 
-def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int, check: str) -> dict[str, str]:
+# Variables that would tell a job it runs under gpu-gate (the action's inputs, gpu-gate's own
+# settings); the job learns what it needs from its job file.
+_GATE_ENV_PREFIXES = ("GPU_GATE_", "INPUT_")
+
+
+def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int, check: str,
+             sandboxed: bool) -> dict[str, str]:
     extra = {
-        "GPU_GATE_REPO_ROOT": str(opts.repo_root),
         "CUDA_VISIBLE_DEVICES": gpu if gpu is not None else "",
-        "PYTHONUNBUFFERED": "1",
         "TMPDIR": str(workdir),
-        "GPU_GATE_JOB_BUDGET_S": str(max(1.0, opts.timeout_s * 0.8)),
         "OMP_NUM_THREADS": str(threads),
     }
+    if sandboxed:
+        # The home directory is read-only in the sandbox: the JIT caches go to the job's own
+        # directory (private to the job, gone with it, and deciding nothing).
+        cache = workdir / ".cache"
+        extra.update({"XDG_CACHE_HOME": str(cache), "TRITON_CACHE_DIR": str(cache / "triton"),
+                      "CUPY_CACHE_DIR": str(cache / "cupy"), "CUDA_CACHE_PATH": str(cache / "nv")})
     if gpu is not None and "CUDA_DEVICE_ORDER" not in os.environ:
         # CUDA's own default numbers GPUs fastest first; nvidia-smi, NVML (the doctor) and people
         # number them by PCI bus. With this, "GPU 2" is the same GPU for all of them.
         extra["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    if opts.pycache is not None:
-        # Every job is a fresh interpreter that imports torch. Where torch was installed without
-        # bytecode (see installed_without_bytecode), each job would recompile it from source: about
-        # 5 s per job on an H100 runner. The run's jobs share one bytecode directory instead, made
-        # for this run only (a job's code cannot plant bytecode for the next run), which also keeps
-        # __pycache__ folders out of the repository.
-        extra["PYTHONPYCACHEPREFIX"] = str(opts.pycache)
-    else:
-        extra["PYTHONDONTWRITEBYTECODE"] = "1"
-    if gpu is None:
-        extra["GPU_GATE_DEVICE"] = "cpu"
-        if check != "compile":  # the compile check needs Triton's real compiler, not its interpreter
-            extra["TRITON_INTERPRET"] = "1"  # Triton kernels run on the CPU through the interpreter
+    if gpu is None and check != "compile":  # the compile check needs Triton's real compiler
+        extra["TRITON_INTERPRET"] = "1"  # Triton kernels run on the CPU through the interpreter
     env = proc.scrubbed_env(extra=extra)
-    if opts.pycache is not None:
-        env.pop("PYTHONDONTWRITEBYTECODE", None)  # the run's own directory: nothing to protect
+    for name in list(env):
+        if name.startswith(_GATE_ENV_PREFIXES):
+            del env[name]
     if check == "compile":
         env.pop("TRITON_INTERPRET", None)
     return env
 
 
-def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path) -> JobResult:
-    job_file, result_file = workdir / "job.json", workdir / "result.json"
+def worker_argv(opts: ExecOptions, job_file: Path, result_file: Path) -> list[str]:
+    """The worker's command line. ``-I`` (isolated): no PYTHON* variables, no user site, and
+    neither the working directory nor the script's directory on sys.path, so a repository file
+    ``gpu_gate/harness.py`` (or ``torch.py``) cannot stand in for the installed one; the harness
+    puts the repository on sys.path itself, behind the standard library (see harness.user_path)."""
+    flags = ["-u"]
+    if opts.pycache is not None:
+        # Every job is a fresh interpreter that imports torch. Where torch was installed without
+        # bytecode (see installed_without_bytecode), each job would recompile it from source: about
+        # 5 s per job on an H100 runner. The run's jobs read one bytecode directory instead, made
+        # for this run by the gate and read-only in the sandbox (a job cannot plant bytecode for
+        # another job), which also keeps __pycache__ folders out of the repository.
+        flags += ["-X", f"pycache_prefix={opts.pycache}"]
+    else:
+        flags.append("-B")
+    return [sys.executable, "-I", *flags, "-c", _BOOT, str(job_file), str(result_file)]
+
+
+# Where gpu-gate is not installed in site-packages (run from a source tree through PYTHONPATH,
+# which -I ignores), its own directory is added at the end of sys.path: never ahead of anything.
+_BOOT = ("import sys, importlib.util\n"
+         f"if importlib.util.find_spec('gpu_gate') is None: sys.path.append({str(sandbox.gate_package_dir().parent)!r})\n"
+         "from gpu_gate.harness import main\n"
+         "sys.exit(main())")
+
+
+def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Available) -> sandbox.Layout:
+    """What the job's sandbox shows: the repository and Python's installation read-only; the
+    report directory, the cache and every job directory of the run (this job's parent included)
+    empty; this job's directory writable."""
+    hide = [*opts.hide, workdir.parent]
+    work_root = Path(opts.work_root or tempfile.gettempdir()).resolve()
+    if not (avail.kind == "bwrap" and work_root == Path("/tmp")):  # bwrap's /tmp is private already
+        hide.append(work_root)
+    keep = [*sandbox.python_install_paths()]
+    if opts.sanitizer_path:
+        keep.append(Path(opts.sanitizer_path).parent)
+    # A path shown again must not bring a hidden one back into view (a sys.path entry of /tmp).
+    covered = [Path(os.path.realpath(p)) for p in (*hide, Path("/tmp"))]
+    keep = [k for k in keep if not any(h == Path(os.path.realpath(k)) or Path(os.path.realpath(k)) in h.parents
+                                       for h in covered)]
+    if opts.pycache is not None:
+        keep.append(opts.pycache)
+    return sandbox.Layout(repo=opts.repo_root, jobdir=workdir, hide=tuple(hide), readonly=tuple(keep),
+                          gpu=gpu is not None)
+
+
+def _context(opts: ExecOptions, gpu: str | None, job: Job) -> dict[str, Any]:
+    """What the harness needs to know, handed over in its job file rather than in variables
+    that a kernel could read to tell it is being tested."""
+    return {"repo_root": str(opts.repo_root), "budget_s": max(1.0, opts.timeout_s * 0.8),
+            "device": None if gpu is not None else "cpu",
+            "sanitizer": job.check if job.check in SANITIZER_TOOLS else None}
+
+
+def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control: RunControl) -> JobResult:
+    avail = opts.sandbox or sandbox.choose(opts.sandbox_mode)
+    if opts.sandbox_mode == "required" and not avail.works:
+        return _refused(job, avail)
+    job_file, result_file = workdir / "in.json", workdir / "out.json"
     try:
-        job.write(job_file)
+        job_file.write_text(json.dumps({"job": job.to_json(), "context": _context(opts, gpu, job)}))
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job file ({exc}): no disk space left?", None)
     threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
-    env = _env_for(opts, gpu, workdir, threads, job.check)
-    argv: list[str] = [sys.executable, "-m", "gpu_gate.harness", str(job_file), str(result_file)]
+    env = _env_for(opts, gpu, workdir, threads, job.check, avail.works)
+    argv = worker_argv(opts, job_file, result_file)
     module = CHECKS[job.check].load()
     wrap = getattr(module, "wrap", None)
     if wrap is not None:
@@ -176,8 +312,76 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path) -> JobR
         env = wctx.env
     # A job never outlives the whole run's deadline.
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
-    pr = proc.run(argv, cwd=opts.repo_root, env=env, timeout=timeout)
+    pr, escaped = _contained_run(argv, opts, gpu, workdir, env, timeout, avail, control)
+    if control.reason is not None and (pr.signal == 9 or pr.timed_out or pr.returncode is None):
+        return _interrupted(job, control.reason, pr)
     inner = _read_result(result_file)
+    result = _judge_run(job, opts, workdir, pr, inner, timeout, module)
+    return _with_escapes(result, escaped, avail) if escaped else result
+
+
+def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir: Path, env: dict[str, str],
+                   timeout: float, avail: sandbox.Available, control: RunControl) -> tuple[proc.ProcResult, int]:
+    """Run ``argv`` in the sandbox; also return how many processes outlived the worker (they
+    are dead by the time this returns)."""
+    with tempfile.TemporaryFile() as count:
+        layout = _layout(opts, gpu, workdir, avail)
+        full = sandbox.wrap(avail, layout, argv, count.fileno())
+        start = sandbox.boot_ticks()
+        pid: list[int] = []
+
+        def started(p: int) -> None:
+            pid.append(p)
+            control.started(p)
+
+        try:
+            pr = proc.run(full, cwd=opts.repo_root, env=env, timeout=timeout, on_start=started,
+                          pass_fds=(count.fileno(),) if avail.works else ())
+        finally:
+            control.ended(pid[0] if pid else None)
+        if avail.works:
+            count.seek(0)
+            status, n = sandbox.read_waiter(count.read().decode(errors="replace"))
+            if status is not None and pr.returncode is not None:
+                pr = dataclasses.replace(pr, returncode=status)  # the worker's, not the wrapper's
+            return pr, n
+        return pr, _hunt_orphans(start)
+
+
+def _hunt_orphans(start: int) -> int:
+    """Without a sandbox: kill what the job left running outside its process group (a ``setsid``
+    daemon, re-parented to the gate, which is the subreaper; see ``execute``)."""
+    total = 0
+    for _ in range(20):  # a killed daemon's own children are adopted next
+        time.sleep(0.05)
+        found = sandbox.adopted_since(start)
+        if not found:
+            break
+        total += len(found)
+        sandbox.kill_and_reap(found)
+    return total
+
+
+def _with_escapes(result: JobResult, n: int, avail: sandbox.Available) -> JobResult:
+    """A job that left processes running: a blocking finding, whatever the check said (its
+    result could have been written by them). Required whatever the job's level: an escape
+    attempt is about the gate's integrity, not the kernel's quality."""
+    how = ("they were killed with the sandbox's PID namespace" if avail.works
+           else "they were found re-parented to gpu-gate and killed")
+    f = Finding(check=result.check, kind="escaped-process", severity=Severity.ERROR, spec=result.spec,
+                message=f"the job left {n} process(es) running after its worker exited ({how}): code under "
+                        f"test must not outlive its job")
+    status = Status.FAILED if result.status is Status.PASSED else result.status
+    return dataclasses.replace(result, status=status, level="required", findings=[*result.findings, f])
+
+
+def _interrupted(job: Job, reason: str, pr: proc.ProcResult | None) -> JobResult:
+    res = _error_result(job, "interrupted", f"{reason}: the job was killed before it finished", pr)
+    return dataclasses.replace(res, reason=reason)
+
+
+def _judge_run(job: Job, opts: ExecOptions, workdir: Path, pr: proc.ProcResult, inner: JobResult | None,
+               timeout: float, module: Any) -> JobResult:
     collect = getattr(module, "collect", None)
     if collect is not None:
         from .harness import Outcome
@@ -195,7 +399,9 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path) -> JobR
     inner.duration_s = pr.duration_s
     if pr.tail(5):
         inner.log_tail = pr.tail(40)
-    return inner
+    # Which job this is and how much it matters are the gate's to say, not the result file's.
+    return dataclasses.replace(inner, job_id=job.id, check=job.check, level=job.level,
+                               spec=job.spec.id if job.spec else None, kernels=job.kernels)
 
 
 def concurrency(opts: ExecOptions) -> int:
@@ -311,22 +517,60 @@ def shared_bytecode(work_root: Path | None = None) -> Iterator[Path | None]:
         yield None
         return
     try:
-        pycache = Path(tempfile.mkdtemp(prefix="gpu-gate-pycache-", dir=work_root))
+        pycache = Path(tempfile.mkdtemp(prefix="pyc-", dir=work_root))
     except OSError:
         yield None
         return
     try:
+        # Filled here, by the gate, with no repository code: jobs see it read-only.
+        proc.run([sys.executable, "-I", "-X", f"pycache_prefix={pycache}", "-c", "import torch"],
+                 cwd=pycache, env=proc.scrubbed_env(), timeout=900)
         yield pycache
     finally:
         shutil.rmtree(pycache, ignore_errors=True)
 
 
-def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None = None) -> list[JobResult]:
+def sandbox_findings(avail: sandbox.Available, mode: sandbox.Mode) -> list[Finding]:
+    """What the run says about its sandbox: nothing when one works; else ``sandbox-unavailable``,
+    blocking when the policy requires one, a loud warning under ``auto``, a note when ``off``."""
+    if avail.works:
+        return []
+    if mode == "off":
+        msg = ("jobs ran without a sandbox (runner.sandbox: off): code under test could read gpu-gate's environment, "
+               "write the reports and the result cache, and signal gpu-gate")
+        return [Finding(check="sandbox", kind="sandbox-unavailable", message=msg, severity=Severity.NOTE)]
+    msg = f"no sandbox works on this runner ({avail.detail})"
+    if mode == "required":
+        return [Finding(check="sandbox", kind="sandbox-unavailable", severity=Severity.ERROR,
+                        message=f"{msg}; runner.sandbox is required, so no job ran (install bubblewrap: "
+                                f"apt-get install bubblewrap; run `gpu-gate doctor`)")]
+    return [Finding(check="sandbox", kind="sandbox-unavailable", severity=Severity.WARNING,
+                    message=f"{msg}: jobs ran UNSANDBOXED, so code under test could read gpu-gate's environment, "
+                            f"write the reports and the result cache, and signal gpu-gate (install bubblewrap, or "
+                            f"set runner.sandbox: required to refuse such runs)")]
+
+
+def _refused(job: Job, avail: sandbox.Available) -> JobResult:
+    return JobResult(job_id=job.id, check=job.check, status=Status.NOT_RUN, level=job.level,
+                     spec=job.spec.id if job.spec else None, kernels=job.kernels,
+                     reason=f"not run: runner.sandbox is required and no sandbox works here ({avail.detail})")
+
+
+def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None = None,
+            control: RunControl | None = None) -> list[JobResult]:
     """Run every job; one worker per GPU (or ``opts.workers`` CPU workers without one)."""
+    control = control or RunControl()
+    if opts.sandbox is None:
+        return execute(jobs, dataclasses.replace(opts, sandbox=sandbox.choose(opts.sandbox_mode)), progress, control)
+    if opts.sandbox_mode == "required" and not opts.sandbox.works:
+        return [_refused(j, opts.sandbox) for j in order_jobs(jobs)]
+    if not opts.sandbox.works:
+        # Orphans of the jobs come to the gate instead of init, where they can be found and killed.
+        sandbox.become_subreaper()
     if opts.pycache is None:
         with shared_bytecode(opts.work_root) as pycache:
             if pycache is not None:
-                return execute(jobs, dataclasses.replace(opts, pycache=pycache), progress)
+                return execute(jobs, dataclasses.replace(opts, pycache=pycache), progress, control)
     ordered = order_jobs(jobs)
     per_gpu = max(1, opts.jobs_per_gpu)
     slots: list[str | None] = [g for g in opts.gpus for _ in range(per_gpu)] if opts.gpus else \
@@ -354,7 +598,10 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
                 job = work.get_nowait()
             except queue.Empty:
                 return
-            if stop.is_set() or time.monotonic() > opts.run_deadline:
+            if control.reason is not None:
+                res = dataclasses.replace(_error_result(job, "interrupted", control.reason, None),
+                                          status=Status.NOT_RUN)
+            elif stop.is_set() or time.monotonic() > opts.run_deadline:
                 why = ("skipped after the first failure (fail_fast)" if stop.is_set()
                        else "the whole run's time limit was reached before this job started")
                 res = _error_result(job, "timeout" if not stop.is_set() else "not-run", why, None)
@@ -364,13 +611,13 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
                 if gpu is not None:
                     gpu_slots.acquire(gpu, memory_need(job))
                 try:
-                    res = run_one(job, opts, gpu)
+                    res = run_one(job, opts, gpu, control)
                 except Exception as exc:  # noqa: BLE001 - one job's failure never stops the run
                     res = _error_result(job, "internal-error", f"internal error running the job: {exc}", None)
                 finally:
                     if gpu is not None:
                         gpu_slots.release(gpu)
-            problem = _gpu_problem(opts, gpu) if res.status is Status.ERROR else None
+            problem = _gpu_problem(opts, gpu) if res.status is Status.ERROR and control.reason is None else None
             if problem:
                 # The GPU itself is gone or broken: this worker stops; jobs go to the healthy GPUs.
                 res.findings.append(Finding(check=job.check, kind="infrastructure", severity=Severity.ERROR,

@@ -1,8 +1,11 @@
-"""The job subprocess: ``python -m gpu_gate.harness JOB.json RESULT.json``.
+"""The job subprocess: ``python -I -m gpu_gate.harness JOB.json RESULT.json``.
 
 It imports the spec module, runs one check and writes a JobResult as JSON. The
 executor treats a crash, a signal, a timeout or a missing result file as a
 finding, so anything that goes wrong here ends this job only.
+
+The job file carries the job and its context (repository, device, time budget, the
+sanitizer wrapping this process): nothing in the environment says gpu-gate is here.
 """
 from __future__ import annotations
 
@@ -90,11 +93,7 @@ def _load_spec_file(job: Job, ctx: Context, path: Path) -> Any:
     _forget_other_roots(root)
     # The user's packages import as they do in their own tests: from the policy's python_path
     # (a src/ layout's package directory), then the root.
-    for rel in reversed(job.python_path or ("",)):
-        entry = os.path.join(root, rel) if rel else root
-        if entry in sys.path:
-            sys.path.remove(entry)
-        sys.path.insert(0, entry)
+    user_path(ctx.repo_root, job.python_path)
     name = _module_name(job.spec.file)
     try:
         spec_obj = importlib.util.spec_from_file_location(name, path)
@@ -132,6 +131,47 @@ def _import_hint(exc: BaseException, job: Job) -> str:
                 f"install it on the runner")
     assert job.spec is not None
     return f"fix the spec module; run `python {job.spec.file}` to see the error"
+
+
+# What the judging side imports from site-packages: imported before the repository is on
+# sys.path, so that a repository file of the same name (``torch.py``) cannot stand in for it.
+_JUDGE_IMPORTS = ("torch", "numpy")
+
+
+def user_path(repo_root: Path, python_path: tuple[str, ...] = ("",)) -> None:
+    """Put the repository (and the entries of $PYTHONPATH, which ``python -I`` ignores) on
+    sys.path so the user's packages import as in their own tests, but behind the standard
+    library: a repository ``json.py`` never replaces the stdlib's. They go ahead of
+    site-packages, so the pull request's own package wins over an installed copy of it, and
+    torch and numpy are imported first, so that a repository ``torch.py`` finds them taken.
+    ``gpu_gate`` itself was imported before any of this. ``python_path``: the policy's
+    repository-relative directories, in order ("" is the root)."""
+    for name in _JUDGE_IMPORTS:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    extra = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    wanted = [str(repo_root / rel) if rel else str(repo_root) for rel in (python_path or ("",))]
+    wanted += [str((repo_root / p).resolve()) for p in extra]
+    at = _first_site_index()
+    for entry in wanted:
+        if entry not in sys.path:
+            sys.path.insert(at, entry)
+            at += 1
+
+
+def _first_site_index() -> int:
+    """Where site-packages begin on sys.path (its end where there are none)."""
+    import site
+    import sysconfig
+
+    sites = {os.path.realpath(p) for p in (*site.getsitepackages(), sysconfig.get_paths()["purelib"],
+                                           sysconfig.get_paths()["platlib"])}
+    for i, entry in enumerate(sys.path):
+        if os.path.realpath(entry or ".") in sites or "site-packages" in entry or "dist-packages" in entry:
+            return i
+    return len(sys.path)
 
 
 def _user_line(tb: str, rel: str) -> int | None:
@@ -185,17 +225,28 @@ def run_job(job: Job, ctx: Context) -> JobResult:
         duration_s=time.monotonic() - start, cases=outcome.cases, reason=outcome.reason, extra=outcome.extra)
 
 
+def read_job(path: Path) -> tuple[Job, dict[str, Any]]:
+    """The job and its context from the executor's job file ``{"job": ..., "context": ...}``.
+    A bare job (written by hand) takes its context from the GPU_GATE_* variables, or defaults."""
+    data = json.loads(path.read_text())
+    if "job" in data:
+        return Job.from_json(data["job"]), dict(data.get("context") or {})
+    env = os.environ
+    return Job.from_json(data), {"repo_root": env.get("GPU_GATE_REPO_ROOT"), "device": env.get("GPU_GATE_DEVICE"),
+                                 "budget_s": env.get("GPU_GATE_JOB_BUDGET_S"), "sanitizer": env.get("GPU_GATE_SANITIZER")}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
         print("usage: python -m gpu_gate.harness JOB.json RESULT.json", file=sys.stderr)
         return 2
-    job = Job.read(Path(argv[0]))
+    job, context = read_job(Path(argv[0]))
     out = Path(argv[1])
-    repo = Path(os.environ.get("GPU_GATE_REPO_ROOT", os.getcwd()))
-    budget = float(os.environ.get("GPU_GATE_JOB_BUDGET_S", "inf"))
-    ctx = Context(repo_root=repo, device=os.environ.get("GPU_GATE_DEVICE") or pick_device(), workdir=out.parent,
-                  sanitizer=os.environ.get("GPU_GATE_SANITIZER") or None, deadline=time.monotonic() + budget)
+    repo = Path(context.get("repo_root") or os.getcwd())
+    budget = float(context.get("budget_s") or "inf")
+    ctx = Context(repo_root=repo, device=context.get("device") or pick_device(), workdir=out.parent,
+                  sanitizer=context.get("sanitizer") or None, deadline=time.monotonic() + budget)
     try:
         result = run_job(job, ctx)
     except Exception as exc:  # noqa: BLE001 - report, do not lose the job

@@ -18,7 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import IO
 
 # Keep at most this many bytes of each stream: a kernel that prints megabytes
@@ -30,6 +30,16 @@ _SECRET_PREFIXES = ("ACTIONS_", "GITHUB_TOKEN", "GH_", "RUNNER_TOKEN", "AWS_", "
 # The runner's command files: a line written to GITHUB_ENV or GITHUB_PATH changes the environment and
 # PATH of every later step of the job, the one that publishes with the token included.
 RUNNER_COMMAND_FILES = ("GITHUB_ENV", "GITHUB_PATH", "GITHUB_OUTPUT", "GITHUB_STATE", "GITHUB_STEP_SUMMARY")
+
+# The processes :func:`run` started and has not yet reaped. Anything else whose parent is this
+# process was adopted (see ``executor``: a job's orphan, when the gate is its subreaper).
+_LIVE: set[int] = set()
+_LIVE_LOCK = threading.Lock()
+
+
+def started_here(pid: int) -> bool:
+    with _LIVE_LOCK:
+        return pid in _LIVE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -105,11 +115,15 @@ def run(
     env: Mapping[str, str] | None = None,
     timeout: float | None = None,
     input: bytes | None = None,
+    pass_fds: Sequence[int] = (),
+    on_start: Callable[[int], None] | None = None,
 ) -> ProcResult:
     """Run ``argv`` in its own process group and wait, at most ``timeout`` seconds.
 
     Output goes to temporary files rather than pipes, so a child that writes a lot
     can never block on a full pipe, and only a bounded head and tail is read back.
+    ``pass_fds``: descriptors the child inherits. ``on_start(pid)``: called once the child
+    runs, with its pid (also its process group), for a caller that may have to kill it early.
     """
     argv = tuple(str(a) for a in argv)
     start = time.monotonic()
@@ -123,9 +137,14 @@ def run(
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
+                pass_fds=tuple(pass_fds),
             )
         except (FileNotFoundError, PermissionError) as exc:
             return ProcResult(argv, None, "", str(exc), time.monotonic() - start, not_found=True)
+        with _LIVE_LOCK:
+            _LIVE.add(proc.pid)
+        if on_start is not None:
+            on_start(proc.pid)
         # A timer kills the group at the deadline while this thread blocks in waitpid:
         # no polling (Popen.wait(timeout) sleeps in steps of up to 50 ms).
         fired = threading.Event()
@@ -154,6 +173,8 @@ def run(
         finally:
             if timer is not None:
                 timer.cancel()
+            with _LIVE_LOCK:
+                _LIVE.discard(proc.pid)
         timed_out = fired.is_set()
         # Reap grandchildren the job left behind (a kernel's helper processes).
         _kill_group(proc)

@@ -253,3 +253,52 @@ def test_the_machine_fingerprint_names_the_sanitizer_version_on_a_gpu_runner(tmp
     version("2026.1.0.0")
     assert environment_fingerprint(("0",), str(tool)) != old
     assert "compute-sanitizer" not in environment_fingerprint((), str(tool))  # CPU runs have no sanitizer jobs
+
+
+# --- entries say what produced them, and a hit is checked against it ------------------------------------
+
+
+def _entry(cache: ResultCache, key: str) -> tuple[Path, dict[str, object]]:
+    import json
+
+    [path] = list(cache.dir.glob(f"*/{key}.json"))
+    return path, json.loads(path.read_text())
+
+
+def test_an_entry_carries_its_seed_and_run_record_and_a_hit_checks_both(repo: Path, tmp_path: Path) -> None:
+    import json
+
+    from gpu_gate.cache import run_record
+
+    cache = ResultCache(tmp_path / "cache")
+    job = make_job(seed=1234)
+    run = run_record(job, repo, DEPS)
+    assert cache.put(key_for(repo, job), red_result(), "aaa", run) is None
+    path, entry = _entry(cache, key_for(repo, job))
+    assert entry["seed"] == 1234 and entry["run"] == run and len(str(entry["run_digest"])) == 64
+    assert cache.get(key_for(repo, job), run) is not None  # the legitimate hit
+    # The next commit plans a new seed for the same unchanged job: still a hit, with the old seed's result.
+    assert cache.get(key_for(repo, job), run_record(make_job(seed=99), repo, DEPS)) is not None
+    # A record edited to describe other bytes no longer matches its digest.
+    forged = dict(entry, run={**run, "files": {**run["files"], "csrc/rmsnorm.cu": "0" * 64}})
+    path.write_text(json.dumps(forged))
+    assert cache.get(key_for(repo, job), run) is None
+    # An intact record of another run (different file bytes) is not this run.
+    other = {**run, "files": {**run["files"], "mylib/common.py": "1" * 64}}
+    import hashlib
+
+    digest = hashlib.sha256(json.dumps(other, sort_keys=True, separators=(",", ":"), default=str).encode()).hexdigest()
+    path.write_text(json.dumps(dict(entry, run=other, run_digest=digest)))
+    assert cache.get(key_for(repo, job), run) is None
+    # An entry with no record at all (written by anyone but the gate, or by an older gate) is a miss.
+    path.write_text(json.dumps({k: v for k, v in entry.items() if k not in ("run", "run_digest", "seed")}))
+    assert cache.get(key_for(repo, job), run) is None
+
+
+def test_clear_removes_entries_and_nothing_else(repo: Path, tmp_path: Path) -> None:
+    cache = ResultCache(tmp_path / "cache")
+    cache.put(key_for(repo), red_result(), "aaa")
+    keep = tmp_path / "cache" / "README.md"
+    keep.write_text("not an entry\n")
+    assert cache.clear() == 1
+    assert cache.get(key_for(repo)) is None and keep.exists()

@@ -552,3 +552,28 @@ def test_doctor_main_applies_the_limits_it_is_given(capsys: pytest.CaptureFixtur
     assert doctor_main(False, nvml_lib=busy, tool_probe=healthy_tools, thresholds=lenient,
                        limits_from=".gpu-gate.yml") == 0
     assert "limits: runner.health of .gpu-gate.yml" in capsys.readouterr().out
+
+
+def test_doctor_says_which_sandbox_the_jobs_get_and_why_not() -> None:
+    from gpu_gate.sandbox import Available
+
+    works = doctor.run_doctor(nvml_lib=FakeNvml([FakeGpu()]), tool_probe=healthy_tools,
+                              sandbox_probe=lambda: Available("bwrap", "/usr/bin/bwrap", "bubblewrap 0.8.0"))
+    assert works.sandbox == "bwrap: bubblewrap 0.8.0" and works.healthy
+    assert "sandbox: bwrap: bubblewrap 0.8.0" in doctor.format_report(works)
+    why = "bwrap: not installed (apt-get install bubblewrap); unshare: unshare failed: Operation not permitted"
+    none = doctor.run_doctor(nvml_lib=FakeNvml([FakeGpu()]), tool_probe=healthy_tools,
+                             sandbox_probe=lambda: Available("none", None, why))
+    assert none.sandbox == f"none: {why}"
+    assert any("runs none under runner.sandbox: required" in n for n in none.notes)
+
+
+def test_the_real_probe_finds_a_working_sandbox_where_bwrap_is_installed() -> None:
+    """CI installs bubblewrap (.ci/run), so there the probe must find it working, not just present."""
+    import shutil
+
+    from gpu_gate import sandbox
+
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed here")
+    assert sandbox.probe().kind == "bwrap", sandbox.probe().detail

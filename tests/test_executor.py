@@ -116,9 +116,11 @@ def test_jobs_share_a_gpu_only_when_its_memory_allows() -> None:
     assert not third.is_alive()
 
 
-RECORD = ("import json, os, time; t0 = time.time(); time.sleep(1.0); "
-          "open({log!r} + '/' + str(os.getpid()), 'w').write(json.dumps("
-          "[os.environ['CUDA_VISIBLE_DEVICES'], t0, time.time(), os.environ['OMP_NUM_THREADS']])); return x * 2")
+# The job tells what it saw on stderr (it cannot write anywhere the test could read: its sandbox
+# shows the repository read-only and no other job's directory).
+RECORD = ("import json, os, sys, time; t0 = time.time(); time.sleep(1.0); "
+          "print('seen', json.dumps([os.environ['CUDA_VISIBLE_DEVICES'], t0, time.time(), "
+          "os.environ['OMP_NUM_THREADS']]), file=sys.stderr, flush=True); return x * 2")
 
 
 def test_one_worker_per_gpu_each_job_sees_only_its_own_gpu(tmp_path: Path) -> None:
@@ -127,14 +129,13 @@ def test_one_worker_per_gpu_each_job_sees_only_its_own_gpu(tmp_path: Path) -> No
     jobs running at once share the CPU cores out between them."""
     import json
 
-    log = tmp_path / "log"
-    log.mkdir()
-    jobs = _jobs(tmp_path, {f"k{i}": RECORD.format(log=str(log)) for i in range(8)})
+    jobs = _jobs(tmp_path, {f"k{i}": RECORD for i in range(8)})
     opts = ExecOptions(repo_root=tmp_path, gpus=("0", "1", "2", "3"), timeout_s=300,
                        health_probe=lambda g: None, free_memory=lambda g: None)
     results = execute(jobs, opts)
     assert [r.status for r in results] == [Status.PASSED] * 8, [r.reason for r in results]
-    logged = [json.loads(p.read_text()) for p in log.iterdir()]
+    logged = [json.loads(line[5:]) for r in results for line in (r.log_tail or "").splitlines()
+              if line.startswith("seen ")]
     assert {omp for *_, omp in logged} == {str(max(1, (os.cpu_count() or 2) // 4))}
     spans = [(gpu, a, b) for gpu, a, b, _ in logged]
     assert len(spans) >= 8  # each case-running call of the candidate logs once
@@ -172,25 +173,28 @@ def test_fail_fast_stops_starting_jobs_after_the_first_blocking_failure(tmp_path
 def test_jobs_share_one_bytecode_directory_for_the_run_and_leave_none_behind(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Each job is a fresh interpreter: sharing bytecode saves recompiling torch where the installed
-    packages carry none. The directory is the run's own (a job cannot plant bytecode for a later
-    run) and __pycache__ never lands in the repository."""
+    packages carry none. The directory is the run's own, filled by the gate and read-only to the
+    jobs (a job cannot plant bytecode for another), and __pycache__ never lands in the repository."""
     import json
 
     monkeypatch.setattr(executor, "installed_without_bytecode", lambda: True)
     (tmp_path / "helper.py").write_text("VALUE = 2\n")
-    body = ("import json, os, sys, helper; open({out!r} + '/' + str(os.getpid()), 'w').write("
-            "json.dumps([sys.pycache_prefix, os.environ.get('PYTHONDONTWRITEBYTECODE')])); return x * helper.VALUE")
-    out = tmp_path / "seen"
-    out.mkdir()
+    body = ("import json, os, sys, helper\n"
+            "    try:\n        open(os.path.join(sys.pycache_prefix, 'planted.pyc'), 'w').close(); w = True\n"
+            "    except OSError:\n        w = False\n"
+            "    print('seen', json.dumps([sys.pycache_prefix, sys.flags.dont_write_bytecode, w]), file=sys.stderr)\n"
+            "    return x * helper.VALUE")
     work = tmp_path / "work"
     work.mkdir()
-    jobs = _jobs(tmp_path, {f"k{i}": body.format(out=str(out)) for i in range(2)})
+    jobs = _jobs(tmp_path, {f"k{i}": body for i in range(2)})
     results = execute(jobs, ExecOptions(repo_root=tmp_path, gpus=(), timeout_s=300, workers=2, work_root=work))
     assert [r.status for r in results] == [Status.PASSED] * 2, [r.reason for r in results]
-    seen = {tuple(json.loads(p.read_text())) for p in out.iterdir()}
+    seen = {tuple(json.loads(line[5:])) for r in results for line in (r.log_tail or "").splitlines()
+            if line.startswith("seen ")}
     assert len(seen) == 1, seen
-    ((prefix, no_bytecode),) = seen
-    assert prefix and Path(prefix).parent == work and no_bytecode is None
+    ((prefix, no_bytecode, writable),) = seen
+    assert prefix and Path(prefix).parent == work and not no_bytecode
+    assert writable is False, "a job could write the run's shared bytecode"
     assert not Path(prefix).exists(), "the run's bytecode directory is removed afterwards"
     assert not list(tmp_path.rglob("__pycache__")), "no bytecode in the repository"
 
@@ -215,8 +219,8 @@ def test_jobs_number_gpus_as_nvidia_smi_and_the_doctor_do(tmp_path: Path, monkey
     """CUDA_VISIBLE_DEVICES=2 must mean the GPU the doctor examined as GPU 2 (PCI bus order)."""
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
     opts = ExecOptions(repo_root=tmp_path, gpus=("2",))
-    env = executor._env_for(opts, "2", tmp_path, 4, "equivalence")
+    env = executor._env_for(opts, "2", tmp_path, 4, "equivalence", True)
     assert env["CUDA_VISIBLE_DEVICES"] == "2" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    assert "CUDA_DEVICE_ORDER" not in executor._env_for(opts, None, tmp_path, 4, "equivalence")  # CPU job
+    assert "CUDA_DEVICE_ORDER" not in executor._env_for(opts, None, tmp_path, 4, "equivalence", True)  # CPU job
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")  # the runner's own choice is kept
-    assert executor._env_for(opts, "2", tmp_path, 4, "equivalence")["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+    assert executor._env_for(opts, "2", tmp_path, 4, "equivalence", True)["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"

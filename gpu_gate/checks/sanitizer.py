@@ -89,7 +89,10 @@ def kernel_names(job: Job, repo_root: Path) -> list[str]:
 
 
 def wrap(job: Job, argv: list[str], workdir: Path, ctx: WrapContext) -> list[str] | Any:
-    """The harness command wrapped in compute-sanitizer, or an Outcome saying why it cannot run."""
+    """The harness command wrapped in compute-sanitizer, or an Outcome saying why it cannot run.
+
+    The executor runs the returned command inside the job's sandbox, so the tool and the
+    worker share it: the XML report goes to ``workdir`` (the job's writable directory)."""
     tool = job.check
     if not has_gpu(ctx):
         return make_outcome(Status.NOT_RUN, reason=NO_GPU)
@@ -146,7 +149,9 @@ def collect(job: Job, workdir: Path, proc: ProcResult, inner: Any | None) -> Any
 
 
 def _targets_file(workdir: Path, tool: str) -> Path:
-    return Path(workdir) / f"{tool}.targets.json"
+    # Beside the job's directory, not in it: the executor gives each job a parent directory of
+    # its own that the sandbox hides, so the worker cannot rewrite which kernels are under test.
+    return Path(workdir).parent / f"{tool}.targets.json"
 
 
 def _read_targets(workdir: Path, tool: str) -> dict[str, Any]:

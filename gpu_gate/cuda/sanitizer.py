@@ -101,11 +101,11 @@ def sanitizer_env(tool: str) -> dict[str, str]:
 
     - ``PYTORCH_NO_CUDA_MEMORY_CACHING=1``: torch allocates each tensor with its
       own cudaMalloc, so a tail overrun leaves the allocation and memcheck sees it.
-    - ``GPU_GATE_SANITIZER=<tool>``: tells the harness it runs under
-      compute-sanitizer. It then calls ``gpu_gate.cuda.disable_pools()`` (CuPy's
-      pools hide overruns the same way) and runs only ``options["cases"]`` small cases.
+
+    The harness learns that it runs under the tool from its job file, not from a variable a
+    kernel could read.
     """
-    return {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1", "GPU_GATE_SANITIZER": tool}
+    return {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -58,8 +58,9 @@ def import_kernels(path: Path, repo_root: Path) -> dict[str, Any]:
 
 
 def _import_file(path: Path, repo_root: Path) -> Any:
-    if str(repo_root) not in sys.path:
-        sys.path.insert(0, str(repo_root))
+    from ..harness import user_path
+
+    user_path(repo_root)  # behind the standard library, never ahead of it
     rel = path.resolve().relative_to(repo_root.resolve()).with_suffix("")
     dotted = ".".join(rel.parts)
     if all(part.isidentifier() for part in rel.parts):

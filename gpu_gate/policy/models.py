@@ -197,6 +197,14 @@ class RunnerSettings(_Frozen):
     jobs_per_gpu: int = Field(default=1, ge=1, le=16, description=(
         "jobs sharing one GPU at once; a job starts only when the GPU has the free memory it needs"))
     health: RunnerHealth = Field(default_factory=RunnerHealth, description="what a GPU must show before jobs run on it")
+    sandbox: Literal["required", "auto", "off"] = Field(default="auto", description=(
+        "run every job in a sandbox (bubblewrap, else unshare): required: no job runs without one; auto: use one "
+        "where it works, else run unsandboxed with a sandbox-unavailable warning; off: never"))
+
+    @field_validator("sandbox", mode="before")
+    @classmethod
+    def _sandbox(cls, value: Any) -> Any:
+        return _level_from_bool(value)  # `sandbox: off` is YAML's false
 
     @field_validator("gpus", mode="before")
     @classmethod

@@ -1,0 +1,363 @@
+"""The sandbox a job's worker runs in: what the code under review can see, write and outlive.
+
+The executor runs every job's process tree inside one of these, chosen once per run:
+
+- ``bwrap`` (bubblewrap): a new PID, mount, network and IPC namespace, all capabilities
+  dropped. The whole filesystem is read-only; ``/tmp`` is a private tmpfs; ``/dev`` is a
+  minimal one plus the NVIDIA device nodes on a GPU job; the report directory, the result
+  cache and the run's other job directories are empty read-only mounts; the job's own
+  directory is the only writable place that outlives the sandbox.
+- ``unshare`` (util-linux), where bubblewrap is missing or cannot start: new PID, mount and
+  network namespaces; the repository, the report directory, the cache, the run's job
+  directories and Python's installation (gpu-gate's included) are bind-mounted read-only, the
+  job's own directory writable again, and the capabilities are dropped before the worker starts.
+  ``/tmp`` and the rest of the filesystem stay as they are: weaker than bwrap, and said so.
+- ``none``: a plain subprocess in its own session. Nothing above holds; the executor still kills
+  the session and hunts down processes that left it (see :mod:`gpu_gate.executor`).
+
+In both namespaced kinds the sandbox's first process (PID 1) is a small shell waiter, not the
+worker: it runs the worker, then counts the processes still alive in the namespace and writes
+that count to a descriptor the worker does not hold. When it exits, the kernel kills everything
+left in the namespace, so nothing the worker started outlives its job; the count only says that
+something tried (an ``escaped-process`` finding). The gate's own processes are in another PID
+namespace: a job cannot see their environment or send them a signal.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import glob
+import os
+import shutil
+import site
+import sys
+import sysconfig
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Literal
+
+from . import proc
+
+Kind = Literal["bwrap", "unshare", "none"]
+Mode = Literal["required", "auto", "off"]
+
+# Runs in bash as the sandbox's PID 1 (signals from inside the namespace cannot kill it). FD is
+# the descriptor for the worker's status and the count (bash, since dash takes one-digit
+# descriptors only); the worker runs with it closed. PID 1 cannot re-raise the signal that killed
+# the worker on itself, so the status says it: 128 + the signal, as the shell reports it.
+WAITER = r"""
+"$@" FD>&-
+rc=$?
+n=0
+for p in /proc/[0-9]*; do
+  [ "$p" = "/proc/$$" ] && continue
+  read -r s < "$p/stat" 2>/dev/null || continue
+  case "${s##*) }" in Z*) continue ;; esac
+  n=$((n+1))
+done
+echo "$rc $n" >&FD
+exit $rc
+"""
+
+
+@dataclasses.dataclass(frozen=True)
+class Available:
+    """What this machine offers: the best sandbox that works, and why the better ones do not."""
+
+    kind: Kind
+    path: str | None  # the bwrap or unshare executable
+    detail: str  # its version, or why no sandbox works
+
+    @property
+    def works(self) -> bool:
+        return self.kind != "none"
+
+    @property
+    def protects_files(self) -> bool:
+        """Whether the report directory and the result cache are out of the worker's reach."""
+        return self.kind in ("bwrap", "unshare")
+
+
+@dataclasses.dataclass(frozen=True)
+class Layout:
+    """What one job's sandbox shows. Paths are the host's; the sandbox sees them at the same place."""
+
+    repo: Path  # read-only; the worker's working directory
+    jobdir: Path  # the job's own directory: writable, and the only thing it keeps
+    hide: tuple[Path, ...] = ()  # shown empty and read-only: report dir, result cache, other jobs' dirs
+    readonly: tuple[Path, ...] = ()  # shown read-only where they would be hidden (under /tmp or a hidden dir)
+    gpu: bool = False  # bind the NVIDIA device nodes
+
+
+def _first_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[-1] if lines else ""
+
+
+def userns_restriction() -> str | None:
+    """Why unprivileged user namespaces are refused on this kernel, where it says so."""
+    checks = (
+        ("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", "1",
+         "AppArmor restricts unprivileged user namespaces (kernel.apparmor_restrict_unprivileged_userns=1, "
+         "Ubuntu 24.04's default): run the runner as root, or allow bwrap with an AppArmor profile "
+         "(see runner/README.md)"),
+        ("/proc/sys/kernel/unprivileged_userns_clone", "0",
+         "unprivileged user namespaces are off (kernel.unprivileged_userns_clone=0)"),
+        ("/proc/sys/user/max_user_namespaces", "0", "user namespaces are off (user.max_user_namespaces=0)"),
+    )
+    for path, bad, why in checks:
+        try:
+            if Path(path).read_text().strip() == bad:
+                return why
+        except OSError:
+            continue
+    return None
+
+
+def _try(argv: Sequence[str]) -> str | None:
+    """None when ``argv`` (a sandbox running ``true``) works, else what went wrong."""
+    r = proc.run(argv, timeout=30)
+    if r.ok:
+        return None
+    return _first_line(r.stderr + "\n" + r.stdout) or r.describe()
+
+
+def _unshare_base(unshare: str) -> list[str]:
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return [unshare, *user, "--pid", "--fork", "--mount-proc", "--mount", "--net", "--kill-child"]
+
+
+@functools.lru_cache(maxsize=1)
+def probe() -> Available:
+    """The best sandbox that really starts here (tried, not guessed), once per process."""
+    why: list[str] = []
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        why.append("bwrap: not installed (apt-get install bubblewrap)")
+    else:
+        err = _try([bwrap, *_bwrap_base(), "--", "true"])
+        if err is None:
+            version = proc.run([bwrap, "--version"], timeout=10).stdout.strip()
+            return Available("bwrap", bwrap, version or "bubblewrap")
+        why.append(f"bwrap: {err}")
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        why.append("unshare: not installed (util-linux)")
+    else:
+        err = _try([*_unshare_base(unshare), "--", "true"])
+        if err is None:
+            return Available("unshare", unshare, "util-linux unshare (PID, mount and network namespaces)")
+        why.append(f"unshare: {err}")
+    restriction = userns_restriction() if os.geteuid() != 0 else None
+    if restriction:
+        why.append(restriction)
+    return Available("none", None, "; ".join(why))
+
+
+def choose(mode: Mode) -> Available:
+    """The sandbox a run with ``runner.sandbox: mode`` uses: none when off, else the probed one."""
+    if mode == "off":
+        return Available("none", None, "runner.sandbox is off in the policy")
+    return probe()
+
+
+def _bwrap_base() -> list[str]:
+    return ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent", "--new-session",
+            "--cap-drop", "ALL"]
+
+
+def gpu_device_nodes() -> list[str]:
+    """The NVIDIA device nodes a CUDA process opens (control, UVM, the GPUs, MIG capabilities)."""
+    return sorted(glob.glob("/dev/nvidia*"))
+
+
+def _depth(p: Path) -> int:
+    return len(p.parts)
+
+
+def _existing(paths: Iterable[Path]) -> list[Path]:
+    out: list[Path] = []
+    for p in paths:
+        r = Path(os.path.realpath(p))
+        if r.exists() and r != Path("/") and r not in out:
+            out.append(r)
+    return out
+
+
+def _bwrap_mounts(layout: Layout) -> list[str]:
+    """Mounts over the read-only root, shallow before deep, so a deeper one wins where they nest:
+    the repository inside a hidden work root is shown again, the report directory inside the
+    repository is hidden again."""
+    hide = _existing(layout.hide)
+    ops: list[tuple[int, int, list[str]]] = []
+    for p in _existing((layout.repo, *layout.readonly)):
+        ops.append((_depth(p), 0, ["--ro-bind", str(p), str(p)]))
+    for p in hide:
+        ops.append((_depth(p), 1, ["--tmpfs", str(p)]))
+    jobdir = Path(os.path.realpath(layout.jobdir))
+    ops.append((_depth(jobdir), 2, ["--bind", str(jobdir), str(jobdir)]))
+    argv = [a for _, _, op in sorted(ops, key=lambda o: (o[0], o[1])) for a in op]
+    # Read-only last: bwrap cannot make a mount point inside a read-only tmpfs.
+    return argv + [a for p in hide for a in ("--remount-ro", str(p))]
+
+
+def bwrap_argv(bwrap: str, layout: Layout, inner: Sequence[str], fd: int) -> list[str]:
+    devices = [a for node in (gpu_device_nodes() if layout.gpu else []) for a in ("--dev-bind", node, node)]
+    return [bwrap, *_bwrap_base(), *devices, *_bwrap_mounts(layout), "--as-pid-1",
+            "--chdir", str(layout.repo), "--", _bash(), "-c", waiter(fd), "sh", *inner]
+
+
+def _unshare_setup(layout: Layout) -> str:
+    """Shell run as root of the new mount namespace, before the worker: read-only binds, then the
+    job directory writable again, then every capability dropped for good."""
+    ro = _existing((layout.repo, *layout.readonly, *layout.hide))
+    ro.sort(key=_depth)
+    lines = ["set -e", "mount --make-rprivate /"]
+    for p in ro:
+        q = _quote(p)
+        lines.append(f"mount --bind {q} {q} && mount -o remount,bind,ro {q}")
+    jd = _quote(Path(os.path.realpath(layout.jobdir)))
+    # A bind of a path inside a read-only mount is read-only too, until remounted.
+    lines.append(f"mount --bind {jd} {jd} && mount -o remount,bind,rw {jd}")
+    lines.append(f"cd {_quote(layout.repo)}")
+    lines.append("set +e")  # the waiter must count after a failing worker too
+    return "\n".join(lines)
+
+
+def _quote(p: Path) -> str:
+    import shlex
+
+    return shlex.quote(str(p))
+
+
+def unshare_argv(unshare: str, layout: Layout, inner: Sequence[str], fd: int) -> list[str]:
+    setpriv = shutil.which("setpriv") or "setpriv"
+    drop = [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
+    script = _unshare_setup(layout) + "\n" + waiter(fd)
+    return [*_unshare_base(unshare), "--", _bash(), "-c", script, "sh", *drop, *inner]
+
+
+def waiter(fd: int) -> str:
+    return WAITER.replace("FD", str(int(fd)))
+
+
+def _bash() -> str:
+    return shutil.which("bash") or "/bin/bash"
+
+
+def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int) -> list[str]:
+    """``inner`` (the worker's command line) run inside the sandbox; ``fd``: where the waiter
+    writes the worker's exit status and the count of processes that outlived it (read it with
+    :func:`read_waiter`; ignored without a sandbox)."""
+    if avail.kind == "bwrap":
+        assert avail.path is not None
+        return bwrap_argv(avail.path, layout, inner, fd)
+    if avail.kind == "unshare":
+        assert avail.path is not None
+        return unshare_argv(avail.path, layout, inner, fd)
+    return list(inner)
+
+
+def read_waiter(text: str) -> tuple[int | None, int]:
+    """(the worker's exit status, negative for a signal; the processes that outlived it) from what
+    the waiter wrote; (None, 0) when it wrote nothing (the sandbox itself was killed)."""
+    parts = text.split()
+    if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        return None, 0
+    rc, n = int(parts[0]), int(parts[1])
+    return (-(rc - 128) if rc > 128 else rc), n
+
+
+def python_install_paths() -> tuple[Path, ...]:
+    """Where the interpreter, its standard library and every installed package (gpu-gate's own
+    installation included) live: shown read-only in the sandbox."""
+    import gpu_gate
+
+    paths = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             str(Path(gpu_gate.__file__).resolve().parent.parent)}
+    paths.update(p for p in sysconfig.get_paths().values() if p)
+    try:
+        paths.update(site.getsitepackages())
+    except AttributeError:  # an old virtualenv's site module
+        pass
+    paths.update(p for p in sys.path if p and os.path.isdir(p))
+    return tuple(Path(p) for p in sorted(paths))
+
+
+def gate_package_dir() -> Path:
+    """gpu-gate's own package directory (what a worker must never write)."""
+    import gpu_gate
+
+    return Path(gpu_gate.__file__).resolve().parent
+
+
+# --- without a namespace: the gate adopts what its jobs leave behind ---------------------------
+
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> bool:
+    """Make this process the one that orphans of its descendants are re-parented to (instead of
+    init), so that a job's ``setsid`` daemon can still be found after the job. False where the
+    kernel refuses."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def boot_ticks() -> int:
+    """Now, in the unit of /proc/PID/stat's start time (clock ticks since boot)."""
+    import time
+
+    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
+
+
+def _stat(pid: str) -> tuple[int, str, int] | None:
+    """(parent pid, state, start time in ticks) of a process, or None when it is gone."""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return int(fields[1]), fields[0], int(fields[19])
+
+
+def adopted_since(ticks: int) -> list[int]:
+    """Processes re-parented to this one (not started by :func:`proc.run`) that began at or after
+    ``ticks``: what a job started and left behind. Zombies among them are reaped."""
+    me = os.getpid()
+    found: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        st = _stat(entry)
+        if st is None or st[0] != me or st[2] < ticks or proc.started_here(int(entry)):
+            continue
+        if st[1] == "Z":
+            _reap(int(entry))
+            continue
+        found.append(int(entry))
+    return found
+
+
+def kill_and_reap(pids: Iterable[int]) -> None:
+    import signal
+
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            continue
+        _reap(pid, block=True)
+
+
+def _reap(pid: int, block: bool = False) -> None:
+    try:
+        os.waitpid(pid, 0 if block else os.WNOHANG)
+    except ChildProcessError:
+        pass

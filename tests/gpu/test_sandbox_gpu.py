@@ -1,0 +1,103 @@
+"""GPU jobs in the sandbox: CUDA, Triton and compute-sanitizer work inside it, and catch what they catch outside.
+
+The executor runs a real repository's spec with ``runner.sandbox: required``: the worker sees the
+NVIDIA device nodes and a private /tmp (Triton's cache lives there), compute-sanitizer runs in the
+same sandbox as the worker, and memcheck still catches a planted unmasked Triton tail overrun,
+while the masked twin passes. Without a working sandbox these tests fail rather than pass quietly.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from gpu_gate import sandbox
+from gpu_gate.cuda import sanitizer as cs
+from gpu_gate.executor import ExecOptions, detect_gpus, execute
+from gpu_gate.findings import JobResult, Status
+from gpu_gate.jobs import Job, SpecRef
+
+pytestmark = pytest.mark.gpu
+
+KERNEL = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def copy_nomask(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs) * 2.0)  # BUG: no tail mask
+
+
+@triton.jit
+def copy_masked(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(y_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+
+
+def double(x, kernel):
+    y = torch.empty_like(x)
+    n = x.numel()
+    kernel[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024)
+    return y
+'''
+
+SPEC = '''\
+import gpu_gate as gg
+from kernels.copy import double, {kernel}
+
+
+@gg.spec(dims={{"n": gg.Dim(1000, 1000)}}, inputs={{"x": gg.Tensor(("n",), dtypes=["float32"])}},
+         reference=lambda x: x * 2, devices=["cuda"])
+def {name}(x):
+    return double(x, {kernel})
+'''
+
+
+def _repo(root: Path) -> list[Job]:
+    (root / "kernels").mkdir(parents=True)
+    (root / "kernels" / "__init__.py").write_text("")
+    (root / "kernels" / "copy.py").write_text(KERNEL)
+    (root / "gate").mkdir()
+    jobs = []
+    for name, kernel in (("bug", "copy_nomask"), ("clean", "copy_masked")):
+        (root / "gate" / f"{name}_gate.py").write_text(SPEC.format(name=name, kernel=kernel))
+        ref = SpecRef(f"gate/{name}_gate.py", name)
+        jobs.append(Job(id=f"memcheck:{ref.id}", check="memcheck", level="required", kernels=("kernels/copy.py",),
+                        spec=ref, options={"cases": 2, "kernel_names": [kernel]}))
+        jobs.append(Job(id=f"equivalence:{ref.id}", check="equivalence", level="required",
+                        kernels=("kernels/copy.py",), spec=ref,
+                        options={"cases": 4, "growth": False, "shrink": False}))
+    return jobs
+
+
+def _box() -> sandbox.Available:
+    box = sandbox.probe()
+    assert box.works, f"no sandbox works on this GPU runner: {box.detail} (install bubblewrap)"
+    return box
+
+
+def test_memcheck_inside_the_sandbox_catches_the_tail_overrun_and_passes_the_twin(tmp_path: Path) -> None:
+    if cs.locate(None) is None:
+        pytest.fail("compute-sanitizer not found on this GPU runner")
+    box = _box()
+    gpus = detect_gpus()[:1]
+    start = time.monotonic()
+    results: dict[str, JobResult] = {r.job_id: r for r in execute(_repo(tmp_path), ExecOptions(
+        repo_root=tmp_path, gpus=gpus, timeout_s=600, sandbox=box, sandbox_mode="required",
+        health_probe=lambda g: None))}
+    took = time.monotonic() - start
+    bug = results["memcheck:gate/bug_gate.py::bug"]
+    assert bug.status is Status.FAILED, (bug.reason, bug.findings, bug.log_tail)
+    assert any(f.kind.startswith("invalid-global") for f in bug.findings), bug.findings
+    clean = results["memcheck:gate/clean_gate.py::clean"]
+    assert clean.status is Status.PASSED, (clean.reason, clean.findings, clean.log_tail)
+    # The twin's equivalence job ran on CUDA in the sandbox (Triton compiled into the private /tmp).
+    eq = results["equivalence:gate/clean_gate.py::clean"]
+    assert eq.status is Status.PASSED and eq.cases > 0, (eq.reason, eq.log_tail)
+    assert not [f for r in results.values() for f in r.findings if f.kind == "escaped-process"]
+    print(f"sandbox {box.kind} ({box.detail}): 4 GPU jobs in {took:.1f}s")
