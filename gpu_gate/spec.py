@@ -159,6 +159,7 @@ class Spec:
     module: str
     file: str
     line: int
+    accumulate: str = "float32"
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -222,6 +223,7 @@ def spec(
     devices: Sequence[str] = ("cuda", "cpu"),
     checks: Sequence[str] | None = None,
     name: str | None = None,
+    accumulate: str = "float32",
 ) -> Callable[[Callable[..., Any]], Spec]:
     """Declare a gate spec. The decorated function is the *candidate*: it calls the kernel.
 
@@ -237,7 +239,15 @@ def spec(
     - ``deterministic``: outputs must be bitwise identical across runs.
     - ``devices``: where the candidate can run ("cuda", "cpu").
     - ``checks``: restrict the checks run for this spec (default: the policy's).
+    - ``accumulate``: the dtype the kernel accumulates its reductions in ("float32" by
+      default; float64 data accumulates in float64). The tolerance allows what a correct
+      accumulation in that dtype may do in any order (see docs/specs.md, "Tolerance"), so a
+      kernel that accumulates in a narrower dtype than it declares fails on long reductions.
     """
+    from .equivalence.rounding import ACCUMULATE_DTYPES
+
+    if accumulate not in ACCUMULATE_DTYPES:
+        raise SpecError(f"spec: accumulate={accumulate!r} is not one of {', '.join(ACCUMULATE_DTYPES)}")
 
     def wrap(fn: Callable[..., Any]) -> Spec:
         sname = name or fn.__name__
@@ -252,7 +262,7 @@ def spec(
             params=dict(params or {}), dim_args=tuple(dim_args), grads=tuple(grads), covers=tuple(covers),
             deterministic=deterministic, tolerance=tolerance or Tolerance(),
             devices=tuple(devices), checks=tuple(checks) if checks is not None else None,
-            module=fn.__module__, file=file, line=line,
+            module=fn.__module__, file=file, line=line, accumulate=accumulate,
         )
         # Importing a module again (a re-run in the same process) replaces its specs, so the
         # harness never runs a stale function from an earlier import.

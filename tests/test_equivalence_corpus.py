@@ -32,6 +32,7 @@ class Planted:
 
 PLANTED = [
     Planted("rowsum.py", "rowsum_bf16_acc", "rowsum_fp32_acc", ("error-growth",)),
+    Planted("dweight.py", "dweight_bf16_acc", "dweight_fp32_sequential", ("mismatch",)),
     Planted("embedding.py", "embedding_scatter_store", "embedding_scatter_add", ("mismatch",)),
     Planted("layernorm.py", "layernorm_padded_variance", "layernorm_masked_variance", ("mismatch",)),
     Planted("rmsnorm_stride.py", "rmsnorm_packed_rows", "rmsnorm_row_stride", ("mismatch",)),

@@ -249,7 +249,7 @@ def compare(name: str, cand: Any, ref: Any, base: Any, rule: Rule, *, perturbed:
         f"allowed)",
     ]
     if not rule.fixed:
-        lines.append(f"Normwise relative error: {err_c:.3g}, baseline (torch in {dt}, or input rounding if larger) "
+        lines.append(f"Normwise relative error: {err_c:.3g}, baseline (torch in {dt}, or the rounding envelope if larger) "
                      f"gets {err_b:.3g} (ratio {ratio:.3g}; up to {allowed_norm:.3g} allowed = "
                      f"{rule.baseline_factor:g} x baseline + {floor:.2g} floor)")
     details.update({"max_abs": float(d.flatten()[imax_abs]), "max_abs_index": list(ia),

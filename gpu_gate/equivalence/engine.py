@@ -16,6 +16,7 @@ from .cases import Case
 from .compare import Comparison, Rule, agree, baseline_unusable, compare
 from .guard import OutputWatch, SideStreams
 from .inputs import Materialized, materialize, perturbed_inputs, reference_inputs
+from .rounding import RoundingNoise, accumulation_dtype, arithmetic_dtype, unit_roundoff
 
 FATAL_MARKERS = ("CUDA error", "illegal memory access", "device-side assert", "unspecified launch failure",
                  "misaligned address", "CUDA_ERROR_", "an illegal instruction")
@@ -154,16 +155,25 @@ class CaseRunner:
             return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
 
     def conditioning(self, m: Materialized, upstream: dict[str, Any] | None) -> dict[str, Any]:
-        """The float64 reference on inputs moved by up to one ulp of the kernel's arithmetic:
-        how far any algorithm computing in that precision may land from the truth on *these*
-        inputs (an ill-conditioned case, such as a large mean in a layer norm, widens it)."""
+        """The float64 reference on inputs moved by up to one ulp of the kernel's arithmetic,
+        with the rounding of every operation put back in (see :mod:`.rounding`): how far a
+        correct kernel computing in that precision, accumulating in the spec's declared dtype
+        in any order, may land from the truth on *these* inputs. An ill-conditioned case (a
+        large mean in a layer norm) or terms that cancel (a gradient that is exactly 0) widen it."""
         import torch
 
         inputs = perturbed_inputs(self.spec, m, m.case.seed)
-        if self.spec.grads:
-            return call_with_grads(self.spec, self.spec.reference, inputs, self.kwargs(m.case), upstream)
-        with torch.no_grad():
-            return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
+        with self.rounding(m):
+            if self.spec.grads:
+                return call_with_grads(self.spec, self.spec.reference, inputs, self.kwargs(m.case), upstream)
+            with torch.no_grad():
+                return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
+
+    def rounding(self, m: Materialized) -> RoundingNoise:
+        data = m.case.dtype
+        acc = accumulation_dtype(self.spec.accumulate, data)
+        device = next(iter(m.tensors.values())).device if m.tensors else self.device
+        return RoundingNoise(unit_roundoff(arithmetic_dtype(data)), unit_roundoff(acc), m.case.seed * 29 + 3, device)
 
     def baseline(self, m: Materialized, upstream: dict[str, Any] | None, like: dict[str, Any]) -> dict[str, Any]:
         """torch in the kernel's dtype; where torch has no kernel for that dtype on this device,
