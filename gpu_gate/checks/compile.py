@@ -150,9 +150,13 @@ def _nvcc_findings(res: proc.ProcResult, rel: str, arch: str, repo_root: Path) -
 
 def resource_findings(job: Job, resources: list[KernelResources]) -> list[Finding]:
     """Spill and local-memory breaches of the policy's limits."""
-    severity = Severity.ERROR if job.options.get("resources_level") == "required" else Severity.WARNING
-    max_spill = job.options.get("max_spill_bytes")
-    max_local = job.options.get("max_local_bytes")
+    return resource_findings_for(job.options, resources)
+
+
+def resource_findings_for(options: dict[str, Any], resources: list[KernelResources]) -> list[Finding]:
+    severity = Severity.ERROR if options.get("resources_level") == "required" else Severity.WARNING
+    max_spill = options.get("max_spill_bytes")
+    max_local = options.get("max_local_bytes")
     out = []
     for r in resources:
         spill = r.spill_store + r.spill_load

@@ -160,11 +160,14 @@ class Equivalence:
         results: list[Any] = []
         refusals: list[Any] = []
         growth = None
+        from ..cuda.tritonlaunch import recording
+
         try:
-            self._run_cases(cases, results, refusals, notes)
-            want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
-            if want_growth and not (refusals and refusals[0].case.id == "c0000"):
-                growth = self._growth()
+            with recording() as launched:
+                self._run_cases(cases, results, refusals, notes)
+                want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
+                if want_growth and not (refusals and refusals[0].case.id == "c0000"):
+                    growth = self._growth()
         except SpecBroken as exc:
             f = Finding(check="equivalence", kind="reference-error", spec=self.spec_id,
                         file=self.job.spec.file if self.job.spec else None, line=self.spec.line or None,
@@ -180,6 +183,7 @@ class Equivalence:
         if growth:
             extra["growth"] = growth["table"]
             findings += growth["findings"]
+        findings += self._launches(launched.launches, extra)
         findings += notes
         if self.sanitized:
             # Under compute-sanitizer the cases only drive the kernel: a wrong result is the
@@ -187,6 +191,23 @@ class Equivalence:
             findings = [_seen_under_sanitizer(f) for f in findings]
         failed = any(f.severity is Severity.ERROR for f in findings)
         return Outcome(Status.FAILED if failed else Status.PASSED, findings, cases=len(results), extra=extra)
+
+    def _launches(self, launches: list[Any], extra: dict[str, Any]) -> list[Finding]:
+        """The Triton specializations the cases launched (``extra["launches"]``); on a GPU, each
+        one of the spec's kernel files compiled for the compile check's archs, with its resources
+        (``extra["launch_resources"]``; see :mod:`gpu_gate.checks.compile_launched`)."""
+        from .compile_launched import compile_launched, repo_launches
+
+        mine = repo_launches(launches, Path(self.ctx.repo_root), self.job.kernels)
+        if not mine:
+            return []
+        extra["launches"] = [{**launch.to_json(), "file": rel} for rel, launch in mine]
+        settings = self.job.options.get("compile")
+        if self.ctx.device != "cuda" or self.sanitized or self.job.case or not isinstance(settings, dict):
+            return []
+        findings, rows = compile_launched(mine, settings)
+        extra["launch_resources"] = rows
+        return findings
 
     def _run_cases(self, cases: list[Any], results: list[Any], refusals: list[Any], notes: list[Finding]) -> None:
         for i, case in enumerate(cases):
