@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 INTERPRETER_BAD_DTYPES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
 CPU_BUDGET_BYTES = 64 << 20  # CPU cases stay small: the default budget must finish in a minute
 SANITIZER_BUDGET_BYTES = 4 << 20  # under compute-sanitizer every access is instrumented (about 18x slower)
+TRACE_LINES = 40  # the end of a traceback shown in a message (the whole one is in the details)
 SENSITIVITY_EVERY = 4  # the input-sensitivity probe runs on every 4th case (the canonical one included)
 
 
@@ -159,6 +160,7 @@ class Equivalence:
             return Outcome(Status.NOT_RUN, notes, reason=f"no case could run here: {why or 'no dtype left'}")
         results: list[Any] = []
         refusals: list[Any] = []
+        self.unsupported: list[Any] = []
         growth = None
         from ..cuda.tritonlaunch import recording
 
@@ -177,7 +179,12 @@ class Equivalence:
             f = Finding(check="equivalence", kind="cuda-error", spec=self.spec_id,
                         message=f"the kernel broke the CUDA context: {exc}")
             return Outcome(Status.FAILED, [f, *notes], cases=len(results), reason="CUDA context lost")
+        if self.unsupported and not results:
+            f = self._unsupported(len(cases))
+            return Outcome(Status.NOT_RUN, [f, *notes], reason=f.message.splitlines()[0])
         findings = self._summarize(results, refusals)
+        if self.unsupported:
+            findings.append(self._unsupported(len(cases)))
         extra: dict[str, Any] = {"seed": self.seed, "rule": self.rule.describe(),
                                  "coverage": coverage(self.spec, [r.case for r in results])}
         if growth:
@@ -216,11 +223,31 @@ class Equivalence:
                                                   f"time budget"))
                 break
             r = self.runner.run(case, sensitivity=(i % SENSITIVITY_EVERY == 0 and not self.sanitized))
+            if r.unsupported:
+                self.unsupported.append(r)
+                if i == 0:
+                    break  # the canonical case cannot run here: nothing can be verified here
+                continue
             results.append(r)
             if r.refused:
                 refusals.append(r)
                 if i == 0 and not self.job.case:
                     break  # the canonical case was refused: nothing was verified
+
+    def _unsupported(self, total: int) -> Finding:
+        """Cases the Triton interpreter could not run (libdevice, inline asm, an op it lacks):
+        not a refusal by the kernel, and not a pass. On a GPU they run compiled."""
+        r0 = self.unsupported[0]
+        canonical = r0.case.id == "c0000" and not self.job.case
+        head = ("the spec could not run under the Triton interpreter" if canonical else
+                f"{len(self.unsupported)} of {total} cases could not run under the Triton interpreter")
+        return Finding(check="equivalence", kind="interpreter-unsupported",
+                       severity=Severity.NOTE if canonical else Severity.WARNING, spec=self.spec_id, case=r0.case.id,
+                       repro=self.runner.repro_cmd.format(token=r0.case.token()),
+                       message=f"{head} (no GPU here): {r0.unsupported}; first case {r0.case.describe()}. They run on "
+                               f"a GPU.\n" + "\n".join((r0.trace or "").rstrip().splitlines()[-TRACE_LINES:]),
+                       details={"unsupported_cases": len(self.unsupported), "traceback": r0.trace,
+                                "case": r0.case.describe(), "token": r0.case.token()})
 
     def _note(self, kind: str, message: str) -> Finding:
         return Finding(check="equivalence", kind=kind, message=message, severity=Severity.NOTE, spec=self.spec_id)

@@ -8,12 +8,13 @@ while the candidate runs a second time, and both candidate runs must agree.
 from __future__ import annotations
 
 import dataclasses
+import traceback
 from typing import Any
 
 from ..findings import Finding, Severity
 from ..spec import Spec
 from .cases import Case
-from .compare import Comparison, Rule, agree, baseline_unusable, compare
+from .compare import Comparison, Rule, agree, as_bytes, baseline_unusable, compare
 from .guard import OutputWatch, SideStreams
 from .inputs import Materialized, materialize, perturbed_inputs, reference_inputs
 from .rounding import RoundingNoise, accumulation_dtype, arithmetic_dtype, unit_roundoff
@@ -36,6 +37,8 @@ class CaseResult:
     findings: list[Finding]
     comparisons: list[Comparison] = dataclasses.field(default_factory=list)
     refused: str | None = None
+    unsupported: str | None = None  # the Triton interpreter could not run the kernel (not the kernel's refusal)
+    trace: str | None = None  # the traceback that says where
 
     @property
     def failed(self) -> bool:
@@ -117,6 +120,21 @@ def _finding(spec_id: str, case: Case, kind: str, message: str, repro: str, seve
              **details: Any) -> Finding:
     return Finding(check="equivalence", kind=kind, message=message, severity=severity, spec=spec_id, case=case.id,
                    repro=repro, details={"case": case.describe(), "token": case.token(), **details})
+
+
+def interpreter_error(exc: BaseException) -> BaseException | None:
+    """The error of Triton's interpreter in ``exc``'s chain, if any: the interpreter wraps
+    whatever stopped it inside a kernel (libdevice calls, inline asm, an op it does not
+    implement) in an ``InterpreterError``. That says the kernel could not run *here*; it is
+    not the kernel refusing an input."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if type(cur).__name__ == "InterpreterError" and type(cur).__module__.startswith("triton"):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -291,9 +309,15 @@ class CaseRunner:
         except Exception as exc:  # noqa: BLE001 - candidate code: a loud refusal, unless the context died
             if is_fatal(exc):
                 raise ContextLost(_first_line(exc)) from exc
+            limit = interpreter_error(exc)
+            if limit is not None:
+                trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                return CaseResult(case, [], unsupported=_first_line(limit), trace=trace)
             return CaseResult(case, [], refused=_first_line(exc))
-        findings = self._guards(case, m, watch, outs, repro)
-        findings += self._unordered(case, outs, early, repro)
+        # before the guards, which put back an input the kernel wrote: an output that is that
+        # input would seem to change after the call
+        findings = self._unordered(case, outs, early, repro)
+        findings += self._guards(case, m, watch, outs, repro)
         snap = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in outs.items()}
         return outs, snap, findings
 
@@ -327,6 +351,8 @@ class CaseRunner:
         return {k: v.clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
 
     def _unordered(self, case: Case, outs: dict[str, Any], early: dict[str, Any], repro: str) -> list[Finding]:
+        if self.device != "cuda":
+            return []  # no streams on the CPU: nothing can finish after the call returned
         return [_finding(self.spec_id, case, "unordered-stream",
                          f"output {k!r} changed after the caller's stream had finished: the kernel completes its work "
                          f"on another stream without ordering it with the caller's stream (make the caller's stream "
@@ -437,4 +463,5 @@ def bitwise_equal(a: Any, b: Any) -> bool:
         return False
     if not a.numel():
         return True
-    return torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
+    return torch.equal(as_bytes(a), as_bytes(b))
+
