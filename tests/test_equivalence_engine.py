@@ -446,3 +446,32 @@ def test_making_a_cupy_stream_current_is_delayed_like_a_torch_switch(monkeypatch
     assert sleeps == [(5, SIDE_STREAM_DELAY_CYCLES), (6, SIDE_STREAM_DELAY_CYCLES)]
     assert watch.used == {5, 6} and current[0] is caller
     assert dict(vars(FakeCupyStream)) == original
+
+
+def test_the_candidate_meets_strided_and_expanded_upstream_gradients_and_a_correct_one_passes(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, """
+        SEEN = set()
+
+        class Double(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                SEEN.add(g.stride()[0] == 0 and g.shape[0] > 1 and "expanded" or
+                         (not g.is_contiguous() and "strided") or "contiguous")
+                return g * 2
+
+        @gg.spec(dims={"rows": gg.Dim(2, 32), "n": gg.Dim(2, 300)},
+                 inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float32"])}, reference=lambda x: x * 2,
+                 grads=["x"])
+        def double(x):
+            return Double.apply(x)
+        """)
+    r = run(tmp_path, f, "double", cases=4)
+    assert r.status is Status.PASSED, [x.message for x in r.findings]
+    import sys
+    seen = next(m for n, m in sys.modules.items() if n.startswith("gpu_gate_spec__") and hasattr(m, "SEEN")).SEEN
+    assert {"contiguous", "strided", "expanded"} <= seen
+    assert set(r.extra["coverage"]["grad_layout"]) == {"contiguous", "strided", "expanded"}

@@ -49,7 +49,7 @@ def test_the_schedule_exercises_every_axis_and_records_it() -> None:
     assert {i.dist for i in x} == set(DEFAULT_FLOAT_DISTS)
     assert {i.layout for i in x} == set(LAYOUTS)
     assert {c.inputs["ids"].dist for c in cases} == set(INDEX_DISTS)
-    assert {c.grad_layout for c in cases} == {"contiguous", "strided"}
+    assert {c.grad_layout for c in cases} == {"contiguous"}  # no grads: no upstream gradient to lay out
     assert cases[0].id == "c0000" and cases[0].inputs["x"] == InputChoice("float32", "normal", "contiguous")
     for c in cases:
         assert case_bytes(_spec(), c.dims, c.inputs) <= BUDGET
@@ -204,3 +204,28 @@ def test_seeds_differ_between_cases_and_runs() -> None:
     assert len({c.seed for c in a}) == 16 and {c.seed for c in a}.isdisjoint({c.seed for c in b})
     random.seed(0)
     assert math.isfinite(sum(c.seed for c in a))
+
+
+def _grad_spec() -> object:
+    @gg.spec(dims={"rows": gg.Dim(1, 64), "n": gg.Dim(1, 4096, reduction=True)},
+             inputs={"x": gg.Tensor(("rows", "n"))}, reference=lambda x: x * 2, grads=["x"])
+    def doubled(x):  # noqa: ANN001, ANN202
+        return x * 2
+
+    return doubled
+
+
+def test_a_strided_and_an_expanded_upstream_gradient_come_among_the_first_cases() -> None:
+    for seed in range(5):
+        opts = ScheduleOptions(cases=4, seed=seed, dtypes=None, max_case_bytes=BUDGET)
+        layouts = [c.grad_layout for c in schedule(_grad_spec(), opts)]  # type: ignore[arg-type]
+        assert layouts[0] == "contiguous" and {"strided", "expanded"} <= set(layouts), layouts
+
+
+def test_an_expanded_upstream_gradient_has_stride_0_and_the_reference_sees_the_same_values() -> None:
+    from gpu_gate.equivalence.engine import expanded_values
+
+    values = expanded_values(upstream_values({"out": torch.zeros(5, 3)}, seed=1))["out"]
+    g = grad_tensor(values, torch.float32, "expanded")
+    assert g.stride() == (0, 1) and torch.equal(g, values.float())
+    assert torch.equal(values[0], values[4]) and not torch.equal(values[0], torch.zeros(3, dtype=torch.float64))

@@ -20,6 +20,8 @@ ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m
             "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1}
 PEAK_STRENGTHS = (8.0, 12.0, 16.0, 20.0, 24.0, 32.0)  # sigmas; the CE rounding bug shows near 20
 MAX_REDUCTION = 1 << 18
+# layouts of the upstream gradient: strided (transposed, or every other element), expanded (zero stride)
+GRAD_LAYOUTS = ("contiguous", "strided", "expanded")
 # Default distributions. -inf spans are opt-in: most kernels do not define them.
 DEFAULT_FLOAT_DISTS = tuple(d for d in FLOAT_DISTS if d != "neg_inf_spans")
 
@@ -296,8 +298,19 @@ def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random,
     dims = _fit_budget(spec, dims, inputs, budget, long_dim)
     inputs = {k: dataclasses.replace(c, layout=applicable(c.layout, _shape(spec.inputs[k].shape, dims)))
               for k, c in inputs.items()}
-    grad_layout = "contiguous" if canonical or rng.random() < 0.6 else "strided"
-    return Case(cid, seed, dims, inputs, grad_layout)
+    return Case(cid, seed, dims, inputs, _grad_layout(spec, rng, canonical, turn))
+
+
+def _grad_layout(spec: Spec, rng: random.Random, canonical: bool, turn: int | None) -> str:
+    """The upstream gradient's layout: the first fuzzed cases of a spec with grads take each
+    non-contiguous one in turn (a transposed gradient, and the zero-stride one that
+    ``loss.sum().backward()`` produces), so every spec meets them within any budget."""
+    if canonical or not spec.grads:
+        return "contiguous"
+    if turn is not None and turn < len(GRAD_LAYOUTS) - 1:
+        return GRAD_LAYOUTS[1 + turn]
+    r = rng.random()
+    return "contiguous" if r < 0.6 else "strided" if r < 0.8 else "expanded"
 
 
 def _shape(shape: Sequence[str | int], dims: dict[str, int]) -> tuple[int, ...]:

@@ -80,14 +80,23 @@ def upstream_values(outs: dict[str, Any], seed: int) -> dict[str, Any]:
     return grads
 
 
+def expanded_values(grads: dict[str, Any]) -> dict[str, Any]:
+    """Upstream values equal along the first dim, for an ``expanded`` gradient: the reference
+    gets the same values, contiguous."""
+    return {k: (v[:1].expand(v.shape).clone() if v.dim() >= 1 and v.shape[0] > 1 else v) for k, v in grads.items()}
+
+
 def grad_tensor(values: Any, dtype: Any, layout: str) -> Any:
     """The upstream gradient in ``dtype``; ``strided``: transposed in memory (rank >= 2)
-    or every other element of a wider buffer (rank 1)."""
+    or every other element of a wider buffer (rank 1); ``expanded``: one row with a stride
+    of 0 along the first dim (the values are equal along it, see :func:`expanded_values`)."""
     import torch
 
     g = values.to(dtype)
     if layout == "contiguous" or g.dim() == 0:
         return g
+    if layout == "expanded":
+        return g[:1].expand(g.shape) if g.shape[0] > 1 else g
     if g.dim() >= 2:
         return g.transpose(-1, -2).contiguous().transpose(-1, -2)
     wide = torch.empty((g.shape[0] * 2,), dtype=dtype, device=g.device)
@@ -231,7 +240,8 @@ class CaseRunner:
                                                      **self.kwargs(m.case)))
         except Exception as exc:  # noqa: BLE001 - the spec's reference is user code
             raise SpecBroken(f"the spec's reference raised {_first_line(exc)} on case {m.case.id}") from exc
-        return upstream_values(outs, seed)
+        values = upstream_values(outs, seed)
+        return expanded_values(values) if m.case.grad_layout == "expanded" else values
 
     # --- one case ---------------------------------------------------------------
 
