@@ -475,3 +475,26 @@ def test_the_candidate_meets_strided_and_expanded_upstream_gradients_and_a_corre
     seen = next(m for n, m in sys.modules.items() if n.startswith("gpu_gate_spec__") and hasattr(m, "SEEN")).SEEN
     assert {"contiguous", "strided", "expanded"} <= seen
     assert set(r.extra["coverage"]["grad_layout"]) == {"contiguous", "strided", "expanded"}
+
+
+MODEL_SIZE_SPEC = """
+    def scale_rows(x):
+        n = x.shape[-1]
+        if n % 512 == 0 and n & (n - 1):  # a block configuration picked for 1536, 2560, 3072, ... is wrong
+            return x * 0.5 + x[..., :1] * 1e-3
+        return x * 0.5
+
+    @gg.spec(dims={"rows": gg.Dim(1, 16), "hidden": gg.Dim(1, 8192)},
+             inputs={"x": gg.Tensor(("rows", "hidden"), dtypes=["float32"])}, reference=lambda x: x * 0.5)
+    def model_size_bug(x):
+        return scale_rows(x)
+"""
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_kernel_wrong_only_at_common_model_sizes_is_caught(seed: int, tmp_path: Path) -> None:
+    f = write_spec(tmp_path, MODEL_SIZE_SPEC)
+    r = run(tmp_path, f, "model_size_bug", seed=seed, cases=32, growth=False)
+    bad = [x for x in r.findings if x.kind == "mismatch"]
+    assert r.status is Status.FAILED and bad, [x.message for x in r.findings]
+    assert bad[0].details["shape"][1] in (1536, 2560, 3072, 3584, 5120, 6144, 7168)

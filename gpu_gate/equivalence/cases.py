@@ -20,6 +20,10 @@ ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m
             "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1}
 PEAK_STRENGTHS = (8.0, 12.0, 16.0, 20.0, 24.0, 32.0)  # sigmas; the CE rounding bug shows near 20
 MAX_REDUCTION = 1 << 18
+# Hidden, intermediate and vocabulary sizes of common models: multiples of 64 and 128 that are
+# not powers of two, where kernels switch block configurations (a kernel wrong only at 3072)
+MODEL_SIZES = (192, 320, 384, 640, 768, 896, 1280, 1536, 2560, 3072, 3584, 5120, 6144, 7168, 8192, 11008, 12288,
+               13824, 14336, 18944, 28672, 32000, 32768, 50257, 128256, 151936)
 # layouts of the upstream gradient: strided (transposed, or every other element), expanded (zero stride)
 GRAD_LAYOUTS = ("contiguous", "strided", "expanded")
 # Default distributions. -inf spans are opt-in: most kernels do not define them.
@@ -80,7 +84,8 @@ def special_sizes(dim: Dim, long: bool, max_reduction: int = MAX_REDUCTION) -> l
     """Sizes that break kernels: 1, primes, powers of two +-1, non-multiples of block sizes."""
     if dim.values is not None:
         return sorted(set(dim.values))
-    cand = {dim.lo, dim.hi, 1, 2, 3, 5, 7, 13, 31, 61, 97, 127, 251, 509, 1000, 1021, 1500, 2039, 4093, 4100}
+    cand = {dim.lo, dim.hi, 1, 2, 3, 5, 7, 13, 31, 61, 97, 127, 251, 509, 1000, 1021, 1500, 2039, 4093, 4100,
+            *MODEL_SIZES}
     top = max_reduction if long else 1 << 13
     k = 1
     while (1 << k) <= max(top, 2):
