@@ -15,6 +15,7 @@ from gpu_gate.equivalence.cases import (
 )
 from gpu_gate.equivalence.engine import grad_tensor, upstream_values
 from gpu_gate.equivalence.inputs import materialize, perturbed_inputs
+from gpu_gate.errors import SpecError
 from gpu_gate.spec import FLOAT_DTYPES, INDEX_DISTS, LAYOUTS
 
 BUDGET = 64 << 20
@@ -229,3 +230,51 @@ def test_an_expanded_upstream_gradient_has_stride_0_and_the_reference_sees_the_s
     g = grad_tensor(values, torch.float32, "expanded")
     assert g.stride() == (0, 1) and torch.equal(g, values.float())
     assert torch.equal(values[0], values[4]) and not torch.equal(values[0], torch.zeros(3, dtype=torch.float64))
+
+
+def _ce_spec(**index_kw: object) -> object:
+    @gg.spec(dims={"rows": gg.Dim(1, 64), "classes": gg.Dim(2, 4096)},
+             inputs={"logits": gg.Tensor(("rows", "classes")),
+                     "labels": gg.Index(("rows",), high="classes", **index_kw)},  # type: ignore[arg-type]
+             reference=lambda logits, labels: torch.nn.functional.cross_entropy(logits, labels))
+    def ce(logits, labels):  # noqa: ANN001, ANN202
+        return torch.nn.functional.cross_entropy(logits, labels)
+
+    return ce
+
+
+def test_logits_peak_at_the_label_with_the_swept_probability() -> None:
+    from gpu_gate.equivalence.cases import PEAK_MARGINS
+
+    spec = _ce_spec(peak_of="logits")
+    cases = schedule(spec, _opts(cases=12))  # type: ignore[arg-type]
+    margins = [c.inputs["labels"].param for c in cases]
+    assert set(PEAK_MARGINS) <= set(margins)
+    for c in cases[:9]:
+        if c.inputs["logits"].layout == "expanded":
+            continue  # every row is row 0's memory: only row 0 peaks at its label
+        m = materialize(spec, c, "cpu")  # type: ignore[arg-type]
+        logits, labels = m.tensors["logits"].double(), m.tensors["labels"]
+        p = torch.softmax(logits, -1).gather(-1, labels[:, None].long())[:, 0]
+        want = 1 / (1 + math.exp(-c.inputs["labels"].param))
+        assert torch.allclose(p, torch.full_like(p, want), rtol=1e-5, atol=1e-6), (c.describe(), p, want)
+    ps = [1 / (1 + math.exp(-t)) for t in PEAK_MARGINS]
+    assert min(ps) == 0.5 and max(ps) > 1 - 1.1e-6
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"peak_of": "nope"}, "index 'labels' has peak_of='nope', which is not a float input"),
+])
+def test_peak_of_must_name_a_float_input_of_the_right_shape(kw: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        _ce_spec(**kw)
+
+
+def test_peak_of_needs_the_index_shape_plus_high() -> None:
+    with pytest.raises(SpecError, match=r"whose shape \('classes', 'rows'\) should be the index's shape plus high"):
+        @gg.spec(dims={"rows": gg.Dim(1, 64), "classes": gg.Dim(2, 4096)},
+                 inputs={"logits": gg.Tensor(("classes", "rows")),
+                         "labels": gg.Index(("rows",), high="classes", peak_of="logits")},
+                 reference=lambda logits, labels: logits)
+        def wrong(logits, labels):  # noqa: ANN001, ANN202
+            return logits
