@@ -498,3 +498,40 @@ def test_a_kernel_wrong_only_at_common_model_sizes_is_caught(seed: int, tmp_path
     bad = [x for x in r.findings if x.kind == "mismatch"]
     assert r.status is Status.FAILED and bad, [x.message for x in r.findings]
     assert bad[0].details["shape"][1] in (1536, 2560, 3072, 3584, 5120, 6144, 7168)
+
+
+def test_the_growth_sweep_runs_on_positive_and_on_signed_data(tmp_path: Path) -> None:
+    from gpu_gate.equivalence.growth import signs
+
+    f = write_spec(tmp_path, """
+        @gg.spec(dims={"rows": gg.Dim(1, 4), "n": gg.Dim(1, 1 << 14, reduction=True)},
+                 inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float32"])}, reference=lambda x: x.sum(-1))
+        def rowsum(x):
+            return x.sum(-1)
+
+        @gg.spec(dims={"rows": gg.Dim(1, 4), "n": gg.Dim(1, 1 << 14, reduction=True)},
+                 inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float32"], dists=["uniform_pos"])},
+                 reference=lambda x: x.sum(-1))
+        def positive_only(x):
+            return x.sum(-1)
+        """)
+    r = run(tmp_path, f, "rowsum", cases=2, max_reduction=1 << 14)
+    curves = r.extra["growth"]["curves"]
+    assert sorted(c["data"] for c in curves) == ["positive", "signed"]
+    assert all(not c["flagged"] and not c["jump"] for c in curves)
+    import sys
+    mod = next(m for n, m in sys.modules.items() if n.startswith("gpu_gate_spec__") and hasattr(m, "positive_only"))
+    assert signs(mod.positive_only) == ["positive"]  # the spec pins positive values: no signed sweep
+
+
+@pytest.mark.parametrize("cand, base, jump", [
+    ([1e-3, 1e-3, 1e-3, 1e-3, 1.8e-3], [1e-3] * 5, True),  # 1.8x torch only at the longest length
+    ([0.4e-3, 0.5e-3, 0.5e-3, 0.6e-3, 1.6e-3], [1e-3] * 5, True),
+    ([2e-3, 2e-3, 2e-3, 2e-3, 2.2e-3], [1e-3] * 5, False),  # uniformly 2x: the per-case rule's business
+    ([1e-3, 1e-3, 1e-3, 1e-3, 1.4e-3], [1e-3] * 5, False),
+    ([1e-3, 1e-3, 1e-3, 1e-3, 0.9e-3], [1e-3] * 5, False),
+])
+def test_a_jump_at_the_longest_length_is_flagged(cand: list[float], base: list[float], jump: bool) -> None:
+    from gpu_gate.equivalence.growth import jumped
+
+    assert jumped(cand, base) is jump
