@@ -165,7 +165,7 @@ class Spec:
     module: str
     file: str
     line: int
-    accumulate: str = "float32"
+    accumulate: str | None = None  # None: float32, or the data's dtype where that is wider
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -241,7 +241,7 @@ def spec(
     devices: Sequence[str] = ("cuda", "cpu"),
     checks: Sequence[str] | None = None,
     name: str | None = None,
-    accumulate: str = "float32",
+    accumulate: str | None = None,
 ) -> Callable[[Callable[..., Any]], Spec]:
     """Declare a gate spec. The decorated function is the *candidate*: it calls the kernel.
 
@@ -257,14 +257,14 @@ def spec(
     - ``deterministic``: outputs must be bitwise identical across runs.
     - ``devices``: where the candidate can run ("cuda", "cpu").
     - ``checks``: restrict the checks run for this spec (default: the policy's).
-    - ``accumulate``: the dtype the kernel accumulates its reductions in ("float32" by
-      default; float64 data accumulates in float64). The tolerance allows what a correct
-      accumulation in that dtype may do in any order (see docs/specs.md, "Tolerance"), so a
+    - ``accumulate``: the dtype the kernel accumulates its reductions in (by default
+      float32, or float64 for float64 data). The tolerance allows what a correct
+      accumulation in that dtype may do (see docs/specs.md, "The rounding envelope"), so a
       kernel that accumulates in a narrower dtype than it declares fails on long reductions.
     """
     from .equivalence.rounding import ACCUMULATE_DTYPES
 
-    if accumulate not in ACCUMULATE_DTYPES:
+    if accumulate is not None and accumulate not in ACCUMULATE_DTYPES:
         raise SpecError(f"spec: accumulate={accumulate!r} is not one of {', '.join(ACCUMULATE_DTYPES)}")
 
     def wrap(fn: Callable[..., Any]) -> Spec:

@@ -176,7 +176,7 @@ def test_a_scan_that_carries_in_bf16_fails(tmp_path: Path) -> None:
 # --- the envelope itself -----------------------------------------------------------------
 
 
-def test_the_envelope_of_a_sum_is_sqrt_n_roundoffs_of_the_terms_magnitude() -> None:
+def test_the_envelope_of_a_sum_is_the_rounding_of_its_running_sums() -> None:
     import torch
 
     from gpu_gate.equivalence.rounding import RoundingNoise
@@ -184,8 +184,19 @@ def test_the_envelope_of_a_sum_is_sqrt_n_roundoffs_of_the_terms_magnitude() -> N
     x = torch.randn(4, 4096, dtype=torch.float64)
     with RoundingNoise(2.0**-24, 2.0**-24, seed=1, device="cpu"):
         s = x.sum(-1)
-    bound = 64 * 2.0**-24 * x.abs().sum(-1)
-    assert torch.allclose((s - x.sum(-1)).abs(), bound, rtol=1e-6)
+    walk = x.cumsum(-1).pow(2).sum(-1).sqrt()
+    assert torch.allclose((s - x.sum(-1)).abs(), 3 * 2.0**-24 * walk, rtol=1e-6)
+
+
+def test_the_envelope_of_a_matmul_is_sqrt_k_roundoffs_of_the_terms_magnitude() -> None:
+    import torch
+
+    from gpu_gate.equivalence.rounding import RoundingNoise
+
+    a, b = torch.randn(8, 1024, dtype=torch.float64), torch.randn(1024, 4, dtype=torch.float64)
+    with RoundingNoise(2.0**-24, 2.0**-24, seed=1, device="cpu"):
+        c = a @ b
+    assert torch.allclose((c - a @ b).abs(), 32 * 2.0**-24 * (a.abs() @ b.abs()), rtol=1e-6)
 
 
 def test_exact_operations_are_left_exact() -> None:

@@ -34,6 +34,8 @@ import math
 from typing import Any
 
 ENVELOPE_C = 1.0  # lambda of the probabilistic bound; the comparison's baseline_factor (2) adds margin
+# sum, mean, cumsum: lambda over the running-sum model, whose standard deviation is u x walk / sqrt(3)
+WALK_LAMBDA = 3.0
 MAX_DEPTH = 8  # decompositions that call back into decomposed ops (guard against cycles)
 
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8,
@@ -67,10 +69,13 @@ def unit_roundoff(dtype: str) -> float:
     return UNIT_ROUNDOFF.get(dtype, UNIT_ROUNDOFF["float32"])
 
 
-def accumulation_dtype(declared: str, data: str) -> str:
-    """The precision a correct kernel accumulates in: the declared one, or the data's own
-    where that is wider (float64 data accumulates in float64 unless the spec says otherwise)."""
-    return data if unit_roundoff(data) < unit_roundoff(declared) and data in ACCUMULATE_DTYPES else declared
+def accumulation_dtype(declared: str | None, data: str) -> str:
+    """The precision a correct kernel accumulates in: the declared one; undeclared, float32,
+    or the data's own where that is wider (float64 data accumulates in float64)."""
+    if declared is not None:
+        return declared
+    wider = unit_roundoff(data) < unit_roundoff("float32") and data in ACCUMULATE_DTYPES
+    return data if wider else "float32"
 
 
 def arithmetic_dtype(data: str) -> str:
@@ -192,9 +197,41 @@ class RoundingNoise:
     def _envelope(self, func: Any, packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
         import torch
 
-        magnitude = func(*_abs_args(args), **_abs_args(kwargs)).abs()
-        n = _terms(packet, args, out)
-        root = n.sqrt() if isinstance(n, torch.Tensor) else math.sqrt(n)
+        walk = _walk(packet, args, kwargs, out)
+        if walk is not None:
+            env = WALK_LAMBDA * self.u_acc * walk
+        else:
+            magnitude = func(*_abs_args(args), **_abs_args(kwargs)).abs()
+            n = _terms(packet, args, out)
+            root = n.sqrt() if isinstance(n, torch.Tensor) else math.sqrt(n)
+            env = ENVELOPE_C * self.u_acc * root * magnitude
         sign = torch.randint(0, 2, out.shape, generator=self.gen, device=out.device).to(out.dtype) * 2 - 1
-        env = ENVELOPE_C * self.u_acc * root * magnitude
         return torch.where(torch.isfinite(env), env * sign, torch.zeros_like(env))
+
+
+def _walk(packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+    """For a sum, mean or cumsum of one tensor: ``sqrt(sum_k S_k**2)`` over the partial sums
+    ``S_k`` of the reduced terms in index order, the size of the rounding a running
+    accumulation makes (each step rounds ``S_k`` by up to ``u``). None for other reductions.
+
+    The data is drawn independently along the reduction, so any order that does not look at
+    the values (sequential, blocked, a tree) has partial sums of this size or smaller."""
+    import torch
+
+    aten = torch.ops.aten
+    x = args[0]
+    if packet is aten.cumsum:
+        dim = int(args[1]) % max(out.dim(), 1)
+        return out.pow(2).cumsum(dim).sqrt() if out.dim() else out.abs()
+    if packet not in (aten.sum, aten.mean, aten.nansum) or not isinstance(x, torch.Tensor) or x.dim() == 0:
+        return None
+    given = args[1] if len(args) > 1 else kwargs.get("dim")
+    dims = sorted({int(d) % x.dim() for d in (given or range(x.dim()))})
+    rest = [d for d in range(x.dim()) if d not in dims]
+    terms = x.permute(*rest, *dims).reshape(*[x.shape[d] for d in rest], -1)
+    if packet is aten.nansum:
+        terms = torch.nan_to_num(terms, nan=0.0)
+    walk = terms.cumsum(-1).pow(2).sum(-1).sqrt()
+    if packet is aten.mean:
+        walk = walk / max(terms.shape[-1], 1)
+    return walk.reshape(out.shape)
