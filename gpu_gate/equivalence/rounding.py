@@ -36,6 +36,7 @@ from typing import Any
 ENVELOPE_C = 1.0  # lambda of the probabilistic bound; the comparison's baseline_factor (2) adds margin
 # sum, mean, cumsum: lambda over the running-sum model, whose standard deviation is u x walk / sqrt(3)
 WALK_LAMBDA = 3.0
+REPEAT_TOLERANCE = 2.0**-16  # terms closer than this (relative) count as the same value
 MAX_DEPTH = 8  # decompositions that call back into decomposed ops (guard against cycles)
 
 UNIT_ROUNDOFF = {"float64": 2.0**-53, "float32": 2.0**-24, "float16": 2.0**-11, "bfloat16": 2.0**-8,
@@ -220,18 +221,49 @@ def _walk(packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) 
 
     aten = torch.ops.aten
     x = args[0]
-    if packet is aten.cumsum:
-        dim = int(args[1]) % max(out.dim(), 1)
-        return out.pow(2).cumsum(dim).sqrt() if out.dim() else out.abs()
-    if packet not in (aten.sum, aten.mean, aten.nansum) or not isinstance(x, torch.Tensor) or x.dim() == 0:
+    if packet not in (aten.sum, aten.mean, aten.nansum, aten.cumsum) or not isinstance(x, torch.Tensor) \
+            or x.dim() == 0:
         return None
-    given = args[1] if len(args) > 1 else kwargs.get("dim")
-    dims = sorted({int(d) % x.dim() for d in (given or range(x.dim()))})
+    if packet is aten.cumsum:
+        dims = [int(args[1]) % x.dim()]
+    else:
+        given = args[1] if len(args) > 1 else kwargs.get("dim")
+        dims = sorted({int(d) % x.dim() for d in (given or range(x.dim()))})
     rest = [d for d in range(x.dim()) if d not in dims]
     terms = x.permute(*rest, *dims).reshape(*[x.shape[d] for d in rest], -1)
     if packet is aten.nansum:
         terms = torch.nan_to_num(terms, nan=0.0)
-    walk = terms.cumsum(-1).pow(2).sum(-1).sqrt()
+    partial = terms.cumsum(-1)
+    if packet is aten.cumsum:  # each prefix is its own sum
+        random_walk = partial.pow(2).cumsum(-1).sqrt()
+        worst = partial.abs().cumsum(-1)
+    else:
+        random_walk = partial.pow(2).sum(-1).sqrt()
+        worst = partial.abs().sum(-1)
+    # Roundings are independent only where the terms vary: adding the same value again and
+    # again (an expanded input, a constant) rounds the same way each time, and the errors add
+    # up to the deterministic bound u x sum|S_k| (Higham, Accuracy and Stability, 4.2).
+    repeats = _mostly_repeated(terms)
+    if packet is aten.cumsum:
+        repeats = repeats.unsqueeze(-1)
+    walk = torch.where(repeats, worst / WALK_LAMBDA, random_walk)
     if packet is aten.mean:
         walk = walk / max(terms.shape[-1], 1)
+    if packet is aten.cumsum:
+        return walk.reshape(*[x.shape[d] for d in rest], x.shape[dims[0]]).movedim(-1, dims[0])
     return walk.reshape(out.shape)
+
+
+def _mostly_repeated(terms: Any) -> Any:
+    """Per output: whether at most half of its terms are distinct values. Values within a
+    relative 2**-16 of each other count as one: the envelope's own perturbations (a few fp32
+    ulps) must not make repeated terms look distinct."""
+    import torch
+
+    n = terms.shape[-1]
+    if n < 2:
+        return torch.zeros(terms.shape[:-1], dtype=torch.bool, device=terms.device)
+    ordered = terms.sort(-1).values
+    lo, hi = ordered[..., :-1], ordered[..., 1:]
+    distinct = ((hi - lo) > REPEAT_TOLERANCE * torch.maximum(lo.abs(), hi.abs())).sum(-1) + 1
+    return distinct * 2 <= n
