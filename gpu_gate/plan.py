@@ -102,6 +102,9 @@ def _spec_jobs(policy: Policy, specs: list[discovery.SpecInfo], cov: dict[str, l
 
 def _options(policy: Policy, name: str, chk: Any) -> dict[str, Any]:
     opts = dict(chk.options())
+    if name == "equivalence" and policy.checks.compile.level != "off":
+        # on a GPU, equivalence compiles the Triton specializations its cases launch (compile_launched)
+        opts["compile"] = {**policy.checks.compile.options(), "level": policy.checks.compile.level}
     if name == "compile" or name in ("memcheck", "racecheck", "synccheck", "initcheck"):
         opts["include_dirs"] = list(policy.cuda.include_dirs)
         opts["nvcc_flags"] = list(policy.cuda.nvcc_flags)

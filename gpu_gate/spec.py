@@ -93,13 +93,19 @@ class Tensor:
 
 @dataclasses.dataclass(frozen=True)
 class Index:
-    """An integer index tensor with values in ``[0, high)``; ``high`` is a dim name or an int."""
+    """An integer index tensor with values in ``[0, high)``; ``high`` is a dim name or an int.
+
+    ``peak_of="logits"`` couples it to a float input: that tensor (shape ``(*shape, high)``)
+    peaks where the index points, as a classifier's logits peak at the label. The label's
+    logit is set to ``logsumexp(other logits) + margin``, so its softmax probability is
+    ``sigmoid(margin)``; the margin is swept so that it ranges over 0.5 .. 1 - 1e-6."""
 
     shape: tuple[str | int, ...]
     high: str | int
     dtype: str = "int64"
     dists: tuple[str, ...] | None = None  # None: uniform, zipf, same, sorted
     layouts: tuple[str, ...] | None = None  # None: contiguous, sliced, offset
+    peak_of: str | None = None  # a float input that peaks at this index (logits at the label)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "shape", tuple(self.shape))
@@ -159,6 +165,7 @@ class Spec:
     module: str
     file: str
     line: int
+    accumulate: str | None = None  # None: float32, or the data's dtype where that is wider
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -177,6 +184,16 @@ class Spec:
 _REGISTRY: dict[str, list[Spec]] = {}
 
 
+def _check_peak(where: str, iname: str, inp: Index, inputs: Mapping[str, Input]) -> None:
+    target = inputs.get(inp.peak_of or "")
+    if not isinstance(target, Tensor):
+        raise SpecError(f"{where}: index {iname!r} has peak_of={inp.peak_of!r}, which is not a float input")
+    want = (*inp.shape, inp.high)
+    if tuple(target.shape) != want:
+        raise SpecError(f"{where}: index {iname!r} has peak_of={inp.peak_of!r}, whose shape {tuple(target.shape)} "
+                        f"should be the index's shape plus high: {want}")
+
+
 def _validate(name: str, dims: Mapping[str, Dim], inputs: Mapping[str, Input], grads: Sequence[str],
               fn: Callable[..., Any], dim_args: Sequence[str] = ()) -> None:
     where = f"spec {name!r}"
@@ -191,6 +208,8 @@ def _validate(name: str, dims: Mapping[str, Dim], inputs: Mapping[str, Input], g
                 raise SpecError(f"{where}: input {iname!r} uses dim {size!r}, which is not in dims={sorted(dims)}")
         if isinstance(inp, Index) and isinstance(inp.high, str) and inp.high not in dims:
             raise SpecError(f"{where}: index {iname!r} has high={inp.high!r}, which is not in dims")
+        if isinstance(inp, Index) and inp.peak_of is not None:
+            _check_peak(where, iname, inp, inputs)
         if isinstance(inp, Tensor) and inp.dtype and inp.dtype.startswith("like:"):
             other = inp.dtype[5:]
             if not isinstance(inputs.get(other), Tensor):
@@ -222,6 +241,7 @@ def spec(
     devices: Sequence[str] = ("cuda", "cpu"),
     checks: Sequence[str] | None = None,
     name: str | None = None,
+    accumulate: str | None = None,
 ) -> Callable[[Callable[..., Any]], Spec]:
     """Declare a gate spec. The decorated function is the *candidate*: it calls the kernel.
 
@@ -237,7 +257,15 @@ def spec(
     - ``deterministic``: outputs must be bitwise identical across runs.
     - ``devices``: where the candidate can run ("cuda", "cpu").
     - ``checks``: restrict the checks run for this spec (default: the policy's).
+    - ``accumulate``: the dtype the kernel accumulates its reductions in (by default
+      float32, or float64 for float64 data). The tolerance allows what a correct
+      accumulation in that dtype may do (see docs/specs.md, "The rounding envelope"), so a
+      kernel that accumulates in a narrower dtype than it declares fails on long reductions.
     """
+    from .equivalence.rounding import ACCUMULATE_DTYPES
+
+    if accumulate is not None and accumulate not in ACCUMULATE_DTYPES:
+        raise SpecError(f"spec: accumulate={accumulate!r} is not one of {', '.join(ACCUMULATE_DTYPES)}")
 
     def wrap(fn: Callable[..., Any]) -> Spec:
         sname = name or fn.__name__
@@ -252,7 +280,7 @@ def spec(
             params=dict(params or {}), dim_args=tuple(dim_args), grads=tuple(grads), covers=tuple(covers),
             deterministic=deterministic, tolerance=tolerance or Tolerance(),
             devices=tuple(devices), checks=tuple(checks) if checks is not None else None,
-            module=fn.__module__, file=file, line=line,
+            module=fn.__module__, file=file, line=line, accumulate=accumulate,
         )
         # Importing a module again (a re-run in the same process) replaces its specs, so the
         # harness never runs a stale function from an earlier import.

@@ -32,6 +32,7 @@ class Planted:
 
 PLANTED = [
     Planted("rowsum.py", "rowsum_bf16_acc", "rowsum_fp32_acc", ("error-growth",)),
+    Planted("dweight.py", "dweight_bf16_acc", "dweight_fp32_sequential", ("mismatch",)),
     Planted("embedding.py", "embedding_scatter_store", "embedding_scatter_add", ("mismatch",)),
     Planted("layernorm.py", "layernorm_padded_variance", "layernorm_masked_variance", ("mismatch",)),
     Planted("rmsnorm_stride.py", "rmsnorm_packed_rows", "rmsnorm_row_stride", ("mismatch",)),
@@ -44,6 +45,8 @@ PLANTED = [
     Planted("cheats.py", "affine_reads_freed_reference", "affine_honest", ("nan", "unstable")),
     Planted("softmax.py", "softmax_nan_rows", "softmax_guarded", ("nan",)),
     Planted("cross_entropy.py", "cross_entropy_bf16_true_class", "cross_entropy_fp32_true_class", ("mismatch",)),
+    Planted("cross_entropy_labels.py", "cross_entropy_labels_bf16_true_class", "cross_entropy_labels_fp32_true_class",
+            ("mismatch",)),
 ]
 
 
@@ -90,3 +93,15 @@ def test_growth_curve_of_the_bf16_accumulator_is_reported_flagged(tmp_path: Path
     assert first["candidate"] <= 2 * first["baseline"]
     assert last["candidate"] > 50 * last["baseline"]
     assert g["slope_candidate"] - g["slope_baseline"] > 0.3
+
+
+def test_without_labels_at_the_hot_logit_the_cross_entropy_bug_hides(tmp_path: Path) -> None:
+    """Why gg.Index(peak_of=) exists: the same spec with labels drawn apart from the logits
+    (the label is almost never the class with p close to 1) misses the bug on every seed."""
+    (tmp_path / "ce.py").write_text((CORPUS / "cross_entropy_labels.py").read_text().replace(
+        ', peak_of="logits")', ")"))
+    for seed in range(3):
+        job = Job(id="j", check="equivalence", level="required", kernels=(),
+                  spec=SpecRef("ce.py", "cross_entropy_labels_bf16_true_class"),
+                  options={"cases": 24, "shrink": False}, seed=seed)
+        assert run_job(job, Context(repo_root=tmp_path, device="cpu", workdir=tmp_path)).status is Status.PASSED

@@ -446,3 +446,92 @@ def test_making_a_cupy_stream_current_is_delayed_like_a_torch_switch(monkeypatch
     assert sleeps == [(5, SIDE_STREAM_DELAY_CYCLES), (6, SIDE_STREAM_DELAY_CYCLES)]
     assert watch.used == {5, 6} and current[0] is caller
     assert dict(vars(FakeCupyStream)) == original
+
+
+def test_the_candidate_meets_strided_and_expanded_upstream_gradients_and_a_correct_one_passes(tmp_path: Path) -> None:
+    f = write_spec(tmp_path, """
+        SEEN = set()
+
+        class Double(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x):
+                return x * 2
+
+            @staticmethod
+            def backward(ctx, g):
+                SEEN.add(g.stride()[0] == 0 and g.shape[0] > 1 and "expanded" or
+                         (not g.is_contiguous() and "strided") or "contiguous")
+                return g * 2
+
+        @gg.spec(dims={"rows": gg.Dim(2, 32), "n": gg.Dim(2, 300)},
+                 inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float32"])}, reference=lambda x: x * 2,
+                 grads=["x"])
+        def double(x):
+            return Double.apply(x)
+        """)
+    r = run(tmp_path, f, "double", cases=4)
+    assert r.status is Status.PASSED, [x.message for x in r.findings]
+    import sys
+    seen = next(m for n, m in sys.modules.items() if n.startswith("gpu_gate_spec__") and hasattr(m, "SEEN")).SEEN
+    assert {"contiguous", "strided", "expanded"} <= seen
+    assert set(r.extra["coverage"]["grad_layout"]) == {"contiguous", "strided", "expanded"}
+
+
+MODEL_SIZE_SPEC = """
+    def scale_rows(x):
+        n = x.shape[-1]
+        if n % 512 == 0 and n & (n - 1):  # a block configuration picked for 1536, 2560, 3072, ... is wrong
+            return x * 0.5 + x[..., :1] * 1e-3
+        return x * 0.5
+
+    @gg.spec(dims={"rows": gg.Dim(1, 16), "hidden": gg.Dim(1, 8192)},
+             inputs={"x": gg.Tensor(("rows", "hidden"), dtypes=["float32"])}, reference=lambda x: x * 0.5)
+    def model_size_bug(x):
+        return scale_rows(x)
+"""
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_kernel_wrong_only_at_common_model_sizes_is_caught(seed: int, tmp_path: Path) -> None:
+    f = write_spec(tmp_path, MODEL_SIZE_SPEC)
+    r = run(tmp_path, f, "model_size_bug", seed=seed, cases=32, growth=False)
+    bad = [x for x in r.findings if x.kind == "mismatch"]
+    assert r.status is Status.FAILED and bad, [x.message for x in r.findings]
+    assert bad[0].details["shape"][1] in (1536, 2560, 3072, 3584, 5120, 6144, 7168)
+
+
+def test_the_growth_sweep_runs_on_positive_and_on_signed_data(tmp_path: Path) -> None:
+    from gpu_gate.equivalence.growth import signs
+
+    f = write_spec(tmp_path, """
+        @gg.spec(dims={"rows": gg.Dim(1, 4), "n": gg.Dim(1, 1 << 14, reduction=True)},
+                 inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float32"])}, reference=lambda x: x.sum(-1))
+        def rowsum(x):
+            return x.sum(-1)
+
+        @gg.spec(dims={"rows": gg.Dim(1, 4), "n": gg.Dim(1, 1 << 14, reduction=True)},
+                 inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float32"], dists=["uniform_pos"])},
+                 reference=lambda x: x.sum(-1))
+        def positive_only(x):
+            return x.sum(-1)
+        """)
+    r = run(tmp_path, f, "rowsum", cases=2, max_reduction=1 << 14)
+    curves = r.extra["growth"]["curves"]
+    assert sorted(c["data"] for c in curves) == ["positive", "signed"]
+    assert all(not c["flagged"] and not c["jump"] for c in curves)
+    import sys
+    mod = next(m for n, m in sys.modules.items() if n.startswith("gpu_gate_spec__") and hasattr(m, "positive_only"))
+    assert signs(mod.positive_only) == ["positive"]  # the spec pins positive values: no signed sweep
+
+
+@pytest.mark.parametrize("cand, base, jump", [
+    ([1e-3, 1e-3, 1e-3, 1e-3, 1.8e-3], [1e-3] * 5, True),  # 1.8x torch only at the longest length
+    ([0.4e-3, 0.5e-3, 0.5e-3, 0.6e-3, 1.6e-3], [1e-3] * 5, True),
+    ([2e-3, 2e-3, 2e-3, 2e-3, 2.2e-3], [1e-3] * 5, False),  # uniformly 2x: the per-case rule's business
+    ([1e-3, 1e-3, 1e-3, 1e-3, 1.4e-3], [1e-3] * 5, False),
+    ([1e-3, 1e-3, 1e-3, 1e-3, 0.9e-3], [1e-3] * 5, False),
+])
+def test_a_jump_at_the_longest_length_is_flagged(cand: list[float], base: list[float], jump: bool) -> None:
+    from gpu_gate.equivalence.growth import jumped
+
+    assert jumped(cand, base) is jump

@@ -15,6 +15,7 @@ from gpu_gate.equivalence.cases import (
 )
 from gpu_gate.equivalence.engine import grad_tensor, upstream_values
 from gpu_gate.equivalence.inputs import materialize, perturbed_inputs
+from gpu_gate.errors import SpecError
 from gpu_gate.spec import FLOAT_DTYPES, INDEX_DISTS, LAYOUTS
 
 BUDGET = 64 << 20
@@ -49,7 +50,7 @@ def test_the_schedule_exercises_every_axis_and_records_it() -> None:
     assert {i.dist for i in x} == set(DEFAULT_FLOAT_DISTS)
     assert {i.layout for i in x} == set(LAYOUTS)
     assert {c.inputs["ids"].dist for c in cases} == set(INDEX_DISTS)
-    assert {c.grad_layout for c in cases} == {"contiguous", "strided"}
+    assert {c.grad_layout for c in cases} == {"contiguous"}  # no grads: no upstream gradient to lay out
     assert cases[0].id == "c0000" and cases[0].inputs["x"] == InputChoice("float32", "normal", "contiguous")
     for c in cases:
         assert case_bytes(_spec(), c.dims, c.inputs) <= BUDGET
@@ -204,3 +205,76 @@ def test_seeds_differ_between_cases_and_runs() -> None:
     assert len({c.seed for c in a}) == 16 and {c.seed for c in a}.isdisjoint({c.seed for c in b})
     random.seed(0)
     assert math.isfinite(sum(c.seed for c in a))
+
+
+def _grad_spec() -> object:
+    @gg.spec(dims={"rows": gg.Dim(1, 64), "n": gg.Dim(1, 4096, reduction=True)},
+             inputs={"x": gg.Tensor(("rows", "n"))}, reference=lambda x: x * 2, grads=["x"])
+    def doubled(x):  # noqa: ANN001, ANN202
+        return x * 2
+
+    return doubled
+
+
+def test_a_strided_and_an_expanded_upstream_gradient_come_among_the_first_cases() -> None:
+    for seed in range(5):
+        opts = ScheduleOptions(cases=4, seed=seed, dtypes=None, max_case_bytes=BUDGET)
+        layouts = [c.grad_layout for c in schedule(_grad_spec(), opts)]  # type: ignore[arg-type]
+        assert layouts[0] == "contiguous" and {"strided", "expanded"} <= set(layouts), layouts
+
+
+def test_an_expanded_upstream_gradient_has_stride_0_and_the_reference_sees_the_same_values() -> None:
+    from gpu_gate.equivalence.engine import expanded_values
+
+    values = expanded_values(upstream_values({"out": torch.zeros(5, 3)}, seed=1))["out"]
+    g = grad_tensor(values, torch.float32, "expanded")
+    assert g.stride() == (0, 1) and torch.equal(g, values.float())
+    assert torch.equal(values[0], values[4]) and not torch.equal(values[0], torch.zeros(3, dtype=torch.float64))
+
+
+def _ce_spec(**index_kw: object) -> object:
+    @gg.spec(dims={"rows": gg.Dim(1, 64), "classes": gg.Dim(2, 4096)},
+             inputs={"logits": gg.Tensor(("rows", "classes")),
+                     "labels": gg.Index(("rows",), high="classes", **index_kw)},  # type: ignore[arg-type]
+             reference=lambda logits, labels: torch.nn.functional.cross_entropy(logits, labels))
+    def ce(logits, labels):  # noqa: ANN001, ANN202
+        return torch.nn.functional.cross_entropy(logits, labels)
+
+    return ce
+
+
+def test_logits_peak_at_the_label_with_the_swept_probability() -> None:
+    from gpu_gate.equivalence.cases import PEAK_MARGINS
+
+    spec = _ce_spec(peak_of="logits")
+    cases = schedule(spec, _opts(cases=12))  # type: ignore[arg-type]
+    margins = [c.inputs["labels"].param for c in cases]
+    assert set(PEAK_MARGINS) <= set(margins)
+    for c in cases[:9]:
+        if c.inputs["logits"].layout == "expanded":
+            continue  # every row is row 0's memory: only row 0 peaks at its label
+        m = materialize(spec, c, "cpu")  # type: ignore[arg-type]
+        logits, labels = m.tensors["logits"].double(), m.tensors["labels"]
+        p = torch.softmax(logits, -1).gather(-1, labels[:, None].long())[:, 0]
+        want = 1 / (1 + math.exp(-c.inputs["labels"].param))
+        assert torch.allclose(p, torch.full_like(p, want), rtol=1e-5, atol=1e-6), (c.describe(), p, want)
+    ps = [1 / (1 + math.exp(-t)) for t in PEAK_MARGINS]
+    assert min(ps) == 0.5 and max(ps) > 1 - 1.1e-6
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"peak_of": "nope"}, "index 'labels' has peak_of='nope', which is not a float input"),
+])
+def test_peak_of_must_name_a_float_input_of_the_right_shape(kw: dict[str, object], message: str) -> None:
+    with pytest.raises(SpecError, match=message):
+        _ce_spec(**kw)
+
+
+def test_peak_of_needs_the_index_shape_plus_high() -> None:
+    with pytest.raises(SpecError, match=r"whose shape \('classes', 'rows'\) should be the index's shape plus high"):
+        @gg.spec(dims={"rows": gg.Dim(1, 64), "classes": gg.Dim(2, 4096)},
+                 inputs={"logits": gg.Tensor(("classes", "rows")),
+                         "labels": gg.Index(("rows",), high="classes", peak_of="logits")},
+                 reference=lambda logits, labels: logits)
+        def wrong(logits, labels):  # noqa: ANN001, ANN202
+            return logits

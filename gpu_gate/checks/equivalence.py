@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 INTERPRETER_BAD_DTYPES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
 CPU_BUDGET_BYTES = 64 << 20  # CPU cases stay small: the default budget must finish in a minute
 SANITIZER_BUDGET_BYTES = 4 << 20  # under compute-sanitizer every access is instrumented (about 18x slower)
+TRACE_LINES = 40  # the end of a traceback shown in a message (the whole one is in the details)
 SENSITIVITY_EVERY = 4  # the input-sensitivity probe runs on every 4th case (the canonical one included)
 
 
@@ -159,12 +160,16 @@ class Equivalence:
             return Outcome(Status.NOT_RUN, notes, reason=f"no case could run here: {why or 'no dtype left'}")
         results: list[Any] = []
         refusals: list[Any] = []
+        self.unsupported: list[Any] = []
         growth = None
+        from ..cuda.tritonlaunch import recording
+
         try:
-            self._run_cases(cases, results, refusals, notes)
-            want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
-            if want_growth and not (refusals and refusals[0].case.id == "c0000"):
-                growth = self._growth()
+            with recording() as launched:
+                self._run_cases(cases, results, refusals, notes)
+                want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
+                if want_growth and not (refusals and refusals[0].case.id == "c0000"):
+                    growth = self._growth()
         except SpecBroken as exc:
             f = Finding(check="equivalence", kind="reference-error", spec=self.spec_id,
                         file=self.job.spec.file if self.job.spec else None, line=self.spec.line or None,
@@ -174,12 +179,18 @@ class Equivalence:
             f = Finding(check="equivalence", kind="cuda-error", spec=self.spec_id,
                         message=f"the kernel broke the CUDA context: {exc}")
             return Outcome(Status.FAILED, [f, *notes], cases=len(results), reason="CUDA context lost")
+        if self.unsupported and not results:
+            f = self._unsupported(len(cases))
+            return Outcome(Status.NOT_RUN, [f, *notes], reason=f.message.splitlines()[0])
         findings = self._summarize(results, refusals)
+        if self.unsupported:
+            findings.append(self._unsupported(len(cases)))
         extra: dict[str, Any] = {"seed": self.seed, "rule": self.rule.describe(),
                                  "coverage": coverage(self.spec, [r.case for r in results])}
         if growth:
             extra["growth"] = growth["table"]
             findings += growth["findings"]
+        findings += self._launches(launched.launches, extra)
         findings += notes
         if self.sanitized:
             # Under compute-sanitizer the cases only drive the kernel: a wrong result is the
@@ -188,6 +199,23 @@ class Equivalence:
         failed = any(f.severity is Severity.ERROR for f in findings)
         return Outcome(Status.FAILED if failed else Status.PASSED, findings, cases=len(results), extra=extra)
 
+    def _launches(self, launches: list[Any], extra: dict[str, Any]) -> list[Finding]:
+        """The Triton specializations the cases launched (``extra["specializations"]``); on a GPU, each
+        one of the spec's kernel files compiled for the compile check's archs, with its resources
+        (``extra["launch_resources"]``; see :mod:`gpu_gate.checks.compile_launched`)."""
+        from .compile_launched import compile_launched, repo_launches
+
+        mine = repo_launches(launches, Path(self.ctx.repo_root), self.job.kernels)
+        if not mine:
+            return []
+        extra["specializations"] = [{**launch.to_json(), "file": rel} for rel, launch in mine]
+        settings = self.job.options.get("compile")
+        if self.ctx.device != "cuda" or self.sanitized or self.job.case or not isinstance(settings, dict):
+            return []
+        findings, rows = compile_launched(mine, settings)
+        extra["launch_resources"] = rows
+        return findings
+
     def _run_cases(self, cases: list[Any], results: list[Any], refusals: list[Any], notes: list[Finding]) -> None:
         for i, case in enumerate(cases):
             if time.monotonic() > self.deadline and results:
@@ -195,11 +223,31 @@ class Equivalence:
                                                   f"time budget"))
                 break
             r = self.runner.run(case, sensitivity=(i % SENSITIVITY_EVERY == 0 and not self.sanitized))
+            if r.unsupported:
+                self.unsupported.append(r)
+                if i == 0:
+                    break  # the canonical case cannot run here: nothing can be verified here
+                continue
             results.append(r)
             if r.refused:
                 refusals.append(r)
                 if i == 0 and not self.job.case:
                     break  # the canonical case was refused: nothing was verified
+
+    def _unsupported(self, total: int) -> Finding:
+        """Cases the Triton interpreter could not run (libdevice, inline asm, an op it lacks):
+        not a refusal by the kernel, and not a pass. On a GPU they run compiled."""
+        r0 = self.unsupported[0]
+        canonical = r0.case.id == "c0000" and not self.job.case
+        head = ("the spec could not run under the Triton interpreter" if canonical else
+                f"{len(self.unsupported)} of {total} cases could not run under the Triton interpreter")
+        return Finding(check="equivalence", kind="interpreter-unsupported",
+                       severity=Severity.NOTE if canonical else Severity.WARNING, spec=self.spec_id, case=r0.case.id,
+                       repro=self.runner.repro_cmd.format(token=r0.case.token()),
+                       message=f"{head} (no GPU here): {r0.unsupported}; first case {r0.case.describe()}. They run on "
+                               f"a GPU.\n" + "\n".join((r0.trace or "").rstrip().splitlines()[-TRACE_LINES:]),
+                       details={"unsupported_cases": len(self.unsupported), "traceback": r0.trace,
+                                "case": r0.case.describe(), "token": r0.case.token()})
 
     def _note(self, kind: str, message: str) -> Finding:
         return Finding(check="equivalence", kind=kind, message=message, severity=Severity.NOTE, spec=self.spec_id)

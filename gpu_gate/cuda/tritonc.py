@@ -34,6 +34,7 @@ class TritonConfig:
     constexprs: dict[str, Any]
     guessed: bool = False  # the signature was derived, not given by the policy
     missing: tuple[str, ...] = ()  # constexpr parameters with no value: the kernel cannot be compiled
+    options: dict[str, Any] = dataclasses.field(default_factory=dict)  # num_warps, num_stages, ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,7 +146,7 @@ def compile_kernel(fn: Any, config: TritonConfig, cc: int, *, ptxas_timeout: flo
     from triton.compiler import ASTSource
 
     src = ASTSource(fn, signature=dict(config.signature), constexprs=dict(config.constexprs))
-    compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32))
+    compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32), options=dict(config.options) or None)
     ptx = compiled.asm["ptx"]
     name = getattr(compiled.metadata, "name", fn.fn.__name__)
     return TritonBuild(name, ptx, ptx_resources(ptx, cc, timeout=ptxas_timeout))
@@ -181,3 +182,12 @@ def triton_ptxas(cc: int) -> str | None:
         return str(path)
     bundled = Path(nvidia.__file__).parent / "bin" / "ptxas"
     return str(bundled) if bundled.is_file() else None
+
+
+def launched_config(fn: Any, constexprs: dict[str, Any], signature: dict[str, str],
+                    options: dict[str, Any] | None = None) -> TritonConfig:
+    """The configuration of a recorded launch (see :mod:`.tritonlaunch`): every value known."""
+    full: dict[str, str] = {}
+    for name in inspect.signature(fn.fn).parameters:
+        full[name] = "constexpr" if name in constexprs else signature.get(name, "constexpr")
+    return TritonConfig(full, dict(constexprs), guessed=False, options=dict(options or {}))

@@ -19,7 +19,16 @@ from ..spec import FLOAT_DISTS, INDEX_DISTS, INDEX_LAYOUTS, LAYOUTS, Dim, Index,
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
             "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1}
 PEAK_STRENGTHS = (8.0, 12.0, 16.0, 20.0, 24.0, 32.0)  # sigmas; the CE rounding bug shows near 20
+# logit margins of a label over the logsumexp of the other classes (gg.Index(peak_of=)):
+# p(label) = sigmoid(margin) = 0.5, 0.9, 0.99, 0.999, 0.9999, 0.99999, 1 - 1e-6
+PEAK_MARGINS = (0.0, 2.2, 4.6, 6.9, 9.2, 11.5, 13.8)
 MAX_REDUCTION = 1 << 18
+# Hidden, intermediate and vocabulary sizes of common models: multiples of 64 and 128 that are
+# not powers of two, where kernels switch block configurations (a kernel wrong only at 3072)
+MODEL_SIZES = (192, 320, 384, 640, 768, 896, 1280, 1536, 2560, 3072, 3584, 5120, 6144, 7168, 8192, 11008, 12288,
+               13824, 14336, 18944, 28672, 32000, 32768, 50257, 128256, 151936)
+# layouts of the upstream gradient: strided (transposed, or every other element), expanded (zero stride)
+GRAD_LAYOUTS = ("contiguous", "strided", "expanded")
 # Default distributions. -inf spans are opt-in: most kernels do not define them.
 DEFAULT_FLOAT_DISTS = tuple(d for d in FLOAT_DISTS if d != "neg_inf_spans")
 
@@ -78,7 +87,8 @@ def special_sizes(dim: Dim, long: bool, max_reduction: int = MAX_REDUCTION) -> l
     """Sizes that break kernels: 1, primes, powers of two +-1, non-multiples of block sizes."""
     if dim.values is not None:
         return sorted(set(dim.values))
-    cand = {dim.lo, dim.hi, 1, 2, 3, 5, 7, 13, 31, 61, 97, 127, 251, 509, 1000, 1021, 1500, 2039, 4093, 4100}
+    cand = {dim.lo, dim.hi, 1, 2, 3, 5, 7, 13, 31, 61, 97, 127, 251, 509, 1000, 1021, 1500, 2039, 4093, 4100,
+            *MODEL_SIZES}
     top = max_reduction if long else 1 << 13
     k = 1
     while (1 << k) <= max(top, 2):
@@ -288,7 +298,8 @@ def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random,
             dist = ("uniform" if "uniform" in dists else dists[0]) if canonical else _pick(dists, rng, turn)
             layouts = narrowed(inp.layouts, tuple(l for l in opts.layouts or () if l in INDEX_LAYOUTS) or None,
                                ("contiguous", "contiguous", *INDEX_LAYOUTS[1:]))
-            inputs[name] = InputChoice(inp.dtype, dist, "contiguous" if canonical else rng.choice(layouts))
+            margin = _peak_margin(inp, rng, canonical, turn)
+            inputs[name] = InputChoice(inp.dtype, dist, "contiguous" if canonical else rng.choice(layouts), margin)
             continue
         dtype = _dtype_for(spec, name, primary, chosen)
         chosen[name] = dtype
@@ -296,8 +307,31 @@ def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random,
     dims = _fit_budget(spec, dims, inputs, budget, long_dim)
     inputs = {k: dataclasses.replace(c, layout=applicable(c.layout, _shape(spec.inputs[k].shape, dims)))
               for k, c in inputs.items()}
-    grad_layout = "contiguous" if canonical or rng.random() < 0.6 else "strided"
-    return Case(cid, seed, dims, inputs, grad_layout)
+    return Case(cid, seed, dims, inputs, _grad_layout(spec, rng, canonical, turn))
+
+
+def _peak_margin(inp: Index, rng: random.Random, canonical: bool, turn: int | None) -> float:
+    """For an index with ``peak_of``: the label's logit margin, p(label) = sigmoid(margin).
+    The first fuzzed cases take each margin in turn, so the sweep is complete within any budget."""
+    if inp.peak_of is None:
+        return 0.0
+    if canonical:
+        return PEAK_MARGINS[1]
+    if turn is not None and turn < len(PEAK_MARGINS):
+        return PEAK_MARGINS[turn]
+    return rng.choice(PEAK_MARGINS)
+
+
+def _grad_layout(spec: Spec, rng: random.Random, canonical: bool, turn: int | None) -> str:
+    """The upstream gradient's layout: the first fuzzed cases of a spec with grads take each
+    non-contiguous one in turn (a transposed gradient, and the zero-stride one that
+    ``loss.sum().backward()`` produces), so every spec meets them within any budget."""
+    if canonical or not spec.grads:
+        return "contiguous"
+    if turn is not None and turn < len(GRAD_LAYOUTS) - 1:
+        return GRAD_LAYOUTS[1 + turn]
+    r = rng.random()
+    return "contiguous" if r < 0.6 else "strided" if r < 0.8 else "expanded"
 
 
 def _shape(shape: Sequence[str | int], dims: dict[str, int]) -> tuple[int, ...]:

@@ -249,7 +249,7 @@ def compare(name: str, cand: Any, ref: Any, base: Any, rule: Rule, *, perturbed:
         f"allowed)",
     ]
     if not rule.fixed:
-        lines.append(f"Normwise relative error: {err_c:.3g}, baseline (torch in {dt}, or input rounding if larger) "
+        lines.append(f"Normwise relative error: {err_c:.3g}, baseline (torch in {dt}, or the rounding envelope if larger) "
                      f"gets {err_b:.3g} (ratio {ratio:.3g}; up to {allowed_norm:.3g} allowed = "
                      f"{rule.baseline_factor:g} x baseline + {floor:.2g} floor)")
     details.update({"max_abs": float(d.flatten()[imax_abs]), "max_abs_index": list(ia),
@@ -292,6 +292,15 @@ def agreement_tolerance(ref: Any, base: Any, dt: str, rule: Rule) -> float:
     return 2.0 * float(rule.baseline_factor * max_db + floor * (scale if scale > 0 else 1.0))
 
 
+def as_bytes(t: Any) -> Any:
+    """The bytes of ``t``'s elements in order. A copy with fresh strides: ``contiguous()``
+    keeps the stride of a size-1 dim (a single element with stride 2 counts as contiguous),
+    and viewing that as bytes raises."""
+    import torch
+
+    return t.detach().reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8)
+
+
 def agree(name: str, a: Any, b: Any, *, bitwise: bool, ref: Any, base: Any, rule: Rule) -> str | None:
     """Two runs of the candidate on the same inputs. None if they agree, else why not."""
     import torch
@@ -302,7 +311,7 @@ def agree(name: str, a: Any, b: Any, *, bitwise: bool, ref: Any, base: Any, rule
     if a.numel() == 0:
         return None
     if bitwise:
-        if not torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8)):
+        if not torch.equal(as_bytes(a), as_bytes(b)):
             n = int((a != b).sum()) if a.is_floating_point() else -1
             return (f"output {name!r}: the spec says deterministic=True but two runs on the same inputs differ "
                     f"bitwise ({n} elements)")

@@ -8,14 +8,16 @@ while the candidate runs a second time, and both candidate runs must agree.
 from __future__ import annotations
 
 import dataclasses
+import traceback
 from typing import Any
 
 from ..findings import Finding, Severity
 from ..spec import Spec
 from .cases import Case
-from .compare import Comparison, Rule, agree, baseline_unusable, compare
+from .compare import Comparison, Rule, agree, as_bytes, baseline_unusable, compare
 from .guard import OutputWatch, SideStreams
 from .inputs import Materialized, materialize, perturbed_inputs, reference_inputs
+from .rounding import RoundingNoise, accumulation_dtype, arithmetic_dtype, unit_roundoff
 
 FATAL_MARKERS = ("CUDA error", "illegal memory access", "device-side assert", "unspecified launch failure",
                  "misaligned address", "CUDA_ERROR_", "an illegal instruction")
@@ -35,6 +37,8 @@ class CaseResult:
     findings: list[Finding]
     comparisons: list[Comparison] = dataclasses.field(default_factory=list)
     refused: str | None = None
+    unsupported: str | None = None  # the Triton interpreter could not run the kernel (not the kernel's refusal)
+    trace: str | None = None  # the traceback that says where
 
     @property
     def failed(self) -> bool:
@@ -76,14 +80,23 @@ def upstream_values(outs: dict[str, Any], seed: int) -> dict[str, Any]:
     return grads
 
 
+def expanded_values(grads: dict[str, Any]) -> dict[str, Any]:
+    """Upstream values equal along the first dim, for an ``expanded`` gradient: the reference
+    gets the same values, contiguous."""
+    return {k: (v[:1].expand(v.shape).clone() if v.dim() >= 1 and v.shape[0] > 1 else v) for k, v in grads.items()}
+
+
 def grad_tensor(values: Any, dtype: Any, layout: str) -> Any:
     """The upstream gradient in ``dtype``; ``strided``: transposed in memory (rank >= 2)
-    or every other element of a wider buffer (rank 1)."""
+    or every other element of a wider buffer (rank 1); ``expanded``: one row with a stride
+    of 0 along the first dim (the values are equal along it, see :func:`expanded_values`)."""
     import torch
 
     g = values.to(dtype)
     if layout == "contiguous" or g.dim() == 0:
         return g
+    if layout == "expanded":
+        return g[:1].expand(g.shape) if g.shape[0] > 1 else g
     if g.dim() >= 2:
         return g.transpose(-1, -2).contiguous().transpose(-1, -2)
     wide = torch.empty((g.shape[0] * 2,), dtype=dtype, device=g.device)
@@ -116,6 +129,21 @@ def _finding(spec_id: str, case: Case, kind: str, message: str, repro: str, seve
              **details: Any) -> Finding:
     return Finding(check="equivalence", kind=kind, message=message, severity=severity, spec=spec_id, case=case.id,
                    repro=repro, details={"case": case.describe(), "token": case.token(), **details})
+
+
+def interpreter_error(exc: BaseException) -> BaseException | None:
+    """The error of Triton's interpreter in ``exc``'s chain, if any: the interpreter wraps
+    whatever stopped it inside a kernel (libdevice calls, inline asm, an op it does not
+    implement) in an ``InterpreterError``. That says the kernel could not run *here*; it is
+    not the kernel refusing an input."""
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if type(cur).__name__ == "InterpreterError" and type(cur).__module__.startswith("triton"):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return None
 
 
 def _first_line(exc: BaseException) -> str:
@@ -154,16 +182,25 @@ class CaseRunner:
             return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
 
     def conditioning(self, m: Materialized, upstream: dict[str, Any] | None) -> dict[str, Any]:
-        """The float64 reference on inputs moved by up to one ulp of the kernel's arithmetic:
-        how far any algorithm computing in that precision may land from the truth on *these*
-        inputs (an ill-conditioned case, such as a large mean in a layer norm, widens it)."""
+        """The float64 reference on inputs moved by up to one ulp of the kernel's arithmetic,
+        with the rounding of every operation put back in (see :mod:`.rounding`): how far a
+        correct kernel computing in that precision, accumulating in the spec's declared dtype
+        in any order, may land from the truth on *these* inputs. An ill-conditioned case (a
+        large mean in a layer norm) or terms that cancel (a gradient that is exactly 0) widen it."""
         import torch
 
         inputs = perturbed_inputs(self.spec, m, m.case.seed)
-        if self.spec.grads:
-            return call_with_grads(self.spec, self.spec.reference, inputs, self.kwargs(m.case), upstream)
-        with torch.no_grad():
-            return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
+        with self.rounding(m):
+            if self.spec.grads:
+                return call_with_grads(self.spec, self.spec.reference, inputs, self.kwargs(m.case), upstream)
+            with torch.no_grad():
+                return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
+
+    def rounding(self, m: Materialized) -> RoundingNoise:
+        data = m.case.dtype
+        acc = accumulation_dtype(self.spec.accumulate, data)
+        device = next(iter(m.tensors.values())).device if m.tensors else self.device
+        return RoundingNoise(unit_roundoff(arithmetic_dtype(data)), unit_roundoff(acc), m.case.seed * 29 + 3, device)
 
     def baseline(self, m: Materialized, upstream: dict[str, Any] | None, like: dict[str, Any]) -> dict[str, Any]:
         """torch in the kernel's dtype; where torch has no kernel for that dtype on this device,
@@ -203,7 +240,8 @@ class CaseRunner:
                                                      **self.kwargs(m.case)))
         except Exception as exc:  # noqa: BLE001 - the spec's reference is user code
             raise SpecBroken(f"the spec's reference raised {_first_line(exc)} on case {m.case.id}") from exc
-        return upstream_values(outs, seed)
+        values = upstream_values(outs, seed)
+        return expanded_values(values) if m.case.grad_layout == "expanded" else values
 
     # --- one case ---------------------------------------------------------------
 
@@ -281,9 +319,15 @@ class CaseRunner:
         except Exception as exc:  # noqa: BLE001 - candidate code: a loud refusal, unless the context died
             if is_fatal(exc):
                 raise ContextLost(_first_line(exc)) from exc
+            limit = interpreter_error(exc)
+            if limit is not None:
+                trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                return CaseResult(case, [], unsupported=_first_line(limit), trace=trace)
             return CaseResult(case, [], refused=_first_line(exc))
-        findings = self._guards(case, m, watch, outs, repro)
-        findings += self._unordered(case, outs, early, repro)
+        # before the guards, which put back an input the kernel wrote: an output that is that
+        # input would seem to change after the call
+        findings = self._unordered(case, outs, early, repro)
+        findings += self._guards(case, m, watch, outs, repro)
         snap = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in outs.items()}
         return outs, snap, findings
 
@@ -317,6 +361,8 @@ class CaseRunner:
         return {k: v.clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
 
     def _unordered(self, case: Case, outs: dict[str, Any], early: dict[str, Any], repro: str) -> list[Finding]:
+        if self.device != "cuda":
+            return []  # no streams on the CPU: nothing can finish after the call returned
         return [_finding(self.spec_id, case, "unordered-stream",
                          f"output {k!r} changed after the caller's stream had finished: the kernel completes its work "
                          f"on another stream without ordering it with the caller's stream (make the caller's stream "
@@ -427,4 +473,5 @@ def bitwise_equal(a: Any, b: Any) -> bool:
         return False
     if not a.numel():
         return True
-    return torch.equal(a.contiguous().view(-1).view(torch.uint8), b.contiguous().view(-1).view(torch.uint8))
+    return torch.equal(as_bytes(a), as_bytes(b))
+

@@ -15,6 +15,9 @@ from .cases import MAX_REDUCTION, Case, InputChoice, case_bytes, growth_sizes, l
 from .compare import EPS, floor_for
 
 SLOPE_MARGIN = 0.3
+JUMP_RATIO = 1.5  # candidate vs torch at the longest length (both rules)
+JUMP_FACTOR = 1.5  # ... and against its median ratio at the shorter lengths
+SIGNS = {"positive": "uniform_pos", "signed": "normal"}
 
 
 def _small(spec: Spec, name: str) -> int:
@@ -25,19 +28,42 @@ def _small(spec: Spec, name: str) -> int:
     return dim.lo
 
 
-def _case(spec: Spec, dim: str, n: int, dtype: str, seed: int) -> Case:
+def _case(spec: Spec, dim: str, n: int, dtype: str, seed: int, sign: str = "positive") -> Case:
     dims = {d: (n if d == dim else _small(spec, d)) for d in spec.dims}
     inputs = {}
     for name, inp in spec.inputs.items():
         if isinstance(inp, Index):
             inputs[name] = InputChoice(inp.dtype, "uniform", "contiguous")
         else:
-            dists = inp.dists or ("uniform_pos",)
-            dist = "uniform_pos" if "uniform_pos" in dists else dists[0]
             own = dtype if (inp.dtypes and dtype in inp.dtypes) or (inp.dtype or "").startswith("like:") else \
                 (inp.dtype or (inp.dtypes or ("float32",))[0])
-            inputs[name] = InputChoice(own, dist, "contiguous")
-    return Case(f"g-{dim}-{dtype}-{n}", seed, dims, inputs)
+            inputs[name] = InputChoice(own, _dist(inp.dists, sign), "contiguous")
+    suffix = "" if sign == "positive" else f"-{sign}"
+    return Case(f"g-{dim}-{dtype}-{n}{suffix}", seed, dims, inputs)
+
+
+def _dist(allowed: tuple[str, ...] | Any, sign: str) -> str:
+    want = SIGNS[sign]
+    return want if not allowed or want in allowed else allowed[0]
+
+
+def signs(spec: Spec) -> list[str]:
+    """The data signs swept: positive values (a sum that only grows: an accumulator's rounding
+    shows most) and signed ones (cancellation), where the spec's distributions allow each."""
+    floats = spec.float_inputs().values()
+    return [sign for sign, dist in SIGNS.items() if all(not t.dists or dist in t.dists for t in floats)] \
+        or ["positive"]
+
+
+def jumped(cand: list[float], base: list[float]) -> bool:
+    """The candidate's error relative to torch's jumps at the longest length: at least
+    JUMP_RATIO times torch's there, and JUMP_FACTOR times its median ratio at the shorter
+    lengths (a kernel that switches to a bad code path beyond a size threshold, or a bf16
+    accumulation that stays under the slope threshold)."""
+    ratios = [c / max(b, 1e-300) for c, b in zip(cand, base)]
+    earlier = sorted(ratios[:-1])
+    median = earlier[len(earlier) // 2]
+    return ratios[-1] >= JUMP_RATIO and ratios[-1] >= JUMP_FACTOR * median
 
 
 def growth_repro(spec_id: str, dim: str, dtype: str, seed: int) -> str:
@@ -50,8 +76,6 @@ def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[
     """Sweep every reduction dim x dtype. Returns ``{"table": ..., "findings": [...]}``: the
     table is one curve (``dim, dtype, rows, slope_candidate, slope_baseline, flagged``), the
     flagged one first, with every curve under ``curves`` when there are several."""
-    import time
-
     seed = job.seed if seed is None else seed
     top = int(job.options.get("max_reduction") or MAX_REDUCTION)
     reductions = [d for d, dim in spec.dims.items() if dim.reduction]
@@ -67,47 +91,26 @@ def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[
         return None
     table: list[dict[str, Any]] = []
     findings: list[Finding] = []
-    for dim in reductions:
-        for dtype in dtypes:
-            sizes, cand, base = [], [], []
-            last: Case | None = None
-            for n in growth_sizes(spec.dims[dim], top):
-                case = _case(spec, dim, n, dtype, seed=(seed * 7 + n) % (2**31))
-                if case_bytes(spec, case.dims, case.inputs) > budget or time.monotonic() > deadline:
-                    break
-                r = runner.run(case, sensitivity=False)
-                if r.refused or not r.comparisons:
-                    continue
-                findings += [f for f in r.findings if f.severity is Severity.ERROR]
-                worst = max(r.comparisons, key=lambda c: c.error)
-                sizes.append(n)
-                last = case
-                cand.append(worst.error)
-                base.append(worst.baseline_error)
-            if len(sizes) < 3:
-                continue
-            # errors far below the dtype's epsilon are exact results: clamp them so an exact
-            # result at short lengths does not fake a steep slope
-            eps = EPS.get(dtype, EPS["float32"]) / 16
-            sc = log_slope(sizes, [max(c, eps) for c in cand])
-            sb = log_slope(sizes, [max(b, eps) for b in base])
-            floor = floor_for(dtype)
-            flagged = sc - sb > SLOPE_MARGIN and cand[-1] > base[-1] and cand[-1] > floor
-            table.append({"dim": dim, "dtype": dtype, "slope_candidate": round(sc, 3),
-                          "slope_baseline": round(sb, 3), "flagged": flagged,
-                          "rows": [{"size": s, "candidate": c, "baseline": b} for s, c, b in zip(sizes, cand, base)]})
-            if flagged:
-                rows = ", ".join(f"{s}: {c:.2g} vs {b:.2g}" for s, c, b in zip(sizes, cand, base))
-                assert last is not None
-                findings.append(Finding(
-                    check="equivalence", kind="error-growth", spec=job.spec.id, case=last.id,
-                    repro=growth_repro(job.spec.id, dim, dtype, seed),
-                    message=f"error grows materially faster than torch's along reduction dim {dim!r} in {dtype}: "
-                            f"slope {sc:.2f} vs {sb:.2f} (log-log); at {sizes[-1]} the error is "
-                            f"{cand[-1] / max(base[-1], 1e-300):.3g}x torch's. Errors by length (candidate vs torch): "
-                            f"{rows}. Likely a low-precision accumulator.",
-                    details={"dim": dim, "dtype": dtype, "token": last.token(), "case": last.describe(),
-                             "slope_candidate": sc, "slope_baseline": sb}))
+    for dim, dtype, sign in [(d, t, g) for d in reductions for t in dtypes for g in signs(spec)]:
+        curve = _measure(runner, spec, dim, dtype, sign, top, budget, deadline, seed, findings)
+        if curve is None:
+            continue
+        sizes, cand, base, last = curve
+        # errors far below the dtype's epsilon are exact results: clamp them so an exact
+        # result at short lengths does not fake a steep slope, or a jump
+        eps = EPS.get(dtype, EPS["float32"]) / 16
+        cand_c, base_c = [max(c, eps) for c in cand], [max(b, eps) for b in base]
+        sc, sb = log_slope(sizes, cand_c), log_slope(sizes, base_c)
+        floor = floor_for(dtype)
+        # both rules want the candidate clearly worse than torch at the longest length: a
+        # ratio near 1 there is the noise of one sample, whatever the slope of three points says
+        sloped = sc - sb > SLOPE_MARGIN and cand[-1] >= JUMP_RATIO * base[-1] and cand[-1] > floor
+        jump = jumped(cand_c, base_c) and cand[-1] > floor
+        table.append({"dim": dim, "dtype": dtype, "data": sign, "slope_candidate": round(sc, 3),
+                      "slope_baseline": round(sb, 3), "flagged": sloped or jump, "jump": jump,
+                      "rows": [{"size": s, "candidate": c, "baseline": b} for s, c, b in zip(sizes, cand, base)]})
+        if sloped or jump:
+            findings.append(_growth_finding(job, dim, dtype, sign, seed, last, sizes, cand, base, sc, sb, sloped))
     if not table:
         return None
     dedup: dict[tuple[str, str], Finding] = {}
@@ -116,3 +119,48 @@ def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[
     table.sort(key=lambda t: not t["flagged"])  # the reporter draws the first curve: the flagged one
     return {"table": table[0] if len(table) == 1 else {**table[0], "curves": table},
             "findings": list(dedup.values())}
+
+
+def _growth_finding(job: Any, dim: str, dtype: str, sign: str, seed: int, last: Case, sizes: list[int],
+                    cand: list[float], base: list[float], sc: float, sb: float, sloped: bool) -> Finding:
+    rows = ", ".join(f"{s}: {c:.2g} vs {b:.2g}" for s, c, b in zip(sizes, cand, base))
+    ratio = cand[-1] / max(base[-1], 1e-300)
+    what = (f"error grows materially faster than torch's along reduction dim {dim!r} in {dtype} on {sign} data: "
+            f"slope {sc:.2f} vs {sb:.2f} (log-log)" if sloped else
+            f"error jumps at the longest lengths of reduction dim {dim!r} in {dtype} on {sign} data "
+            f"(slope {sc:.2f} vs {sb:.2f})")
+    return Finding(
+        check="equivalence", kind="error-growth", spec=job.spec.id, case=last.id,
+        repro=growth_repro(job.spec.id, dim, dtype, seed),
+        message=f"{what}; at {sizes[-1]} the error is {ratio:.3g}x torch's. Errors by length (candidate vs torch): "
+                f"{rows}. Likely a low-precision accumulator, or a code path taken only at long lengths.",
+        details={"dim": dim, "dtype": dtype, "data": sign, "token": last.token(), "case": last.describe(),
+                 "slope_candidate": sc, "slope_baseline": sb, "jump": not sloped})
+
+
+def _measure(runner: Any, spec: Spec, dim: str, dtype: str, sign: str, top: int, budget: int, deadline: float,
+             seed: int, findings: list[Finding]) -> tuple[list[int], list[float], list[float], Case] | None:
+    """One curve: (lengths, candidate errors, baseline errors, the longest case), or None
+    when fewer than three lengths ran. Errors of single cases go to ``findings``."""
+    import time
+
+    sizes: list[int] = []
+    cand: list[float] = []
+    base: list[float] = []
+    last: Case | None = None
+    for n in growth_sizes(spec.dims[dim], top):
+        case = _case(spec, dim, n, dtype, seed=(seed * 7 + n) % (2**31), sign=sign)
+        if case_bytes(spec, case.dims, case.inputs) > budget or time.monotonic() > deadline:
+            break
+        r = runner.run(case, sensitivity=False)
+        if r.refused or r.unsupported or not r.comparisons:
+            continue
+        findings += [f for f in r.findings if f.severity is Severity.ERROR]
+        worst = max(r.comparisons, key=lambda c: c.error)
+        sizes.append(n)
+        last = case
+        cand.append(worst.error)
+        base.append(worst.baseline_error)
+    if len(sizes) < 3 or last is None:
+        return None
+    return sizes, cand, base, last

@@ -157,22 +157,54 @@ def shape_of(spec_shape: Sequence[str | int], dims: dict[str, int]) -> tuple[int
     return tuple(dims[d] if isinstance(d, str) else int(d) for d in spec_shape)
 
 
+def peak_at(logits: Any, labels: Any, margin: float) -> Any:
+    """``logits`` (float64, shape ``(*labels.shape, C)``) with each row's label logit set to
+    ``logsumexp(the other logits) + margin``: softmax gives the label ``sigmoid(margin)``."""
+    import torch
+
+    if logits.numel() == 0:
+        return logits
+    rows = logits.reshape(-1, logits.shape[-1]).clone()
+    lab = labels.reshape(-1, 1).to(torch.int64)
+    rest = rows.scatter(-1, lab, -math.inf)
+    lse = torch.logsumexp(rest, -1, keepdim=True)
+    level = torch.where(torch.isfinite(lse), lse + margin, torch.full_like(lse, margin))
+    return rows.scatter(-1, lab, level).reshape(logits.shape)
+
+
+def _raw_values(spec: Spec, case: Case, gen: Any, device: Any) -> dict[str, Any]:
+    """Every input's values (floats in float64), coupled inputs peaked at their index."""
+    raw: dict[str, Any] = {}
+    for name, inp in spec.inputs.items():
+        choice = case.inputs[name]
+        shape = shape_of(inp.shape, case.dims)
+        if isinstance(inp, Index):
+            high = case.dims[inp.high] if isinstance(inp.high, str) else int(inp.high)
+            raw[name] = _index_values(choice, shape, high, gen, device)
+        else:
+            raw[name] = _float_values(choice, shape, gen, device)
+    for name, inp in spec.inputs.items():
+        if isinstance(inp, Index) and inp.peak_of is not None:
+            raw[inp.peak_of] = peak_at(raw[inp.peak_of], raw[name], case.inputs[name].param)
+    return raw
+
+
 def materialize(spec: Spec, case: Case, device: Any, *, salt: int = 0) -> Materialized:
     import torch
 
     gen = torch.Generator(device=device)
     gen.manual_seed(case.seed * 31 + salt)
     tensors, guarded, snaps = {}, {}, {}
+    raw = _raw_values(spec, case, gen, device)
     for name, inp in spec.inputs.items():
         choice = case.inputs[name]
         shape = shape_of(inp.shape, case.dims)
         dtype = torch_dtype(choice.dtype)
         if isinstance(inp, Index):
-            high = case.dims[inp.high] if isinstance(inp.high, str) else int(inp.high)
-            values = _index_values(choice, shape, high, gen, device).to(dtype)
+            values = raw[name].to(dtype)
         else:
             assert isinstance(inp, Tensor)
-            values = _to_dtype(_float_values(choice, shape, gen, device), dtype)
+            values = _to_dtype(raw[name], dtype)
         vshape, stride, offset = _layout(shape, choice.layout, values.element_size())
         g = guarded_strided(name, vshape, stride, offset, dtype, device)
         if stride and stride[0] == 0:  # zero-stride: every row is the same memory

@@ -75,6 +75,9 @@ class CompilePolicy(CheckPolicy):
         default="advisory", description="whether breaching max_spill_bytes/max_local_bytes blocks")
     triton: dict[str, TritonCompile] = Field(
         default_factory=dict, description="per Triton kernel name: the signature and constexpr values to compile with")
+    no_values: Literal["warn", "fail"] = Field(
+        default="warn", description="a Triton kernel not compiled because no values are known for its constexprs or "
+                                    "signature: warn (reported, does not block) or fail")
 
 
 class Tolerance(_Frozen):

@@ -1,0 +1,150 @@
+"""The Triton specializations a spec's cases launch: recorded where Triton launches them
+(gpu_gate/cuda/tritonlaunch.py), listed in the equivalence job's result, and compiled for the
+policy's architectures with their resources (gpu_gate/checks/compile_launched.py; on a GPU the
+equivalence job does this, tests/gpu/test_compile_launched_gpu.py).
+
+Triton decides at import time whether kernels are interpreted, so what runs under
+TRITON_INTERPRET=1 runs in a subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("triton")
+
+KERNELS = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale_kernel(x_ptr, out_ptr, n_cols, stride, alpha, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=0.0)
+    tl.store(out_ptr + row * n_cols + cols, x * alpha, mask=mask)
+
+
+@triton.jit
+def _small_only(x_ptr, n, BLOCK: tl.constexpr):
+    tl.static_assert(BLOCK <= 64, "BLOCK too large for this kernel")
+    offs = tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.zeros([BLOCK], dtype=tl.float32), mask=offs < n)
+
+
+def scale(x: torch.Tensor, alpha: float) -> torch.Tensor:
+    rows, cols = x.shape
+    out = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
+    _scale_kernel[(rows,)](x, out, cols, x.stride(0), alpha, BLOCK=triton.next_power_of_2(cols))
+    return out
+'''
+
+SPEC = '''\
+import gpu_gate as gg
+from tlib.kern import scale
+
+
+@gg.spec(dims={"rows": gg.Dim(1, 16), "cols": gg.Dim(1, 300)},
+         inputs={"x": gg.Tensor(("rows", "cols"), dtypes=["float32", "float16"], layouts=["contiguous"])},
+         params={"alpha": 0.5}, reference=lambda x, alpha: x * alpha)
+def scale_gate(x, alpha):
+    return scale(x, alpha)
+'''
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Path:
+    (tmp_path / "tlib").mkdir()
+    (tmp_path / "tlib" / "__init__.py").write_text("")
+    (tmp_path / "tlib" / "kern.py").write_text(KERNELS)
+    (tmp_path / "scale_gate.py").write_text(SPEC)
+    return tmp_path
+
+
+def _python(code: str, root: Path, *, interpret: bool) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+    p = subprocess.run([sys.executable, "-c", textwrap.dedent(code), str(root)], capture_output=True, text=True,
+                       env=env, cwd=root, timeout=600)
+    assert p.returncode == 0, p.stderr
+    return p.stdout.strip().splitlines()[-1]
+
+
+def test_launches_are_recorded_with_their_constexprs_and_argument_types(root: Path) -> None:
+    out = _python("""
+        import json, sys, torch
+        sys.path.insert(0, sys.argv[1])
+        from gpu_gate.cuda.tritonlaunch import recording
+        from tlib.kern import scale
+        with recording() as rec:
+            scale(torch.randn(3, 100), 0.5)
+            scale(torch.randn(5, 100), 0.5)
+            scale(torch.randn(2, 7).half(), 2.0)
+        scale(torch.randn(2, 1000), 1.0)  # after the recording: not listed
+        print(json.dumps([l.to_json() for l in rec.launches]))
+        """, root, interpret=True)
+    launches = json.loads(out)
+    assert [(x["function"], x["constexprs"], x["count"]) for x in launches] == [
+        ("_scale_kernel", {"BLOCK": 128}, 2), ("_scale_kernel", {"BLOCK": 8}, 1)]
+    assert launches[1]["signature"] == {"x_ptr": "*fp16", "out_ptr": "*fp16", "n_cols": "i32", "stride": "i32",
+                                        "alpha": "fp32"}
+    assert launches[0]["file"].endswith("tlib/kern.py")
+
+
+def test_the_equivalence_job_lists_the_launches_of_the_specs_kernels(root: Path) -> None:
+    out = _python("""
+        import json, sys
+        from pathlib import Path
+        from gpu_gate.harness import Context, run_job
+        from gpu_gate.jobs import Job, SpecRef
+        root = Path(sys.argv[1])
+        job = Job(id="j", check="equivalence", level="required", kernels=("tlib/kern.py",),
+                  spec=SpecRef("scale_gate.py", "scale_gate"), seed=0,
+                  options={"cases": 6, "shrink": False, "compile": {"archs": ["sm_90"]}})
+        r = run_job(job, Context(repo_root=root, device="cpu", workdir=root))
+        print(json.dumps(r.to_json()))
+        """, root, interpret=True)
+    r = json.loads(out)
+    assert r["status"] == "passed"
+    launches = r["extra"]["specializations"]
+    assert launches and {x["file"] for x in launches} == {"tlib/kern.py"}
+    assert {x["signature"]["x_ptr"] for x in launches} == {"*fp32", "*fp16"}
+    assert all(isinstance(x["constexprs"]["BLOCK"], int) for x in launches)
+    # no GPU: nothing is compiled here (the compile job reports the kernel instead)
+    assert "launch_resources" not in r["extra"]
+
+
+def test_a_launched_specialization_is_compiled_for_each_arch_with_its_resources(root: Path) -> None:
+    out = _python("""
+        import json, sys
+        from pathlib import Path
+        sys.path.insert(0, sys.argv[1])
+        from gpu_gate.checks.compile_launched import compile_launched
+        from gpu_gate.cuda.tritonlaunch import Launch
+        from tlib import kern
+        sig = {"x_ptr": "*fp16", "out_ptr": "*fp16", "n_cols": "i32", "stride": "i32", "alpha": "fp32"}
+        ok = Launch("kern.py", "_scale_kernel", {"BLOCK": 1024}, sig, {"num_warps": 4}, fn=kern._scale_kernel)
+        big = Launch("kern.py", "_small_only", {"BLOCK": 128}, {"x_ptr": "*fp32", "n": "i32"}, {},
+                     fn=kern._small_only)
+        findings, rows = compile_launched([("tlib/kern.py", ok), ("tlib/kern.py", big)],
+                                          {"archs": ["sm_80", "sm_90"], "level": "required"})
+        print(json.dumps({"findings": [f.to_json() for f in findings], "rows": rows}))
+        """, root, interpret=False)
+    r = json.loads(out)
+    rows = r["rows"]
+    assert {(x["kernel"], x["arch"]) for x in rows} == {("_scale_kernel", "sm_80"), ("_scale_kernel", "sm_90")}
+    assert all(x["registers"] > 0 and x["constexprs"] == {"BLOCK": 1024} for x in rows)
+    assert all({"spill_store", "spill_load", "shared_bytes"} <= set(x) for x in rows)
+    errors = [f for f in r["findings"] if f["kind"] == "compile-error"]
+    assert {f["details"]["arch"] for f in errors} == {"sm_80", "sm_90"}
+    assert all(f["severity"] == "error" and "_small_only, as the cases launched it (BLOCK=128)" in f["message"]
+               and "BLOCK too large" in f["message"] for f in errors)
