@@ -147,10 +147,11 @@ class Determinism:
         try:
             ref = r.reference(m, upstream)
             base = r.baseline(m, upstream, first)
+            envelope = r.conditioning(m, upstream)
         except Exception as exc:  # noqa: BLE001 - the spec's reference is user code
             raise SpecBroken(f"the spec's reference raised {_first_line(exc)} on case {case.id}") from exc
         try:
-            return self._repeat(case, m, upstream, first, ref, base)
+            return self._repeat(case, m, upstream, first, ref, base, envelope)
         except Exception as exc:  # noqa: BLE001
             if is_fatal(exc):
                 raise ContextLost(_first_line(exc)) from exc
@@ -158,7 +159,7 @@ class Determinism:
                                                      f"(case {case.describe()})", case)
 
     def _repeat(self, case: Case, m: Any, upstream: Any, first: dict[str, Any], ref: dict[str, Any],
-                base: dict[str, Any]) -> Finding | None:
+                base: dict[str, Any], envelope: dict[str, Any]) -> Finding | None:
         from ..equivalence.compare import agree
         from ..equivalence.engine import sync
 
@@ -173,7 +174,7 @@ class Determinism:
                         if k not in ref:
                             continue
                         why = agree(k, v, out.get(k), bitwise=self.spec.deterministic, ref=ref[k],
-                                    base=base.get(k), rule=self.eq.rule)
+                                    base=base.get(k), rule=self.eq.rule, perturbed=envelope.get(k))
                         if why:
                             when = "under concurrent load on other streams" if loaded else "alone"
                             return self._finding("nondeterministic", f"{why} (run {i + 2} of {self.repeats + 1}, "

@@ -288,7 +288,7 @@ class CaseRunner:
                                          **comp.details))
             if outs2 is not None and comp.kind not in ("shape", "type") and isinstance(r, torch.Tensor):
                 why = agree(k, snap1[k], outs2.get(k), bitwise=self.spec.deterministic, ref=r, base=base.get(k),
-                            rule=self.rule)
+                            rule=self.rule, perturbed=cond.get(k))
                 if why:
                     findings.append(_finding(self.spec_id, case, "unstable", why, repro, output=k))
         if sensitivity and not findings:

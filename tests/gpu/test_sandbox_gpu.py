@@ -40,6 +40,7 @@ def copy_masked(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
 
 
 def double(x, kernel):
+    x = x.contiguous()
     y = torch.empty_like(x)
     n = x.numel()
     kernel[(triton.cdiv(n, 1024),)](x, y, n, BLOCK=1024)
