@@ -190,7 +190,9 @@ class CaseRunner:
         import torch
 
         inputs = perturbed_inputs(self.spec, m, m.case.seed)
-        with self.rounding(m):
+        # The dispatch mode is thread-local, and on a GPU autograd runs backward on a device
+        # thread of its own: keep backward on this thread, inside the mode.
+        with self.rounding(m), torch.autograd.set_multithreading_enabled(False):
             if self.spec.grads:
                 return call_with_grads(self.spec, self.spec.reference, inputs, self.kwargs(m.case), upstream)
             with torch.no_grad():
