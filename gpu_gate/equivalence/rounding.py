@@ -202,8 +202,17 @@ class RoundingNoise:
         import torch
 
         walk = _walk(packet, args, kwargs, out)
+        counts = _scatter_counts(packet, args, out) if walk is None else None
         if walk is not None:
             env = WALK_LAMBDA * self.u_acc * walk
+        elif counts is not None:
+            # A scatter-add in any order (fp32 atomics): a hot row's terms are added one after
+            # another in an order nobody chose, so its rounding is bounded by the count of
+            # terms it received times their magnitude (Higham's deterministic bound), not by
+            # the random walk: seen on an H100, where Zipf-hot rows of an atomic embedding
+            # gradient landed several times past the sqrt(n) bound.
+            magnitude = func(*_abs_args(args), **_abs_args(kwargs)).abs()
+            env = self.u_acc * counts * magnitude
         else:
             magnitude = func(*_abs_args(args), **_abs_args(kwargs)).abs()
             n = _terms(packet, args, out)
@@ -211,6 +220,25 @@ class RoundingNoise:
             env = ENVELOPE_C * self.u_acc * root * magnitude
         sign = torch.randint(0, 2, out.shape, generator=self.gen, device=out.device).to(out.dtype) * 2 - 1
         return torch.where(torch.isfinite(env), env * sign, torch.zeros_like(env))
+
+
+def _scatter_counts(packet: Any, args: tuple[Any, ...], out: Any) -> Any:
+    """For an embedding gradient or an ``index_add``: how many terms each output row received,
+    shaped to broadcast against ``out``. None for other operations."""
+    import torch
+
+    aten = torch.ops.aten
+    if packet is aten.embedding_dense_backward and len(args) >= 3 and isinstance(args[1], torch.Tensor):
+        rows, dim = int(args[2]), 0
+        index = args[1].reshape(-1)
+    elif packet is aten.index_add and len(args) >= 3 and isinstance(args[2], torch.Tensor) and out.dim():
+        dim = int(args[1]) % out.dim()
+        rows, index = out.shape[dim], args[2].reshape(-1)
+    else:
+        return None
+    valid = index[(index >= 0) & (index < rows)].long()
+    counts = torch.bincount(valid, minlength=rows)[:rows].to(out.dtype)
+    return counts.view([-1 if i == dim else 1 for i in range(out.dim())])
 
 
 def _walk(packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
