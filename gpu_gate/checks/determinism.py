@@ -46,22 +46,21 @@ def background_load(device: str, enabled: bool) -> Iterator[Callable[[], None]]:
 
 
 def run(job: Job, ctx: Context) -> Outcome:
-    from ..harness import Outcome, load_spec
-    from .equivalence import torch_settings
+    from ..harness import Outcome
 
-    spec = load_spec(job, ctx)
+    workers = ctx.open_workers(job)
+    spec = workers.spec
     if ctx.device not in spec.devices:
         return Outcome(Status.NOT_RUN, reason=f"spec {spec.name!r} runs only on {', '.join(spec.devices)}")
-    with torch_settings():
-        return Determinism(job, ctx, spec).run()
+    return Determinism(job, ctx, workers).run()
 
 
 class Determinism:
-    def __init__(self, job: Job, ctx: Context, spec: Any) -> None:
+    def __init__(self, job: Job, ctx: Context, workers: Any) -> None:
         from .equivalence import Equivalence
 
-        eq = Equivalence(job, ctx, spec)
-        self.job, self.ctx, self.spec, self.eq = job, ctx, spec, eq
+        eq = Equivalence(job, ctx, workers)
+        self.job, self.ctx, self.spec, self.eq = job, ctx, workers.spec, eq
         self.runner: CaseRunner = eq.runner
         self.repeats = max(2, int(job.options.get("repeats") or 8))
         self.load = bool(job.options.get("concurrent_load", True))
@@ -75,7 +74,7 @@ class Determinism:
 
         if self.job.case:
             return [Case.from_token(self.job.case)]
-        bad, _ = unsupported_dtypes(self.ctx)
+        bad, _ = unsupported_dtypes(self.ctx, self.eq.workers.uses_triton)
         opts = ScheduleOptions.from_options({**self.job.options, "cases": CASES}, seed=self.eq.seed,
                                             budget=self.eq.budget, unsupported=bad)
         usable, _ = allowed_dtypes(self.spec, opts)
@@ -129,54 +128,42 @@ class Determinism:
                        details={"token": case.token(), "case": case.describe()} if case else {})
 
     def _case(self, case: Case) -> Finding | str | None:
-        from ..equivalence.engine import ContextLost, SpecBroken, _first_line, is_fatal, sync
         from ..equivalence.inputs import materialize
 
         r = self.runner
         m = materialize(self.spec, case, self.ctx.device)
-        upstream = r.upstream(m, case.seed)
+        upstream = r.ref.upstream(case)
+        # The first run's outputs stay in the worker; each repeat is compared with them there,
+        # and only the outputs that differ bitwise come back to be judged.
+        rep = r.candidate.call(case, upstream, inputs=m, hold=True)
         try:
-            outs, _ = r.call(m, upstream)
-            sync(self.ctx.device)
-            # a copy: a kernel that reuses one output buffer must not compare it with itself
-            first = {k: (v.clone() if hasattr(v, "clone") else v) for k, v in outs.items()}
-        except Exception as exc:  # noqa: BLE001 - a refusal: the equivalence check reports it
-            if is_fatal(exc):
-                raise ContextLost(_first_line(exc)) from exc
-            return "refused"
-        try:
-            ref = r.reference(m, upstream)
-            base = r.baseline(m, upstream, first)
-            envelope = r.conditioning(m, upstream)
-        except Exception as exc:  # noqa: BLE001 - the spec's reference is user code
-            raise SpecBroken(f"the spec's reference raised {_first_line(exc)} on case {case.id}") from exc
-        try:
-            return self._repeat(case, m, upstream, first, ref, base, envelope)
-        except Exception as exc:  # noqa: BLE001
-            if is_fatal(exc):
-                raise ContextLost(_first_line(exc)) from exc
-            return self._finding("nondeterministic", f"a repeated run on the same inputs raised {_first_line(exc)} "
-                                                     f"(case {case.describe()})", case)
+            if rep.status != "ok":
+                return "refused"  # the equivalence check reports it
+            first = rep.outputs
+            ref, base, envelope = r.ref.truth(case, first)
+            return self._repeat(case, upstream, first, ref, base, envelope)
+        finally:
+            r.candidate.release()
 
-    def _repeat(self, case: Case, m: Any, upstream: Any, first: dict[str, Any], ref: dict[str, Any],
+    def _repeat(self, case: Case, upstream: Any, first: dict[str, Any], ref: dict[str, Any],
                 base: dict[str, Any], envelope: dict[str, Any]) -> Finding | None:
         from ..equivalence.compare import agree
-        from ..equivalence.engine import sync
 
         r = self.runner
         for loaded in (False, True):
-            with background_load(self.ctx.device, loaded and self.load) as burst:
-                for i in range(self.repeats):
-                    burst()
-                    out, _ = r.call(m, upstream)
-                    sync(self.ctx.device)
-                    for k, v in first.items():
-                        if k not in ref:
-                            continue
-                        why = agree(k, v, out.get(k), bitwise=self.spec.deterministic, ref=ref[k],
-                                    base=base.get(k), rule=self.eq.rule, perturbed=envelope.get(k))
-                        if why:
-                            when = "under concurrent load on other streams" if loaded else "alone"
-                            return self._finding("nondeterministic", f"{why} (run {i + 2} of {self.repeats + 1}, "
-                                                                     f"{when}; case {case.describe()})", case)
+            for i in range(self.repeats):
+                rep = r.candidate.call(case, upstream, load=loaded and self.load and self.ctx.device == "cuda",
+                                       compare_held=True)
+                if rep.status != "ok":
+                    return self._finding("nondeterministic", f"a repeated run on the same inputs raised "
+                                                             f"{rep.message} (case {case.describe()})", case)
+                for k, v in first.items():
+                    if k not in ref or k in rep.same_as_held:
+                        continue
+                    why = agree(k, v, rep.outputs.get(k), bitwise=self.spec.deterministic, ref=ref[k],
+                                base=base.get(k), rule=self.eq.rule, perturbed=envelope.get(k))
+                    if why:
+                        when = "under concurrent load on other streams" if loaded else "alone"
+                        return self._finding("nondeterministic", f"{why} (run {i + 2} of {self.repeats + 1}, "
+                                                                 f"{when}; case {case.describe()})", case)
         return None

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from ..findings import Finding, Severity, Status
 
 if TYPE_CHECKING:
+    from ..judge.workers import Workers
     from ..harness import Context, Outcome
     from ..jobs import Job
 
@@ -25,28 +26,7 @@ TRACE_LINES = 40  # the end of a traceback shown in a message (the whole one is 
 SENSITIVITY_EVERY = 4  # the input-sensitivity probe runs on every 4th case (the canonical one included)
 
 
-@contextlib.contextmanager
-def torch_settings() -> Iterator[None]:
-    """torch fills every ``torch.empty`` with NaN in deterministic mode: a scratch buffer the
-    kernel never writes then poisons the result instead of passing by luck (zeroed memory).
-    The previous settings come back afterwards, for callers that run checks in-process."""
-    import warnings
-
-    import torch
-    import torch.utils.deterministic as det
-
-    before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
-              det.fill_uninitialized_memory)  # type: ignore[attr-defined]
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    det.fill_uninitialized_memory = True  # type: ignore[attr-defined]
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message=".*deterministic.*")
-            warnings.filterwarnings("ignore", category=UserWarning)
-            yield
-    finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
-        det.fill_uninitialized_memory = before[2]  # type: ignore[attr-defined]
+from ..worker.calling import torch_settings  # noqa: E402,F401 - the checks' own name for it
 
 
 def repro_command(job: Job, check: str = "equivalence") -> str:
@@ -54,31 +34,13 @@ def repro_command(job: Job, check: str = "equivalence") -> str:
     return f"gpu-gate repro {shlex.quote(job.spec.id)} --check {check} --case {{token}}"
 
 
-def uses_triton(repo_root: Path) -> bool:
-    """Whether code loaded from the repository (the spec and the kernels it imports) uses Triton.
-
-    ``"triton" in sys.modules`` is no answer: torch imports Triton itself wherever it is
-    installed, and a spec of plain torch code must keep its bf16 cases under the interpreter."""
-    import types
-
-    root = str(repo_root.resolve())
-    for mod in list(sys.modules.values()):
-        path = getattr(mod, "__file__", None) or ""
-        if not path.startswith(root):
-            continue
-        for value in list(vars(mod).values()):
-            name = value.__name__ if isinstance(value, types.ModuleType) else type(value).__module__
-            if isinstance(name, str) and name.split(".")[0] == "triton":
-                return True
-    return False
-
-
-def unsupported_dtypes(ctx: Context) -> tuple[frozenset[str], str | None]:
+def unsupported_dtypes(ctx: Context, uses_triton: bool) -> tuple[frozenset[str], str | None]:
+    """``uses_triton``: the candidate worker found Triton in the code it imported from the repository."""
     import torch
 
     bad: set[str] = set()
     why = None
-    if ctx.triton_interpret and uses_triton(Path(ctx.repo_root)):
+    if ctx.triton_interpret and uses_triton:
         bad |= INTERPRETER_BAD_DTYPES
         why = "the Triton interpreter (no GPU) computes bfloat16/float8 arithmetic wrongly"
     for f8 in ("float8_e4m3fn", "float8_e5m2"):
@@ -89,13 +51,13 @@ def unsupported_dtypes(ctx: Context) -> tuple[frozenset[str], str | None]:
 
 
 def run(job: Job, ctx: Context) -> Outcome:
-    from ..harness import Outcome, load_spec
+    from ..harness import Outcome
 
-    spec = load_spec(job, ctx)
+    workers = ctx.open_workers(job)
+    spec = workers.spec
     if ctx.device not in spec.devices:
         return Outcome(Status.NOT_RUN, reason=f"no GPU: spec {spec.name!r} runs only on {', '.join(spec.devices)}")
-    with torch_settings():
-        return Equivalence(job, ctx, spec).run()
+    return Equivalence(job, ctx, workers).run()
 
 
 def make_rule(spec: Any, options: dict[str, Any]) -> Any:
@@ -110,14 +72,16 @@ def make_rule(spec: Any, options: dict[str, Any]) -> Any:
 
 
 class Equivalence:
-    def __init__(self, job: Job, ctx: Context, spec: Any) -> None:
+    def __init__(self, job: Job, ctx: Context, workers: Workers) -> None:
         from ..equivalence.engine import CaseRunner
 
         assert job.spec is not None
-        self.job, self.ctx, self.spec = job, ctx, spec
+        self.job, self.ctx, self.workers = job, ctx, workers
+        self.spec = spec = workers.spec
         o = job.options
         self.rule = make_rule(spec, o)
-        self.runner = CaseRunner(spec, job.spec.id, ctx.device, self.rule, repro_command(job))
+        self.runner = CaseRunner(spec, job.spec.id, ctx.device, self.rule, repro_command(job), workers.candidate,
+                                 workers.reference)
         budget = int(o.get("max_case_bytes") or 256 << 20)
         self.budget = budget if ctx.device == "cuda" else min(budget, CPU_BUDGET_BYTES)
         self.sanitized = bool(ctx.sanitizer or o.get("sanitizer"))
@@ -134,7 +98,7 @@ class Equivalence:
     def schedule(self) -> tuple[list[Any], list[str], str | None]:
         from ..equivalence.cases import Case, ScheduleOptions, allowed_dtypes, schedule
 
-        bad, why = unsupported_dtypes(self.ctx)
+        bad, why = unsupported_dtypes(self.ctx, self.workers.uses_triton)
         opts = ScheduleOptions.from_options(self.job.options, seed=self.seed, budget=self.budget, unsupported=bad)
         _, dropped = allowed_dtypes(self.spec, opts)
         if self.job.case:
@@ -162,14 +126,11 @@ class Equivalence:
         refusals: list[Any] = []
         self.unsupported: list[Any] = []
         growth = None
-        from ..cuda.tritonlaunch import recording
-
         try:
-            with recording() as launched:
-                self._run_cases(cases, results, refusals, notes)
-                want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
-                if want_growth and not (refusals and refusals[0].case.id == "c0000"):
-                    growth = self._growth()
+            self._run_cases(cases, results, refusals, notes)
+            want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
+            if want_growth and not (refusals and refusals[0].case.id == "c0000"):
+                growth = self._growth()
         except SpecBroken as exc:
             f = Finding(check="equivalence", kind="reference-error", spec=self.spec_id,
                         file=self.job.spec.file if self.job.spec else None, line=self.spec.line or None,
@@ -190,7 +151,7 @@ class Equivalence:
         if growth:
             extra["growth"] = growth["table"]
             findings += growth["findings"]
-        findings += self._launches(launched.launches, extra)
+        findings += self._launches(extra)
         findings += notes
         if self.sanitized:
             # Under compute-sanitizer the cases only drive the kernel: a wrong result is the
@@ -199,22 +160,21 @@ class Equivalence:
         failed = any(f.severity is Severity.ERROR for f in findings)
         return Outcome(Status.FAILED if failed else Status.PASSED, findings, cases=len(results), extra=extra)
 
-    def _launches(self, launches: list[Any], extra: dict[str, Any]) -> list[Finding]:
+    def _launches(self, extra: dict[str, Any]) -> list[Finding]:
         """The Triton specializations the cases launched (``extra["specializations"]``); on a GPU, each
         one of the spec's kernel files compiled for the compile check's archs, with its resources
-        (``extra["launch_resources"]``; see :mod:`gpu_gate.checks.compile_launched`)."""
-        from .compile_launched import compile_launched, repo_launches
-
-        mine = repo_launches(launches, Path(self.ctx.repo_root), self.job.kernels)
-        if not mine:
-            return []
-        extra["specializations"] = [{**launch.to_json(), "file": rel} for rel, launch in mine]
+        (``extra["launch_resources"]``; see :mod:`gpu_gate.checks.compile_launched`). The candidate
+        worker recorded and compiled them: the launches exist only in its process."""
         settings = self.job.options.get("compile")
-        if self.ctx.device != "cuda" or self.sanitized or self.job.case or not isinstance(settings, dict):
+        wanted = self.ctx.device == "cuda" and not self.sanitized and not self.job.case and isinstance(settings, dict)
+        done = self.workers.finish(settings if wanted else None)
+        if done.get("specializations"):
+            extra["specializations"] = done["specializations"]
+        compiled = done.get("compile")
+        if not wanted or not isinstance(compiled, dict):
             return []
-        findings, rows = compile_launched(mine, settings)
-        extra["launch_resources"] = rows
-        return findings
+        extra["launch_resources"] = compiled.get("rows") or []
+        return [Finding.from_json(f) for f in compiled.get("findings") or []]
 
     def _run_cases(self, cases: list[Any], results: list[Any], refusals: list[Any], notes: list[Finding]) -> None:
         for i, case in enumerate(cases):
@@ -317,7 +277,7 @@ class Equivalence:
     def _growth(self) -> dict[str, Any] | None:
         from ..equivalence.growth import sweep
 
-        bad, _ = unsupported_dtypes(self.ctx)
+        bad, _ = unsupported_dtypes(self.ctx, self.workers.uses_triton)
         return sweep(self.runner, self.spec, self.job, self.budget, bad, self.deadline, seed=self.seed)
 
 

@@ -1,34 +1,29 @@
-"""Run one case: candidate, reference (float64), baseline (torch in the kernel's dtype),
-candidate again; then every anti-exploit guard. Returns findings; never prints.
+"""Run one case, as the judge: the candidate in its worker, the truth in the reference worker,
+the comparisons here. Returns findings; never prints.
 
-The order matters. The candidate runs before the reference, so it cannot hand back a
-buffer that the reference just freed; the reference and baseline results stay alive
-while the candidate runs a second time, and both candidate runs must agree.
+The order matters. The candidate runs first and keeps its first outputs alive while it runs a
+second time on the same inputs (both runs must agree, and must not hand back the same memory); a
+sensitivity probe then refills the *same* input buffers with new values and runs it again. Every
+output reaches this process as bytes (:mod:`gpu_gate.wire`), so what is compared is a plain tensor
+the candidate never held.
 """
 from __future__ import annotations
 
 import dataclasses
-import traceback
 from typing import Any
 
 from ..findings import Finding, Severity
+from ..judge.workers import CallReport, Candidate, ContextLost, Reference, SpecBroken
 from ..spec import Spec
+from ..worker.calling import (call_with_grads, expanded_values, grad_tensor, interpreter_error,  # noqa: F401
+                              is_fatal, normalize, sync, upstream_values)
+from ..worker.calling import first_line as _first_line  # noqa: F401
 from .cases import Case
 from .compare import Comparison, Rule, agree, as_bytes, baseline_unusable, compare
-from .guard import OutputWatch, SideStreams
-from .inputs import Materialized, materialize, perturbed_inputs, reference_inputs
-from .rounding import RoundingNoise, accumulation_dtype, arithmetic_dtype, unit_roundoff
+from .guard import GUARD_BYTES, canary_intact
+from .inputs import materialize
 
-FATAL_MARKERS = ("CUDA error", "illegal memory access", "device-side assert", "unspecified launch failure",
-                 "misaligned address", "CUDA_ERROR_", "an illegal instruction")
-
-
-class ContextLost(Exception):
-    """The CUDA context is unusable: the rest of this job cannot run in this process."""
-
-
-class SpecBroken(Exception):
-    """The spec itself (its reference) is wrong; not the kernel's fault."""
+__all__ = ["CaseResult", "CaseRunner", "ContextLost", "SpecBroken", "bitwise_equal"]
 
 
 @dataclasses.dataclass
@@ -45,230 +40,45 @@ class CaseResult:
         return any(f.severity is Severity.ERROR for f in self.findings)
 
 
-def normalize(out: Any) -> dict[str, Any]:
-    if isinstance(out, dict):
-        return {str(k): v for k, v in out.items()}
-    if isinstance(out, (tuple, list)):
-        return {f"out{i}": v for i, v in enumerate(out)}
-    return {"out": out}
-
-
-def is_fatal(exc: BaseException) -> bool:
-    return any(m in str(exc) for m in FATAL_MARKERS)
-
-
-def sync(device: str) -> None:
-    """Wait for every stream on the device: a result finished on a side stream is read only
-    after this (and is caught by the unordered-stream guard if it was not ordered)."""
-    if device == "cuda":
-        import torch
-
-        torch.cuda.synchronize()
-
-
-def upstream_values(outs: dict[str, Any], seed: int) -> dict[str, Any]:
-    """A random upstream gradient per output, in float64: never all ones."""
-    import torch
-
-    grads: dict[str, Any] = {}
-    for k, o in outs.items():
-        if not isinstance(o, torch.Tensor) or not o.is_floating_point():
-            continue
-        gen = torch.Generator(device=o.device)
-        gen.manual_seed(seed * 17 + 5 + len(grads))
-        grads[k] = torch.randn(o.shape, generator=gen, device=o.device, dtype=torch.float64)
-    return grads
-
-
-def expanded_values(grads: dict[str, Any]) -> dict[str, Any]:
-    """Upstream values equal along the first dim, for an ``expanded`` gradient: the reference
-    gets the same values, contiguous."""
-    return {k: (v[:1].expand(v.shape).clone() if v.dim() >= 1 and v.shape[0] > 1 else v) for k, v in grads.items()}
-
-
-def grad_tensor(values: Any, dtype: Any, layout: str) -> Any:
-    """The upstream gradient in ``dtype``; ``strided``: transposed in memory (rank >= 2)
-    or every other element of a wider buffer (rank 1); ``expanded``: one row with a stride
-    of 0 along the first dim (the values are equal along it, see :func:`expanded_values`)."""
-    import torch
-
-    g = values.to(dtype)
-    if layout == "contiguous" or g.dim() == 0:
-        return g
-    if layout == "expanded":
-        return g[:1].expand(g.shape) if g.shape[0] > 1 else g
-    if g.dim() >= 2:
-        return g.transpose(-1, -2).contiguous().transpose(-1, -2)
-    wide = torch.empty((g.shape[0] * 2,), dtype=dtype, device=g.device)
-    wide[::2] = g
-    return wide[::2]
-
-
-def call_with_grads(spec: Spec, fn: Any, inputs: dict[str, Any], kwargs: dict[str, Any],
-                    upstream: dict[str, Any] | None, grad_layout: str = "contiguous") -> dict[str, Any]:
-    import torch
-
-    if not spec.grads:
-        return normalize(fn(**inputs, **kwargs))
-    leaves = {}
-    for g in spec.grads:
-        leaves[g] = inputs[g].detach().requires_grad_(True)
-        inputs = {**inputs, g: leaves[g]}
-    outs = normalize(fn(**inputs, **kwargs))
-    upstream = upstream or {}
-    diff = {k: v for k, v in outs.items() if isinstance(v, torch.Tensor) and v.requires_grad and k in upstream}
-    if diff:
-        gos = [grad_tensor(upstream[k], v.dtype, grad_layout) for k, v in diff.items()]
-        grads = torch.autograd.grad(list(diff.values()), list(leaves.values()), gos, allow_unused=True)
-        for name, gr in zip(leaves, grads):
-            outs[f"grad:{name}"] = gr
-    return {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in outs.items()}
-
-
 def _finding(spec_id: str, case: Case, kind: str, message: str, repro: str, severity: Severity = Severity.ERROR,
              **details: Any) -> Finding:
     return Finding(check="equivalence", kind=kind, message=message, severity=severity, spec=spec_id, case=case.id,
                    repro=repro, details={"case": case.describe(), "token": case.token(), **details})
 
 
-def interpreter_error(exc: BaseException) -> BaseException | None:
-    """The error of Triton's interpreter in ``exc``'s chain, if any: the interpreter wraps
-    whatever stopped it inside a kernel (libdevice calls, inline asm, an op it does not
-    implement) in an ``InterpreterError``. That says the kernel could not run *here*; it is
-    not the kernel refusing an input."""
-    seen: set[int] = set()
-    cur: BaseException | None = exc
-    while cur is not None and id(cur) not in seen:
-        seen.add(id(cur))
-        if type(cur).__name__ == "InterpreterError" and type(cur).__module__.startswith("triton"):
-            return cur
-        cur = cur.__cause__ or cur.__context__
-    return None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
-
 
 class CaseRunner:
-    def __init__(self, spec: Spec, spec_id: str, device: str, rule: Rule, repro_cmd: str) -> None:
+    def __init__(self, spec: Spec, spec_id: str, device: str, rule: Rule, repro_cmd: str, candidate: Candidate,
+                 reference: Reference) -> None:
         self.spec = spec
         self.spec_id = spec_id
         self.device = device
         self.rule = rule
         self.repro_cmd = repro_cmd  # with {token}
-        self.side_streams: set[int] = set()  # streams the last candidate call switched to
-
-    # --- the three computations -------------------------------------------------
-
-    def kwargs(self, case: Case) -> dict[str, Any]:
-        return {**self.spec.params, **{d: case.dims[d] for d in self.spec.dim_args}}
-
-    def call(self, m: Materialized, upstream: dict[str, Any] | None) -> tuple[dict[str, Any], OutputWatch]:
-        with OutputWatch() as watch, SideStreams(self.device) as streams:
-            self.side_streams = streams.used
-            outs = call_with_grads(self.spec, self.spec.fn, dict(m.tensors), self.kwargs(m.case), upstream,
-                                   m.case.grad_layout)
-        return outs, watch
-
-    def reference(self, m: Materialized, upstream: dict[str, Any] | None, *, upcast: bool = True) -> dict[str, Any]:
-        import torch
-
-        inputs = reference_inputs(self.spec, m, upcast=upcast)
-        if self.spec.grads:
-            return call_with_grads(self.spec, self.spec.reference, inputs, self.kwargs(m.case), upstream)
-        with torch.no_grad():
-            return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
-
-    def conditioning(self, m: Materialized, upstream: dict[str, Any] | None) -> dict[str, Any]:
-        """The float64 reference on inputs moved by up to one ulp of the kernel's arithmetic,
-        with the rounding of every operation put back in (see :mod:`.rounding`): how far a
-        correct kernel computing in that precision, accumulating in the spec's declared dtype
-        in any order, may land from the truth on *these* inputs. An ill-conditioned case (a
-        large mean in a layer norm) or terms that cancel (a gradient that is exactly 0) widen it."""
-        import torch
-
-        inputs = perturbed_inputs(self.spec, m, m.case.seed)
-        # The dispatch mode is thread-local, and on a GPU autograd runs backward on a device
-        # thread of its own: keep backward on this thread, inside the mode.
-        with self.rounding(m), torch.autograd.set_multithreading_enabled(False):
-            if self.spec.grads:
-                return call_with_grads(self.spec, self.spec.reference, inputs, self.kwargs(m.case), upstream)
-            with torch.no_grad():
-                return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
-
-    def rounding(self, m: Materialized) -> RoundingNoise:
-        data = m.case.dtype
-        acc = accumulation_dtype(self.spec.accumulate, data)
-        device = next(iter(m.tensors.values())).device if m.tensors else self.device
-        return RoundingNoise(unit_roundoff(arithmetic_dtype(data)), unit_roundoff(acc), m.case.seed * 29 + 3, device)
-
-    def baseline(self, m: Materialized, upstream: dict[str, Any] | None, like: dict[str, Any]) -> dict[str, Any]:
-        """torch in the kernel's dtype; where torch has no kernel for that dtype on this device,
-        the float32 result rounded to it (the best the dtype can represent)."""
-        try:
-            return self.reference(m, upstream, upcast=False)
-        except (RuntimeError, NotImplementedError, TypeError):
-            return self.baseline_fp32(m, upstream, like)
-
-    def baseline_fp32(self, m: Materialized, upstream: dict[str, Any] | None, like: dict[str, Any]
-                      ) -> dict[str, Any]:
-        """The reference computed in (at least) float32 on the dtype's inputs, rounded to each
-        output's dtype: the best the dtype can represent with fp32 arithmetic."""
-        import torch
-
-        from ..spec import upcast
-
-        inputs = {k: upcast(v.detach()) for k, v in reference_inputs(self.spec, m, upcast=False).items()}
-        kw = self.kwargs(m.case)
-        if self.spec.grads:
-            outs = call_with_grads(self.spec, self.spec.reference, inputs, kw, upstream)
-        else:
-            with torch.no_grad():
-                outs = normalize(self.spec.reference(**inputs, **kw))
-        return {k: (v.to(like[k].dtype) if isinstance(like.get(k), torch.Tensor) and isinstance(v, torch.Tensor)
-                    else v) for k, v in outs.items()}
-
-    def upstream(self, m: Materialized, seed: int) -> dict[str, Any] | None:
-        """Upstream gradients sized by a float64 forward of the reference (backward specs only)."""
-        import torch
-
-        if not self.spec.grads:
-            return None
-        try:
-            with torch.no_grad():
-                outs = normalize(self.spec.reference(**reference_inputs(self.spec, m, upcast=True),
-                                                     **self.kwargs(m.case)))
-        except Exception as exc:  # noqa: BLE001 - the spec's reference is user code
-            raise SpecBroken(f"the spec's reference raised {_first_line(exc)} on case {m.case.id}") from exc
-        values = upstream_values(outs, seed)
-        return expanded_values(values) if m.case.grad_layout == "expanded" else values
-
-    # --- one case ---------------------------------------------------------------
+        self.candidate = candidate
+        self.ref = reference
 
     def run(self, case: Case, *, sensitivity: bool) -> CaseResult:
-        import torch
-
         repro = self.repro_cmd.format(token=case.token())
         m = materialize(self.spec, case, self.device)
-        upstream = self.upstream(m, case.seed)
-        first = self._first_run(case, m, upstream, repro)
-        if isinstance(first, CaseResult):
-            return first
-        outs1, snap1, findings = first
+        upstream = self.ref.upstream(case)
         try:
-            ref = self.reference(m, upstream)
-            base = self.baseline(m, upstream, snap1)
-            cond = self.conditioning(m, upstream)
-        except Exception as exc:  # noqa: BLE001 - the spec's reference is user code
-            if is_fatal(exc):
-                raise ContextLost(_first_line(exc)) from exc
-            raise SpecBroken(f"the spec's reference raised {_first_line(exc)} on case {case.id}") from exc
-        outs2 = self._second_run(case, m, upstream, repro, findings)
-        if outs2 is not None:
-            findings += self._reused(case, m, outs1, outs2, repro)
-        del outs1  # only the snapshot is compared: a later write to the buffer cannot help
+            return self._run(case, m, upstream, repro, sensitivity)
+        finally:
+            self.candidate.release()
+
+    def _run(self, case: Case, m: Any, upstream: dict[str, Any] | None, repro: str, sensitivity: bool) -> CaseResult:
+        import torch
+
+        rep1 = self.candidate.call(case, upstream, inputs=m, hold=True, early=True)
+        if rep1.status != "ok":
+            return self._not_ok(case, rep1, repro)
+        findings = self._unordered(case, rep1, repro)
+        findings += self._guards(case, m, rep1, repro)
+        findings += self._types(case, rep1, repro)
+        snap1 = rep1.outputs
+        ref, base, cond = self.ref.truth(case, snap1)
+        outs2 = self._second_run(case, upstream, repro, findings, rep1)
         comparisons = []
         base32: dict[str, Any] | None = None
         for k, r in ref.items():
@@ -277,7 +87,7 @@ class CaseRunner:
                 continue
             comp = compare(k, snap1[k], r, base.get(k), self.rule, perturbed=cond.get(k))
             if baseline_unusable(comp):
-                base32 = base32 if base32 is not None else self._baseline_fp32(m, upstream, snap1)
+                base32 = base32 if base32 is not None else self.ref.baseline_fp32(case, snap1)
                 torch_error = comp.details["torch_error"]
                 comp = compare(k, snap1[k], r, base32.get(k), self.rule, perturbed=cond.get(k))
                 comp.details.update({"baseline": "float32", "torch_error": torch_error})
@@ -294,82 +104,45 @@ class CaseRunner:
                 if why:
                     findings.append(_finding(self.spec_id, case, "unstable", why, repro, output=k))
         if sensitivity and not findings:
-            findings += self._sensitivity(case, snap1, ref, base, repro)
+            findings += self._sensitivity(case, snap1, repro)
         return CaseResult(case, findings, comparisons)
 
-    def _baseline_fp32(self, m: Materialized, upstream: dict[str, Any] | None, like: dict[str, Any]
-                       ) -> dict[str, Any]:
-        try:
-            return self.baseline_fp32(m, upstream, like)
-        except Exception as exc:  # noqa: BLE001 - the spec's reference is user code
-            if is_fatal(exc):
-                raise ContextLost(_first_line(exc)) from exc
-            raise SpecBroken(f"the spec's reference raised {_first_line(exc)} in float32 on case {m.case.id}") from exc
-
-    def _first_run(self, case: Case, m: Materialized, upstream: dict[str, Any] | None, repro: str
-                   ) -> CaseResult | tuple[dict[str, Any], dict[str, Any], list[Finding]]:
-        import torch
-
-        try:
-            outs, watch = self.call(m, upstream)
-            early = self._early_copy(outs)
-            sync(self.device)
-        except torch.cuda.OutOfMemoryError as exc:
-            torch.cuda.empty_cache()
+    def _not_ok(self, case: Case, rep: CallReport, repro: str) -> CaseResult:
+        if rep.status == "oom":
             return CaseResult(case, [_finding(self.spec_id, case, "out-of-memory",
-                                              f"the candidate ran out of GPU memory on case {case.id}: {exc}", repro)])
-        except Exception as exc:  # noqa: BLE001 - candidate code: a loud refusal, unless the context died
-            if is_fatal(exc):
-                raise ContextLost(_first_line(exc)) from exc
-            limit = interpreter_error(exc)
-            if limit is not None:
-                trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-                return CaseResult(case, [], unsupported=_first_line(limit), trace=trace)
-            return CaseResult(case, [], refused=_first_line(exc))
-        # before the guards, which put back an input the kernel wrote: an output that is that
-        # input would seem to change after the call
-        findings = self._unordered(case, outs, early, repro)
-        findings += self._guards(case, m, watch, outs, repro)
-        snap = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in outs.items()}
-        return outs, snap, findings
+                                              f"the candidate ran out of GPU memory on case {case.id}: {rep.message}",
+                                              repro)])
+        if rep.status == "unsupported":
+            return CaseResult(case, [], unsupported=rep.message, trace=rep.trace)
+        return CaseResult(case, [], refused=rep.message)
 
-    def _second_run(self, case: Case, m: Materialized, upstream: dict[str, Any] | None, repro: str,
-                    findings: list[Finding]) -> dict[str, Any] | None:
-        try:
-            outs, _ = self.call(m, upstream)
-            # Only where the candidate switched streams: that is what the delay makes reliable,
-            # and the copy is one more set of outputs alive at the case's peak.
-            early = self._early_copy(outs) if self.side_streams else {}
-            sync(self.device)
-        except Exception as exc:  # noqa: BLE001
-            if is_fatal(exc):
-                raise ContextLost(_first_line(exc)) from exc
-            findings.append(_finding(self.spec_id, case, "unstable",
-                                     f"the second run on the same inputs raised {_first_line(exc)}", repro))
-            return None
+    def _second_run(self, case: Case, upstream: dict[str, Any] | None, repro: str, findings: list[Finding],
+                    rep1: CallReport) -> dict[str, Any] | None:
         # The first run may have compiled its kernels after queueing them, outrunning the
-        # side-stream delay; the second run is warm, so it is checked again.
+        # side-stream delay; the second run is warm, so it is checked again where the first
+        # switched streams. Outputs bitwise equal to the first run's stay in the worker.
+        rep2 = self.candidate.call(case, upstream, early=rep1.side_streams > 0, compare_held=True)
+        if rep2.status != "ok":
+            findings.append(_finding(self.spec_id, case, "unstable",
+                                     f"the second run on the same inputs raised {rep2.message}", repro))
+            return None
         if not any(f.kind == "unordered-stream" for f in findings):
-            findings += self._unordered(case, outs, early, repro)
-        return outs
+            findings += self._unordered(case, rep2, repro)
+        findings += self._reused(case, rep2, repro)
+        return {k: (rep1.outputs.get(k) if k in rep2.same_as_held else rep2.outputs.get(k))
+                for k in {*rep2.outputs, *rep2.same_as_held}}
 
-    @staticmethod
-    def _early_copy(outs: dict[str, Any]) -> dict[str, Any]:
-        """Copies made on the caller's stream before any wait: if the kernel finishes its work
-        on another stream without ordering it (see :class:`SideStreams`), these see the
-        unfinished buffers."""
-        import torch
-
-        return {k: v.clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
-
-    def _unordered(self, case: Case, outs: dict[str, Any], early: dict[str, Any], repro: str) -> list[Finding]:
+    def _unordered(self, case: Case, rep: CallReport, repro: str) -> list[Finding]:
+        """The copy the worker took on the caller's stream as the call returned, against the
+        output once the whole device was idle: work finished later on a stream the caller's
+        stream never waited for."""
         if self.device != "cuda":
             return []  # no streams on the CPU: nothing can finish after the call returned
         return [_finding(self.spec_id, case, "unordered-stream",
                          f"output {k!r} changed after the caller's stream had finished: the kernel completes its work "
                          f"on another stream without ordering it with the caller's stream (make the caller's stream "
                          f"wait, e.g. torch.cuda.current_stream().wait_stream(side))", repro, output=k)
-                for k, v in outs.items() if k in early and not bitwise_equal(early[k], v)]
+                for k, e in rep.early.items() if k in rep.outputs and not bitwise_equal(e, rep.outputs[k])]
 
     def _missing(self, case: Case, k: str, got: dict[str, Any], repro: str) -> Finding:
         if k.startswith("grad:"):
@@ -380,20 +153,15 @@ class CaseRunner:
             msg = f"the candidate returned no output {k!r} (it returned {sorted(got)})"
         return _finding(self.spec_id, case, "missing-output", msg, repro, output=k)
 
-    def _reused(self, case: Case, m: Materialized, outs1: dict[str, Any], outs2: dict[str, Any],
-                repro: str) -> list[Finding]:
+    def _reused(self, case: Case, rep2: CallReport, repro: str) -> list[Finding]:
         """Two calls returned the same storage while the first result was still alive: a cached
         tensor, or a static buffer that the next call silently overwrites. (A view of an input
         is reported as such, not here.)"""
-        import torch
-
+        inputs = {span[0] - GUARD_BYTES for span in rep2.input_spans.values()}
         found = []
-        inputs = {g.buffer.untyped_storage().data_ptr() for g in m.guarded.values()}
-        for k, a in outs1.items():
-            b = outs2.get(k)
-            if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.numel() and b.numel() \
-                    and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() \
-                    and a.untyped_storage().data_ptr() not in inputs:
+        for k, (_, storage) in rep2.where.items():
+            before = rep2.held_where.get(k)
+            if storage and before is not None and before[1] == storage and storage not in inputs:
                 found.append(_finding(
                     self.spec_id, case, "cached-output",
                     f"output {k!r}: two calls returned the same memory while the first result was still in use "
@@ -401,17 +169,26 @@ class CaseRunner:
                     repro, output=k))
         return found
 
-    def _guards(self, case: Case, m: Materialized, watch: OutputWatch, outs: dict[str, Any],
-                repro: str) -> list[Finding]:
-        import torch
+    def _types(self, case: Case, rep: CallReport, repro: str) -> list[Finding]:
+        """Outputs that are not plain tensors: compared by their bytes, and reported, since a
+        subclass can change what arithmetic on it means."""
+        return [_finding(self.spec_id, case, "output-type",
+                         f"output {k!r} is a {t}, not a torch.Tensor: a kernel returns plain tensors (gpu-gate compares "
+                         f"its bytes; a subclass can redefine what comparing it means)", repro, output=k)
+                for k, t in rep.types.items()]
 
+    def _guards(self, case: Case, m: Any, rep: CallReport, repro: str) -> list[Finding]:
         found = []
         sid = self.spec_id
-        for name, g in m.guarded.items():
-            if torch.equal(g.buffer, m.snapshots[name]):
+        for name, buf in rep.inputs_changed.items():
+            raw = buf.cpu()
+            g = m.guarded.get(name)
+            if g is None or raw.numel() != g.buffer.numel():
+                found.append(_finding(sid, case, "worker-protocol", f"the worker sent back a buffer for input {name!r} "
+                                                                    f"that is not the one it was given", repro))
                 continue
-            intact = g.guards_intact()
-            g.buffer.copy_(m.snapshots[name])  # the reference and the second run see the original
+            # the padding to 256 bytes after the storage counts as guard too
+            intact = canary_intact(_bytes(raw[:GUARD_BYTES]), _bytes(raw[GUARD_BYTES + g.nbytes:]))
             if not intact:
                 found.append(_finding(sid, case, "out-of-bounds-write",
                                       f"the candidate wrote past the bounds of input {name!r} "
@@ -420,42 +197,35 @@ class CaseRunner:
                 found.append(_finding(sid, case, "input-modified",
                                       f"the candidate modified its input {name!r} (inputs must be unchanged "
                                       f"after the call)", repro, input=name))
-        for g in watch.outputs:
-            if not g.guards_intact():
+        for shape, head, tail in rep.watch:
+            if not canary_intact(head, tail):
                 found.append(_finding(sid, case, "out-of-bounds-write",
                                       f"the candidate wrote past the end of an output buffer from gg.empty "
-                                      f"({tuple(g.view.shape)})", repro))
-        spans = [g.storage_span() for g in m.guarded.values()]
-        for k, v in outs.items():
-            if isinstance(v, torch.Tensor) and v.numel():
-                p = v.data_ptr()
-                if any(lo <= p < hi for lo, hi in spans):
-                    found.append(_finding(sid, case, "output-aliases-input",
-                                          f"output {k!r} is a view of an input: the kernel returned its input "
-                                          f"instead of computing a result", repro, output=k))
+                                      f"({tuple(shape)})", repro))
+        spans = list(rep.input_spans.values())
+        for k, (ptr, _) in rep.where.items():
+            if ptr and any(lo <= ptr < hi for lo, hi in spans):
+                found.append(_finding(sid, case, "output-aliases-input",
+                                      f"output {k!r} is a view of an input: the kernel returned its input "
+                                      f"instead of computing a result", repro, output=k))
         return found
 
-    def _sensitivity(self, case: Case, out1: dict[str, Any], ref1: dict[str, Any], base1: dict[str, Any],
-                     repro: str) -> list[Finding]:
-        """New values for the same case: when the output does not change at all and the old
-        output does not pass against the new reference, the kernel ignores its inputs."""
+    def _sensitivity(self, case: Case, out1: dict[str, Any], repro: str) -> list[Finding]:
+        """New values for the same case, written into the *same* input buffers (the same
+        addresses): when an output does not change at all and the old output does not pass
+        against the new reference, the kernel ignores its inputs (it returns a cached or constant
+        result, whatever it keys its cache on)."""
         import torch
 
         m2 = materialize(self.spec, case, self.device, salt=1)
-        upstream = self.upstream(m2, case.seed + 1)
-        try:
-            outs2, _ = self.call(m2, upstream)
-            sync(self.device)
-        except Exception as exc:  # noqa: BLE001
-            if is_fatal(exc):
-                raise ContextLost(_first_line(exc)) from exc
+        upstream = self.ref.upstream(case, salt=1)
+        rep = self.candidate.call(case, upstream, refill=m2)
+        if rep.status != "ok":
             return []
-        ref2 = self.reference(m2, upstream)
-        base2 = self.baseline(m2, upstream, outs2)
-        cond2 = self.conditioning(m2, upstream)
+        ref2, base2, cond2 = self.ref.truth(case, rep.outputs, salt=1)
         found = []
         for k, r2 in ref2.items():
-            a, b = out1.get(k), outs2.get(k)
+            a, b = out1.get(k), rep.outputs.get(k)
             if not isinstance(a, torch.Tensor) or not isinstance(r2, torch.Tensor) or not bitwise_equal(a, b):
                 continue
             if not compare(k, a, r2, base2.get(k), self.rule, perturbed=cond2.get(k)).ok:
@@ -464,6 +234,10 @@ class CaseRunner:
                                       f"wrong for the new inputs: the kernel returns a cached or constant result",
                                       repro, output=k))
         return found
+
+
+def _bytes(t: Any) -> bytes:
+    return bytes(t.numpy().tobytes()) if t.numel() else b""
 
 
 def bitwise_equal(a: Any, b: Any) -> bool:

@@ -35,6 +35,38 @@ class Guarded:
         return start, self.buffer.data_ptr() + self.buffer.numel() - GUARD_BYTES
 
 
+def geometry(g: Guarded) -> dict[str, object]:
+    """How the view sits in its guarded buffer: enough to rebuild it around the same bytes."""
+    import torch
+
+    itemsize = torch.empty((), dtype=g.view.dtype).element_size()
+    offset = g.view.storage_offset() - GUARD_BYTES // itemsize if g.nbytes else 0
+    return {"shape": list(g.view.shape), "stride": list(g.view.stride()), "offset": offset,
+            "dtype": str(g.view.dtype).removeprefix("torch."), "nbytes": g.nbytes}
+
+
+def guarded_from(name: str, buf: object, geo: dict[str, object]) -> Guarded:
+    """The guarded tensor ``geometry`` describes, around ``buf`` (a uint8 buffer of guard, storage,
+    padding, guard): the candidate's copy of an input the judge built."""
+    import torch
+
+    dtype = getattr(torch, str(geo["dtype"]))
+    shape = tuple(int(x) for x in geo["shape"])  # type: ignore[attr-defined]
+    stride = tuple(int(x) for x in geo["stride"])  # type: ignore[attr-defined]
+    nbytes = int(geo["nbytes"])  # type: ignore[call-overload]
+    assert isinstance(buf, torch.Tensor)
+    if not nbytes:
+        return Guarded(name, buf, torch.empty(shape, dtype=dtype, device=buf.device), 0)
+    flat = buf[GUARD_BYTES:GUARD_BYTES + nbytes].view(dtype)
+    view = flat.as_strided(shape, stride, flat.storage_offset() + int(geo["offset"]))  # type: ignore[call-overload]
+    return Guarded(name, buf, view, nbytes)
+
+
+def canary_intact(head: object, tail: object) -> bool:
+    """Whether the guard bytes read back from a buffer still hold the canary."""
+    return all(set(bytes(part)) <= {CANARY} for part in (head, tail))  # type: ignore[call-overload]
+
+
 def _storage_elems(shape: tuple[int, ...], stride: tuple[int, ...], offset: int) -> int:
     if any(s == 0 for s in shape):
         return offset

@@ -1,0 +1,79 @@
+"""The judge's line to a worker: one request, one answer, within the job's deadline.
+
+:class:`SocketChannel` talks to a worker process (the executor made the socket pair and started the
+worker in its sandbox). :class:`LocalChannel` serves the same requests from a worker object in the
+judge's own process, for callers that run a job in-process (tests, a library's own test suite):
+the messages still cross as bytes, so the judge's side is the same code either way.
+"""
+from __future__ import annotations
+
+import json
+import socket
+from typing import Any, Protocol
+
+from .. import wire
+
+
+class WorkerLost(Exception):
+    """The worker is gone: it died (a crash, a signal, a kernel that killed its process) or closed
+    its end."""
+
+
+class WorkerTimeout(Exception):
+    """The worker did not answer before the job's deadline (a hang, or too slow)."""
+
+
+class Channel(Protocol):
+    name: str
+
+    def request(self, header: dict[str, Any], blobs: wire.Blobs = ..., deadline: float | None = None
+                ) -> tuple[dict[str, Any], list[bytearray]]: ...
+
+    def close(self) -> None: ...
+
+
+class SocketChannel:
+    def __init__(self, sock: socket.socket, name: str) -> None:
+        self.sock, self.name = sock, name
+        self.lost: str | None = None
+
+    def request(self, header: dict[str, Any], blobs: wire.Blobs = (), deadline: float | None = None  # type: ignore[assignment]
+                ) -> tuple[dict[str, Any], list[bytearray]]:
+        if self.lost is not None:
+            raise WorkerLost(self.lost)
+        try:
+            wire.send(self.sock, header, list(blobs))
+            return wire.recv(self.sock, deadline)
+        except wire.ChannelClosed as exc:
+            self.lost = f"the {self.name} worker exited or died ({exc})"
+            raise WorkerLost(self.lost) from exc
+        except wire.ChannelTimeout as exc:
+            self.lost = f"the {self.name} worker did not answer within the job's time budget"
+            raise WorkerTimeout(self.lost) from exc
+        except wire.BadMessage as exc:
+            self.lost = f"the {self.name} worker sent something that is not an answer ({exc})"
+            raise WorkerLost(self.lost) from exc
+
+    def close(self) -> None:
+        if self.lost is None:
+            try:
+                wire.send(self.sock, {"op": "bye"})
+            except (wire.ChannelClosed, OSError):
+                pass
+        self.sock.close()
+
+
+class LocalChannel:
+    """A worker object in this process, reached through the same bytes a socket would carry."""
+
+    def __init__(self, worker: Any, name: str) -> None:
+        self.worker, self.name = worker, name
+
+    def request(self, header: dict[str, Any], blobs: wire.Blobs = (), deadline: float | None = None  # type: ignore[assignment]
+                ) -> tuple[dict[str, Any], list[bytearray]]:
+        header = json.loads(json.dumps(header))
+        reply, out = self.worker.handle(header, [bytearray(memoryview(b).cast("B")) for b in blobs])
+        return json.loads(json.dumps(reply)), [bytearray(memoryview(b).cast("B")) for b in out]
+
+    def close(self) -> None:
+        return None

@@ -1,0 +1,219 @@
+"""The judge's handles on its two workers, and the spec as the judge knows it.
+
+:class:`Candidate` sends a case's inputs to the candidate worker and reads back a :class:`CallReport`
+of plain tensors and facts; :class:`Reference` asks the reference worker for the truth on a case.
+Neither hands the judge an object a worker made: everything is rebuilt here from bytes and JSON.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from .. import wire
+from ..equivalence.cases import Case
+from ..equivalence.guard import geometry
+from ..equivalence.inputs import Materialized
+from ..findings import Finding
+from ..jobs import Job
+from ..spec import Dim, Index, Spec, Tensor, Tolerance
+from .channel import Channel, WorkerLost, WorkerTimeout
+
+
+class ContextLost(Exception):
+    """The candidate's CUDA context, or its worker, is gone: the rest of this job cannot run."""
+
+
+class SpecBroken(Exception):
+    """The spec itself (its reference) is wrong; not the kernel's fault."""
+
+
+class SpecDidNotImport(Exception):
+    def __init__(self, finding: Finding) -> None:
+        super().__init__(finding.message)
+        self.finding = finding
+
+
+def _not_here(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("the judge never runs the spec's functions: the workers do")
+
+
+def spec_from_description(d: dict[str, Any]) -> Spec:
+    """The spec the judge works with: the reference worker's description, functions left out."""
+    def build(obj: dict[str, Any]) -> Any:
+        kind = obj.pop("kind")
+        cls = {"Dim": Dim, "Tensor": Tensor, "Index": Index}[kind]
+        if kind == "Dim" and obj.get("values") is not None:
+            obj["values"] = tuple(obj["values"])
+        if kind == "Index":
+            obj["shape"] = tuple(obj["shape"])
+            obj["dists"] = tuple(obj["dists"]) if obj.get("dists") is not None else None
+            obj["layouts"] = tuple(obj["layouts"]) if obj.get("layouts") is not None else None
+        return cls(**obj)
+
+    return Spec(name=str(d["name"]), fn=_not_here, dims={k: build(dict(v)) for k, v in d["dims"].items()},
+                inputs={k: build(dict(v)) for k, v in d["inputs"].items()}, reference=_not_here,
+                params={k: None for k in d.get("params") or []}, dim_args=tuple(d["dim_args"]),
+                grads=tuple(d["grads"]), covers=tuple(d["covers"]), deterministic=bool(d["deterministic"]),
+                tolerance=Tolerance(**d["tolerance"]), devices=tuple(d["devices"]),
+                checks=tuple(d["checks"]) if d.get("checks") is not None else None, module=str(d["module"]),
+                file=str(d["file"]), line=int(d["line"]), accumulate=d.get("accumulate"))
+
+
+@dataclasses.dataclass
+class CallReport:
+    status: str  # ok, refused, unsupported, oom, fatal
+    message: str = ""
+    trace: str | None = None
+    outputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # plain tensors (or values)
+    types: dict[str, str] = dataclasses.field(default_factory=dict)  # outputs that were not plain tensors
+    early: dict[str, Any] = dataclasses.field(default_factory=dict)  # copies taken at return that differ
+    same_as_held: frozenset[str] = frozenset()
+    where: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # output -> [data_ptr, storage_ptr]
+    held_where: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    input_spans: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    inputs_changed: dict[str, Any] = dataclasses.field(default_factory=dict)  # name -> uint8 buffer after the call
+    watch: list[tuple[list[int], bytes, bytes]] = dataclasses.field(default_factory=list)
+    side_streams: int = 0
+
+
+def _check(reply: dict[str, Any], what: str) -> None:
+    err = reply.get("error")
+    if err == "fatal":
+        raise ContextLost(str(reply.get("message")))
+    if err == "reference":
+        raise SpecBroken(str(reply.get("message")))
+    if err is not None:
+        raise ContextLost(f"the {what} worker failed: {reply.get('message') or err}")
+
+
+class Candidate:
+    def __init__(self, channel: Channel, device: str, deadline: float) -> None:
+        self.channel, self.device, self.deadline = channel, device, deadline
+
+    def _ask(self, header: dict[str, Any], blobs: wire.Blobs = ()) -> tuple[dict[str, Any], list[bytearray]]:  # type: ignore[assignment]
+        try:
+            return self.channel.request(header, blobs, self.deadline)
+        except WorkerTimeout:
+            raise
+        except WorkerLost as exc:
+            raise ContextLost(str(exc)) from exc
+
+    def call(self, case: Case, upstream: dict[str, Any] | None, *, inputs: Materialized | None = None,
+             refill: Materialized | None = None, hold: bool = False, early: bool = False, load: bool = False,
+             compare_held: bool = False) -> CallReport:
+        blobs: wire.Blobs = []
+        header: dict[str, Any] = {"op": "call", "dims": case.dims, "grad_layout": case.grad_layout, "hold": hold,
+                                  "early": early, "load": load, "compare_held": compare_held,
+                                  "upstream": wire.encode_dict(upstream, blobs) if upstream is not None else None}
+        if inputs is not None:
+            header["inputs"] = {k: {"buffer": wire.encode_tensor(g.buffer, blobs), "geometry": geometry(g)}
+                                for k, g in inputs.guarded.items()}
+        if refill is not None:
+            header["refill"] = {k: wire.encode_tensor(g.buffer, blobs) for k, g in refill.guarded.items()}
+        reply, got = self._ask(header, blobs)
+        if reply.get("error"):
+            _check(reply, "candidate")
+        status = str(reply.get("status") or "refused")
+        if status != "ok":
+            if status == "fatal":
+                raise ContextLost(str(reply.get("message")))
+            return CallReport(status, str(reply.get("message") or ""), reply.get("trace"))
+        metas = reply.get("outputs") or {}
+        outputs = {k: wire.decode_value(m, got, self.device) for k, m in metas.items() if not m.get("held")}
+        types = {k: str(m.get("type")) for k, m in metas.items() if m.get("tensor") and not m.get("plain")}
+        return CallReport(
+            "ok", outputs=outputs, types=types,
+            early={k: wire.decode_tensor(m, got, self.device) for k, m in (reply.get("early") or {}).items()},
+            same_as_held=frozenset(reply.get("same_as_held") or ()), where=dict(reply.get("where") or {}),
+            held_where=dict(reply.get("held_where") or {}), input_spans=dict(reply.get("input_spans") or {}),
+            inputs_changed={k: wire.decode_tensor(m, got, self.device)
+                            for k, m in (reply.get("inputs_changed") or {}).items()},
+            watch=[(list(w["shape"]), bytes(got[int(w["head"]["blob"])]), bytes(got[int(w["tail"]["blob"])]))
+                   for w in reply.get("watch") or []],
+            side_streams=int(reply.get("side_streams") or 0))
+
+    def release(self) -> None:
+        self._ask({"op": "release"})
+
+    def finish(self, compile_settings: Any = None) -> dict[str, Any]:
+        reply, _ = self._ask({"op": "finish", "compile": compile_settings})
+        return reply
+
+
+class Reference:
+    def __init__(self, channel: Channel, device: str, deadline: float) -> None:
+        self.channel, self.device, self.deadline = channel, device, deadline
+        self.isolated = True
+        self.why: str | None = None
+
+    def _ask(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[bytearray]]:
+        try:
+            reply, blobs = self.channel.request(header, (), self.deadline)
+        except WorkerTimeout as exc:
+            raise SpecBroken(f"the spec's reference did not finish within the job's time budget ({exc})") from exc
+        except WorkerLost as exc:
+            raise SpecBroken(f"the spec's reference crashed its worker ({exc})") from exc
+        if "isolated" in reply and not reply.get("isolated"):
+            self.isolated, self.why = False, reply.get("why")
+        _check(reply, "reference")
+        return reply, blobs
+
+    def upstream(self, case: Case, salt: int = 0) -> dict[str, Any] | None:
+        reply, blobs = self._ask({"op": "upstream", "case": case.token(), "case_id": case.id, "salt": salt})
+        return wire.decode_dict(reply["upstream"], blobs, self.device) if reply.get("upstream") is not None else None
+
+    def truth(self, case: Case, like: dict[str, Any], salt: int = 0
+              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        reply, blobs = self._ask({"op": "truth", "case": case.token(), "case_id": case.id, "salt": salt,
+                                  "like": _dtypes(like)})
+        return (wire.decode_dict(reply["reference"], blobs, self.device),
+                wire.decode_dict(reply["baseline"], blobs, self.device),
+                wire.decode_dict(reply["conditioning"], blobs, self.device))
+
+    def baseline_fp32(self, case: Case, like: dict[str, Any], salt: int = 0) -> dict[str, Any]:
+        reply, blobs = self._ask({"op": "baseline_fp32", "case": case.token(), "case_id": case.id, "salt": salt,
+                                  "like": _dtypes(like)})
+        return wire.decode_dict(reply["baseline"], blobs, self.device)
+
+
+def _dtypes(like: dict[str, Any]) -> dict[str, str]:
+    import torch
+
+    return {k: str(v.dtype).removeprefix("torch.") for k, v in like.items() if isinstance(v, torch.Tensor)}
+
+
+@dataclasses.dataclass
+class Workers:
+    """A job's two workers, as the judge sees them, once the spec imported in both."""
+
+    spec: Spec
+    candidate: Candidate
+    reference: Reference
+    uses_triton: bool = False
+    finished: dict[str, Any] | None = None
+
+    def finish(self, compile_settings: Any = None) -> dict[str, Any]:
+        if self.finished is None:
+            self.finished = self.candidate.finish(compile_settings)
+        return self.finished
+
+
+def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float) -> Workers:
+    """Have both workers import the job's spec; the reference worker's description is the spec the
+    judge works with. A spec that does not import is :class:`SpecDidNotImport`."""
+    header = {"op": "load", "job": job.to_json()}
+    for role in ("candidate", "reference"):
+        try:
+            reply, _ = channels[role].request(header, (), deadline)
+        except (WorkerLost, WorkerTimeout) as exc:
+            raise ContextLost(f"the {role} worker did not start: {exc}") from exc
+        if reply.get("error") == "spec-import":
+            raise SpecDidNotImport(Finding.from_json(reply["finding"]))
+        if reply.get("error"):
+            raise ContextLost(f"the {role} worker failed: {reply.get('message')}")
+        if role == "candidate":
+            uses_triton = bool(reply.get("uses_triton"))
+    reference = Reference(channels["reference"], device, deadline)
+    reply, _ = reference._ask({"op": "describe"})
+    return Workers(spec_from_description(reply["spec"]), Candidate(channels["candidate"], device, deadline),
+                   reference, uses_triton)

@@ -1,0 +1,175 @@
+"""The candidate worker: runs the spec's candidate (the code under review) on the inputs the judge
+sends, and sends back what came out, as data.
+
+For each call it rebuilds the judge's guarded input buffers (or refills the same buffers with new
+values, at the same addresses: a candidate that caches by pointer is caught), watches the outputs
+the candidate allocates with ``gg.empty`` and the streams it switches to, copies every output on
+the caller's stream the moment the call returns, then waits for the whole device. It reports the
+outputs (read without running any of their type's own code), the copies that differ from them,
+the input buffers the call changed, the guard bytes of its own output buffers, and where everything
+lived. The judge decides what any of it means.
+"""
+from __future__ import annotations
+
+import traceback
+from pathlib import Path
+from typing import Any
+
+from .. import wire
+from ..equivalence.guard import GUARD_BYTES, Guarded, OutputWatch, SideStreams, guarded_from
+from ..jobs import Job
+from ..spec import Spec
+from .calling import call_with_grads, first_line, interpreter_error, is_fatal, kwargs_for, sync
+
+LOAD_STREAMS = 2
+
+
+class CandidateServer:
+    """Answers ``call`` and ``finish``; holds the current case's input buffers between calls."""
+
+    def __init__(self, job: Job, repo_root: Path, device: str, spec: Spec) -> None:
+        self.job, self.repo_root, self.device, self.spec = job, repo_root, device, spec
+        self.inputs: dict[str, Guarded] = {}
+        self.snapshots: dict[str, Any] = {}
+        self.held: dict[str, Any] | None = None  # an earlier call's outputs, kept alive on request
+        self.held_copy: dict[str, Any] = {}  # and their values then (a static buffer changes under them)
+        self._load: Any = None
+
+    def handle(self, header: dict[str, Any], blobs: list[bytearray]) -> tuple[dict[str, Any], wire.Blobs]:
+        op = header.get("op")
+        if op == "call":
+            return self.call(header, blobs)
+        if op == "release":
+            self.held, self.held_copy = None, {}
+            return {"ok": True}, []
+        return {"error": "protocol", "message": f"unknown request {op!r}"}, []
+
+    # --- inputs ------------------------------------------------------------------
+
+    def _inputs(self, header: dict[str, Any], blobs: list[bytearray]) -> None:
+        import torch
+
+        fresh = header.get("inputs")
+        if isinstance(fresh, dict):
+            self.held, self.held_copy = None, {}
+            self.inputs, self.snapshots = {}, {}
+            for name, meta in fresh.items():
+                buf = wire.decode_tensor(meta["buffer"], blobs, self.device)
+                g = guarded_from(name, buf, meta["geometry"])
+                self.inputs[name] = g
+                self.snapshots[name] = g.buffer.clone()
+        refill = header.get("refill")
+        if isinstance(refill, dict):
+            # New values in the very same memory: the addresses the candidate saw before.
+            for name, meta in refill.items():
+                g = self.inputs[name]
+                g.buffer.copy_(wire.decode_tensor(meta, blobs, self.device))
+                self.snapshots[name] = g.buffer.clone()
+            torch.cuda.synchronize() if self.device == "cuda" else None
+
+    # --- one call ----------------------------------------------------------------
+
+    def call(self, header: dict[str, Any], blobs: list[bytearray]) -> tuple[dict[str, Any], wire.Blobs]:
+        import torch
+
+        self._inputs(header, blobs)
+        upstream = wire.decode_dict(header["upstream"], blobs, self.device) if header.get("upstream") else None
+        dims = {str(k): int(v) for k, v in (header.get("dims") or {}).items()}
+        tensors = {k: g.view for k, g in self.inputs.items()}
+        if header.get("load"):
+            self._burst()
+        try:
+            with OutputWatch() as watch, SideStreams(self.device) as streams:
+                outs = call_with_grads(self.spec, self.spec.fn, tensors, kwargs_for(self.spec, dims), upstream,
+                                       str(header.get("grad_layout") or "contiguous"))
+            early = ({k: wire.plain(v).clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
+                     if header.get("early") and self.device == "cuda" else {})
+            sync(self.device)
+        except Exception as exc:  # noqa: BLE001 - candidate code: a refusal, unless the context died
+            return self._failed(exc), []
+        out: wire.Blobs = []
+        reply: dict[str, Any] = {"status": "ok", "side_streams": len(streams.used)}
+        reply["early"] = {k: wire.encode_tensor(e, out) for k, e in early.items()
+                          if not _same(e, outs.get(k))}
+        same = [k for k in outs if self.held is not None and _same(outs[k], self.held_copy.get(k))]
+        reply["same_as_held"] = same
+        skip = set(same) if header.get("compare_held") else set()
+        reply["outputs"] = {k: (wire.encode_value(v, out) if k not in skip else {"tensor": False, "held": True})
+                            for k, v in outs.items()}
+        reply["where"] = {k: _where(v) for k, v in outs.items() if isinstance(v, torch.Tensor)}
+        reply["held_where"] = {k: _where(v) for k, v in (self.held or {}).items() if isinstance(v, torch.Tensor)}
+        reply["input_spans"] = {k: list(g.storage_span()) for k, g in self.inputs.items()}
+        reply["inputs_changed"] = self._changed_inputs(out)
+        reply["watch"] = [_guard_bytes(g, out) for g in watch.outputs]
+        if header.get("hold"):
+            self.held = outs
+            self.held_copy = {k: wire.plain(v).clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
+        return reply, out
+
+    def _changed_inputs(self, out: wire.Blobs) -> dict[str, Any]:
+        """The input buffers (guards included) the call wrote, as they were after it; each is put
+        back for the next call."""
+        import torch
+
+        changed = {}
+        for name, g in self.inputs.items():
+            if not torch.equal(g.buffer, self.snapshots[name]):
+                changed[name] = wire.encode_tensor(g.buffer, out)
+                g.buffer.copy_(self.snapshots[name])
+        return changed
+
+    def _failed(self, exc: BaseException) -> dict[str, Any]:
+        import torch
+
+        trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        if isinstance(exc, torch.cuda.OutOfMemoryError):
+            torch.cuda.empty_cache()
+            return {"status": "oom", "message": str(exc)}
+        if is_fatal(exc):
+            return {"status": "fatal", "message": first_line(exc), "trace": trace}
+        limit = interpreter_error(exc)
+        if limit is not None:
+            return {"status": "unsupported", "message": first_line(limit), "trace": trace}
+        return {"status": "refused", "message": first_line(exc), "trace": trace}
+
+    def _burst(self) -> None:
+        """Matmuls queued on side streams, never ordered with the caller's: the kernel under test
+        shares the GPU with them (the determinism check's load)."""
+        if self.device != "cuda":
+            return
+        import torch
+
+        if self._load is None:
+            streams = [torch.cuda.Stream() for _ in range(LOAD_STREAMS)]  # type: ignore[no-untyped-call]
+            self._load = (streams, torch.randn(2048, 2048, device="cuda"))
+        streams, a = self._load
+        for s in streams:
+            with torch.cuda.stream(s):
+                for _ in range(4):
+                    torch.mm(a, a)
+
+
+def _same(a: Any, b: Any) -> bool:
+    import torch
+
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+        return False
+    a, b = wire.plain(a), wire.plain(b)
+    if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
+        return False
+    if not a.numel():
+        return True
+    return bool(torch.equal(wire.flat_bytes(a), wire.flat_bytes(b)))
+
+
+def _where(t: Any) -> list[int]:
+    """Where a tensor's data and its storage begin (raw addresses, for the judge's alias checks)."""
+    p = wire.plain(t)
+    if not p.numel():
+        return [0, 0]
+    return [int(p.data_ptr()), int(p.untyped_storage().data_ptr())]
+
+
+def _guard_bytes(g: Guarded, out: wire.Blobs) -> dict[str, Any]:
+    return {"shape": list(g.view.shape), "head": wire.encode_tensor(g.buffer[:GUARD_BYTES], out),
+            "tail": wire.encode_tensor(g.buffer[GUARD_BYTES + g.nbytes:], out)}

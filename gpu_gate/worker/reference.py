@@ -1,0 +1,224 @@
+"""The reference worker: the spec's truth, computed in a process of its own.
+
+It imports the spec with the repository's modules replaced by stand-ins (:mod:`.stubs`), so that
+no code under review runs where the truth is computed; it describes the spec to the judge (the
+judge imports no spec), builds each case's inputs itself from the case's token (they are
+deterministic, so they are the very values the judge built), and answers with the float64
+reference, the baseline (torch in the kernel's dtype), the rounding envelope and the upstream
+gradients. Where the spec cannot do without the repository's code, the worker imports it for real
+and every answer says so.
+"""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from .. import wire
+from ..equivalence.cases import Case
+from ..equivalence.inputs import Materialized, materialize, perturbed_inputs, reference_inputs
+from ..equivalence.rounding import RoundingNoise, accumulation_dtype, arithmetic_dtype, unit_roundoff
+from ..jobs import Job
+from ..spec import Spec, upcast
+from .calling import (call_with_grads, expanded_values, first_line, is_fatal, kwargs_for, normalize,
+                      upstream_values)
+from .stubs import RepositoryCode
+
+
+class ReferenceSide:
+    """The reference's computations on one materialized case (in-process; the server below hands
+    them to the judge)."""
+
+    def __init__(self, spec: Spec, device: str) -> None:
+        self.spec, self.device = spec, device
+
+    def kwargs(self, case: Case) -> dict[str, Any]:
+        return kwargs_for(self.spec, case.dims)
+
+    def reference(self, m: Materialized, upstream: dict[str, Any] | None, *, upcast: bool = True) -> dict[str, Any]:
+        import torch
+
+        inputs = reference_inputs(self.spec, m, upcast=upcast)
+        if self.spec.grads:
+            return call_with_grads(self.spec, self.spec.reference, inputs, self.kwargs(m.case), upstream)
+        with torch.no_grad():
+            return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
+
+    def conditioning(self, m: Materialized, upstream: dict[str, Any] | None) -> dict[str, Any]:
+        """The float64 reference on inputs moved by up to one ulp of the kernel's arithmetic,
+        with the rounding of every operation put back in (see :mod:`gpu_gate.equivalence.rounding`):
+        how far a correct kernel computing in that precision, accumulating in the spec's declared
+        dtype in any order, may land from the truth on *these* inputs."""
+        import torch
+
+        inputs = perturbed_inputs(self.spec, m, m.case.seed)
+        # The dispatch mode is thread-local, and on a GPU autograd runs backward on a device
+        # thread of its own: keep backward on this thread, inside the mode.
+        with self.rounding(m), torch.autograd.set_multithreading_enabled(False):
+            if self.spec.grads:
+                return call_with_grads(self.spec, self.spec.reference, inputs, self.kwargs(m.case), upstream)
+            with torch.no_grad():
+                return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
+
+    def rounding(self, m: Materialized) -> RoundingNoise:
+        data = m.case.dtype
+        acc = accumulation_dtype(self.spec.accumulate, data)
+        device = next(iter(m.tensors.values())).device if m.tensors else self.device
+        return RoundingNoise(unit_roundoff(arithmetic_dtype(data)), unit_roundoff(acc), m.case.seed * 29 + 3, device)
+
+    def baseline(self, m: Materialized, upstream: dict[str, Any] | None, like: dict[str, Any]) -> dict[str, Any]:
+        """torch in the kernel's dtype; where torch has no kernel for that dtype on this device,
+        the float32 result rounded to it (the best the dtype can represent)."""
+        try:
+            return self.reference(m, upstream, upcast=False)
+        except (RuntimeError, NotImplementedError, TypeError) as exc:
+            if isinstance(exc, RepositoryCode) or is_fatal(exc):
+                raise
+            return self.baseline_fp32(m, upstream, like)
+
+    def baseline_fp32(self, m: Materialized, upstream: dict[str, Any] | None, like: dict[str, Any]
+                      ) -> dict[str, Any]:
+        """The reference computed in (at least) float32 on the dtype's inputs, rounded to each
+        output's dtype (``like``: output name to torch dtype)."""
+        import torch
+
+        inputs = {k: upcast(v.detach()) for k, v in reference_inputs(self.spec, m, upcast=False).items()}
+        kw = self.kwargs(m.case)
+        if self.spec.grads:
+            outs = call_with_grads(self.spec, self.spec.reference, inputs, kw, upstream)
+        else:
+            with torch.no_grad():
+                outs = normalize(self.spec.reference(**inputs, **kw))
+        return {k: (v.to(like[k]) if isinstance(like.get(k), torch.dtype) and isinstance(v, torch.Tensor) else v)
+                for k, v in outs.items()}
+
+    def upstream(self, m: Materialized, seed: int) -> dict[str, Any] | None:
+        """Upstream gradients sized by a float64 forward of the reference (backward specs only)."""
+        import torch
+
+        if not self.spec.grads:
+            return None
+        with torch.no_grad():
+            outs = normalize(self.spec.reference(**reference_inputs(self.spec, m, upcast=True),
+                                                 **self.kwargs(m.case)))
+        values = upstream_values(outs, seed)
+        return expanded_values(values) if m.case.grad_layout == "expanded" else values
+
+
+def describe(spec: Spec) -> dict[str, Any]:
+    """What the judge knows of a spec: everything but its functions."""
+    def plain(obj: Any) -> Any:
+        return {"kind": type(obj).__name__, **dataclasses.asdict(obj)}
+
+    return {"name": spec.name, "dims": {k: plain(v) for k, v in spec.dims.items()},
+            "inputs": {k: plain(v) for k, v in spec.inputs.items()}, "dim_args": list(spec.dim_args),
+            "grads": list(spec.grads), "covers": list(spec.covers), "deterministic": spec.deterministic,
+            "tolerance": dataclasses.asdict(spec.tolerance), "devices": list(spec.devices),
+            "checks": list(spec.checks) if spec.checks is not None else None, "module": spec.module,
+            "file": spec.file, "line": spec.line, "accumulate": spec.accumulate,
+            "params": sorted(spec.params)}
+
+
+class ReferenceServer:
+    """Answers the judge's ``describe``, ``upstream``, ``truth`` and ``baseline_fp32`` requests."""
+
+    def __init__(self, job: Job, repo_root: Path, workdir: Path, device: str, *, isolate: bool = True,
+                 spec: Spec | None = None) -> None:
+        self.job, self.repo_root, self.workdir, self.device = job, repo_root, workdir, device
+        self.isolated = False
+        self.why: str | None = None  # why the spec needed the repository's code
+        self._last: tuple[str, int, Materialized, dict[str, Any] | None] | None = None
+        self.spec = spec if spec is not None else self._load(isolate)
+        self.side = ReferenceSide(self.spec, device)
+
+    def _load(self, isolate: bool) -> Spec:
+        from .loader import load_spec
+
+        if isolate:
+            try:
+                spec = load_spec(self.job, self.repo_root, self.workdir, stub_repository=True)
+                self.isolated = True
+                return spec
+            except Exception as exc:  # noqa: BLE001 - the spec needs the repository's code: import it for real
+                self.why = _why(exc)
+        return load_spec(self.job, self.repo_root, self.workdir)
+
+    def _unisolate(self, exc: BaseException) -> None:
+        from . import stubs
+
+        finder = stubs.active()
+        if finder is not None:
+            stubs.uninstall(finder)
+        self.isolated, self.why = False, _why(exc)
+        self._last = None
+        self.spec = self._load(False)
+        self.side = ReferenceSide(self.spec, self.device)
+
+    def handle(self, header: dict[str, Any], blobs: list[bytearray]) -> tuple[dict[str, Any], wire.Blobs]:
+        op = header.get("op")
+        if op == "describe":
+            return {"spec": describe(self.spec), **self._status()}, []
+        for _ in range(2):  # once more after importing the repository's code for real
+            try:
+                return self._compute(op, header)
+            except Exception as exc:  # noqa: BLE001 - the spec's reference is user code
+                if _repository_code(exc) and self.isolated:
+                    self._unisolate(exc)
+                    continue
+                if is_fatal(exc):
+                    return {"error": "fatal", "message": first_line(exc), **self._status()}, []
+                case = header.get("case_id") or "?"
+                return {"error": "reference", "message": f"the spec's reference raised {first_line(exc)} on case "
+                                                         f"{case}", **self._status()}, []
+        return {"error": "reference", "message": "the reference could not run", **self._status()}, []
+
+    def _status(self) -> dict[str, Any]:
+        return {"isolated": self.isolated, "why": self.why}
+
+    def _case(self, header: dict[str, Any]) -> tuple[Materialized, dict[str, Any] | None]:
+        token, salt = str(header["case"]), int(header.get("salt") or 0)
+        if self._last is not None and self._last[:2] == (token, salt):
+            return self._last[2], self._last[3]
+        case = Case.from_token(token)
+        m = materialize(self.spec, case, self.device, salt=salt)
+        up = self.side.upstream(m, case.seed + salt)
+        self._last = (token, salt, m, up)
+        return m, up
+
+    def _compute(self, op: Any, header: dict[str, Any]) -> tuple[dict[str, Any], wire.Blobs]:
+        import torch
+
+        blobs: wire.Blobs = []
+        m, up = self._case(header)
+        like = {k: getattr(torch, str(v)) for k, v in (header.get("like") or {}).items()}
+        if op == "upstream":
+            return {"upstream": wire.encode_dict(up, blobs) if up is not None else None, **self._status()}, blobs
+        if op == "truth":
+            ref = self.side.reference(m, up)
+            base = self.side.baseline(m, up, like)
+            cond = self.side.conditioning(m, up)
+            return {"reference": wire.encode_dict(ref, blobs), "baseline": wire.encode_dict(base, blobs),
+                    "conditioning": wire.encode_dict(cond, blobs), **self._status()}, blobs
+        if op == "baseline_fp32":
+            return {"baseline": wire.encode_dict(self.side.baseline_fp32(m, up, like), blobs), **self._status()}, blobs
+        return {"error": "protocol", "message": f"unknown request {op!r}"}, []
+
+
+def _repository_code(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        if isinstance(cur, RepositoryCode):
+            return True
+        seen.add(id(cur))
+        cur = cur.__cause__ or cur.__context__
+    return False
+
+
+def _why(exc: BaseException) -> str:
+    cur: BaseException | None = exc
+    while cur is not None and not isinstance(cur, RepositoryCode):
+        cur = cur.__cause__ or cur.__context__
+    if cur is not None:
+        return f"it uses {cur} from the repository"
+    return f"it does not import without the repository's code ({first_line(exc)})"

@@ -1,0 +1,182 @@
+"""A worker's life: read the job, import the spec, answer the judge until it says goodbye.
+
+Started by the executor inside the job's sandbox as ``python -I -c BOOT CONTEXT.json FD ROLE``: FD
+is its end of the socket to the judge, ROLE ``candidate`` or ``reference``; the judge sends the job. It writes no result file;
+its exit code decides nothing. When the judge goes away (the socket closes), it exits.
+"""
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+from .. import wire
+from ..jobs import Job
+
+
+def uses_triton(repo_root: Path) -> bool:
+    """Whether code loaded from the repository (the spec and the kernels it imports) uses Triton.
+
+    ``"triton" in sys.modules`` is no answer: torch imports Triton itself wherever it is
+    installed, and a spec of plain torch code must keep its bf16 cases under the interpreter."""
+    root = str(repo_root.resolve())
+    for mod in list(sys.modules.values()):
+        path = getattr(mod, "__file__", None) or ""
+        if not path.startswith(root):
+            continue
+        for value in list(vars(mod).values()):
+            name = value.__name__ if isinstance(value, types.ModuleType) else type(value).__module__
+            if isinstance(name, str) and name.split(".")[0] == "triton":
+                return True
+    return False
+
+
+class Worker:
+    """One role's server, plus what every worker answers: ``load`` (import the job's spec) and
+    ``finish`` (what the candidate launched)."""
+
+    def __init__(self, role: str, context: dict[str, Any], workdir: Path, *, isolate: bool = True,
+                 borrow: Worker | None = None) -> None:
+        """``borrow``: in one process, the worker whose imported spec this one uses (the spec
+        module is imported once)."""
+        self.role, self.workdir, self.isolate, self.borrow = role, workdir, isolate, borrow
+        self.repo_root = Path(context.get("repo_root") or os.getcwd())
+        self.device = context.get("device") or _pick_device()
+        self.job: Job | None = None
+        self.server: Any = None
+        self._recorders: Any = None
+        if role == "candidate":
+            self._record()
+
+    def load(self, job: Job, spec: Any = None) -> dict[str, Any]:
+        """Import the job's spec (again, for a job whose spec changed: the head's after the base's)."""
+        from .loader import SpecImportError
+
+        self.job, self.server = job, None
+        try:
+            if self.role == "reference":
+                from .reference import ReferenceServer
+
+                self.server = ReferenceServer(job, self.repo_root, self.workdir, self.device, spec=spec,
+                                              isolate=self.isolate)
+            else:
+                from .candidate import CandidateServer
+                from .loader import load_spec
+
+                loaded = spec if spec is not None else load_spec(job, self.repo_root, self.workdir)
+                self.server = CandidateServer(job, self.repo_root, self.device, loaded)
+                self._record_specializations()
+        except SpecImportError as exc:
+            return {"error": "spec-import", "finding": exc.finding.to_json()}
+        return {"ok": True, "device": self.device,
+                "uses_triton": uses_triton(self.repo_root) if self.role == "candidate" else None}
+
+    def _record(self) -> None:
+        """Coverage: every launch of the repository's kernels (hooked once Triton is imported)."""
+        from .. import launches
+
+        coverage = launches.recording(self.repo_root)
+        self._recorders = [coverage, coverage.__enter__(), None]
+
+    def _record_specializations(self) -> None:
+        """The Triton specializations launched, from the spec's import on (as the spec imports
+        Triton, its launch classes exist by then)."""
+        from ..cuda import tritonlaunch
+
+        if self._recorders is not None and self._recorders[2] is None:
+            rec = tritonlaunch.Recorder()
+            tritonlaunch.start(rec)
+            self._recorders[2] = rec
+
+    def close(self) -> None:
+        from ..cuda import tritonlaunch
+
+        if self._recorders is not None:
+            if self._recorders[2] is not None:
+                tritonlaunch.stop(self._recorders[2])
+            self._recorders[0].__exit__(None, None, None)
+            self._recorders = None
+
+    def handle(self, header: dict[str, Any], blobs: list[bytearray]) -> tuple[dict[str, Any], wire.Blobs]:
+        op = header.get("op")
+        if op == "load":
+            lent = getattr(self.borrow.server, "spec", None) if self.borrow is not None else None
+            return self.load(Job.from_json(header["job"]), lent), []
+        if self.server is None:
+            return {"error": "protocol", "message": "no spec is loaded"}, []
+        if op == "finish":
+            return self._finish(header), []
+        return self.server.handle(header, blobs)
+
+    def _finish(self, header: dict[str, Any]) -> dict[str, Any]:
+        """What the candidate launched: the repository's kernels (coverage) and the Triton
+        specializations, compiled for the policy's archs where asked (see checks/compile_launched)."""
+        if self._recorders is None or self.job is None:
+            return {}
+        coverage, specializations = self._recorders[1], self._recorders[2]
+        from ..checks.compile_launched import compile_launched, repo_launches
+
+        mine = repo_launches(specializations.launches if specializations else [], self.repo_root, self.job.kernels)
+        reply: dict[str, Any] = {"launches": coverage.to_json(),
+                                 "specializations": [{**launch.to_json(), "file": rel} for rel, launch in mine]}
+        settings = header.get("compile")
+        if mine and isinstance(settings, dict) and self.device == "cuda":
+            findings, rows = compile_launched(mine, settings)
+            reply["compile"] = {"findings": [f.to_json() for f in findings], "rows": rows}
+        return reply
+
+
+def _pick_device() -> str:
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def serve(sock: socket.socket, worker: Worker) -> None:
+    from .calling import torch_settings
+
+    with torch_settings():
+        while True:
+            try:
+                header, blobs = wire.recv(sock)
+            except (wire.ChannelClosed, wire.BadMessage):
+                return
+            if header.get("op") == "bye":
+                return
+            try:
+                reply, out = worker.handle(header, blobs)
+            except Exception as exc:  # noqa: BLE001 - reported to the judge, which decides
+                from .calling import first_line, is_fatal
+
+                reply, out = {"error": "fatal" if is_fatal(exc) else "worker",
+                              "message": f"{first_line(exc)}"}, []
+            try:
+                wire.send(sock, reply, out)
+            except wire.ChannelClosed:
+                return
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    context_file, fd, role = argv[0], int(argv[1]), argv[2]
+    context = json.loads(Path(context_file).read_text())
+    sock = socket.socket(fileno=fd)
+    worker = Worker(role, context, Path(context_file).parent)
+    serve(sock, worker)
+    sock.close()
+    # Exit without tearing down the interpreter: a kernel's atexit code or a CUDA context the
+    # candidate broke must not hang the exit.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+BOOT = ("import sys, importlib.util\n"
+        "from gpu_gate.worker.serve import main\n"
+        "main()")
