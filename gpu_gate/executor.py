@@ -234,8 +234,24 @@ def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int, ch
     return env
 
 
-def worker_argv(opts: ExecOptions, job_file: Path, result_file: Path) -> list[str]:
-    """The worker's command line. ``-I`` (isolated): no PYTHON* variables, no user site, and
+def judge_argv(opts: ExecOptions, job_file: Path, result_file: Path) -> list[str]:
+    """The judge's command line: gpu-gate's own harness, outside the sandbox."""
+    return [sys.executable, "-I", *_flags(opts), "-c", _BOOT, str(job_file), str(result_file)]
+
+
+def _flags(opts: ExecOptions) -> list[str]:
+    flags = ["-u"]
+    if opts.pycache is not None:
+        flags += ["-X", f"pycache_prefix={opts.pycache}"]
+    else:
+        flags.append("-B")
+    return flags
+
+
+def worker_argv(opts: ExecOptions, job_file: Path, result_file: Path | None, *, role: str | None = None,
+                fd: int | None = None) -> list[str]:
+    """The worker's command line (``role``: a judged job's candidate or reference worker, on socket
+    ``fd``; else a job that writes its own result, the compile check). ``-I`` (isolated): no PYTHON* variables, no user site, and
     neither the working directory nor the script's directory on sys.path, so a repository file
     ``gpu_gate/harness.py`` (or ``torch.py``) cannot stand in for the installed one; the harness
     puts the repository on sys.path itself, behind the standard library (see harness.user_path)."""
@@ -249,6 +265,8 @@ def worker_argv(opts: ExecOptions, job_file: Path, result_file: Path) -> list[st
         flags += ["-X", f"pycache_prefix={opts.pycache}"]
     else:
         flags.append("-B")
+    if role is not None:
+        return [sys.executable, "-I", *flags, "-c", _WORKER_BOOT, str(job_file), str(fd), role]
     return [sys.executable, "-I", *flags, "-c", _BOOT, str(job_file), str(result_file)]
 
 
@@ -258,6 +276,7 @@ _BOOT = ("import sys, importlib.util\n"
          f"if importlib.util.find_spec('gpu_gate') is None: sys.path.append({str(sandbox.gate_package_dir().parent)!r})\n"
          "from gpu_gate.harness import main\n"
          "sys.exit(main())")
+_WORKER_BOOT = _BOOT.replace("from gpu_gate.harness import main", "from gpu_gate.worker.serve import main")
 
 
 def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Available) -> sandbox.Layout:
@@ -293,6 +312,8 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
     avail = opts.sandbox or sandbox.choose(opts.sandbox_mode)
     if opts.sandbox_mode == "required" and not avail.works:
         return _refused(job, avail)
+    if CHECKS[job.check].scope == "spec":
+        return _run_judged(job, opts, gpu, workdir, control, avail)
     job_file, result_file = workdir / "in.json", workdir / "out.json"
     try:
         job_file.write_text(json.dumps({"job": job.to_json(), "context": _context(opts, gpu, job)}))
@@ -321,9 +342,11 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
 
 
 def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir: Path, env: dict[str, str],
-                   timeout: float, avail: sandbox.Available, control: RunControl) -> tuple[proc.ProcResult, int]:
+                   timeout: float, avail: sandbox.Available, control: RunControl, extra_fds: tuple[int, ...] = (),
+                   on_start: Callable[[int], None] | None = None) -> tuple[proc.ProcResult, int]:
     """Run ``argv`` in the sandbox; also return how many processes outlived the worker (they
-    are dead by the time this returns)."""
+    are dead by the time this returns). ``extra_fds``: descriptors the process inherits (its end
+    of the socket to the judge)."""
     with tempfile.TemporaryFile() as count:
         layout = _layout(opts, gpu, workdir, avail)
         full = sandbox.wrap(avail, layout, argv, count.fileno())
@@ -333,10 +356,12 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
         def started(p: int) -> None:
             pid.append(p)
             control.started(p)
+            if on_start is not None:
+                on_start(p)
 
         try:
             pr = proc.run(full, cwd=opts.repo_root, env=env, timeout=timeout, on_start=started,
-                          pass_fds=(count.fileno(),) if avail.works else ())
+                          pass_fds=((count.fileno(),) if avail.works else ()) + extra_fds)
         finally:
             control.ended(pid[0] if pid else None)
         if avail.works:
@@ -346,6 +371,141 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
                 pr = dataclasses.replace(pr, returncode=status)  # the worker's, not the wrapper's
             return pr, n
         return pr, _hunt_orphans(start)
+
+
+WORKER_ROLES = ("candidate", "reference")
+WORKER_GRACE_S = 5.0  # after the judge is done, how long a worker may take to exit before it is killed
+
+
+def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control: RunControl,
+                avail: sandbox.Available) -> JobResult:
+    """A job that runs code under review: the judge (gpu-gate's own process, outside the sandbox,
+    which never imports that code) and two sandboxed workers, each in a directory of its own,
+    talking over socket pairs. The result file is the judge's, in a directory no worker sees; a
+    worker's exit code and files decide nothing (compute-sanitizer's report aside, read from the
+    candidate worker's directory by the sanitizer check)."""
+    import socket
+
+    outer = workdir.parent
+    judge_dir = outer / "judge"
+    dirs = {"candidate": workdir, "reference": outer / "r"}
+    try:
+        judge_dir.mkdir()
+        dirs["reference"].mkdir()
+        for d in dirs.values():
+            (d / "context.json").write_text(json.dumps(_worker_context(opts, gpu)))
+    except OSError as exc:
+        return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
+    pairs = {role: socket.socketpair() for role in WORKER_ROLES}
+    context = {**_context(opts, gpu, job), "channels": {role: a.fileno() for role, (a, _) in pairs.items()}}
+    job_file, result_file = judge_dir / "in.json", judge_dir / "out.json"
+    job_file.write_text(json.dumps({"job": job.to_json(), "context": context}))
+    threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
+    env = _env_for(opts, gpu, workdir, threads, job.check, avail.works)
+    judge_env = {**env, "TMPDIR": str(judge_dir)}
+    module = CHECKS[job.check].load()
+    argvs = {role: worker_argv(opts, dirs[role] / "context.json", None, role=role, fd=b.fileno())
+             for role, (_, b) in pairs.items()}
+    wrap = getattr(module, "wrap", None)
+    if wrap is not None:  # compute-sanitizer wraps the candidate's worker, inside its sandbox
+        wctx = WrapContext(opts.repo_root, gpu is not None, opts.sanitizer_path, opts.timeout_s, env)
+        wrapped = wrap(job, argvs["candidate"], workdir, wctx)
+        if not isinstance(wrapped, list):  # an Outcome: the tool cannot run (fail closed)
+            _close_pairs(pairs)
+            return _outcome_to_result(job, wrapped, 0.0, None)
+        argvs["candidate"] = wrapped
+        env = wctx.env
+    timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
+    done: dict[str, tuple[proc.ProcResult, int]] = {}
+    pids: dict[str, int] = {}
+
+    def worker(role: str) -> None:
+        wenv = {**env, "TMPDIR": str(dirs[role])}
+        b = pairs[role][1]
+        done[role] = _contained_run(argvs[role], opts, gpu, dirs[role], wenv, timeout, avail, control,
+                                    extra_fds=(b.fileno(),), on_start=lambda p, r=role: pids.__setitem__(r, p))
+
+    running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in WORKER_ROLES]
+    for t in running:
+        t.start()
+    judge_pid: list[int] = []
+
+    def judge_started(p: int) -> None:
+        judge_pid.append(p)
+        control.started(p)
+        for _, b in pairs.values():  # the workers hold their ends; the gate keeps none
+            _wait_started(pids, len(WORKER_ROLES))
+            b.close()
+
+    try:
+        jpr = proc.run(judge_argv(opts, job_file, result_file), cwd=judge_dir, env=judge_env, timeout=timeout,
+                       pass_fds=tuple(a.fileno() for a, _ in pairs.values()), on_start=judge_started)
+    finally:
+        control.ended(judge_pid[0] if judge_pid else None)
+        _close_pairs(pairs)
+        for t in running:
+            t.join(WORKER_GRACE_S)
+        for p in pids.values():
+            _kill_group(p)
+        for t in running:
+            t.join()
+    if control.reason is not None and (jpr.signal == 9 or jpr.timed_out or jpr.returncode is None):
+        return _interrupted(job, control.reason, jpr)
+    cand_pr, _ = done.get("candidate", (jpr, 0))
+    escaped = sum(n for _, n in done.values())
+    inner = _read_result(result_file)
+    result = _judge_result(job, opts, workdir, jpr, cand_pr, inner, timeout, module)
+    return _with_escapes(result, escaped, avail) if escaped else result
+
+
+def _wait_started(pids: dict[str, int], n: int, limit_s: float = 30.0) -> None:
+    end = time.monotonic() + limit_s
+    while len(pids) < n and time.monotonic() < end:
+        time.sleep(0.005)
+
+
+def _close_pairs(pairs: dict[str, Any]) -> None:
+    for a, b in pairs.values():
+        for s in (a, b):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+def _worker_context(opts: ExecOptions, gpu: str | None) -> dict[str, Any]:
+    return {"repo_root": str(opts.repo_root), "device": None if gpu is not None else "cpu"}
+
+
+def _judge_result(job: Job, opts: ExecOptions, workdir: Path, jpr: proc.ProcResult, cand: proc.ProcResult,
+                  inner: JobResult | None, timeout: float, module: Any) -> JobResult:
+    """The judge's result; a sanitizer check adds what compute-sanitizer saw in the candidate's
+    worker. The candidate's own output (its prints, its traceback) is the log shown."""
+    collect = getattr(module, "collect", None)
+    if collect is not None:
+        from .harness import Outcome
+
+        inner_outcome = None
+        if inner is not None:
+            inner_outcome = Outcome(inner.status, inner.findings, inner.cases, inner.reason, inner.extra)
+        outcome = collect(job, workdir, cand, inner_outcome)
+        return _outcome_to_result(job, outcome, jpr.duration_s, cand.tail(40) or jpr.tail(40) or None)
+    if inner is None:
+        kind, message = _classify_failure(job, jpr, timeout)
+        if jpr.timed_out and timeout < opts.timeout_s:
+            message += " (the whole run's time limit cut this job short)"
+        res = _error_result(job, kind, message, jpr)
+        return dataclasses.replace(res, log_tail=cand.tail(40) or res.log_tail)
+    inner.duration_s = jpr.duration_s
+    if cand.signal or cand.returncode not in (0, None):  # how the candidate died is the executor's to say
+        _, how = _classify_failure(job, cand, timeout)
+        how = how.replace("the job process", "its process")
+        inner.findings = [dataclasses.replace(f, message=f"{f.message}; {how}") if f.kind == "crash" else f
+                          for f in inner.findings]
+    if cand.tail(5) or jpr.tail(5):
+        inner.log_tail = "\n".join(t for t in (cand.tail(40), jpr.tail(10)) if t)
+    return dataclasses.replace(inner, job_id=job.id, check=job.check, level=job.level,
+                               spec=job.spec.id if job.spec else None, kernels=job.kernels)
 
 
 def _hunt_orphans(start: int) -> int:

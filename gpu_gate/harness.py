@@ -90,7 +90,7 @@ def _local_channels(ctx: Context) -> dict[str, Any]:
 
 def _run_check(info: Any, job: Job, ctx: Context) -> Outcome:
     from .judge.channel import WorkerTimeout
-    from .judge.workers import ContextLost, SpecDidNotImport
+    from .judge.workers import ContextLost, SpecDidNotImport, WorkerDied
 
     try:
         outcome: Outcome = info.load().run(job, ctx)
@@ -100,6 +100,10 @@ def _run_check(info: Any, job: Job, ctx: Context) -> Outcome:
         f = Finding(check=job.check, kind="timeout", spec=job.spec.id if job.spec else None,
                     message=f"{exc}: the candidate hung or was too slow; the job's other results were kept")
         outcome = Outcome(Status.ERROR, [f], reason="timeout")
+    except WorkerDied as exc:
+        f = Finding(check=job.check, kind="crash", spec=job.spec.id if job.spec else None,
+                    message=f"{exc}: the code under test crashed its process")
+        outcome = Outcome(Status.ERROR, [f], reason="crash")
     except ContextLost as exc:
         f = Finding(check=job.check, kind="cuda-error", spec=job.spec.id if job.spec else None,
                     message=f"the candidate's worker was lost: {exc}")

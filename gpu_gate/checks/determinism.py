@@ -96,6 +96,7 @@ class Determinism:
 
     def run(self) -> Outcome:
         from ..equivalence.engine import ContextLost, SpecBroken
+        from ..judge.workers import WorkerDied
         from ..harness import Outcome
 
         ran = 0
@@ -108,6 +109,8 @@ class Determinism:
                 if finding is not None:
                     return Outcome(Status.FAILED, [finding], cases=ran)
         except ContextLost as exc:
+            if isinstance(exc, WorkerDied):
+                raise  # the job's verdict: a crash (see harness._run_check)
             return Outcome(Status.FAILED, [self._finding("cuda-error", f"the kernel broke the CUDA context: {exc}")],
                            cases=ran, reason="CUDA context lost")
         except SpecBroken as exc:

@@ -107,6 +107,7 @@ class Equivalence:
 
     def run(self) -> Outcome:
         from ..equivalence.engine import ContextLost, SpecBroken
+        from ..judge.workers import WorkerDied
         from ..harness import Outcome
 
         try:
@@ -137,6 +138,8 @@ class Equivalence:
                         message=f"{exc} (fix the reference in {self.job.spec.file if self.job.spec else 'the spec'})")
             return Outcome(Status.ERROR, [f, *notes], cases=len(results), reason=str(exc))
         except ContextLost as exc:
+            if isinstance(exc, WorkerDied):
+                raise  # the job's verdict: a crash (see harness._run_check)
             f = Finding(check="equivalence", kind="cuda-error", spec=self.spec_id,
                         message=f"the kernel broke the CUDA context: {exc}")
             return Outcome(Status.FAILED, [f, *notes], cases=len(results), reason="CUDA context lost")

@@ -23,6 +23,10 @@ class ContextLost(Exception):
     """The candidate's CUDA context, or its worker, is gone: the rest of this job cannot run."""
 
 
+class WorkerDied(ContextLost):
+    """The candidate's worker process is gone (a crash, a signal, an exit): the executor knows how."""
+
+
 class SpecBroken(Exception):
     """The spec itself (its reference) is wrong; not the kernel's fault."""
 
@@ -96,7 +100,7 @@ class Candidate:
         except WorkerTimeout:
             raise
         except WorkerLost as exc:
-            raise ContextLost(str(exc)) from exc
+            raise WorkerDied(str(exc)) from exc
 
     def call(self, case: Case, upstream: dict[str, Any] | None, *, inputs: Materialized | None = None,
              refill: Materialized | None = None, hold: bool = False, early: bool = False, load: bool = False,
