@@ -422,7 +422,8 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     def worker(role: str) -> None:
         wenv = {**env, "TMPDIR": str(dirs[role])}
         b = pairs[role][1]
-        done[role] = _contained_run(argvs[role], opts, gpu, dirs[role], wenv, timeout, avail, control,
+        # The judge keeps the time: a worker outlives it only until it is killed after the judge.
+        done[role] = _contained_run(argvs[role], opts, gpu, dirs[role], wenv, timeout + 60, avail, control,
                                     extra_fds=(b.fileno(),), on_start=lambda p, r=role: pids.__setitem__(r, p))
 
     running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in WORKER_ROLES]
@@ -499,7 +500,7 @@ def _judge_result(job: Job, opts: ExecOptions, workdir: Path, jpr: proc.ProcResu
     inner.duration_s = jpr.duration_s
     if cand.signal or cand.returncode not in (0, None):  # how the candidate died is the executor's to say
         _, how = _classify_failure(job, cand, timeout)
-        how = how.replace("the job process", "its process")
+        how = how.replace("the job process died: ", "") if cand.signal else f"it exited with code {cand.returncode}"
         inner.findings = [dataclasses.replace(f, message=f"{f.message}; {how}") if f.kind == "crash" else f
                           for f in inner.findings]
     if cand.tail(5) or jpr.tail(5):

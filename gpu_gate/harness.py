@@ -98,11 +98,11 @@ def _run_check(info: Any, job: Job, ctx: Context) -> Outcome:
         outcome = Outcome(Status.ERROR, [exc.finding], reason=exc.finding.message.split(" (")[0])
     except WorkerTimeout as exc:
         f = Finding(check=job.check, kind="timeout", spec=job.spec.id if job.spec else None,
-                    message=f"{exc}: the candidate hung or was too slow; the job's other results were kept")
+                    message=f"{exc}; its worker was killed")
         outcome = Outcome(Status.ERROR, [f], reason="timeout")
     except WorkerDied as exc:
         f = Finding(check=job.check, kind="crash", spec=job.spec.id if job.spec else None,
-                    message=f"{exc}: the code under test crashed its process")
+                    message=str(exc))
         outcome = Outcome(Status.ERROR, [f], reason="crash")
     except ContextLost as exc:
         f = Finding(check=job.check, kind="cuda-error", spec=job.spec.id if job.spec else None,

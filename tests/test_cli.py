@@ -212,10 +212,12 @@ def test_spec_whose_reference_raises(make_repo) -> None:  # type: ignore[no-unty
 
 
 @pytest.mark.parametrize("body,kind,text", [
-    ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "crash", "the job process died: killed by SIGSEGV"),
-    ("import time; time.sleep(600)", "timeout", "the job did not finish within 25s"),
+    ("import os, signal; os.kill(os.getpid(), signal.SIGSEGV)", "crash",
+     "the candidate's worker died on case c0000; killed by SIGSEGV"),
+    ("import time; time.sleep(600)", "timeout",
+     "the candidate did not return on case c0000 within the job's time budget: a hang"),
     ("import sys; sys.stderr.write('E' * (6 << 20)); sys.stderr.flush(); import os; os._exit(7)", "crash",
-     "the job process exited with code 7 without writing a result"),
+     "the candidate's worker died on case c0000; it exited with code 7"),
 ])
 def test_a_crashing_or_hanging_job_is_a_finding_and_others_go_on(make_repo, body: str, kind: str, text: str) -> None:  # type: ignore[no-untyped-def]
     # Generous per-job limit except for the hang: on a loaded CI machine the harness's start-up

@@ -93,18 +93,22 @@ def _check(reply: dict[str, Any], what: str) -> None:
 class Candidate:
     def __init__(self, channel: Channel, device: str, deadline: float) -> None:
         self.channel, self.device, self.deadline = channel, device, deadline
+        self.case: str | None = None  # the case the last call ran, for messages
 
     def _ask(self, header: dict[str, Any], blobs: wire.Blobs = ()) -> tuple[dict[str, Any], list[bytearray]]:  # type: ignore[assignment]
+        at = f" on case {self.case}" if self.case else ""
         try:
             return self.channel.request(header, blobs, self.deadline)
-        except WorkerTimeout:
-            raise
+        except WorkerTimeout as exc:
+            raise WorkerTimeout(f"the candidate did not return{at} within the job's time budget: a hang (a deadlock "
+                                f"in the kernel) or too slow") from exc
         except WorkerLost as exc:
-            raise WorkerDied(str(exc)) from exc
+            raise WorkerDied(f"the candidate's worker died{at}") from exc
 
     def call(self, case: Case, upstream: dict[str, Any] | None, *, inputs: Materialized | None = None,
              refill: Materialized | None = None, hold: bool = False, early: bool = False, load: bool = False,
              compare_held: bool = False) -> CallReport:
+        self.case = case.id
         blobs: wire.Blobs = []
         header: dict[str, Any] = {"op": "call", "dims": case.dims, "grad_layout": case.grad_layout, "hold": hold,
                                   "early": early, "load": load, "compare_held": compare_held,
@@ -137,7 +141,10 @@ class Candidate:
             side_streams=int(reply.get("side_streams") or 0))
 
     def release(self) -> None:
-        self._ask({"op": "release"})
+        """Let the worker drop the outputs it holds. Cleanup: a worker already lost (the error
+        that lost it is the one being reported) is left alone."""
+        if getattr(self.channel, "lost", None) is None:
+            self._ask({"op": "release"})
 
     def finish(self, compile_settings: Any = None) -> dict[str, Any]:
         reply, _ = self._ask({"op": "finish", "compile": compile_settings})
@@ -209,8 +216,13 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
     for role in ("candidate", "reference"):
         try:
             reply, _ = channels[role].request(header, (), deadline)
-        except (WorkerLost, WorkerTimeout) as exc:
-            raise ContextLost(f"the {role} worker did not start: {exc}") from exc
+        except WorkerTimeout as exc:
+            raise WorkerTimeout(f"the {role} worker did not import the spec within the job's time budget") from exc
+        except WorkerLost as exc:
+            if role == "candidate":
+                raise WorkerDied("the candidate's worker died while importing the spec and the code under test") \
+                    from exc
+            raise ContextLost(f"the reference worker died while importing the spec: {exc}") from exc
         if reply.get("error") == "spec-import":
             raise SpecDidNotImport(Finding.from_json(reply["finding"]))
         if reply.get("error"):
