@@ -104,6 +104,8 @@ class CaseRunner:
                 if why:
                     findings.append(_finding(self.spec_id, case, "unstable", why, repro, output=k))
         if sensitivity and not findings:
+            findings += self._relocated(case, upstream, snap1, ref, base, cond, repro)
+        if sensitivity and not findings:
             findings += self._sensitivity(case, snap1, repro)
         return CaseResult(case, findings, comparisons)
 
@@ -208,6 +210,32 @@ class CaseRunner:
                 found.append(_finding(sid, case, "output-aliases-input",
                                       f"output {k!r} is a view of an input: the kernel returned its input "
                                       f"instead of computing a result", repro, output=k))
+        return found
+
+    def _relocated(self, case: Case, upstream: dict[str, Any] | None, out1: dict[str, Any], ref: dict[str, Any],
+                   base: dict[str, Any], cond: dict[str, Any], repro: str) -> list[Finding]:
+        """The same values at other addresses, the old buffers filled with garbage: a kernel whose
+        output changes reads memory it was not handed this call (the stale addresses of a CUDA graph
+        captured on an earlier call, a pointer cached from one)."""
+        import torch
+
+        rep = self.candidate.call(case, upstream, relocate=True)
+        if rep.status != "ok":
+            return [_finding(self.spec_id, case, "address-dependent",
+                             f"the candidate failed when given the same inputs at other addresses: {rep.message}", repro)]
+        found = []
+        for k, r in ref.items():
+            a, b = out1.get(k), rep.outputs.get(k)
+            if not isinstance(a, torch.Tensor) or not isinstance(r, torch.Tensor):
+                continue
+            why = agree(k, a, b, bitwise=self.spec.deterministic, ref=r, base=base.get(k), rule=self.rule,
+                        perturbed=cond.get(k))
+            if why:
+                found.append(_finding(self.spec_id, case, "address-dependent",
+                                      f"output {k!r} changed when the same inputs were given at other addresses (the "
+                                      f"old ones overwritten): the kernel reads memory it was not handed in this call, "
+                                      f"e.g. the stale addresses of a CUDA graph captured earlier ({why})", repro,
+                                      output=k))
         return found
 
     def _sensitivity(self, case: Case, out1: dict[str, Any], repro: str) -> list[Finding]:

@@ -201,9 +201,25 @@ class SideStreams:
             finally:
                 set_stream(current)
 
-        torch.cuda.set_stream = watched_set_stream
-        self._undo.append(lambda: setattr(torch.cuda, "set_stream", set_stream))
-        self._wrap(torch.cuda.Stream, "__enter__", switched)  # absent from CPU builds of torch
+        raw = getattr(torch._C, "_cuda_setStream", None)
+        if raw is not None:
+            # Every way torch makes a stream current (torch.cuda.set_stream, torch.cuda.stream,
+            # ``with stream:``) ends in this one function, and so does a candidate that calls it
+            # directly: watching it watches them all.
+            def watched_raw(*args: Any, **kwargs: Any) -> Any:
+                result = raw(*args, **kwargs)
+                sid = kwargs.get("stream_id", args[0] if args else None)
+                if sid is not None and sid != caller.stream_id and sid not in self.used:
+                    self.used.add(int(sid))
+                    torch.cuda._sleep(SIDE_STREAM_DELAY_CYCLES)  # queued on the stream just made current
+                return result
+
+            torch._C._cuda_setStream = watched_raw
+            self._undo.append(lambda: setattr(torch._C, "_cuda_setStream", raw))
+        else:
+            torch.cuda.set_stream = watched_set_stream
+            self._undo.append(lambda: setattr(torch.cuda, "set_stream", set_stream))
+            self._wrap(torch.cuda.Stream, "__enter__", switched)  # absent from CPU builds of torch
         cupy = sys.modules.get("cupy")  # imported by gg.cuda, or by the candidate's own code
         if cupy is not None:
             # CuPy launches (RawKernel, elementwise) go on CuPy's current stream: entering a

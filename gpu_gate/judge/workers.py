@@ -106,12 +106,12 @@ class Candidate:
             raise WorkerDied(f"the candidate's worker died{at}") from exc
 
     def call(self, case: Case, upstream: dict[str, Any] | None, *, inputs: Materialized | None = None,
-             refill: Materialized | None = None, hold: bool = False, early: bool = False, load: bool = False,
-             compare_held: bool = False) -> CallReport:
+             refill: Materialized | None = None, relocate: bool = False, hold: bool = False, early: bool = False,
+             load: bool = False, compare_held: bool = False) -> CallReport:
         self.case = case.id
         blobs: wire.Blobs = []
         header: dict[str, Any] = {"op": "call", "dims": case.dims, "grad_layout": case.grad_layout, "hold": hold,
-                                  "early": early, "load": load, "compare_held": compare_held,
+                                  "early": early, "load": load, "compare_held": compare_held, "relocate": relocate,
                                   "upstream": wire.encode_dict(upstream, blobs) if upstream is not None else None}
         if inputs is not None:
             header["inputs"] = {k: {"buffer": wire.encode_tensor(g.buffer, blobs), "geometry": geometry(g)}

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import wire
-from ..equivalence.guard import GUARD_BYTES, Guarded, OutputWatch, SideStreams, guarded_from
+from ..equivalence.guard import GUARD_BYTES, Guarded, OutputWatch, SideStreams, geometry, guarded_from
 from ..jobs import Job
 from ..spec import Spec
 from .calling import call_with_grads, first_line, interpreter_error, is_fatal, kwargs_for, sync
@@ -34,6 +34,7 @@ class CandidateServer:
         self.held: dict[str, Any] | None = None  # an earlier call's outputs, kept alive on request
         self.held_copy: dict[str, Any] = {}  # and their values then (a static buffer changes under them)
         self._load: Any = None
+        self.stale: list[Any] = []  # input buffers the case moved away from (kept alive, poisoned)
 
     def handle(self, header: dict[str, Any], blobs: list[bytearray]) -> tuple[dict[str, Any], wire.Blobs]:
         op = header.get("op")
@@ -51,13 +52,25 @@ class CandidateServer:
 
         fresh = header.get("inputs")
         if isinstance(fresh, dict):
-            self.held, self.held_copy = None, {}
+            self.held, self.held_copy, self.stale = None, {}, []
             self.inputs, self.snapshots = {}, {}
             for name, meta in fresh.items():
                 buf = wire.decode_tensor(meta["buffer"], blobs, self.device)
                 g = guarded_from(name, buf, meta["geometry"])
                 self.inputs[name] = g
                 self.snapshots[name] = g.buffer.clone()
+        if header.get("relocate"):
+            # The same values at new addresses; the old buffers stay allocated, filled with 0xFF
+            # (NaN in every float dtype), so a kernel that still reads them reads garbage, not a crash
+            # of the allocator.
+            self.stale = [g.buffer for g in self.inputs.values()]
+            moved = {}
+            for name, g in self.inputs.items():
+                geo = geometry(g)
+                moved[name] = guarded_from(name, g.buffer.clone(), geo)
+                g.buffer.fill_(0xFF)
+            self.inputs = moved
+            self.snapshots = {k: g.buffer.clone() for k, g in moved.items()}
         refill = header.get("refill")
         if isinstance(refill, dict):
             # New values in the very same memory: the addresses the candidate saw before.
