@@ -156,7 +156,7 @@ def test_cuda_attacks_are_caught_and_twins_pass(tmp_path: Path, gpu: str, name: 
 
 
 def test_the_cpu_attack_corpus_is_caught_on_the_gpu(tmp_path: Path, gpu: str) -> None:
-    from tests.test_judge_adversarial import ATTACKS, CAUGHT, HEAD, HONEST
+    from test_judge_adversarial import ATTACKS, CAUGHT, HEAD, HONEST
 
     spec = HEAD.replace('reference=lambda x: x * 2)', 'reference=lambda x: x * 2, devices=["cuda"])')
     missed = {}
