@@ -128,13 +128,15 @@ class CaseRunner:
             findings.append(_finding(self.spec_id, case, "unstable",
                                      f"the second run on the same inputs raised {rep2.message}", repro))
             return None
+        outs2 = {k: (rep1.outputs.get(k) if k in rep2.same_as_held else rep2.outputs.get(k))
+                 for k in {*rep2.outputs, *rep2.same_as_held}}
         if not any(f.kind == "unordered-stream" for f in findings):
-            findings += self._unordered(case, rep2, repro)
+            findings += self._unordered(case, rep2, repro, outs2)
         findings += self._reused(case, rep2, repro)
-        return {k: (rep1.outputs.get(k) if k in rep2.same_as_held else rep2.outputs.get(k))
-                for k in {*rep2.outputs, *rep2.same_as_held}}
+        return outs2
 
-    def _unordered(self, case: Case, rep: CallReport, repro: str) -> list[Finding]:
+    def _unordered(self, case: Case, rep: CallReport, repro: str, final: dict[str, Any] | None = None
+                   ) -> list[Finding]:
         """The copy the worker took on the caller's stream as the call returned, against the
         output once the whole device was idle: work finished later on a stream the caller's
         stream never waited for."""
@@ -144,7 +146,7 @@ class CaseRunner:
                          f"output {k!r} changed after the caller's stream had finished: the kernel completes its work "
                          f"on another stream without ordering it with the caller's stream (make the caller's stream "
                          f"wait, e.g. torch.cuda.current_stream().wait_stream(side))", repro, output=k)
-                for k, e in rep.early.items() if k in rep.outputs and not bitwise_equal(e, rep.outputs[k])]
+                for k, e in rep.early.items() if not bitwise_equal(e, (final or rep.outputs).get(k))]
 
     def _missing(self, case: Case, k: str, got: dict[str, Any], repro: str) -> Finding:
         if k.startswith("grad:"):

@@ -1,0 +1,120 @@
+"""The full default gate on one changed real Triton kernel, timed end to end.
+
+    python bench/bench_gate.py --liger PATH [--commit SHA] [--gate-path DIR ...] [--repeats N]
+
+A scratch Liger-Kernel repository gets a forward+backward spec of its GEGLU kernel
+(``LigerGELUMulFunction``) at a base commit; the head changes ``ops/geglu.py`` (a comment: the
+kernel is the same, so the verdict is the base's). ``gpu-gate check --base --head`` then runs the
+default policy, every check, with no cache. Each ``--gate-path`` is a gpu-gate source tree to time
+(default: this one), one after the other on the same machine, so that two versions compare in one
+run. Prints the wall time, the per-job durations from results.json and the equivalence job's cases
+per second.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_selection import git  # noqa: E402
+
+POLICY = """\
+version: 1
+kernels: {exclude: ["src/liger_kernel/ops/backends/_ascend/**", "test/**", "benchmark/**"]}
+specs: ["gate/**/*_gate.py"]
+python_path: [src]
+"""
+
+GEGLU = """\
+import torch
+import gpu_gate as gg
+from liger_kernel.ops import LigerGELUMulFunction
+
+
+@gg.spec(
+    dims={"rows": gg.Dim(1, 4096), "hidden": gg.Dim(1, 11008)},
+    inputs={"a": gg.Tensor(("rows", "hidden"), dtypes=["float32", "bfloat16"]),
+            "b": gg.Tensor(("rows", "hidden"), dtype="like:a")},
+    reference=lambda a, b: torch.nn.functional.gelu(a, approximate="tanh") * b,
+    grads=["a", "b"],
+)
+def geglu_gate(a, b):
+    return LigerGELUMulFunction.apply(a.contiguous(), b.contiguous())
+"""
+
+
+def scratch(liger: Path, commit: str, where: Path) -> tuple[Path, str, str]:
+    """Base: ``commit`` plus the policy and the spec; head: the base with a comment added to geglu.py."""
+    repo = where / "liger"
+    git(where, "clone", "-q", "--no-checkout", str(liger), str(repo))
+    env = {**os.environ, "GIT_INDEX_FILE": str(where / "index")}
+
+    def run(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=repo, env=env, check=True, capture_output=True,
+                              text=True).stdout.strip()
+
+    def blob(text: str) -> str:
+        tmp = where / "blob"
+        tmp.write_text(text)
+        return git(repo, "hash-object", "-w", str(tmp))
+
+    run("read-tree", commit)
+    run("rm", "--cached", "-r", "-q", "--ignore-unmatch", "test/resources")
+    for rel, text in {".gpu-gate.yml": POLICY, "gate/geglu_gate.py": GEGLU}.items():
+        run("update-index", "--add", "--cacheinfo", f"100644,{blob(text)},{rel}")
+    base = git(repo, "commit-tree", run("write-tree"), "-p", commit, "-m", "gate spec")
+    kernel = "src/liger_kernel/ops/geglu.py"
+    source = git(repo, "show", f"{commit}:{kernel}")
+    run("update-index", "--cacheinfo", f"100644,{blob(source + chr(10) + '# reviewed' + chr(10))},{kernel}")
+    head = git(repo, "commit-tree", run("write-tree"), "-p", base, "-m", "geglu: a comment")
+    git(repo, "update-ref", "refs/heads/main", base)
+    git(repo, "update-ref", "refs/heads/change", head)
+    git(repo, "symbolic-ref", "HEAD", "refs/heads/change")
+    git(repo, "read-tree", "--reset", "-u", "HEAD")
+    return repo, base, head
+
+
+def one_gate(repo: Path, base: str, head: str, gate_path: Path) -> dict[str, object]:
+    out = repo / ".gpu-gate" / "out"
+    env = {**os.environ, "PYTHONPATH": str(gate_path)}
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", base, "--head", head, "--no-cache"],
+                       cwd=repo, env=env, capture_output=True, text=True)
+    wall = time.perf_counter() - t
+    try:
+        results = json.loads((out / "results.json").read_text())["results"]
+    except (OSError, ValueError, KeyError):
+        print(p.stdout[-3000:], p.stderr[-3000:], sep="\n")
+        results = []
+    jobs = {r["check"]: (round(r.get("duration_s") or 0.0, 1), r["status"], r.get("cases") or 0) for r in results}
+    eq = jobs.get("equivalence")
+    return {"wall_s": round(wall, 1), "exit": p.returncode, "jobs": jobs,
+            "equivalence_cases_per_s": round(eq[2] / eq[0], 2) if eq and eq[0] else None}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--liger", type=Path, required=True, help="a Liger-Kernel clone (work tree or bare)")
+    ap.add_argument("--commit", default="small", help="the base commit (default: one with geglu.py)")
+    ap.add_argument("--gate-path", type=Path, action="append", help="a gpu-gate source tree to time (repeatable)")
+    ap.add_argument("--repeats", type=int, default=1)
+    args = ap.parse_args()
+    paths = args.gate_path or [Path(__file__).resolve().parents[1]]
+    with tempfile.TemporaryDirectory() as tmp:
+        repo, base, head = scratch(args.liger.resolve(), args.commit, Path(tmp))
+        for path in paths:
+            runs = [one_gate(repo, base, head, path.resolve()) for _ in range(args.repeats)]
+            walls = [float(r["wall_s"]) for r in runs]  # type: ignore[arg-type]
+            print(json.dumps({"gate": str(path), "median_wall_s": statistics.median(walls), "runs": runs}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
