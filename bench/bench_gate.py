@@ -94,6 +94,10 @@ def one_gate(repo: Path, base: str, head: str, gate_path: Path) -> dict[str, obj
         print(p.stdout[-3000:], p.stderr[-3000:], sep="\n")
         results = []
     jobs = {r["check"]: (round(r.get("duration_s") or 0.0, 1), r["status"], r.get("cases") or 0) for r in results}
+    for r in results:
+        for f in r.get("findings") or []:
+            if f.get("severity") == "error":
+                print(f"  {r['check']}: {f['kind']}: {f['message'][:300]}", file=sys.stderr)
     eq = jobs.get("equivalence")
     return {"wall_s": round(wall, 1), "exit": p.returncode, "jobs": jobs,
             "equivalence_cases_per_s": round(eq[2] / eq[0], 2) if eq and eq[0] else None}
