@@ -423,8 +423,11 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         wenv = {**env, "TMPDIR": str(dirs[role])}
         b = pairs[role][1]
         # The judge keeps the time: a worker outlives it only until it is killed after the judge.
+        def started(p: int) -> None:
+            pids[role] = p
+
         done[role] = _contained_run(argvs[role], opts, gpu, dirs[role], wenv, timeout + 60, avail, control,
-                                    extra_fds=(b.fileno(),), on_start=lambda p, r=role: pids.__setitem__(r, p))
+                                    extra_fds=(b.fileno(),), on_start=started)
 
     running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in WORKER_ROLES]
     for t in running:

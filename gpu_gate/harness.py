@@ -10,7 +10,6 @@ sanitizer wrapping this process): nothing in the environment says gpu-gate is he
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 import os
 import sys

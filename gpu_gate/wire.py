@@ -11,6 +11,7 @@ import json
 import socket
 import struct
 import time
+from collections.abc import Sequence
 from typing import Any
 
 MAX_HEADER = 64 << 20  # a header (JSON) larger than this is not a message of gpu-gate's
@@ -32,7 +33,7 @@ class BadMessage(Exception):
     """Something that is not a message of the protocol arrived."""
 
 
-def send(sock: socket.socket, header: dict[str, Any], blobs: Blobs = ()) -> None:  # type: ignore[assignment]
+def send(sock: socket.socket, header: dict[str, Any], blobs: Sequence[Any] = ()) -> None:
     sizes = [memoryview(b).nbytes for b in blobs]
     head = json.dumps({**header, "_blobs": sizes}, separators=(",", ":")).encode()
     try:

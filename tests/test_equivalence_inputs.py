@@ -13,7 +13,7 @@ import gpu_gate as gg
 from gpu_gate.equivalence.cases import (
     DEFAULT_FLOAT_DISTS, Case, InputChoice, ScheduleOptions, case_bytes, growth_sizes, schedule, special_sizes,
 )
-from gpu_gate.equivalence.engine import grad_tensor, upstream_values
+from gpu_gate.worker.calling import grad_tensor, upstream_values
 from gpu_gate.equivalence.inputs import materialize, perturbed_inputs
 from gpu_gate.errors import SpecError
 from gpu_gate.spec import FLOAT_DTYPES, INDEX_DISTS, LAYOUTS
@@ -224,7 +224,7 @@ def test_a_strided_and_an_expanded_upstream_gradient_come_among_the_first_cases(
 
 
 def test_an_expanded_upstream_gradient_has_stride_0_and_the_reference_sees_the_same_values() -> None:
-    from gpu_gate.equivalence.engine import expanded_values
+    from gpu_gate.worker.calling import expanded_values
 
     values = expanded_values(upstream_values({"out": torch.zeros(5, 3)}, seed=1))["out"]
     g = grad_tensor(values, torch.float32, "expanded")

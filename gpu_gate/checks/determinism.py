@@ -3,8 +3,6 @@ kernels load the GPU on other streams. Outputs must agree within tolerance; bitw
 only where the spec declares ``deterministic=True`` (fp32 atomics legitimately vary)."""
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, Status
@@ -16,33 +14,7 @@ if TYPE_CHECKING:
     from ..jobs import Job
 
 CASES = 4
-LOAD_STREAMS = 2
 DEFAULT_CONTENTION_GIB = 4.0  # one contention case, at most; a third of the free GPU memory at most
-
-
-@contextlib.contextmanager
-def background_load(device: str, enabled: bool) -> Iterator[Callable[[], None]]:
-    """Yields a function that queues a burst of matmuls on side streams, never ordered with
-    the caller's stream, so they share the GPU with the kernel under test."""
-    import torch
-
-    if not enabled or device != "cuda":
-        yield lambda: None
-        return
-    streams = [torch.cuda.Stream() for _ in range(LOAD_STREAMS)]  # type: ignore[no-untyped-call]
-    a = torch.randn(2048, 2048, device="cuda")
-    torch.cuda.synchronize()
-
-    def burst() -> None:
-        for s in streams:
-            with torch.cuda.stream(s):
-                for _ in range(4):
-                    torch.mm(a, a)
-
-    try:
-        yield burst
-    finally:
-        torch.cuda.synchronize()
 
 
 def run(job: Job, ctx: Context) -> Outcome:

@@ -3,13 +3,9 @@ baseline-relative tolerance, anti-exploit guards, an error-growth sweep along
 reduction dims, and shrinking of the first failure of each kind."""
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import shlex
-import sys
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, Severity, Status
@@ -26,7 +22,6 @@ TRACE_LINES = 40  # the end of a traceback shown in a message (the whole one is 
 SENSITIVITY_EVERY = 4  # the input-sensitivity probe runs on every 4th case (the canonical one included)
 
 
-from ..worker.calling import torch_settings  # noqa: E402,F401 - the checks' own name for it
 
 
 def repro_command(job: Job, check: str = "equivalence") -> str:

@@ -15,9 +15,6 @@ from typing import Any
 from ..findings import Finding, Severity
 from ..judge.workers import CallReport, Candidate, ContextLost, Reference, SpecBroken
 from ..spec import Spec
-from ..worker.calling import (call_with_grads, expanded_values, grad_tensor, interpreter_error,  # noqa: F401
-                              is_fatal, normalize, sync, upstream_values)
-from ..worker.calling import first_line as _first_line  # noqa: F401
 from .cases import Case
 from .compare import Comparison, Rule, agree, as_bytes, baseline_unusable, compare
 from .guard import GUARD_BYTES, canary_intact

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import socket
+from collections.abc import Sequence
 from typing import Any, Protocol
 
 from .. import wire
@@ -26,7 +27,7 @@ class WorkerTimeout(Exception):
 class Channel(Protocol):
     name: str
 
-    def request(self, header: dict[str, Any], blobs: wire.Blobs = ..., deadline: float | None = None
+    def request(self, header: dict[str, Any], blobs: Sequence[Any] = ..., deadline: float | None = None
                 ) -> tuple[dict[str, Any], list[bytearray]]: ...
 
     def close(self) -> None: ...
@@ -37,7 +38,7 @@ class SocketChannel:
         self.sock, self.name = sock, name
         self.lost: str | None = None
 
-    def request(self, header: dict[str, Any], blobs: wire.Blobs = (), deadline: float | None = None  # type: ignore[assignment]
+    def request(self, header: dict[str, Any], blobs: Sequence[Any] = (), deadline: float | None = None
                 ) -> tuple[dict[str, Any], list[bytearray]]:
         if self.lost is not None:
             raise WorkerLost(self.lost)
@@ -69,7 +70,7 @@ class LocalChannel:
     def __init__(self, worker: Any, name: str) -> None:
         self.worker, self.name = worker, name
 
-    def request(self, header: dict[str, Any], blobs: wire.Blobs = (), deadline: float | None = None  # type: ignore[assignment]
+    def request(self, header: dict[str, Any], blobs: Sequence[Any] = (), deadline: float | None = None
                 ) -> tuple[dict[str, Any], list[bytearray]]:
         header = json.loads(json.dumps(header))
         reply, out = self.worker.handle(header, [bytearray(memoryview(b).cast("B")) for b in blobs])

@@ -7,6 +7,7 @@ Neither hands the judge an object a worker made: everything is rebuilt here from
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 from .. import wire
@@ -95,7 +96,7 @@ class Candidate:
         self.channel, self.device, self.deadline = channel, device, deadline
         self.case: str | None = None  # the case the last call ran, for messages
 
-    def _ask(self, header: dict[str, Any], blobs: wire.Blobs = ()) -> tuple[dict[str, Any], list[bytearray]]:  # type: ignore[assignment]
+    def _ask(self, header: dict[str, Any], blobs: Sequence[Any] = ()) -> tuple[dict[str, Any], list[bytearray]]:
         at = f" on case {self.case}" if self.case else ""
         try:
             return self.channel.request(header, blobs, self.deadline)
