@@ -65,10 +65,16 @@ def {func}(x):
 {call}
 '''
 
-PYTHON_SPEC = _HEADER + '''import torch  # noqa: F401  (the reference and the call use it)
+PYTHON_SPEC = _HEADER + '''import sys
+
+import torch  # noqa: F401  (the reference and the call use it)
 
 import gpu_gate as gg
-import {module} as kernels  # noqa: F401  (defines {kernel})
+import {module}  # noqa: F401  (defines {kernel}; the gate follows this import to the kernel)
+
+# The module itself: `import {module} as kernels` would give a function instead where a package
+# re-exports one of the same name (`from .scale import scale`).
+kernels = sys.modules["{module}"]
 ''' + _SPEC.replace("{call}", '''\
     # TODO(gpu-gate): call the Python function that launches `{kernel}` (its wrapper, which allocates
     # the output and computes the grid), e.g. `return kernels.my_op(x)`.
