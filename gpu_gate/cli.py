@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import cli_output as out
 from .errors import GateError
 from .exitcodes import ExitCode
 
@@ -28,18 +29,22 @@ if TYPE_CHECKING:
     from .record import RunRecord
 
 DEFAULT_OUT = ".gpu-gate/out"
+DEMO_OUT = "gpu-gate-demo"
 
 
 def _in_actions() -> bool:
     return os.environ.get("GITHUB_ACTIONS") == "true"
 
 
+DISTRIBUTION = "gpu-kernel-gate"  # the name on the package index; the command is gpu-gate
+
+
 def say(msg: str = "") -> None:
-    print(msg, flush=True)
+    out.say(msg)
 
 
 def warn(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    out.warn(msg)
 
 
 # --- shared argument groups ------------------------------------------------------------------
@@ -50,6 +55,20 @@ def _add_selection(p: argparse.ArgumentParser) -> None:
     p.add_argument("--head", help="head ref (default: the GitHub event's head, else the work tree: uncommitted and "
                                   "untracked files included)")
     _add_policy(p)
+
+
+def _add_spec_choice(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--spec", action="append", default=[], metavar="PATTERN",
+                   help="only the specs whose id (PATH::NAME), file or name matches this glob; repeatable. A "
+                        "pattern that matches no spec to run is an error")
+    p.add_argument("--all", action="store_true", dest="all_specs",
+                   help="every spec in the repository runs, not only those the change selects")
+
+
+def _add_format(p: argparse.ArgumentParser, default: str = "text") -> None:
+    p.add_argument("--format", choices=["text", "json"], default=default,
+                   help=f"json: one JSON object on stdout (documented in docs/cli.md), human progress on stderr "
+                        f"(default: {default})")
 
 
 def _add_policy(p: argparse.ArgumentParser) -> None:
@@ -84,7 +103,13 @@ def _refs(repo: Path, args: argparse.Namespace) -> tuple[str, str | None]:
     """(base, head); head None means the work tree, as the user sees it (local use)."""
     from . import git
 
+    if getattr(args, "staged", False):
+        if args.base or args.head:
+            raise GateError("--staged compares HEAD with the index: it takes no --base or --head")
+        return git.staged_commits(repo)
     base, head = args.base, args.head
+    if base is None and getattr(args, "all_specs", False) and git.github_event_refs(os.environ) is None:
+        base = "HEAD"  # --all needs no change to compare: every spec runs
     if base is None or head is None:
         event = git.github_event_refs(os.environ)
         if event is not None:
@@ -115,7 +140,8 @@ def _make_plan(args: argparse.Namespace) -> tuple[Path, LoadedPolicy, Plan]:
     repo = _repo(args)
     base, head = _refs(repo, args)
     choice = _policy_in_force(repo, args, base, head)
-    plan = build_plan(repo, base, head, choice.loaded, launch_store=_cache_dir(choice.loaded.policy, repo, args))
+    plan = build_plan(repo, base, head, choice.loaded, launch_store=_cache_dir(choice.loaded.policy, repo, args),
+                      every_spec=getattr(args, "all_specs", False), only=getattr(args, "spec", None) or ())
     apply(repo, plan, choice)
     return repo, choice.loaded, plan
 
@@ -127,8 +153,11 @@ def _cache_dir(policy: Any, repo: Path, args: argparse.Namespace) -> Path | None
     return Path(given) if given else repo / policy.cache.dir
 
 
-def _say_head(plan: Plan) -> None:
-    if plan.head is None:
+def _say_head(plan: Plan, args: argparse.Namespace) -> None:
+    if getattr(args, "staged", False):
+        say(f"comparing HEAD {plan.base[:12] if plan.base else ''} with the staged changes (what `git commit` "
+            f"would record)")
+    elif plan.head is None:
         say(f"comparing {plan.base[:12] if plan.base else 'the base'}...the work tree (uncommitted and untracked files "
             f"included; pass --head REF to check a commit)")
 
@@ -143,21 +172,36 @@ def cmd_plan(args: argparse.Namespace) -> int:
         i, n = parse_shard(args.shard)
         plan.jobs = shard(plan.jobs, i, n)
     text = json.dumps(plan.to_json(shards=args.shards), indent=1)
+    for sid, why in sorted(plan.selected.items()):
+        out.detail(f"spec {sid}: {'; '.join(why)}")
+    out.detail(f"{len(plan.jobs)} jobs: " + ", ".join(j.id for j in plan.jobs))
     if args.output:
         args.output.parent.mkdir(parents=True, exist_ok=True)
         args.output.write_text(text)
+        out.verdict(f"plan: {len(plan.jobs)} jobs written to {args.output}")
     else:
-        say(text)
+        out.data(text)
     return ExitCode.PASSED
 
 
 def cmd_list_kernels(args: argparse.Namespace) -> int:
+    from .cli_json import list_kernels_json
+
     _, loaded, plan = _make_plan(args)
     say(loaded.banner)
-    _say_head(plan)
-    if not plan.kernels and not plan.selected and not plan.findings:
-        say("no kernel changes")
-        return ExitCode.PASSED
+    _say_head(plan, args)
+    if args.format == "json":
+        out.data(json.dumps(list_kernels_json(plan), indent=1))
+    if plan.kernels or plan.selected or plan.findings:
+        _list_kernels(plan)
+    out.verdict(_kernels_summary(plan))
+    return ExitCode.PASSED
+
+
+def _list_kernels(plan: Plan) -> None:
+    from .report.console import paint
+
+    c = out.colour()
     if not plan.kernels:
         say("no kernel file changed" + (": the specs below run for other changes" if plan.selected else ""))
     predicted = {f.file: f for f in plan.findings if f.kind == "uncovered-predicted"}
@@ -167,9 +211,11 @@ def cmd_list_kernels(args: argparse.Namespace) -> int:
         for s in k.specs:
             say(f"    covered by {s}" + (" (names it)" if s in k.declared else ""))
         if k.path in predicted:
-            say(f"    PREDICTED UNCOVERED: {predicted[k.path].message.split(': ', 1)[1]}")
+            say(f"    {paint('PREDICTED UNCOVERED', 'red', c)}: {predicted[k.path].message.split(': ', 1)[1]}")
         elif not k.specs and k.status != "deleted":
-            say("    NOT COVERED by any gate spec")
+            say(f"    {paint('NOT COVERED', 'red', c)} by any gate spec")
+        for name, line in k.functions if out.verbose() else ():
+            out.detail(f"    kernel {name} at line {line}")
     if plan.selected:
         say("specs that run, and why:")
         for sid, why in sorted(plan.selected.items()):
@@ -177,7 +223,18 @@ def cmd_list_kernels(args: argparse.Namespace) -> int:
     for f in plan.findings:
         if f.kind not in ("uncovered", "uncovered-predicted"):
             say(f"{f.location or ''}: {f.message}")
-    return ExitCode.PASSED
+    for note in plan.notes if out.verbose() else ():
+        out.detail(f"note: {note}")
+
+
+def _kernels_summary(plan: Plan) -> str:
+    """The last line of list-kernels, shown with -q too."""
+    if not plan.kernels and not plan.selected and not plan.findings:
+        return "no kernel changes"
+    lonely = sum(1 for k in plan.kernels if k.status != "deleted" and (not k.specs or any(
+        f.kind == "uncovered-predicted" and f.file == k.path for f in plan.findings)))
+    return (f"{len(plan.kernels)} changed kernel file(s), {lonely} not covered by any gate spec; "
+            f"{len(plan.selected)} spec(s) run")
 
 
 def _environment(gpus: tuple[str, ...]) -> dict[str, Any]:
@@ -238,6 +295,9 @@ def cmd_check(args: argparse.Namespace) -> int:
     from .plan import Plan, parse_shard, shard
     from .record import RunRecord
 
+    if args.plan and (args.spec or args.all_specs):
+        raise GateError("--spec and --all choose what to plan; a plan file is already chosen",
+                        hint="pass them to `gpu-gate plan`, or drop --plan")
     if args.plan:
         repo = _repo(args)
         plan = Plan.read(args.plan)
@@ -245,7 +305,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     else:
         repo, loaded, plan = _make_plan(args)
     say(loaded.banner)
-    _say_head(plan)
+    _say_head(plan, args)
     all_ids = [j.id for j in plan.jobs]
     jobs = plan.jobs
     if args.shard:
@@ -323,6 +383,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
     start, end = gha_group(f"gpu-gate: {len(jobs)} jobs") if _in_actions() else ("", "")
     if start:
         say(start)
+    colour = out.colour()
     work_root = Path(args.work_dir) if args.work_dir else None
     with shared_bytecode(work_root) as pycache:
         # The doctor runs only when jobs are about to use the GPU (a run served from the cache does
@@ -337,11 +398,11 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
         say(("not running" if unfit else "running") + f" {len(todo)} jobs" +
             (f" ({len(cached)} cached)" if cached else "") + (f" on {len(gpus)} GPU(s)" if gpus else " on the CPU"))
         for i, r in enumerate(cached, 1):
-            say(progress_line(r, i, len(jobs), 0.0))
+            _progress(progress_line(r, i, len(jobs), 0.0, colour), r)
         offset = len(cached)
 
         def progress(r: Any, done: int, total: int, elapsed: float) -> None:
-            say(progress_line(r, done + offset, total + offset, elapsed))
+            _progress(progress_line(r, done + offset, total + offset, elapsed, colour), r)
 
         if unfit:
             results = [_not_run_on_unfit_runner(j, unfit) for j in todo]
@@ -368,6 +429,14 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
     if end:
         say(end)
     return cached + results
+
+
+def _progress(line: str, result: Any) -> None:
+    from .report.console import job_details
+
+    say(line)
+    for detail in job_details(result) if out.verbose() else ():
+        out.detail(detail)
 
 
 def _settle_cache(cache: Any, todo: list[Any], results: list[Any], protected: bool, interrupted: str | None) -> None:
@@ -402,8 +471,9 @@ def _cache(policy: Any, repo: Path, args: argparse.Namespace, gpus: tuple[str, .
     return JobCache(policy, repo, Path(args.cache_dir) if args.cache_dir else None, gpus)
 
 
-def _finish(record: RunRecord, loaded: LoadedPolicy, out: Path, args: argparse.Namespace) -> int:
-    from .report.console import gha_annotations, render_summary
+def _finish(record: RunRecord, loaded: LoadedPolicy, out_dir: Path, args: argparse.Namespace) -> int:
+    from .cli_json import check_json
+    from .report.console import gha_annotations, paint_headline, render_summary
     from .report.formats import OutputFormat, write_reports
     from .coverage import revise
     from .verdict import decide
@@ -411,20 +481,29 @@ def _finish(record: RunRecord, loaded: LoadedPolicy, out: Path, args: argparse.N
     # What the specs launched in this run decides which changed kernels they covered.
     record.plan_findings = revise(record.kernels, record.plan_findings, record.results, loaded.policy.specs)
     verdict = decide(record, loaded.policy.rules())
-    say(render_summary(record, verdict))
+    for note in record.notes if out.verbose() else ():
+        out.detail(f"note: {note}")
+    if out.quiet():
+        out.verdict(paint_headline(verdict.headline, out.colour()))
+    else:
+        out.verdict(render_summary(record, verdict, colour=out.colour(), full=out.verbose()))
     if _in_actions():
         for line in gha_annotations(record, verdict):
-            say(line)
+            out.verdict(line)  # workflow commands, not chatter: GitHub turns them into annotations
+    code, written = int(verdict.exit_code), {}
     try:
-        written = write_reports(record, verdict, out, list(OutputFormat))
+        written = write_reports(record, verdict, out_dir, list(OutputFormat))
     except GateError as exc:
         # No report means no evidence: fail closed, whatever the verdict was.
-        warn(f"gpu-gate: error: {exc}")
-        return int(ExitCode.INTERNAL_ERROR)
-    say("reports: " + ", ".join(str(p) for p in written.values()))
-    if getattr(args, "github", None):
-        _publish(record, verdict, written, args)
-    return int(verdict.exit_code)
+        out.error(f"gpu-gate: error: {exc}")
+        code = int(ExitCode.INTERNAL_ERROR)
+    if written and code != ExitCode.INTERNAL_ERROR:
+        say("reports: " + ", ".join(str(p) for p in written.values()))
+        if getattr(args, "github", None):
+            _publish(record, verdict, written, args)
+    if getattr(args, "format", "text") == "json":
+        out.data(json.dumps(check_json(record, verdict, written, code), indent=1))
+    return code
 
 
 def _publish(record: Any, verdict: Any, written: dict[str, Path], args: argparse.Namespace) -> None:
@@ -487,12 +566,37 @@ def _report_policy(record: RunRecord, args: argparse.Namespace) -> LoadedPolicy:
 
 def cmd_validate_policy(args: argparse.Namespace) -> int:
     from .policy import validate_policy_file
+    from .report.console import paint
 
-    path = args.path or Path(".gpu-gate.yml")
-    code, lines = validate_policy_file(path, strict=args.strict)
-    for line in lines:
-        (say if code == 0 else warn)(line)
+    if args.staged:
+        code, lines = _validate_staged(args)
+    else:
+        code, lines = validate_policy_file(args.path or Path(".gpu-gate.yml"), strict=args.strict)
+    if code != 0:
+        for line in lines:
+            out.error(line)
+        return code
+    for line in lines[:-1]:  # warnings; the last line says the file is valid
+        say(line)
+    out.verdict(lines[-1].replace(": valid", ": " + paint("valid", "green", out.colour()), 1))
     return code
+
+
+def _validate_staged(args: argparse.Namespace) -> tuple[int, list[str]]:
+    """The policy as the next commit would record it: read from the index, not the work tree."""
+    from . import git
+    from .policy.loader import find_in, validate_in
+    from .policy.tree import GitTree
+
+    repo = _repo(args)
+    _, staged = git.staged_commits(repo)
+    tree = GitTree(repo, staged, label="")
+    rel = Path(os.path.relpath(os.path.abspath(args.path), repo)).as_posix() if args.path else find_in(tree)[0]
+    if rel is None or rel.startswith("../") or not tree.exists(rel):
+        shown = rel or ".gpu-gate.yml"
+        return int(ExitCode.PASSED), [f"{shown}: not staged; nothing to validate (without a policy file the default "
+                                      f"preset applies)"]
+    return validate_in(tree, rel, strict=args.strict)
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
@@ -523,7 +627,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
               options=options, seed=seed, case=args.case)
     gpus = detect_gpus() if not args.cpu else ()
     r = run_one(job, ExecOptions(repo_root=repo, gpus=gpus[:1], timeout_s=args.job_timeout or 600), gpus[0] if gpus else None)
-    say(progress_line(r, 1, 1, r.duration_s))
+    out.verdict(progress_line(r, 1, 1, r.duration_s, out.colour()))
     for f in r.findings:
         say(f"{f.kind}: {f.message}")
     growth = r.extra.get("growth") if args.growth else None
@@ -540,14 +644,27 @@ def cmd_repro(args: argparse.Namespace) -> int:
 def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
-    return run_demo(Path(args.dir) if args.dir else None, keep=args.keep, gpu=args.gpu)
+    passed_on = [{0: "-q", 2: "-v"}[out.level()]] if out.level() != out.Level.NORMAL else []
+    return run_demo(Path(args.out), gpu=args.gpu, flags=[*passed_on, "--color", "always" if out.colour() else "never"])
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from .init import run_init
+
+    return run_init(_repo(args), specs_dir=args.specs_dir, kernel=args.kernel, force=args.force)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import doctor_main
+    from .doctor import doctor_main, run_doctor
 
     thresholds, source = _doctor_limits(args)
-    return doctor_main(json_output=args.json, thresholds=thresholds, limits_from=source)
+    if args.json or not out.quiet():
+        return doctor_main(json_output=args.json, thresholds=thresholds, limits_from=source)
+    report = run_doctor(thresholds=thresholds)  # -q: the problems and one verdict line
+    for problem in report.problems:
+        out.error(f"doctor: {problem}")
+    out.verdict("doctor: healthy" if report.healthy else f"doctor: unfit, {len(report.problems)} problem(s)")
+    return int(ExitCode.PASSED if report.healthy else ExitCode.POLICY_BREACHED)
 
 
 def _doctor_limits(args: argparse.Namespace) -> tuple[Any, str | None]:
@@ -584,19 +701,53 @@ def _health_limits(policy: Any, tools: tuple[str, ...] | None) -> Any:
 
 # --- parser ----------------------------------------------------------------------------------
 
+def _common() -> argparse.ArgumentParser:
+    """-q/-v/--color, on every subcommand (a parent parser)."""
+    common = argparse.ArgumentParser(add_help=False)
+    loud = common.add_mutually_exclusive_group()
+    loud.add_argument("-q", "--quiet", dest="level", action="store_const", const=out.Level.QUIET,
+                      default=out.Level.NORMAL, help="only the verdict line and errors")
+    loud.add_argument("-v", "--verbose", dest="level", action="store_const", const=out.Level.VERBOSE,
+                      help="more detail: every finding of every job, whole messages, notes")
+    common.add_argument("--color", "--colour", dest="color", choices=["auto", "always", "never"], default="auto",
+                        help="colour verdicts and statuses (default auto: on a terminal, off under GitHub Actions, "
+                             "with NO_COLOR set or TERM=dumb)")
+    return common
+
+
+def version_text() -> str:
+    """``gpu-gate --version``: the command and the installed distribution's version."""
+    from importlib import metadata
+
+    try:
+        return f"gpu-gate {metadata.version(DISTRIBUTION)} (distribution {DISTRIBUTION})"
+    except metadata.PackageNotFoundError:
+        from . import __version__
+
+        return f"gpu-gate {__version__} (distribution {DISTRIBUTION}, not installed: run from a source tree)"
+
+
 def build_parser() -> argparse.ArgumentParser:
+    common = _common()
     p = argparse.ArgumentParser(
         prog="gpu-gate",
         description="A merge gate for GPU kernels: finds the CUDA and Triton kernels a change touches, checks them "
                     "against a float64 reference, under compute-sanitizer and with compile checks, and applies the "
                     "repository's policy (.gpu-gate.yml).",
         epilog="exit codes: 0 passed, 1 policy breached, 2 usage or config error, 3 internal error")
+    p.add_argument("--version", action="version", version=version_text())
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    parser = sub.add_parser
 
-    c = sub.add_parser("check", help="run the gate: plan, run every job, write reports, exit with the verdict",
+    def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return parser(name, parents=[common], **kw)
+
+    c = add_parser("check", help="run the gate: plan, run every job, write reports, exit with the verdict",
                        description="Find the kernels changed between --base and --head, run the policy's checks on "
                                    "them in isolated subprocesses, and write JUnit, Markdown, SARIF and JSON reports.")
     _add_selection(c)
+    _add_spec_choice(c)
+    _add_format(c)
     c.add_argument("--out", default=DEFAULT_OUT, help=f"report directory (default: {DEFAULT_OUT})")
     c.add_argument("--shard", help="run only shard I/N of the plan (for a GitHub Actions matrix)")
     c.add_argument("--plan", type=Path, help="run the jobs of this plan file instead of planning again")
@@ -612,17 +763,19 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--comment-mode", default="sticky", choices=["sticky", "off"])
     c.set_defaults(func=cmd_check)
 
-    pl = sub.add_parser("plan", help="print the plan (jobs = spec x check) as JSON; no torch, no GPU",
+    pl = add_parser("plan", help="print the plan (jobs = spec x check) as JSON; no torch, no GPU",
                         description="Print the jobs the gate would run, as JSON. With --shards N, also a GitHub "
                                     "Actions matrix under the key 'matrix'.")
     _add_selection(pl)
+    _add_spec_choice(pl)
+    pl.add_argument("--format", choices=["json"], default="json", help="the plan is JSON (the only format)")
     pl.add_argument("--shard", help="only the jobs of shard I/N")
     pl.add_argument("--shards", type=int, help="add a matrix of N shards")
     pl.add_argument("--output", type=Path, help="write the JSON here instead of stdout")
     _add_launch_cache(pl)
     pl.set_defaults(func=cmd_plan)
 
-    r = sub.add_parser("report", help="merge results.json files from shards and write the reports",
+    r = add_parser("report", help="merge results.json files from shards and write the reports",
                        description="Merge the results of one or more check shards, decide the verdict with the "
                                    "policy, write the reports and optionally publish them to GitHub.")
     r.add_argument("results", nargs="*", help="results.json files written by `gpu-gate check`")
@@ -635,19 +788,26 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--comment-mode", default="sticky", choices=["sticky", "off"])
     r.set_defaults(func=cmd_report)
 
-    v = sub.add_parser("validate-policy", help="validate a .gpu-gate.yml; exit 0 if valid, 2 if not",
+    v = add_parser("validate-policy", help="validate a .gpu-gate.yml; exit 0 if valid, 2 if not",
                        description="Validate a policy file and print every problem as path:line:col.")
     v.add_argument("path", nargs="?", type=Path, help="policy file (default: .gpu-gate.yml)")
     v.add_argument("--strict", action="store_true", help="unknown keys are errors, not warnings")
+    v.add_argument("--staged", action="store_true", help="validate the policy as staged in the index (what `git "
+                                                          "commit` would record), not the work tree's file")
+    v.add_argument("--repo", type=Path, default=None, help="repository, with --staged (default: the current one)")
     v.set_defaults(func=cmd_validate_policy)
 
-    lk = sub.add_parser("list-kernels", help="the changed kernels, what each depends on, which specs cover it",
+    lk = add_parser("list-kernels", help="the changed kernels, what each depends on, which specs cover it",
                         description="List changed kernels (directly or through an include/import) and their specs.")
     _add_selection(lk)
+    _add_spec_choice(lk)
+    _add_format(lk)
+    lk.add_argument("--staged", action="store_true", help="the changes staged in the index against HEAD (what `git "
+                                                           "commit` would record; for a pre-commit hook)")
     _add_launch_cache(lk)
     lk.set_defaults(func=cmd_list_kernels)
 
-    rp = sub.add_parser("repro", help="re-run one recorded case of a spec",
+    rp = add_parser("repro", help="re-run one recorded case of a spec",
                         description="Re-run exactly one case, as printed in a report: "
                                     "gpu-gate repro SPEC_FILE::NAME --case TOKEN")
     rp.add_argument("spec", help="spec id, PATH::NAME")
@@ -662,21 +822,31 @@ def build_parser() -> argparse.ArgumentParser:
     _add_policy(rp)
     rp.set_defaults(func=cmd_repro)
 
-    d = sub.add_parser("demo", help="build an example repository with two changed kernels and gate it",
-                       description="Create a small git repository in a temporary directory (one correct and one "
-                                   "buggy kernel change), run `gpu-gate check` on it and show the verdicts.")
-    d.add_argument("--dir", help="create the example repository here instead of a temporary directory")
-    d.add_argument("--keep", action="store_true", help="keep the temporary repository")
+    d = add_parser("demo", help="build an example repository with two changed kernels and gate it",
+                   description="Create a small git repository (one correct and one buggy kernel change) in "
+                               "OUT/repo, run `gpu-gate check` on it, write the reports to OUT/reports and show "
+                               "the verdicts. Nothing is deleted afterwards.")
+    d.add_argument("--out", default=DEMO_OUT, help=f"a new or empty directory for the demo (default: {DEMO_OUT})")
     d.add_argument("--gpu", action="store_true", help="use the GPU if there is one (default: the CPU, as in CI)")
     d.set_defaults(func=cmd_demo)
 
-    dr = sub.add_parser("doctor", help="check this runner's GPU health and toolchain (NVML)",
+    dr = add_parser("doctor", help="check this runner's GPU health and toolchain (NVML)",
                         description="Report driver, CUDA, GPU health (ECC, throttling, other processes) and tool "
                                     "versions; exit 1 with one line per problem.")
     dr.add_argument("--json", action="store_true", help="print JSON")
     dr.add_argument("--policy", type=Path, help="take the limits from this policy's runner.health (default: the "
                                                  ".gpu-gate.yml of the checkout around the current directory, if any)")
     dr.set_defaults(func=cmd_doctor)
+
+    i = add_parser("init", help="write a starter .gpu-gate.yml and a spec skeleton for a kernel found here",
+                   description="In a git repository: write a starter policy (.gpu-gate.yml, with comments), a gate "
+                               "spec skeleton for a kernel found in the repository (its reference is a TODO to fill "
+                               "in), and add .gpu-gate/ to .gitignore. Existing files are kept unless --force.")
+    i.add_argument("--repo", type=Path, default=None, help="repository (default: the current one)")
+    i.add_argument("--specs-dir", default="gate", help="where the spec skeleton goes (default: gate)")
+    i.add_argument("--kernel", help="the kernel file to write a spec for (default: the first one found)")
+    i.add_argument("--force", action="store_true", help="overwrite .gpu-gate.yml and the spec skeleton if they exist")
+    i.set_defaults(func=cmd_init)
     return p
 
 
@@ -686,22 +856,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return ExitCode.USAGE_ERROR
+    with out.session(args.level, json_stdout=_json_on_stdout(args), colour=args.color):
+        return _run(args)
+
+
+def _json_on_stdout(args: argparse.Namespace) -> bool:
+    """Whether stdout carries a JSON answer, so that human text goes to stderr."""
+    if args.command == "plan":
+        return args.output is None
+    if args.command == "doctor":
+        return bool(args.json)
+    return getattr(args, "format", "text") == "json"
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         return int(args.func(args))
     except GateError as exc:
-        warn(f"gpu-gate: error: {exc}")
+        out.error(f"gpu-gate: error: {exc}")
         return int(exc.exit_code)
     except ValueError as exc:  # bad --shard and similar argument values
-        warn(f"gpu-gate: error: {exc}")
+        out.error(f"gpu-gate: error: {exc}")
         return int(ExitCode.USAGE_ERROR)
     except KeyboardInterrupt:
-        warn("gpu-gate: interrupted")
+        out.error("gpu-gate: interrupted")
         return int(ExitCode.INTERNAL_ERROR)
     except Exception as exc:  # noqa: BLE001
         import traceback
 
         traceback.print_exc()
-        warn(f"gpu-gate: internal error: {type(exc).__name__}: {exc} (if you are a user and see this, please report it)")
+        out.error(f"gpu-gate: internal error: {type(exc).__name__}: {exc} (if you are a user and see this, please "
+                  f"report it)")
         return int(ExitCode.INTERNAL_ERROR)
 
 

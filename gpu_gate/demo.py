@@ -1,4 +1,6 @@
 """``gpu-gate demo``: a small git repository with two changed Triton kernels, gated on the CPU.
+The repository and the reports stay in the directory the demo names (``--out``, default
+``gpu-gate-demo/``); nothing is deleted.
 
 The base commit has two correct kernels. The head commit refactors one (still
 correct) and plants a bug in the other: the RMSNorm divides the sum of squares
@@ -9,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import proc
@@ -52,31 +54,38 @@ def build_repo(dest: Path) -> Path:
     return dest
 
 
-def run_demo(where: Path | None, *, keep: bool, gpu: bool = False) -> int:
+def run_demo(where: Path, *, gpu: bool = False, flags: Sequence[str] = ()) -> int:
+    """Build the example in ``where``/repo, gate it with the reports in ``where``/reports, and keep both:
+    the paths printed at the end are there to be opened. ``flags``: -q/-v/--color for the inner check."""
+    from . import cli_output as out
     from .cli import main
+    from .errors import GateError
     from .record import RunRecord
+    from .report.console import paint
+    from .report.formats import FILENAMES
 
-    root = Path(tempfile.mkdtemp(prefix="gpu-gate-demo-")) if where is None else where
-    repo = build_repo(root / "repo" if where is None else root)
-    out = repo / ".gpu-gate" / "out"
-    print(f"demo repository: {repo}")
-    print("changes on branch 'feature': kernels/axpby.py (refactor, correct), kernels/rmsnorm.py (planted bug)\n",
-          flush=True)
-    code = main(["check", "--repo", str(repo), "--base", "main", "--head", "feature", "--out", str(out),
-                 "--no-cache", *([] if gpu else ["--cpu"])])
-    record = RunRecord.read(out / "results.json")
+    if where.exists() and (not where.is_dir() or any(where.iterdir())):
+        raise GateError(f"{where}: already exists and is not an empty directory (a previous demo?)",
+                        hint="pass --out NEW_DIR, or delete it")
+    repo = build_repo(where / "repo")
+    reports = where / "reports"
+    out.say(f"demo repository: {repo}")
+    out.say("changes on branch 'feature': kernels/axpby.py (refactor, correct), kernels/rmsnorm.py (planted bug)\n")
+    code = main(["check", "--repo", str(repo), "--base", "main", "--head", "feature", "--out", str(reports),
+                 "--no-cache", *flags, *([] if gpu else ["--cpu"])])
+    record = RunRecord.read(reports / "results.json")
     by_kernel = {k.path: [r for r in record.results if k.path in r.kernels and r.level == "required"]
                  for k in record.kernels}
-    print("\n== demo verdicts per kernel ==")
+    out.say("\n== demo verdicts per kernel ==")
     ok = code == ExitCode.POLICY_BREACHED
     for path, results in sorted(by_kernel.items()):
         red = any(r.status.value in ("failed", "error") for r in results)
-        print(f"  {'RED  ' if red else 'GREEN'}  {path}")
+        word = paint("RED  ", "red", out.colour()) if red else paint("GREEN", "green", out.colour())
+        out.verdict(f"  {word}  {path}")
         ok &= red == (path == BUG[0])
-    print(f"\nreports in {out}: junit.xml, report.md, report.sarif, results.json")
+    kept = [reports / name for name in FILENAMES.values() if (reports / name).is_file()]
+    out.verdict(f"reports in {reports}: " + ", ".join(str(path) for path in kept))
+    out.say(f"the example repository stays in {repo}: try `gpu-gate list-kernels --repo {repo} --base main`")
     if not ok:
-        print("the demo did not come out as expected (rmsnorm red, axpby green): please report it")
-    if where is None and not keep:
-        print("(pass --keep to keep the demo repository)")
-        shutil.rmtree(root, ignore_errors=True)
+        out.error("the demo did not come out as expected (rmsnorm red, axpby green): please report it")
     return int(ExitCode.PASSED if ok else ExitCode.INTERNAL_ERROR)

@@ -432,3 +432,33 @@ def add_worktree(repo: Path | str, rev: str, path: Path) -> Path:
 
 def remove_worktree(repo: Path | str, path: Path) -> None:
     _run(repo, ["worktree", "remove", "--force", str(path)])
+
+
+# --- the index, as the next commit ---------------------------------------------------------
+
+_IDENTITY = ("-c", "user.name=gpu-gate", "-c", "user.email=gpu-gate@localhost")  # unless the user's env sets one
+
+
+def staged_commits(repo: Path | str) -> tuple[str, str]:
+    """(base, head): HEAD and a commit of the index on top of it, i.e. what `git commit` would record
+    now (in a pre-commit hook, git's own GIT_INDEX_FILE). Before the first commit the base is an
+    empty root commit. Both are loose objects no ref points to; no ref, index or file changes."""
+    tree = _out(repo, "write-tree")
+    head = _run(repo, ["rev-parse", "--verify", "--quiet", "HEAD^{commit}"])
+    if head.ok and head.stdout.strip():
+        base = head.stdout.strip()
+    else:
+        base = _commit_tree(repo, _empty_tree(repo), None)
+    return base, _commit_tree(repo, tree, base)
+
+
+def _empty_tree(repo: Path | str) -> str:
+    res = _run(repo, ["mktree"], input=b"")  # the empty tree's id in this repository's hash
+    if not res.ok:
+        raise GitError(f"git mktree failed: {_first_line(res.stderr)}")
+    return res.stdout.strip()
+
+
+def _commit_tree(repo: Path | str, tree: str, parent: str | None) -> str:
+    args = [*_IDENTITY, "commit-tree", tree, "-m", "gpu-gate: staged changes"] + (["-p", parent] if parent else [])
+    return _out(repo, *args)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import changes, coverage, discovery, git, pythonpath
+from . import changes, coverage, discovery, git, pythonpath, spec_filter
 from .checks import CHECKS
 from .findings import Finding, Severity
 from .jobs import Job, SpecRef
@@ -141,9 +142,10 @@ def _not_compiled(policy: Policy, kernels: list[ChangedKernel]) -> list[Finding]
 
 
 def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
-               launch_store: Path | None = None) -> Plan:
+               launch_store: Path | None = None, every_spec: bool = False, only: Sequence[str] = ()) -> Plan:
     """The jobs for the change ``base...head`` (``head=None``: the work tree). ``launch_store``
-    is the cache directory whose recorded launches refine coverage (see gpu_gate.coverage)."""
+    is the cache directory whose recorded launches refine coverage (see gpu_gate.coverage).
+    ``every_spec`` (``--all``) and ``only`` (``--spec`` globs): see gpu_gate.spec_filter."""
     policy = loaded.policy
     cs = changes.detect(repo, base, head, policy)
     notes = [loaded.banner] if loaded.is_default else []
@@ -162,6 +164,12 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     gone_why, gone_findings = coverage.deleted_imports(cs, disc.specs, cs.import_graph, _base_files(repo, cs))
     for sid, reasons in gone_why.items():
         why.setdefault(sid, []).extend(r for r in reasons if r not in why.get(sid, []))
+    if every_spec:
+        why = spec_filter.widen(why, disc.specs)
+    if only:
+        selected = len(why)
+        why = spec_filter.narrow(why, [s.id for s in disc.specs], only)
+        notes += [n for n in [spec_filter.narrowing_note(len(why), selected, only)] if n]
     findings += gone_findings + [coverage.prediction_finding(p) for p in predicted] + _not_compiled(policy, cs.kernels)
     if policy.uncovered != "ignore":
         hidden = {p.kernel for p in predicted}
@@ -171,6 +179,8 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     seed = job_seed(cs.head or git.resolve(repo, "HEAD"), policy)
     path = pythonpath.python_path(cs.import_graph.snap.read("pyproject.toml"), policy.python_path)
     jobs = _kernel_jobs(policy, cs.kernels, seed) + _spec_jobs(policy, disc.specs, cov, why, seed, path)
+    if only:
+        jobs = spec_filter.kernel_jobs_for(jobs, set(why))
     if cs.no_kernel_changes and not why and not findings:
         notes.append("no kernel changes")
     keys = {sid: coverage.spec_key(s, cs.import_graph.snap) for s in disc.specs if (sid := s.id) in why}

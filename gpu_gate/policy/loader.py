@@ -70,6 +70,11 @@ def find_in(tree: PolicyTree) -> tuple[str | None, tuple[str, ...]]:
 def validate_policy_file(path: Path, *, strict: bool) -> tuple[int, list[str]]:
     """For `gpu-gate validate-policy`: the exit code and the lines to print."""
     tree, rel = _on_disk(path, _enclosing_checkout(path), Path.cwd())
+    return validate_in(tree, rel, strict=strict)
+
+
+def validate_in(tree: PolicyTree, rel: str, *, strict: bool) -> tuple[int, list[str]]:
+    """As :func:`validate_policy_file`, for ``rel`` in any tree (a directory or a git revision)."""
     try:
         diagnosis = diagnose(load_merged(tree, rel), strict=strict)
     except PolicyError as err:

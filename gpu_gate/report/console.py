@@ -1,6 +1,7 @@
 """Terminal output: one progress line per finished job, a summary at the end, and the
 GitHub Actions workflow commands (log groups, annotations) the CLI prints when
-``GITHUB_ACTIONS=true``. Plain ASCII apart from what the findings themselves contain.
+``GITHUB_ACTIONS=true``. Plain ASCII apart from what the findings themselves contain, and the ANSI
+colours of verdicts and statuses when the CLI asks for them (a terminal, see gpu_gate.cli_output).
 """
 from __future__ import annotations
 
@@ -17,12 +18,61 @@ MESSAGE_LINES = 8  # lines of a multi-line message shown in the terminal summary
 
 AnnotationLevel = Literal["error", "warning", "notice"]
 
+# SGR codes; every painted span ends with a reset, so a cut line never leaves the terminal coloured.
+_SGR = {"green": "32", "red": "31", "yellow": "33", "bold": "1"}
+_STATUS_STYLE = {Status.PASSED: "green", Status.FAILED: "red", Status.ERROR: "red", Status.NOT_RUN: "yellow"}
 
-def progress_line(result: JobResult, done: int, total: int, elapsed_s: float) -> str:
+
+def paint(text: str, style: str, on: bool) -> str:
+    """``text`` in ``style`` ("red", "bold red", ...) when ``on``, else unchanged."""
+    if not on or not text:
+        return text
+    codes = ";".join(_SGR[s] for s in style.split())
+    return f"\033[{codes}m{text}\033[0m"
+
+
+def status_word(status: Status, colour: bool = False) -> str:
+    """PASS/FAIL/ERROR/NOT RUN, padded to one width (before painting, so columns line up)."""
+    return paint(f"{_WORDS[status]:<7}", _STATUS_STYLE[status], colour)
+
+
+def paint_headline(headline: str, colour: bool) -> str:
+    """The verdict line with its PASSED/FAILED word coloured."""
+    for word, style in (("PASSED", "bold green"), ("FAILED", "bold red")):
+        if f": {word}" in headline:
+            return headline.replace(word, paint(word, style, colour), 1)
+    return headline
+
+
+def progress_line(result: JobResult, done: int, total: int, elapsed_s: float, colour: bool = False) -> str:
     width = len(str(total))
     check = result.check + (" (advisory)" if result.level != "required" else "")
-    return (f"[{done:>{width}}/{total}] {_WORDS[result.status]:<7} {check} {job_target(result)}  "
+    return (f"[{done:>{width}}/{total}] {status_word(result.status, colour)} {check} {job_target(result)}  "
             f"{_outcome(result)}  {result.duration_s:.1f}s  (elapsed {elapsed_s:.1f}s)")
+
+
+def job_details(result: JobResult) -> list[str]:
+    """What ``-v`` adds under a job's progress line: its kernels, seed, and every finding it
+    returned (notes included), each with its place, case and reproducer."""
+    lines = []
+    if result.kernels:
+        lines.append(f"      kernels: {', '.join(result.kernels)}")
+    seed = result.extra.get("seed")
+    if seed is not None:
+        lines.append(f"      seed: {seed}")
+    for f in result.findings:
+        text = [ln.rstrip() for ln in clean_text(f.message).strip().split("\n") if ln.strip()] or [""]
+        lines.append(f"      {f.severity.value} {f.kind}: {text[0]}")
+        lines += [f"        {ln}" for ln in text[1:]]
+        where = [p for p in (f.location, f"case {f.case}" if f.case else None) if p]
+        if where:
+            lines.append(f"        at {', '.join(where)}")
+        if f.repro:
+            lines.append(f"        repro: {clean_text(f.repro)}")
+    if result.log_tail and result.status in (Status.ERROR, Status.NOT_RUN):
+        tail = clean_text(result.log_tail).strip().splitlines()[-MESSAGE_LINES:]
+        lines += ["      log tail:"] + [f"        {ln}" for ln in tail]
+    return lines
 
 
 def _outcome(r: JobResult) -> str:
@@ -38,13 +88,15 @@ def _outcome(r: JobResult) -> str:
     return ", ".join(parts) or "ok"
 
 
-def render_summary(record: RunRecord, verdict: Verdict) -> str:
-    lines = [verdict.headline]
+def render_summary(record: RunRecord, verdict: Verdict, *, colour: bool = False, full: bool = False) -> str:
+    """The verdict line, then what blocks, what did not run and what warns. ``full``: whole
+    messages (``-v``) instead of their first lines."""
+    lines = [paint_headline(verdict.headline, colour)]
     blockers = [i for i in verdict.blocking if i.finding is not None]  # the rest are listed as not run
     if blockers:
-        lines += ["", "Blocking:"]
+        lines += ["", paint("Blocking:", "red", colour)]
         for item in blockers:
-            lines += _item_lines(item)
+            lines += _item_lines(item, None if full else MESSAGE_LINES)
     gaps = not_run_jobs(record.results)
     if gaps or missing_items(verdict):
         lines += ["", "Not run, and why:"]
@@ -62,13 +114,13 @@ def render_summary(record: RunRecord, verdict: Verdict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _item_lines(item: Item) -> list[str]:
+def _item_lines(item: Item, limit: int | None = MESSAGE_LINES) -> list[str]:
     f = item.finding
     if f is None:
         return [f"  - {first_line(item.reason, 300)}"]
     message = [ln.rstrip() for ln in clean_text(f.message).strip().split("\n") if ln.strip()]
-    shown = message[:MESSAGE_LINES] + ([f"... ({len(message) - MESSAGE_LINES} more lines)"]
-                                       if len(message) > MESSAGE_LINES else [])
+    cut = limit is not None and len(message) > limit
+    shown = message[:limit] + [f"... ({len(message) - (limit or 0)} more lines; -v shows them)"] if cut else message
     lines = [f"  - {_label(f)}: {shown[0]}"] + [f"      {ln}" for ln in shown[1:]]
     where = [p for p in (f.location, f"case {f.case}" if f.case else None) if p]
     if where:
