@@ -511,7 +511,7 @@ def _publish(record: Any, verdict: Any, written: dict[str, Path], args: argparse
     from .report.markdown import render_markdown
 
     outcome = publish(record, verdict, written, env=os.environ, comment_mode=args.comment_mode,
-                      markdown=render_markdown(record, verdict))
+                      markdown=render_markdown(record, verdict), pr=args.pr, sha=args.sha)
     for m in outcome.messages:
         say(m)
 
@@ -728,6 +728,8 @@ def version_text() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .github.publish_args import add_publish_args
+
     common = _common()
     p = argparse.ArgumentParser(
         prog="gpu-gate",
@@ -760,7 +762,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--work-dir", default=os.environ.get("GPU_GATE_WORK_DIR"),
                    help="where job directories are made (default: $GPU_GATE_WORK_DIR, else the system temp dir)")
     c.add_argument("--github", action="store_true", default=None, help="post the PR comment and check run")
-    c.add_argument("--comment-mode", default="sticky", choices=["sticky", "off"])
+    add_publish_args(c)
     c.set_defaults(func=cmd_check)
 
     pl = add_parser("plan", help="print the plan (jobs = spec x check) as JSON; no torch, no GPU",
@@ -785,7 +787,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--github", action="store_true", default=None,
                    help="post the PR comment and check run (default: on in GitHub Actions with a token)")
     r.add_argument("--no-github", dest="github", action="store_false")
-    r.add_argument("--comment-mode", default="sticky", choices=["sticky", "off"])
+    add_publish_args(r)
     r.set_defaults(func=cmd_report)
 
     v = add_parser("validate-policy", help="validate a .gpu-gate.yml; exit 0 if valid, 2 if not",

@@ -144,3 +144,18 @@ def test_plan_never_runs_in_the_publish_phase(tmp_path: Path) -> None:
     cli = FakeCli(tmp_path, {})
     action.main(env_for(tmp_path, mode="plan", phase="publish"), run=cli)
     assert cli.calls == [] and outputs(tmp_path)["exit-code"] == "2"
+
+
+def test_report_mode_passes_the_comment_mode_and_the_pr_and_sha_overrides(tmp_path: Path) -> None:
+    shard = tmp_path / "gpu-gate-results" / "r"
+    shard.mkdir(parents=True)
+    RunRecord().write(shard / "results.json")
+    cli = FakeCli(tmp_path / "gpu-gate-report", {})
+    action.main(env_for(tmp_path, mode="report", results="gpu-gate-results/**/results.json",
+                        comment_mode="failures-only", pr="7", sha="4" * 40), run=cli)
+    argv, _ = cli.calls[0]
+    assert argv[argv.index("--comment-mode") + 1] == "failures-only"
+    assert argv[argv.index("--pr") + 1] == "7" and argv[argv.index("--sha") + 1] == "4" * 40
+    cli = FakeCli(tmp_path / "gpu-gate-report", {})
+    action.main(env_for(tmp_path, mode="report", results="gpu-gate-results/**/results.json"), run=cli)
+    assert "--pr" not in cli.calls[0][0] and "--sha" not in cli.calls[0][0]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_gate.findings import Finding, JobResult, Status
+from gpu_gate.findings import Finding, JobResult, Severity, Status
 from gpu_gate.record import ChangedKernel, RunRecord
 from gpu_gate.report.markdown import render_markdown
 from gpu_gate.verdict import Rules, Verdict, decide
@@ -60,6 +60,7 @@ def test_blocking_list_names_each_reason_with_its_location(md: str) -> None:
     assert f"- **equivalence** `{RMS}`: Mismatched elements: 3 / 100 (3.0%) — `csrc/rmsnorm.cu:42`" in blocking
     assert "csrc/scatter.cu changed and no gate spec covers it" in blocking
     assert "synccheck:gate/rowsum\\_gate.py::rowsum\\_gate produced no result" in blocking
+    assert f"- **memcheck** for `{RMS}`: not run: {NO_GPU.replace('_', chr(92) + '_')}" in blocking
     assert blocking.count("\n- ") == 6
 
 
@@ -67,7 +68,8 @@ def test_kernel_tables_show_each_checks_result(md: str) -> None:
     kernels = section(md, "Kernels")
     assert "#### `csrc/rmsnorm.cu`\n\ncuda · modified · specs: `gate/rmsnorm_gate.py::rmsnorm_gate`" in kernels
     assert f"| equivalence | `{RMS}` | ❌ failed (2 errors) | 64 | 4.1s |" in kernels
-    assert f"| memcheck | `{RMS}` | ⛔ not run |  |  |" in kernels
+    assert "| memcheck |" not in kernels  # not run: one line under the table, the reason once below
+    assert "⛔ Not run: memcheck (see *Not verified, and why*)" in kernels
     assert f"| racecheck | `{RMS}` | ✅ passed · cached from `{CACHED_SHA[:12]}` | 4 | 7.4s |" in kernels
     assert f"| initcheck | `{RMS}` | ⚠️ failed (1 error) (advisory) | 4 | 9.5s |" in kernels
     assert f"| equivalence | `{ROWSUM}` | 💥 could not run |  | 600.0s |" in kernels
@@ -76,14 +78,17 @@ def test_kernel_tables_show_each_checks_result(md: str) -> None:
 
 def test_failure_details_render_assert_close_text_verbatim_and_the_repro(md: str) -> None:
     details = section(md, "Failure details")
-    assert f"**mismatch** case `c0017` at `csrc/rmsnorm.cu:42`\n\n```text\n{MISMATCH}\n```" in details
-    assert f"Reproduce:\n\n```sh\n{REPRO}\n```" in details
+    assert ("<details open><summary>mismatch · case c0017 · at csrc/rmsnorm.cu:42: Mismatched elements: 3 / 100 "
+            f"(3.0%)</summary>\n\n```text\n{MISMATCH}\n```") in details
+    assert f"Reproduce:\n\n```sh\n{REPRO}\n```\n\n</details>" in details
+    assert "<details><summary>nan · case c0031: NaN in output" in details  # only the first is open
+    assert details.count("<details") == details.count("</details>") == 2
     assert "scatter.cu" not in details  # one-line plan findings are shown whole in the blocking list
 
 
-def test_not_run_section_gives_every_reason(md: str) -> None:
-    not_run = section(md, "Not run, and why")
-    assert f"- ⛔ **memcheck** `{RMS}`: not run: {NO_GPU.replace('_', chr(92) + '_')} — **blocks the merge**" in not_run
+def test_not_verified_section_gives_every_reason(md: str) -> None:
+    not_run = section(md, "Not verified, and why")
+    assert f"- ⛔ **memcheck** for `{RMS}`: not run: {NO_GPU.replace('_', chr(92) + '_')} — **blocks the merge**" in not_run
     assert "could not run: timed out after 600 s (process group killed) — **blocks the merge**" in not_run
     assert "Kernel hung waiting on barrier\\x00\\x07" in not_run
     assert "\x1b" not in md and "\x00" not in md
@@ -94,7 +99,8 @@ def test_advisory_failures_are_warnings(md: str) -> None:
     assert "- ⚠️ **initcheck** (advisory)" in warnings and "`csrc/rmsnorm.cu:57`" in warnings
 
 
-def test_growth_curve_is_a_table_and_a_log_scale_chart(md: str) -> None:
+def test_growth_curve_is_a_table_and_a_log_scale_chart(tmp_path: Path) -> None:
+    md = render_markdown(*with_growth_finding(tmp_path))
     growth = section(md, "Error growth with size")
     assert "| 262144 | 0.9 | 0.005 | 180× |" in growth
     assert "⚠️ **The candidate's error grows faster with size than the baseline's.**" in growth
@@ -149,9 +155,11 @@ def test_huge_report_is_cut_to_the_comment_limit_and_links_the_full_report() -> 
     assert fences_balanced(text)
     assert "### Kernels" in text and all(f"#### `csrc/k{i}.cu`" in text for i in range(20))
     assert section(text, "Blocking").count("\n- ") == 100
-    assert "_… 3920 more blocking reasons not shown; see the full report._" in text
+    assert "_… 3901 more blocking reasons not shown; see the full report._" in text
     assert "more failure details not shown" in text
-    assert section(text, "Not run, and why").count(NO_GPU.replace("_", "\\_")) == 20  # every reason is kept
+    not_run = section(text, "Not verified, and why")
+    assert not_run.count(NO_GPU.replace("_", "\\_")) == 1  # one reason, once, with the jobs it covers
+    assert "`gate/k5_gate.py::k5` and 14 more (20 jobs): not run:" in not_run
 
 
 def test_shortened_report_without_url_points_to_the_artifacts() -> None:
@@ -181,5 +189,85 @@ def test_long_message_is_shortened_in_a_cut_report() -> None:
 def test_report_that_fits_is_not_changed_by_the_limit(tmp_path: Path) -> None:
     record, verdict = build(tmp_path)
     full = render_markdown(record, verdict)
-    assert render_markdown(record, verdict, max_chars=COMMENT_LIMIT, artifact_url=URL) == full
+    assert render_markdown(record, verdict, max_chars=COMMENT_LIMIT) == full
     assert "Full report" not in full
+    linked = render_markdown(record, verdict, max_chars=COMMENT_LIMIT, artifact_url=URL)
+    assert linked == full + f"\n---\nFull report: {URL}\n"
+
+
+# --- What a reviewer sees once, not three times ---------------------------------------------
+
+def with_growth_finding(tmp_path: Path, severity: Severity = Severity.ERROR) -> tuple[RunRecord, Verdict]:
+    """The fixture, with the growth finding its curve explains (a bf16 accumulator)."""
+    record, _ = build(tmp_path)
+    job = next(r for r in record.results if r.check == "equivalence" and r.spec == RMS)
+    job.findings.append(Finding("equivalence", "error-growth", "error grows materially faster than torch's along "
+                                "reduction dim 'n' in bfloat16", severity=severity, spec=RMS, case="c0040"))
+    return record, decide(record, Rules())
+
+
+def test_growth_curve_is_not_shown_when_no_growth_finding_needs_it(md: str) -> None:
+    """The fixture fails on a mismatch and a NaN; a curve beside them would explain nothing."""
+    assert "### Error growth with size" not in md and "xychart-beta" not in md
+
+
+def test_growth_curve_that_only_informs_is_not_shown(tmp_path: Path) -> None:
+    md = render_markdown(*with_growth_finding(tmp_path, Severity.NOTE))
+    assert "### Error growth with size" not in md
+
+
+def test_growth_curve_is_shown_beside_a_warning_it_explains(tmp_path: Path) -> None:
+    md = render_markdown(*with_growth_finding(tmp_path, Severity.WARNING))
+    assert "| 262144 | 0.9 | 0.005 | 180× |" in section(md, "Error growth with size")
+
+
+def _many_not_run() -> tuple[RunRecord, Verdict]:
+    kernels = [ChangedKernel(f"csrc/k{i}.cu", "cuda", "modified", specs=(f"gate/k{i}_gate.py::k{i}",)) for i in range(3)]
+    results = []
+    for k in kernels:
+        spec = k.specs[0]
+        results.append(JobResult(f"equivalence:{spec}", "equivalence", Status.PASSED, spec=spec, kernels=(k.path,),
+                                 cases=10, duration_s=1.0))
+        results += [JobResult(f"{c}:{spec}", c, Status.NOT_RUN, spec=spec, kernels=(k.path,), reason=NO_GPU)
+                    for c in ("memcheck", "racecheck", "synccheck")]
+    record = RunRecord(kernels=kernels, results=results)
+    return record, decide(record, Rules())
+
+
+def test_jobs_not_run_for_one_reason_are_named_once_with_it() -> None:
+    md = render_markdown(*_many_not_run())
+    reason = NO_GPU.replace("_", "\\_")
+    assert md.count(reason) == 2, "once in the blocking list, once under Not verified"
+    blocking = section(md, "Blocking")
+    assert blocking.count("\n- ") == 1
+    assert ("- **memcheck**, **racecheck**, **synccheck** for `gate/k0_gate.py::k0`, `gate/k1_gate.py::k1`, "
+            f"`gate/k2_gate.py::k2` (9 jobs): not run: {reason}") in blocking
+    kernels = section(md, "Kernels")
+    assert kernels.count("⛔ Not run: memcheck, racecheck, synccheck") == 3 and "⛔ not run |" not in kernels
+    assert section(md, "Not verified, and why").count("\n- ") == 1
+
+
+def test_dtypes_dropped_under_the_interpreter_are_stated_with_the_reason() -> None:
+    why = "the Triton interpreter's bfloat16 arithmetic is wrong (triton-lang/triton#5321)"
+    results = [JobResult(f"equivalence:g{i}.py::k", "equivalence", Status.PASSED, spec=f"g{i}.py::k", cases=40,
+                         findings=[Finding("equivalence", "dtype-not-run", f"bfloat16 cases not run: {why}",
+                                           Severity.NOTE, spec=f"g{i}.py::k")]) for i in range(2)]
+    record = RunRecord(results=results)
+    verdict = decide(record, Rules())
+    assert verdict.passed
+    md = render_markdown(record, verdict)
+    unverified = section(md, "Not verified, and why")
+    assert ("- ⏭️ **bfloat16** not verified by **equivalence** for `g0.py::k`, `g1.py::k`: the Triton "
+            "interpreter's bfloat16 arithmetic is wrong (triton-lang/triton\\#5321)") in unverified
+    assert unverified.count("\n- ") == 1
+
+
+def test_collapsed_summary_cannot_carry_html(tmp_path: Path) -> None:
+    evil = "</summary></details><img src=x onerror=alert(1)>\nsecond line"
+    record = RunRecord(results=[JobResult("j", "equivalence", Status.FAILED, spec="g.py::k", findings=[
+        Finding("equivalence", "mismatch", evil, spec="g.py::k", case="c1")])])
+    md = render_markdown(record, decide(record, Rules()))
+    summary = re.search(r"<summary>(.*?)</summary>", md)
+    assert summary and "<" not in summary.group(1) and "&lt;img src=x" in summary.group(1)
+    outside_fences = re.sub(r"^```text\n.*?^```$", "", md, flags=re.M | re.S)
+    assert outside_fences.count("<details") == outside_fences.count("</details>") == 1

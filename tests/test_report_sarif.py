@@ -1,13 +1,16 @@
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
 import jsonschema
 import pytest
 
-from gpu_gate.report.sarif import render_sarif
+from gpu_gate.report.sarif import FINGERPRINT_KEY, fingerprint, render_sarif
+from gpu_gate.verdict import Rules, decide
 from test_report_fixtures import RMS, ROWSUM, build
 
 SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif" / "sarif-2.1.0-subset.schema.json").read_text())
@@ -15,7 +18,7 @@ SCHEMA = json.loads((Path(__file__).parent / "data" / "sarif" / "sarif-2.1.0-sub
 
 @pytest.fixture()
 def sarif(tmp_path: Path) -> dict[str, Any]:
-    log = render_sarif(*build(tmp_path))
+    log = render_sarif(*build(tmp_path), root=tmp_path / "no-checkout")
     jsonschema.Draft7Validator(SCHEMA).validate(json.loads(json.dumps(log)))
     return log
 
@@ -60,10 +63,128 @@ def test_levels_follow_the_policy(sarif: dict[str, Any]) -> None:
     assert timeout["locations"][0]["physicalLocation"]["artifactLocation"]["uri"] == ROWSUM.split("::")[0]
 
 
-def test_finding_without_a_file_is_placed_on_its_spec(sarif: dict[str, Any]) -> None:
+def test_without_the_sources_a_finding_with_no_line_goes_on_line_1_of_its_spec(sarif: dict[str, Any]) -> None:
     [nan] = _results(sarif, "equivalence/nan")
     assert nan["locations"][0]["physicalLocation"] == {
-        "artifactLocation": {"uri": "gate/rmsnorm_gate.py", "uriBaseId": "%SRCROOT%"}}
+        "artifactLocation": {"uri": "gate/rmsnorm_gate.py", "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 1}}
+
+
+SPEC_SOURCE = """import torch
+import gpu_gate as gg
+from mylib import rmsnorm
+
+
+@gg.spec(
+    dims={"rows": gg.Dim(1, 64), "hidden": gg.Dim(1, 512)},
+    inputs={"x": gg.Tensor(("rows", "hidden"), dtypes=["float32"]), "w": gg.Tensor(("hidden",), dtype="like:x")},
+    reference=lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w,
+)
+def rmsnorm_gate(x, w):
+    return rmsnorm(x, w)
+"""
+CUDA_SOURCE = """#include <cuda_runtime.h>
+
+// one block per row
+__global__ void rmsnorm_fwd(const float* x, const float* w, float* out, int hidden) {
+}
+"""
+SCATTER_SOURCE = """#include <cuda_runtime.h>
+
+
+__global__ void scatter_add(float* out, const int* idx, const float* src, int n) {
+}
+"""
+
+
+@pytest.fixture()
+def checkout(tmp_path: Path) -> Path:
+    root = tmp_path / "checkout"
+    for rel, text in (("gate/rmsnorm_gate.py", SPEC_SOURCE), ("csrc/rmsnorm.cu", CUDA_SOURCE),
+                      ("csrc/scatter.cu", SCATTER_SOURCE)):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+@pytest.fixture()
+def placed(tmp_path: Path, checkout: Path) -> dict[str, Any]:
+    log = render_sarif(*build(tmp_path), root=checkout)
+    jsonschema.Draft7Validator(SCHEMA).validate(json.loads(json.dumps(log)))
+    return log
+
+
+def test_every_result_has_a_region_a_rule_a_level_a_message_and_a_fingerprint(placed: dict[str, Any],
+                                                                               sarif: dict[str, Any]) -> None:
+    for log in (placed, sarif):
+        results = log["runs"][0]["results"]
+        assert len(results) == 6
+        for r in results:
+            assert r["ruleId"] and r["level"] in ("error", "warning", "note") and r["message"]["text"]
+            assert r["locations"][0]["physicalLocation"]["region"]["startLine"] >= 1, r
+            assert re.fullmatch(r"[0-9a-f]{64}", r["partialFingerprints"][FINGERPRINT_KEY])
+
+
+def test_finding_without_a_line_goes_on_the_spec_decorator_with_the_kernel_beside_it(placed: dict[str, Any]) -> None:
+    [nan] = _results(placed, "equivalence/nan")
+    assert nan["locations"][0]["physicalLocation"] == {
+        "artifactLocation": {"uri": "gate/rmsnorm_gate.py", "uriBaseId": "%SRCROOT%"}, "region": {"startLine": 6}}
+    [kernel] = nan["relatedLocations"]
+    assert kernel["physicalLocation"]["artifactLocation"]["uri"] == "csrc/rmsnorm.cu"
+    assert kernel["physicalLocation"]["region"] == {"startLine": 4}
+    assert kernel["message"]["text"] == "kernel rmsnorm_fwd"
+
+
+def test_job_that_did_not_run_goes_on_the_spec_decorator(placed: dict[str, Any]) -> None:
+    [not_run] = _results(placed, "memcheck/not-run")
+    assert not_run["locations"][0]["physicalLocation"]["region"] == {"startLine": 6}
+
+
+def test_uncovered_kernel_file_goes_on_its_kernel_definition(placed: dict[str, Any]) -> None:
+    [uncovered] = _results(placed, "plan/uncovered")
+    physical = uncovered["locations"][0]["physicalLocation"]
+    assert physical["artifactLocation"]["uri"] == "csrc/scatter.cu" and physical["region"] == {"startLine": 4}
+
+
+def test_a_finding_with_its_own_line_keeps_it(placed: dict[str, Any]) -> None:
+    [mismatch] = _results(placed, "equivalence/mismatch")
+    assert mismatch["locations"][0]["physicalLocation"]["region"] == {"startLine": 42}
+    assert "relatedLocations" not in mismatch
+
+
+def _prints(log: dict[str, Any]) -> dict[str, str]:
+    return {r["ruleId"]: r["partialFingerprints"][FINGERPRINT_KEY] for r in log["runs"][0]["results"]}
+
+
+def test_fingerprints_survive_a_new_push_with_new_cases_seeds_numbers_and_lines(tmp_path: Path) -> None:
+    record, verdict = build(tmp_path)
+    first = _prints(render_sarif(record, verdict))
+    for job in record.results:
+        job.findings = [dataclasses.replace(
+            f, case="c0099", line=(f.line + 7 if f.line else None),
+            message=re.sub(r"\d+", "9", f.message), repro=(f.repro or "").replace("1234", "777")) for f in job.findings]
+    assert _prints(render_sarif(record, decide(record, Rules()))) == first
+    assert len(set(first.values())) == len(first), "distinct defects get distinct fingerprints"
+
+
+def test_fingerprint_tells_outputs_specs_and_kinds_apart() -> None:
+    base = fingerprint("equivalence", "mismatch", RMS, ["csrc/rmsnorm.cu"], "out")
+    assert fingerprint("equivalence", "mismatch", RMS, ["csrc/rmsnorm.cu"], "out") == base
+    assert fingerprint("equivalence", "mismatch", RMS, ["csrc/rmsnorm.cu"], "grad:x") != base
+    assert fingerprint("equivalence", "mismatch", ROWSUM, ["csrc/rmsnorm.cu"], "out") != base
+    assert fingerprint("equivalence", "nan", RMS, ["csrc/rmsnorm.cu"], "out") != base
+    assert fingerprint("equivalence", "mismatch", RMS, ["csrc/other.cu"], "out") != base
+    assert fingerprint("determinism", "mismatch", RMS, ["csrc/rmsnorm.cu"], "out") != base
+
+
+def test_the_output_a_finding_names_is_in_its_fingerprint(tmp_path: Path) -> None:
+    record, _ = build(tmp_path)
+    job = next(r for r in record.results if r.check == "equivalence" and r.findings)
+    twin = dataclasses.replace(job.findings[0], details={"output": "grad:w"})
+    job.findings[0] = dataclasses.replace(job.findings[0], details={"output": "out"})
+    job.findings.append(twin)
+    prints = [r["partialFingerprints"][FINGERPRINT_KEY] for r in render_sarif(record, decide(record, Rules()))
+              ["runs"][0]["results"] if r["ruleId"] == "equivalence/mismatch"]
+    assert len(prints) == 2 and prints[0] != prints[1]
 
 
 def test_uris_are_repository_relative(sarif: dict[str, Any]) -> None:

@@ -51,6 +51,8 @@ class Inputs:
     results: str = ""
     plan: str = ""
     comment_mode: str = "sticky"
+    pr: str = ""
+    sha: str = ""
     extra_args: tuple[str, ...] = ()
     artifact: str = ""
     gpu: bool = True
@@ -68,7 +70,7 @@ class Inputs:
                    out=out if out.is_absolute() else workspace / out,
                    policy=get("POLICY"), base=get("BASE"), head=get("HEAD"), shard=get("SHARD"),
                    shards=get("SHARDS"), results=get("RESULTS"), plan=get("PLAN"),
-                   comment_mode=get("COMMENT_MODE") or "sticky",
+                   comment_mode=get("COMMENT_MODE") or "sticky", pr=get("PR"), sha=get("SHA"),
                    extra_args=tuple(shlex.split(get("EXTRA_ARGS"))), artifact=get("ARTIFACT"),
                    gpu=get("GPU").lower() not in ("false", "0", "no"), token=env.get("GG_TOKEN", ""))
 
@@ -83,7 +85,8 @@ def _selection(inp: Inputs) -> list[str]:
 
 
 def _publish_flags(inp: Inputs) -> list[str]:
-    return ["--comment-mode", inp.comment_mode, "--github" if inp.token else "--no-github"]
+    return ["--comment-mode", inp.comment_mode, *_opt("--pr", inp.pr), *_opt("--sha", inp.sha),
+            "--github" if inp.token else "--no-github"]
 
 
 @contextmanager

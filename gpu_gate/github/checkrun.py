@@ -11,7 +11,7 @@ from typing import Any
 from ..findings import Finding, JobResult, Severity
 from ..record import RunRecord
 from ..verdict import Verdict
-from . import locate
+from ..report import locate
 from .client import ApiResponse, GitHubClient
 from .text import CHECK_TEXT_LIMIT, fit_chars, truncation_note
 
@@ -43,17 +43,10 @@ def check_annotations(record: RunRecord, verdict: Verdict, root: Path | None = N
 def _placed(result: JobResult, findings: list[Finding], root: Path) -> list[dict[str, Any]]:
     first = findings[0]
     more = f"\n(and {len(findings) - 1} more finding(s) of this job: see the report)" if len(findings) > 1 else ""
-    places: list[tuple[str, int, str]] = []
-    spec = result.spec or first.spec
-    where = locate.spec_line(root, spec) if spec else None
-    if where:
-        places.append((*where, f"the spec {spec.partition('::')[2]}" if spec else "the spec"))
-    for rel in result.kernels:
-        places += [(f, line, f"kernel {name}") for f, line, name in locate.kernel_lines(root, rel)]
     out = []
-    for path, line, what in places:
-        ann = _annotation(dataclasses.replace(first, file=path, line=line), blocking=True)
-        ann["message"] = (f"{what}: {first.message}"[:ANNOTATION_MESSAGE_LIMIT - len(more)] + more) or first.kind
+    for place in locate.places(root, result.spec or first.spec, result.kernels):
+        ann = _annotation(dataclasses.replace(first, file=place.path, line=place.line), blocking=True)
+        ann["message"] = (f"{place.what}: {first.message}"[:ANNOTATION_MESSAGE_LIMIT - len(more)] + more) or first.kind
         out.append(ann)
     return out
 

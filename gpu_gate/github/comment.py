@@ -1,4 +1,7 @@
-"""The sticky PR comment: one per workflow/job key, found again by a hidden marker and edited."""
+"""The sticky PR comment: one per workflow/job key, found again by a hidden marker and edited.
+
+In ``failures-only`` mode a passing run creates no comment, but edits one an earlier red run left,
+so that the pull request does not keep showing a failure that is gone."""
 from __future__ import annotations
 
 from typing import Any
@@ -26,12 +29,16 @@ def find_sticky(client: GitHubClient, repo: str, number: int, key: str) -> dict[
     return None
 
 
-def upsert_sticky(client: GitHubClient, repo: str, number: int, key: str, body: str) -> tuple[str | None, bool]:
-    """Edit the comment carrying our marker, else create it. Returns (html_url, created)."""
+def upsert_sticky(client: GitHubClient, repo: str, number: int, key: str, body: str, *,
+                  create: bool = True) -> tuple[str | None, bool] | None:
+    """Edit the comment carrying our marker, else create it (unless ``create`` is false: then None).
+    Returns (html_url, created)."""
     existing = find_sticky(client, repo, number, key)
     if existing is not None:
         resp = client.request("PATCH", f"/repos/{repo}/issues/comments/{existing['id']}", json={"body": body})
         return _html_url(resp), False
+    if not create:
+        return None
 
     def recover() -> ApiResponse | None:
         # The POST may have landed before the connection dropped: look before posting again.

@@ -1,6 +1,8 @@
 """Publishing a verdict to GitHub: job summary, sticky PR comment, check run (or commit status).
 
-Called by ``gpu-gate report --github``. Publishing never decides the verdict and never
+Called by ``gpu-gate report --github``. The pull request and commit come from GitHub (the event,
+verified against the API on ``workflow_run`` or with ``--pr``/``--sha``: see :mod:`.target`), never
+from the results file. Publishing never decides the verdict and never
 fails the gate by itself: when GitHub refuses a write (a fork's read-only token, a
 missing permission, a rate limit that lasts too long) the report still reaches the job
 summary and the artifact, and the outcome says what was not published and why.
@@ -17,12 +19,13 @@ from .checkrun import publish_check_run, publish_status
 from .client import GitHubClient, GitHubError
 from .comment import comment_body, marker, upsert_sticky
 from .context import ActionsContext
+from .publish_args import COMMENT_MODES
 from .summary import append_summary
+from .target import Target, resolve
 from .text import COMMENT_LIMIT, SUMMARY_LIMIT
 
 READ_ONLY_NOTE = ("read-only token (fork pull request?): wrote the job summary and the report artifact "
                   "instead of a PR comment")
-COMMENT_MODES = ("sticky", "off")
 
 
 @dataclasses.dataclass
@@ -42,7 +45,8 @@ class _ReadOnly(Exception):
 
 
 def publish(record: RunRecord, verdict: Verdict, reports: dict[str, Path], *, env: Mapping[str, str],
-            comment_mode: str = "sticky", markdown: str, client: GitHubClient | None = None) -> PublishOutcome:
+            comment_mode: str = "sticky", markdown: str, client: GitHubClient | None = None,
+            pr: int | None = None, sha: str | None = None) -> PublishOutcome:
     if comment_mode not in COMMENT_MODES:
         raise ValueError(f"comment mode {comment_mode!r} is not one of {', '.join(COMMENT_MODES)}")
     ctx = ActionsContext.from_env(env)
@@ -57,9 +61,11 @@ def publish(record: RunRecord, verdict: Verdict, reports: dict[str, Path], *, en
     own_client = client is None
     client = client or GitHubClient(ctx.api_url, ctx.token)
     try:
-        if comment_mode == "sticky":
-            _publish_comment(client, ctx, record, verdict, markdown, out)
-        _publish_check(client, ctx, record, verdict, markdown, out)
+        target = _target(client, ctx, record, pr, sha, out)
+        if target is not None:
+            if comment_mode != "off":
+                _publish_comment(client, ctx, record, verdict, markdown, out, target, comment_mode)
+            _publish_check(client, ctx, record, verdict, markdown, out, target.sha)
     except _ReadOnly:
         out.note(READ_ONLY_NOTE, degraded=True)
     finally:
@@ -68,6 +74,21 @@ def publish(record: RunRecord, verdict: Verdict, reports: dict[str, Path], *, en
     if reports:
         out.messages.append("reports: " + ", ".join(f"{k}={v}" for k, v in sorted(reports.items())))
     return out
+
+
+def _target(client: GitHubClient, ctx: ActionsContext, record: RunRecord, pr: int | None, sha: str | None,
+            out: PublishOutcome) -> Target | None:
+    try:
+        target = resolve(ctx, client, pr=pr, sha=sha, claimed_head=record.head)
+    except GitHubError as exc:
+        out.note(f"cannot tell which pull request to publish to: {exc}", degraded=True)
+        return None
+    if target.refused:
+        out.note(target.refused, degraded=True)
+        return None
+    if target.note:
+        out.note(target.note, degraded=True)
+    return target
 
 
 def _render(record: RunRecord, verdict: Verdict, fallback: str, max_chars: int, url: str | None) -> str:
@@ -95,28 +116,34 @@ def _write_summary(ctx: ActionsContext, record: RunRecord, verdict: Verdict, mar
 
 
 def _publish_comment(client: GitHubClient, ctx: ActionsContext, record: RunRecord, verdict: Verdict,
-                     markdown: str, out: PublishOutcome) -> None:
-    number = ctx.pr_number
+                     markdown: str, out: PublishOutcome, target: Target, mode: str) -> None:
+    number = target.pr
     if number is None:
-        out.note("not a pull request event: no PR comment")
+        if target.note is None:
+            out.note("not a pull request event: no PR comment")
         return
     key = ctx.sticky_key
     room = COMMENT_LIMIT - len(marker(key)) - 1
     body = comment_body(_render(record, verdict, markdown, room, ctx.artifacts_url), key, ctx.artifacts_url)
+    # failures-only: a green run adds no comment, but turns an earlier red one green.
+    create = mode != "failures-only" or not verdict.passed
     try:
-        url, created = upsert_sticky(client, ctx.repository, number, key, body)
+        done = upsert_sticky(client, ctx.repository, number, key, body, create=create)
     except GitHubError as exc:
         if exc.read_only:
             raise _ReadOnly from exc
         out.note(f"PR comment not posted: {exc}", degraded=True)
         return
+    if done is None:
+        out.note("comment mode failures-only: the gate passed and no earlier comment to update: no PR comment")
+        return
+    url, created = done
     out.comment_url = url
     out.note(f"{'posted' if created else 'updated'} the PR comment {url or ''}".rstrip())
 
 
 def _publish_check(client: GitHubClient, ctx: ActionsContext, record: RunRecord, verdict: Verdict,
-                   markdown: str, out: PublishOutcome) -> None:
-    sha = ctx.head_sha
+                   markdown: str, out: PublishOutcome, sha: str | None) -> None:
     if not sha:
         out.note("no commit sha (GITHUB_SHA): no check run", degraded=True)
         return

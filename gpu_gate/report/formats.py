@@ -35,8 +35,9 @@ FILENAMES = {
 
 
 def write_reports(record: RunRecord, verdict: Verdict, out_dir: Path,
-                  formats: Iterable[OutputFormat | str]) -> dict[str, Path]:
-    """Write each format to ``out_dir``; returns {format name: path}.
+                  formats: Iterable[OutputFormat | str], root: Path | None = None) -> dict[str, Path]:
+    """Write each format to ``out_dir``; returns {format name: path}. ``root`` is the checkout that
+    places findings with no line (default: the working directory).
 
     A report that cannot be written (disk full, a directory in the way) does not stop the
     others: they are written first, then a GateError names the first path that failed.
@@ -51,7 +52,7 @@ def write_reports(record: RunRecord, verdict: Verdict, out_dir: Path,
     for fmt in dict.fromkeys(OutputFormat(f) for f in formats):
         path = out_dir / fmt.filename
         try:
-            _write(fmt, record, verdict, path)
+            _write(fmt, record, verdict, path, root)
         except OSError as err:
             failed.append((path, err))
         else:
@@ -64,13 +65,13 @@ def write_reports(record: RunRecord, verdict: Verdict, out_dir: Path,
     return written
 
 
-def _write(fmt: OutputFormat, record: RunRecord, verdict: Verdict, path: Path) -> None:
+def _write(fmt: OutputFormat, record: RunRecord, verdict: Verdict, path: Path, root: Path | None) -> None:
     if fmt is OutputFormat.JUNIT:
         path.write_text(render_junit(record, verdict), encoding="utf-8")
     elif fmt is OutputFormat.MARKDOWN:
         path.write_text(render_markdown(record, verdict), encoding="utf-8")
     elif fmt is OutputFormat.SARIF:
-        path.write_text(json.dumps(render_sarif(record, verdict), indent=1), encoding="utf-8")
+        path.write_text(json.dumps(render_sarif(record, verdict, root), indent=1), encoding="utf-8")
     elif fmt is OutputFormat.JSON:
         record.write(path)
     else:

@@ -1,8 +1,10 @@
 """The Markdown report: the sticky PR comment and ``$GITHUB_STEP_SUMMARY``.
 
 Layout, most important first: verdict line, what blocks, one table per changed kernel,
-failure details (messages verbatim in code blocks, reproducers), error-growth curves,
-compile resources, what was not run and why, and advisory warnings.
+failure details (messages verbatim in code blocks, reproducers, each collapsed), what was
+not verified and why (checks not run and dtypes dropped, each reason once with the jobs it
+covers), the error-growth curve of a job whose growth finding it explains, compile
+resources, why each spec ran, advisory warnings, and a link to the full report.
 
 With ``max_chars`` (65,536 for a PR comment) the report is fitted by whole blocks, so a
 cut never falls inside a code fence, a table or a character: the verdict, the blocking
@@ -13,6 +15,7 @@ and a last line says where the full report is. Lengths are counted in characters
 from __future__ import annotations
 
 import dataclasses
+import html
 import math
 import re
 from collections.abc import Iterable
@@ -22,7 +25,7 @@ from ..findings import Finding, JobResult, Severity, Status
 from ..record import ChangedKernel, RunRecord
 from ..verdict import Item, Verdict
 from . import (blocking_findings, blocking_jobs, check_order, clean_text, first_line, job_target,
-               missing_items, not_run_jobs, short_sha)
+               missing_items, not_run_jobs, short_sha, warning_findings)
 
 SHORT_MESSAGE_CHARS = 1500  # per message once the report has to be shortened
 SHORT_LOG_LINES = 15
@@ -111,13 +114,14 @@ class _Ctx:
 
 def render_markdown(record: RunRecord, verdict: Verdict, *, max_chars: int | None = None,
                     artifact_url: str | None = None) -> str:
-    full = _assemble(_sections(_ctx(record, verdict, shortened=False)), None)
+    """The report; with ``artifact_url`` (where the run keeps the report artifact) it ends with a link to it."""
+    link = f"---\nFull report: {artifact_url}" if artifact_url else ""
+    full = _assemble(_sections(_ctx(record, verdict, shortened=False)), None, link)
     if max_chars is None or len(full) <= max_chars:
         return full
     sections = _sections(_ctx(record, verdict, shortened=True))
-    footer = (f"---\nFull report: {artifact_url}" if artifact_url
-              else "---\nThe full report (report.md, junit.xml, report.sarif, results.json) "
-                   "is in this run's job artifacts.")
+    footer = link or ("---\nThe full report (report.md, junit.xml, report.sarif, results.json) "
+                      "is in this run's job artifacts.")
     return _fit(sections, footer, max_chars)
 
 
@@ -130,18 +134,29 @@ def _ctx(record: RunRecord, verdict: Verdict, *, shortened: bool) -> _Ctx:
 def _sections(ctx: _Ctx) -> list[_Section]:
     return [
         _Section(None, [_verdict_block(ctx)], essential=True),
-        _Section("### Blocking", [_blocking_line(i) for i in ctx.verdict.blocking],
+        _Section("### Blocking", _blocking_lines(ctx.verdict.blocking),
                  essential=True, joiner="\n", omitted="more blocking reasons not shown", capped=True),
         _Section("### Kernels", _kernel_blocks(ctx), essential=True, omitted="more kernels not shown"),
-        _Section("### Specs run, and why", _selection_lines(ctx), joiner="\n", omitted="more specs not shown",
-                 capped=True),
         _Section("### Failure details", _detail_blocks(ctx), omitted="more failure details not shown"),
-        _Section("### Error growth with size", _growth_blocks(ctx.record.results)),
+        _Section("### Not verified, and why", _unverified_blocks(ctx), essential=True, joiner="\n",
+                 omitted="more reasons for checks or dtypes not verified are not shown", capped=True),
+        _Section("### Error growth with size", _growth_blocks(ctx)),
         _Section("### Compile resources", _resource_blocks(ctx.record.results)),
-        _Section("### Not run, and why", _not_run_blocks(ctx), essential=True, joiner="\n",
-                 omitted="more jobs that did not run are not shown", capped=True),
+        _Section("### Specs run, and why", _collapsed("why each spec ran", _selection_lines(ctx))),
         _Section("### Warnings (do not block the merge)", _warning_blocks(ctx), omitted="more warnings not shown"),
     ]
+
+
+def _collapsed(summary: str, lines: list[str]) -> list[str]:
+    """One collapsed block of ``lines`` (a long list nobody needs to scroll past)."""
+    return [details(summary, "\n".join(lines))] if lines else []
+
+
+def details(summary: str, body: str, *, open_: bool = False) -> str:
+    """A collapsed block; the summary is plain text (HTML-escaped), the body Markdown."""
+    head = "<details open>" if open_ else "<details>"
+    text = html.escape(first_line(summary, 300), quote=False)
+    return f"{head}<summary>{text}</summary>\n\n{body}\n\n</details>"
 
 
 def _verdict_block(ctx: _Ctx) -> str:
@@ -159,6 +174,25 @@ def _verdict_block(ctx: _Ctx) -> str:
     return "\n\n".join(lines)
 
 
+def _blocking_lines(items: list[Item]) -> list[str]:
+    """One line per blocking finding; jobs that did not run share one line per reason."""
+    lines: list[str] = []
+    groups: dict[tuple[str, str], list[JobResult]] = {}
+    for item in items:
+        job = item.job
+        if item.finding is None and job is not None and job.status in (Status.NOT_RUN, Status.ERROR):
+            key = (_verb(job), job.reason or "no reason given")
+            if key not in groups:
+                groups[key] = []
+                lines.append("")  # the group's place, filled below
+            groups[key].append(job)
+            continue
+        lines.append(_blocking_line(item))
+    filled = iter(f"- {_jobs_phrase(jobs)}: {escape(verb)}: {escape(first_line(reason, 300))}"
+                  for (verb, reason), jobs in groups.items())
+    return [line or next(filled) for line in lines]
+
+
 def _blocking_line(item: Item) -> str:
     f = item.finding
     if f is None:
@@ -166,6 +200,23 @@ def _blocking_line(item: Item) -> str:
     target = f" {code(f.spec)}" if f.spec else ""
     where = f" — {code(f.location)}" if f.location else ""
     return f"- **{escape(f.check)}**{target}: {escape(first_line(item.reason, 300))}{where}"
+
+
+def _verb(r: JobResult) -> str:
+    return "not run" if r.status is Status.NOT_RUN else "could not run"
+
+
+_MAX_TARGETS = 6  # spec ids named in one grouped line before "and N more"
+
+
+def _jobs_phrase(jobs: list[JobResult]) -> str:
+    """"**memcheck**, **racecheck** for `a.py::x`, `b.py::y` (4 jobs)": checks and targets, each once."""
+    checks = check_order({r.check for r in jobs})
+    targets = list(dict.fromkeys(job_target(r) for r in jobs))
+    shown = ", ".join(code(t) for t in targets[:_MAX_TARGETS])
+    more = f" and {len(targets) - _MAX_TARGETS} more" if len(targets) > _MAX_TARGETS else ""
+    count = f" ({len(jobs)} jobs)" if len(jobs) > 1 else ""
+    return f"{', '.join(f'**{escape(c)}**' for c in checks)} for {shown}{more}{count}"
 
 
 # --- Kernel tables --------------------------------------------------------------------
@@ -208,7 +259,14 @@ def _kernel_block(ctx: _Ctx, k: ChangedKernel, jobs: list[JobResult]) -> str:
         head += f"\n\nkernels: {names}{more}"
     if not jobs:
         return head + "\n\nNo checks ran for this kernel."
-    return f"{head}\n\n{_job_table(ctx, jobs)}"
+    ran = [r for r in jobs if r.status is not Status.NOT_RUN]
+    skipped = [r for r in jobs if r.status is Status.NOT_RUN]
+    parts = [head] + ([_job_table(ctx, ran)] if ran else [])
+    if skipped:
+        checks = ", ".join(escape(c) for c in check_order({r.check for r in skipped}))
+        icon = "⛔" if any(id(r) in ctx.blocking_jobs for r in skipped) else "⏭️"
+        parts.append(f"{icon} Not run: {checks} (see *Not verified, and why*)")
+    return "\n\n".join(parts)
 
 
 def _job_table(ctx: _Ctx, jobs: list[JobResult]) -> str:
@@ -224,6 +282,7 @@ def _job_table(ctx: _Ctx, jobs: list[JobResult]) -> str:
 # --- Failure details --------------------------------------------------------------------
 
 def _detail_blocks(ctx: _Ctx) -> list[str]:
+    """Each blocking finding with more than one line, collapsed; the first one open."""
     blocks: list[str] = []
     seen_jobs: set[int] = set()
     for item in ctx.verdict.blocking:
@@ -234,27 +293,33 @@ def _detail_blocks(ctx: _Ctx) -> list[str]:
         if item.job is not None and id(item.job) not in seen_jobs:
             seen_jobs.add(id(item.job))
             heading = f"#### ❌ {escape(item.job.check)} · {code(job_target(item.job))}"
-        blocks.append(_finding_block(f, heading, ctx.message_limit))
+        blocks.append(_finding_block(f, heading, ctx.message_limit, open_=not blocks))
     return blocks
 
 
-def _finding_block(f: Finding, heading: str | None, limit: int | None) -> str:
-    facts = [f"**{escape(f.kind)}**"]
-    if f.case:
-        facts.append(f"case {code(f.case)}")
-    if f.location:
-        facts.append(f"at {code(f.location)}")
-    parts = [heading] if heading else []
-    parts += [" ".join(facts), fence(_shorten(f.message, limit))]
+def _finding_block(f: Finding, heading: str | None, limit: int | None, *, open_: bool = False) -> str:
+    facts = [f.kind] + ([f"case {f.case}"] if f.case else []) + ([f"at {f.location}"] if f.location else [])
+    body = [fence(_shorten(f.message, limit))]
     if f.repro:
-        parts += ["Reproduce:", fence(f.repro, "sh")]
-    return "\n\n".join(parts)
+        body += ["Reproduce:", fence(f.repro, "sh")]
+    summary = f"{' · '.join(facts)}: {first_line(f.message, 160)}"
+    block = details(summary, "\n\n".join(body), open_=open_)
+    return f"{heading}\n\n{block}" if heading else block
 
 
 # --- Error growth and resources -------------------------------------------------------
 
-def _growth_blocks(results: Iterable[JobResult]) -> list[str]:
-    return [_growth_block(r, r.extra["growth"]) for r in results if isinstance(r.extra.get("growth"), dict)]
+GROWTH_KINDS = frozenset({"error-growth"})  # findings an error-growth curve explains
+
+
+def _growth_blocks(ctx: _Ctx) -> list[str]:
+    """A job's curve only next to a growth finding it explains: shown alone, a curve where the
+    kernel beats torch would sit beside a red verdict it has nothing to do with."""
+    shown = blocking_findings(ctx.verdict) | warning_findings(ctx.verdict)
+    return [details(f"error against size: {r.check} {job_target(r)}", _growth_block(r, r.extra["growth"]),
+                    open_=True)
+            for r in ctx.record.results if isinstance(r.extra.get("growth"), dict)
+            and any(f.kind in GROWTH_KINDS and id(f) in shown for f in r.findings)]
 
 
 def _growth_block(r: JobResult, g: dict[str, Any]) -> str:
@@ -300,7 +365,9 @@ def _xychart(dim: str, dtype: str, rows: list[dict[str, Any]]) -> str:
 
 
 def _resource_blocks(results: Iterable[JobResult]) -> list[str]:
-    return [_resource_block(r, r.extra["resources"]) for r in results if isinstance(r.extra.get("resources"), list)]
+    return [details(f"registers, spills, local and shared memory: {job_target(r)}",
+                    _resource_block(r, r.extra["resources"]))
+            for r in results if isinstance(r.extra.get("resources"), list)]
 
 
 def _resource_block(r: JobResult, resources: list[Any]) -> str:
@@ -330,24 +397,51 @@ def _log10(value: Any) -> float:
     return math.log10(v) if v is not None and v > 0 else LOG10_FLOOR
 
 
-# --- Not run, warnings ----------------------------------------------------------------
+# --- Not verified, warnings ------------------------------------------------------------
 
-def _not_run_blocks(ctx: _Ctx) -> list[str]:
-    blocks = [_not_run_block(r, id(r) in ctx.blocking_jobs, ctx.log_lines)
-              for r in not_run_jobs(ctx.record.results)]
+_DROPPED = re.compile(r"^(?P<dtypes>.+?) cases not run: (?P<why>.+)$", re.S)
+
+
+def _unverified_blocks(ctx: _Ctx) -> list[str]:
+    """Checks that did not run and dtypes that were dropped, each reason once, with what it covers."""
+    groups: dict[tuple[str, str, bool], list[JobResult]] = {}
+    for r in not_run_jobs(ctx.record.results):
+        groups.setdefault((_verb(r), r.reason or "no reason given", id(r) in ctx.blocking_jobs), []).append(r)
+    blocks = [_unverified_group(verb, reason, blocks, jobs, ctx.log_lines)
+              for (verb, reason, blocks), jobs in groups.items()]
+    blocks += _dropped_dtype_lines(ctx.record.results)
     blocks += [f"- ⛔ {escape(first_line(i.reason, 300))} — **blocks the merge**" for i in missing_items(ctx.verdict)]
     return blocks
 
 
-def _not_run_block(r: JobResult, blocks: bool, log_lines: int) -> str:
-    verb = "not run" if r.status is Status.NOT_RUN else "could not run"
+def _unverified_group(verb: str, reason: str, blocks: bool, jobs: list[JobResult], log_lines: int) -> str:
     impact = "**blocks the merge**" if blocks else "does not block the merge"
-    icon = ("⛔" if r.status is Status.NOT_RUN else "💥") if blocks else "⏭️"
-    line = (f"- {icon} **{escape(r.check)}** {code(job_target(r))}: {verb}: "
-            f"{escape(first_line(r.reason or 'no reason given', 300))} — {impact}")
-    if not r.log_tail:
-        return line
-    return f"{line}\n\n<details><summary>log tail</summary>\n\n{fence(_tail(r.log_tail, log_lines))}\n\n</details>\n"
+    icon = ("⛔" if verb == "not run" else "💥") if blocks else "⏭️"
+    line = f"- {icon} {_jobs_phrase(jobs)}: {verb}: {escape(first_line(reason, 300))} — {impact}"
+    tails = [r for r in jobs if r.log_tail]
+    for r in tails:
+        label = f"log tail: {r.check} {job_target(r)}" if len(jobs) > 1 else "log tail"
+        line += "\n\n" + details(label, fence(_tail(r.log_tail or "", log_lines))) + "\n"
+    return line
+
+
+def _dropped_dtype_lines(results: Iterable[JobResult]) -> list[str]:
+    """dtypes whose cases a check did not run (bf16 under the Triton interpreter), one line per reason."""
+    groups: dict[tuple[str, str, str], list[str]] = {}
+    for r in results:
+        for f in r.findings:
+            if f.kind != "dtype-not-run":
+                continue
+            m = _DROPPED.match(clean_text(f.message).strip())
+            dtypes, why = (m["dtypes"], m["why"]) if m else ("some dtypes", f.message)
+            targets = groups.setdefault((f.check, dtypes, why), [])
+            if job_target(r) not in targets:
+                targets.append(job_target(r))
+    return [f"- ⏭️ **{escape(dtypes)}** not verified by **{escape(check)}** for "
+            f"{', '.join(code(t) for t in targets[:_MAX_TARGETS])}"
+            f"{f' and {len(targets) - _MAX_TARGETS} more' if len(targets) > _MAX_TARGETS else ''}: "
+            f"{escape(first_line(why, 300))}"
+            for (check, dtypes, why), targets in groups.items()]
 
 
 def _warning_blocks(ctx: _Ctx) -> list[str]:
@@ -363,10 +457,10 @@ def _warning_block(item: Item, limit: int | None) -> str:
     line = f"- ⚠️ **{escape(f.check)}**{advisory}{target}: {escape(first_line(f.message, 300))}{where}"
     if "\n" not in f.message.strip() and not f.repro:
         return line
-    parts = [line, "<details><summary>details</summary>", fence(_shorten(f.message, limit))]
+    body = [fence(_shorten(f.message, limit))]
     if f.repro:
-        parts += ["Reproduce:", fence(f.repro, "sh")]
-    return "\n\n".join(parts + ["</details>"])
+        body += ["Reproduce:", fence(f.repro, "sh")]
+    return f"{line}\n\n" + details("details", "\n\n".join(body))
 
 
 # --- Assembly and fitting -------------------------------------------------------------

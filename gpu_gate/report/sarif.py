@@ -1,23 +1,33 @@
 """SARIF 2.1.0 for code scanning: one result per finding, placed on the kernel source line.
 
 Levels follow the verdict, not just the finding: a finding that blocks the merge is
-``error``, one the policy lets through is ``warning``, information is ``note``. A required
-job that could not run is reported on its spec file (or kernel), so the gap is visible in
-the code view too. Results with no file at all (a shard that produced nothing) are left to
-the check run, JUnit and the comment: code scanning needs a location to show a result.
+``error``, one the policy lets through is ``warning``, information is ``note``. Every result
+has a region: its own line, else (an equivalence failure, a required job that could not run)
+the spec's decorator with the judged kernels' definitions as related locations, as the check
+run's annotations place them (:mod:`.locate`), else line 1 of the spec or kernel file.
+Results with no file at all (a shard that produced nothing) are left to the check run, JUnit
+and the comment: code scanning needs a location to show a result.
+
+Each result carries a partial fingerprint of what the defect is (check, kind, spec, kernel
+files, the output or input named), never of the case, the seed or the line, so that code
+scanning keeps one alert for one defect across pushes.
 """
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from .. import __version__
 from ..findings import Finding, JobResult, Severity, Status
 from ..record import RunRecord
 from ..verdict import Verdict
-from . import blocking_findings, blocking_jobs, clean_text, first_line, warning_findings
+from . import blocking_findings, blocking_jobs, clean_text, first_line, locate, warning_findings
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
+FINGERPRINT_KEY = "gpuGateFinding/v1"
 
 _DESCRIPTIONS = {
     "uncovered": "A changed kernel file that no gate spec covers",
@@ -34,23 +44,35 @@ _DESCRIPTIONS = {
 }
 
 
-def render_sarif(record: RunRecord, verdict: Verdict) -> dict[str, Any]:
+def render_sarif(record: RunRecord, verdict: Verdict, root: Path | None = None) -> dict[str, Any]:
+    """The SARIF log; sources under ``root`` (default: the working directory) place findings with no line."""
     rules: dict[str, dict[str, Any]] = {}
     results: list[dict[str, Any]] = []
     levels = _Levels(verdict)
+    here = root or Path.cwd()
     for f in record.plan_findings:
-        _add(results, rules, _finding_result(f, levels.of_finding(f)), f.check, f.kind)
+        _add(results, rules, _finding_result(f, levels.of_finding(f), (), here), f.check, f.kind)
     for r in record.results:
         if r.status in (Status.NOT_RUN, Status.ERROR):
             kind = "not-run" if r.status is Status.NOT_RUN else "could-not-run"
-            _add(results, rules, _job_result(r, kind, levels.of_job(r)), r.check, kind)
+            _add(results, rules, _job_result(r, kind, levels.of_job(r), here), r.check, kind)
         for f in r.findings:
-            _add(results, rules, _finding_result(f, levels.of_finding(f)), f.check, f.kind)
+            _add(results, rules, _finding_result(f, levels.of_finding(f), r.kernels, here), f.check, f.kind)
     driver = {"name": "gpu-gate", "version": __version__, "rules": list(rules.values())}
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION,
             "runs": [{"tool": {"driver": driver}, "results": results,
                       "columnKind": "unicodeCodePoints", "originalUriBaseIds": {"%SRCROOT%": {"description": {
                           "text": "The root of the repository that was checked"}}}}]}
+
+
+def fingerprint(check: str, kind: str, spec: str | None, kernels: Iterable[str], subject: str | None) -> str:
+    """The same defect on every push: check, kind, spec, kernel files and the output or input named.
+
+    Never the case id, the seed, the numbers in the message or the line: those change from run
+    to run (new random cases, an edit above the kernel) while the defect stays the same.
+    """
+    parts = [check, kind, spec or "", "\n".join(sorted(set(kernels))), subject or ""]
+    return hashlib.sha256("\0".join(parts).encode("utf-8")).hexdigest()
 
 
 class _Levels:
@@ -84,34 +106,62 @@ def _add(results: list[dict[str, Any]], rules: dict[str, dict[str, Any]], result
     results.append(result)
 
 
-def _finding_result(f: Finding, level: str) -> dict[str, Any] | None:
-    location = _location(f.file or _spec_file(f.spec), f.line if f.file else None)
-    if location is None:
+def _finding_result(f: Finding, level: str, job_kernels: tuple[str, ...], root: Path) -> dict[str, Any] | None:
+    if f.file:
+        line = f.line if f.line and f.line > 0 else _first_kernel_line(root, f.file)
+        found = [locate.Place(f.file, line, "")]
+    else:
+        found = _placed(root, f.spec, job_kernels)
+    if not found:
         return None
     text = clean_text(f.message) + (f"\n\nReproduce: {clean_text(f.repro)}" if f.repro else "")
     props = {k: v for k, v in (("spec", f.spec), ("case", f.case), ("repro", f.repro)) if v}
     if f.severity is Severity.NOTE:
         level = "note"
-    return {"level": level, "message": {"text": text}, "locations": [location], "properties": props}
+    kernels = job_kernels or ((f.file,) if f.file else ())
+    subject = f.details.get("output") or f.details.get("input")
+    return _result(level, text, found, props, fingerprint(f.check, f.kind, f.spec, kernels,
+                                                          str(subject) if subject else None))
 
 
-def _job_result(r: JobResult, kind: str, level: str) -> dict[str, Any] | None:
-    location = _location(_spec_file(r.spec) or (r.kernels[0] if r.kernels else None), None)
-    if location is None:
+def _job_result(r: JobResult, kind: str, level: str, root: Path) -> dict[str, Any] | None:
+    found = _placed(root, r.spec, r.kernels)
+    if not found:
         return None
     verb = "was not run" if kind == "not-run" else "could not run"
     text = f"{r.check} {verb}: {first_line(r.reason or 'no reason given', 500)}"
-    return {"level": level, "message": {"text": text}, "locations": [location],
-            "properties": {k: v for k, v in (("spec", r.spec), ("level", r.level)) if v}}
+    props = {k: v for k, v in (("spec", r.spec), ("level", r.level)) if v}
+    return _result(level, text, found, props, fingerprint(r.check, kind, r.spec, r.kernels, None))
 
 
-def _location(path: str | None, line: int | None) -> dict[str, Any] | None:
-    if not path:
-        return None
-    physical: dict[str, Any] = {"artifactLocation": {"uri": _uri(path), "uriBaseId": "%SRCROOT%"}}
-    if line and line > 0:
-        physical["region"] = {"startLine": line}
-    return {"physicalLocation": physical}
+def _result(level: str, text: str, found: list[locate.Place], props: dict[str, Any],
+            print_: str) -> dict[str, Any]:
+    result: dict[str, Any] = {"level": level, "message": {"text": text}, "locations": [_location(found[0])],
+                              "partialFingerprints": {FINGERPRINT_KEY: print_}, "properties": props}
+    if len(found) > 1:
+        result["relatedLocations"] = [{**_location(p), "id": i, "message": {"text": p.what}}
+                                      for i, p in enumerate(found[1:], start=1)]
+    return result
+
+
+def _placed(root: Path, spec: str | None, kernels: tuple[str, ...]) -> list[locate.Place]:
+    """The spec's decorator and the kernels' definitions; failing those, line 1 of the spec or kernel file."""
+    found = locate.places(root, spec, kernels)
+    if found:
+        return found
+    path = _spec_file(spec) or (kernels[0] if kernels else None)
+    return [locate.Place(path, 1, "")] if path else []
+
+
+def _first_kernel_line(root: Path, path: str) -> int:
+    """A finding about a whole kernel file (uncovered) goes on its first kernel's definition, else line 1."""
+    lines = locate.kernel_lines(root, path)
+    return lines[0][1] if lines else 1
+
+
+def _location(place: locate.Place) -> dict[str, Any]:
+    return {"physicalLocation": {"artifactLocation": {"uri": _uri(place.path), "uriBaseId": "%SRCROOT%"},
+                                 "region": {"startLine": max(place.line, 1)}}}
 
 
 def _uri(path: str) -> str:

@@ -83,6 +83,7 @@ class FakeGitHub:
         self.check_runs: dict[int, dict[str, Any]] = {}
         self.annotations: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
         self.statuses: list[dict[str, Any]] = []
+        self.pulls: dict[int, dict[str, Any]] = {}
         self.requests: list[Recorded] = []
         self.violations: list[Violation] = []
         self.faults: list[Fault] = []
@@ -121,6 +122,18 @@ class FakeGitHub:
         COLLABORATOR, CONTRIBUTOR, NONE...)."""
         comment = self._add_comment("o", "r", number, body)
         comment.update(user={"login": login}, author_association=association)
+
+    def add_pull(self, number: int, head_sha: str, *, head_repo: str = "octo/kernels", head_ref: str = "feature",
+                 state: str = "open", repo: str = "octo/kernels") -> dict[str, Any]:
+        """A pull request of ``repo`` whose head is ``head_ref`` at ``head_sha`` in ``head_repo`` (a fork when
+        it is another repository). A later push is ``add_pull`` again with the new sha."""
+        owner = head_repo.partition("/")[0]
+        pull = {"number": number, "state": state, "html_url": f"https://github.com/{repo}/pull/{number}",
+                "head": {"sha": head_sha, "ref": head_ref, "label": f"{owner}:{head_ref}",
+                         "repo": {"full_name": head_repo, "fork": head_repo != repo}, "user": {"login": owner}},
+                "base": {"ref": "main", "sha": "3" * 40, "repo": {"full_name": repo}}}
+        self.pulls[number] = pull
+        return pull
 
     def calls(self, operation: str, *, ok_only: bool = False) -> list[Recorded]:
         return [r for r in self.requests if r.operation == operation
@@ -265,6 +278,17 @@ class FakeGitHub:
         runs = [self._run_view(i) for i, r in self.check_runs.items()
                 if r["head_sha"] == p["ref"] and (name is None or r["name"] == name)]
         return 200, {"total_count": len(runs), "check_runs": runs}, {}
+
+    def _op_pulls_get(self, p: dict[str, str], query: dict[str, list[str]], body: Any):
+        pull = self.pulls.get(int(p["pull_number"]))
+        return (200, pull, {}) if pull else (404, {"message": "Not Found"}, {})
+
+    def _op_pulls_list(self, p: dict[str, str], query: dict[str, list[str]], body: Any):
+        state = query.get("state", ["open"])[0]
+        head = query.get("head", [None])[0]
+        found = [pr for pr in self.pulls.values() if state in ("all", pr["state"])
+                 and (head is None or pr["head"]["label"] == head)]
+        return 200, found, {}
 
     def _op_repos_create_commit_status(self, p: dict[str, str], query: dict[str, list[str]], body: Any):
         status = {"id": next(self._ids), "sha": p["sha"], "state": body["state"],
