@@ -74,8 +74,10 @@ class CaseRunner:
         findings += self._guards(case, m, rep1, repro)
         findings += self._types(case, rep1, repro)
         snap1 = rep1.outputs
-        ref, base, cond = self.ref.truth(case, snap1)
+        # The reference worker computes the truth while the candidate's worker runs the second time.
+        truth = self.ref.truth_later(case, snap1)
         outs2 = self._second_run(case, upstream, repro, findings, rep1)
+        ref, base, cond = truth()
         comparisons = []
         base32: dict[str, Any] | None = None
         for k, r in ref.items():
@@ -246,10 +248,11 @@ class CaseRunner:
 
         m2 = materialize(self.spec, case, self.device, salt=1)
         upstream = self.ref.upstream(case, salt=1)
+        truth = self.ref.truth_later(case, out1, salt=1)  # computed while the candidate runs
         rep = self.candidate.call(case, upstream, refill=m2)
+        ref2, base2, cond2 = truth()
         if rep.status != "ok":
             return []
-        ref2, base2, cond2 = self.ref.truth(case, rep.outputs, salt=1)
         found = []
         for k, r2 in ref2.items():
             a, b = out1.get(k), rep.outputs.get(k)

@@ -30,6 +30,10 @@ class Channel(Protocol):
     def request(self, header: dict[str, Any], blobs: Sequence[Any] = ..., deadline: float | None = None
                 ) -> tuple[dict[str, Any], list[bytearray]]: ...
 
+    def ask(self, header: dict[str, Any], blobs: Sequence[Any] = ...) -> None: ...
+
+    def answer(self, deadline: float | None = None) -> tuple[dict[str, Any], list[bytearray]]: ...
+
     def close(self) -> None: ...
 
 
@@ -40,10 +44,23 @@ class SocketChannel:
 
     def request(self, header: dict[str, Any], blobs: Sequence[Any] = (), deadline: float | None = None
                 ) -> tuple[dict[str, Any], list[bytearray]]:
+        self.ask(header, blobs)
+        return self.answer(deadline)
+
+    def ask(self, header: dict[str, Any], blobs: Sequence[Any] = ()) -> None:
+        """Send a request without waiting: the worker works while the judge does something else."""
         if self.lost is not None:
             raise WorkerLost(self.lost)
         try:
             wire.send(self.sock, header, list(blobs))
+        except wire.ChannelClosed as exc:
+            self.lost = f"the {self.name} worker exited or died ({exc})"
+            raise WorkerLost(self.lost) from exc
+
+    def answer(self, deadline: float | None = None) -> tuple[dict[str, Any], list[bytearray]]:
+        if self.lost is not None:
+            raise WorkerLost(self.lost)
+        try:
             return wire.recv(self.sock, deadline)
         except wire.ChannelClosed as exc:
             self.lost = f"the {self.name} worker exited or died ({exc})"
@@ -69,12 +86,21 @@ class LocalChannel:
 
     def __init__(self, worker: Any, name: str) -> None:
         self.worker, self.name = worker, name
+        self._pending: tuple[dict[str, Any], list[bytearray]] | None = None
 
     def request(self, header: dict[str, Any], blobs: Sequence[Any] = (), deadline: float | None = None
                 ) -> tuple[dict[str, Any], list[bytearray]]:
         header = json.loads(json.dumps(header))
         reply, out = self.worker.handle(header, [bytearray(memoryview(b).cast("B")) for b in blobs])
         return json.loads(json.dumps(reply)), [bytearray(memoryview(b).cast("B")) for b in out]
+
+    def ask(self, header: dict[str, Any], blobs: Sequence[Any] = ()) -> None:
+        self._pending = self.request(header, blobs)
+
+    def answer(self, deadline: float | None = None) -> tuple[dict[str, Any], list[bytearray]]:
+        assert self._pending is not None, "answer() without ask()"
+        reply, self._pending = self._pending, None
+        return reply
 
     def close(self) -> None:
         return None

@@ -7,7 +7,7 @@ Neither hands the judge an object a worker made: everything is rebuilt here from
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from .. import wire
@@ -159,8 +159,18 @@ class Reference:
         self.why: str | None = None
 
     def _ask(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[bytearray]]:
+        self._send(header)
+        return self._receive()
+
+    def _send(self, header: dict[str, Any]) -> None:
         try:
-            reply, blobs = self.channel.request(header, (), self.deadline)
+            self.channel.ask(header)
+        except WorkerLost as exc:
+            raise SpecBroken(f"the spec's reference crashed its worker ({exc})") from exc
+
+    def _receive(self) -> tuple[dict[str, Any], list[bytearray]]:
+        try:
+            reply, blobs = self.channel.answer(self.deadline)
         except WorkerTimeout as exc:
             raise SpecBroken(f"the spec's reference did not finish within the job's time budget ({exc})") from exc
         except WorkerLost as exc:
@@ -176,11 +186,21 @@ class Reference:
 
     def truth(self, case: Case, like: dict[str, Any], salt: int = 0
               ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        reply, blobs = self._ask({"op": "truth", "case": case.token(), "case_id": case.id, "salt": salt,
-                                  "like": _dtypes(like)})
-        return (wire.decode_dict(reply["reference"], blobs, self.device),
-                wire.decode_dict(reply["baseline"], blobs, self.device),
-                wire.decode_dict(reply["conditioning"], blobs, self.device))
+        return self.truth_later(case, like, salt)()
+
+    def truth_later(self, case: Case, like: dict[str, Any], salt: int = 0
+                    ) -> Callable[[], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
+        """Ask for the float64 reference, the baseline and the rounding envelope now; the function
+        returned waits for them. The candidate's worker can run meanwhile (another process)."""
+        self._send({"op": "truth", "case": case.token(), "case_id": case.id, "salt": salt, "like": _dtypes(like)})
+
+        def wait() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+            reply, blobs = self._receive()
+            return (wire.decode_dict(reply["reference"], blobs, self.device),
+                    wire.decode_dict(reply["baseline"], blobs, self.device),
+                    wire.decode_dict(reply["conditioning"], blobs, self.device))
+
+        return wait
 
     def baseline_fp32(self, case: Case, like: dict[str, Any], salt: int = 0) -> dict[str, Any]:
         reply, blobs = self._ask({"op": "baseline_fp32", "case": case.token(), "case_id": case.id, "salt": salt,
