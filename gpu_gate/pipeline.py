@@ -1,0 +1,322 @@
+"""The pipeline of ``gpu-gate check``: plan → result cache → doctor → execute → verdict → reports.
+
+``cli.py`` parses the arguments and makes the plan; this module runs the rest, in that order. It
+stays on the gate's side of the trust boundary: jobs run through :mod:`gpu_gate.executor` (a judge
+and its sandboxed workers each), and everything here reads their results as data.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from . import cli_output as out
+from .errors import GateError
+from .exitcodes import ExitCode
+
+if TYPE_CHECKING:
+    from .plan import Plan
+    from .policy import LoadedPolicy
+    from .record import RunRecord
+
+
+def _in_actions() -> bool:
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+def say(msg: str = "") -> None:
+    out.say(msg)
+
+
+def warn(msg: str) -> None:
+    out.warn(msg)
+
+
+def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace, cache_dir: Path | None) -> int:
+    """The whole run of ``gpu-gate check`` once the plan is made: the jobs (from the result cache, or
+    run after the doctor has vetted the runner), the verdict, the reports. Returns the exit code."""
+    from .executor import detect_gpus
+    from .plan import parse_shard, shard
+    from .record import RunRecord
+
+    all_ids = [j.id for j in plan.jobs]
+    jobs = plan.jobs
+    if args.shard:
+        i, n = parse_shard(args.shard)
+        jobs = shard(jobs, i, n)
+    policy = loaded.policy
+    gpus = detect_gpus() if not args.cpu else ()
+    if isinstance(policy.runner.gpus, int):
+        gpus = gpus[: policy.runner.gpus]
+    record = RunRecord(base=plan.base, head=plan.head, policy_source=loaded.source, kernels=plan.kernels,
+                       plan_findings=list(plan.findings), planned_jobs=[j.id for j in jobs] if args.shard else all_ids,
+                       shard=args.shard, environment=_environment(gpus), notes=list(plan.notes),
+                       selected={sid: why for sid, why in plan.selected.items()
+                                 if any(j.spec is not None and j.spec.id == sid for j in jobs)})
+    if not gpus:
+        record.notes.append("no GPU on this machine: GPU-only checks are reported as not run")
+    if not jobs:
+        quiet = not plan.kernels and not plan.selected and not plan.findings
+        say("no kernel changes" if quiet else "no jobs to run")
+    else:
+        for sid, why in sorted(record.selected.items()):
+            say(f"spec {sid}: {'; '.join(why)}")
+        with _head_checkout(repo, plan.head) as tree:
+            record.results = _run_jobs(jobs, tree, policy, gpus, args, record)
+        _remember_launches(plan, record, cache_dir)
+    return finish(record, loaded, Path(args.out), args)
+
+
+def _environment(gpus: tuple[str, ...]) -> dict[str, Any]:
+    import platform
+
+    from . import __version__
+
+    return {"gpu_gate": __version__, "python": platform.python_version(), "gpus": list(gpus),
+            "device": "cuda" if gpus else "cpu"}
+
+
+def tools_needed(jobs: Sequence[Any]) -> tuple[str, ...]:
+    """What a runner must have for these jobs: torch always; compute-sanitizer for sanitizer
+    checks; triton for Triton kernels; cupy (gg.cuda) for CUDA kernels, and nvcc to compile them."""
+    from .checks import SANITIZER_TOOLS
+    from .cudascan import is_c_source
+
+    kernels = [k for j in jobs for k in j.kernels]
+    need = ["torch"]
+    if any(j.check in SANITIZER_TOOLS for j in jobs):
+        need.append("compute-sanitizer")
+    if any(k.endswith(".py") for k in kernels):
+        need.append("triton")
+    if any(is_c_source(k) for k in kernels):
+        need.append("cupy")
+    if any(j.check == "compile" and any(is_c_source(k) for k in j.kernels) for j in jobs):
+        need.append("nvcc")
+    return tuple(need)
+
+
+def health_limits(policy: Any, tools: tuple[str, ...] | None) -> Any:
+    """The doctor's thresholds from the policy's `runner.health`. The tools it requires: the
+    policy's list, else ``tools`` (what the jobs use), else the doctor's own default (all)."""
+    from .doctor import Thresholds
+
+    health = policy.runner.health
+    limits = Thresholds(max_temperature_c=health.max_temperature_c, min_free_memory_mib=health.min_free_memory_mib,
+                        allow_other_processes=health.allow_other_processes)
+    required = tuple(health.required_tools) if health.required_tools is not None else tools
+    return dataclasses.replace(limits, required_tools=required) if required is not None else limits
+
+
+def _vet_runner(gpus: tuple[str, ...], pycache: Path | None, policy: Any, jobs: Sequence[Any]) -> Any:
+    """Before the first job on a GPU runner: refuse to trust an unhealthy GPU. The doctor examines
+    the GPUs this run would use, with the policy's thresholds; a GPU with a problem is left out,
+    and a runner with no healthy GPU, or with a problem of its own, is unfit (a blocking finding
+    per problem)."""
+    from .doctor import judge_runner, run_doctor
+
+    thresholds = health_limits(policy, tools_needed(jobs))
+    start = time.monotonic()
+    report = run_doctor(thresholds=thresholds, pycache=pycache, visible=gpus)
+    took = time.monotonic() - start
+    verdict = judge_runner(report)
+    if verdict.blocking:
+        say(f"doctor: this runner is unfit, {len(report.problems)} problem(s) in {took:.1f}s; its GPU jobs will not "
+            f"run:")
+        for problem in report.problems:
+            say(f"  - {problem}")
+        return verdict
+    names = ", ".join(sorted({g.name or "unknown GPU" for g in report.gpus if not g.problems}))
+    say(f"doctor: {len(verdict.usable)} GPU(s) healthy ({names}) in {took:.1f}s")
+    for f in verdict.excluded:
+        say(f"doctor: {f.message}")
+    return verdict
+
+
+def _remember_launches(plan: Plan, record: RunRecord, cache_dir: Path | None) -> None:
+    """Keep what each spec launched, keyed by the content it ran on, for later plans."""
+    from .coverage import LaunchStore
+
+    if cache_dir is None:
+        return
+    store = LaunchStore(cache_dir)
+    device = str(record.environment.get("device") or "cpu")
+    for r in record.results:
+        key = plan.launch_keys.get(r.spec or "")
+        if key and isinstance(r.extra.get("launches"), dict):
+            store.put(key, r.spec or "", device, r.extra["launches"])
+
+
+@contextlib.contextmanager
+def _head_checkout(repo: Path, head: str | None) -> Iterator[Path]:
+    """The jobs run the head's code: the work tree when it is at head, else a temporary work tree."""
+    from . import git
+
+    if head is None or git.resolve(repo, "HEAD") == head:
+        yield repo
+        return
+    tmp = Path(tempfile.mkdtemp())  # a neutral name: the jobs see this path
+    say(f"head {head[:12]} is not checked out: running its code from a temporary work tree")
+    try:
+        yield git.add_worktree(repo, head, tmp / "tree")
+    finally:
+        git.remove_worktree(repo, tmp / "tree")
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], args: argparse.Namespace,
+              record: Any) -> list[Any]:
+    from . import sandbox
+    from .executor import (ExecOptions, RunControl, cancel_on_signals, execute, interrupted_finding,
+                           sandbox_findings, shared_bytecode)
+    from .report.console import gha_group, progress_line
+
+    box = sandbox.choose(policy.runner.sandbox)
+    record.plan_findings += sandbox_findings(box, policy.runner.sandbox)
+    control = RunControl()
+    cache = _cache(policy, repo, args, gpus)
+    todo, cached = [], []
+    for j in jobs:
+        hit = cache.lookup(j) if cache else None
+        (cached.append(hit) if hit is not None else todo.append(j))
+    start, end = gha_group(f"gpu-gate: {len(jobs)} jobs") if _in_actions() else ("", "")
+    if start:
+        say(start)
+    colour = out.colour()
+    work_root = Path(args.work_dir) if args.work_dir else None
+    with shared_bytecode(work_root) as pycache:
+        # The doctor runs only when jobs are about to use the GPU (a run served from the cache does
+        # not wait for it); its torch probe compiles the bytecode the jobs then share.
+        unfit: list[Any] = []
+        if gpus and todo:
+            vetted = _vet_runner(gpus, pycache, policy, todo)
+            unfit = vetted.blocking
+            record.plan_findings += vetted.blocking + vetted.excluded
+            if vetted.usable:
+                gpus = tuple(vetted.usable)
+        say(("not running" if unfit else "running") + f" {len(todo)} jobs" +
+            (f" ({len(cached)} cached)" if cached else "") + (f" on {len(gpus)} GPU(s)" if gpus else " on the CPU"))
+        for i, r in enumerate(cached, 1):
+            _progress(progress_line(r, i, len(jobs), 0.0, colour), r)
+        offset = len(cached)
+
+        def progress(r: Any, done: int, total: int, elapsed: float) -> None:
+            _progress(progress_line(r, done + offset, total + offset, elapsed, colour), r)
+
+        if unfit:
+            results = [_not_run_on_unfit_runner(j, unfit) for j in todo]
+            for i, r in enumerate(results, 1):
+                progress(r, i, len(results), 0.0)
+        else:
+            opts = ExecOptions(repo_root=repo, gpus=gpus,
+                               timeout_s=args.job_timeout or policy.runner.job_timeout_minutes * 60,
+                               run_deadline=time.monotonic() + policy.runner.run_timeout_minutes * 60,
+                               workers=args.jobs or (len(gpus) or min(2, os.cpu_count() or 1)),
+                               fail_fast=policy.runner.fail_fast, sanitizer_path=policy.cuda.sanitizer,
+                               jobs_per_gpu=policy.runner.jobs_per_gpu,
+                               keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None,
+                               work_root=work_root, pycache=pycache, sandbox_mode=policy.runner.sandbox,
+                               sandbox=box, hide=(Path(args.out).resolve(), *([cache.cache.dir] if cache else [])))
+            with cancel_on_signals(control):
+                results = execute(todo, opts, progress, control)
+    if control.reason:
+        record.plan_findings.append(interrupted_finding(control.reason))
+    if cache:
+        # Unsandboxed jobs ran (none runs on an unfit runner, or under `required` without a sandbox).
+        exposed = not box.protects_files and not unfit and policy.runner.sandbox != "required"
+        _settle_cache(cache, todo, results, not exposed, control.reason)
+    if end:
+        say(end)
+    return cached + results
+
+
+def _progress(line: str, result: Any) -> None:
+    from .report.console import job_details
+
+    say(line)
+    for detail in job_details(result) if out.verbose() else ():
+        out.detail(detail)
+
+
+def _settle_cache(cache: Any, todo: list[Any], results: list[Any], protected: bool, interrupted: str | None) -> None:
+    """Store the new results, after every sandbox is gone. A run whose jobs could write the cache
+    directory (no sandbox) stores nothing and empties it: what it holds is no longer the gate's."""
+    if todo and not protected:
+        cache.notes.append(f"result cache: nothing stored and {cache.cache.clear()} entries removed, since the jobs "
+                           f"ran without a sandbox and could have written its directory")
+    elif not interrupted:
+        by_id = {j.id: j for j in todo}
+        for r in results:
+            cache.store(r, by_id[r.job_id])
+    for note in cache.notes:
+        warn(f"gpu-gate: {note}")
+
+
+def _not_run_on_unfit_runner(job: Any, problems: list[Any]) -> Any:
+    """A job not started because the doctor found the runner unfit: not run, so it fails closed."""
+    from .findings import JobResult, Status
+
+    return JobResult(job_id=job.id, check=job.check, status=Status.NOT_RUN, level=job.level,
+                     spec=job.spec.id if job.spec else None, kernels=job.kernels,
+                     reason=f"the runner failed its health check ({len(problems)} doctor finding(s)): its GPU is "
+                            f"not trusted")
+
+
+def _cache(policy: Any, repo: Path, args: argparse.Namespace, gpus: tuple[str, ...]) -> Any:
+    if args.no_cache or not policy.cache.enabled:
+        return None
+    from .cachebridge import JobCache
+
+    return JobCache(policy, repo, Path(args.cache_dir) if args.cache_dir else None, gpus)
+
+
+def finish(record: RunRecord, loaded: LoadedPolicy, out_dir: Path, args: argparse.Namespace) -> int:
+    from .cli_json import check_json
+    from .report.console import gha_annotations, paint_headline, render_summary
+    from .report.formats import OutputFormat, write_reports
+    from .coverage import revise
+    from .verdict import decide
+
+    # What the specs launched in this run decides which changed kernels they covered.
+    record.plan_findings = revise(record.kernels, record.plan_findings, record.results, loaded.policy.specs)
+    verdict = decide(record, loaded.policy.rules())
+    for note in record.notes if out.verbose() else ():
+        out.detail(f"note: {note}")
+    if out.quiet():
+        out.verdict(paint_headline(verdict.headline, out.colour()))
+    else:
+        out.verdict(render_summary(record, verdict, colour=out.colour(), full=out.verbose()))
+    if _in_actions():
+        for line in gha_annotations(record, verdict):
+            out.verdict(line)  # workflow commands, not chatter: GitHub turns them into annotations
+    code, written = int(verdict.exit_code), {}
+    try:
+        written = write_reports(record, verdict, out_dir, list(OutputFormat))
+    except GateError as exc:
+        # No report means no evidence: fail closed, whatever the verdict was.
+        out.error(f"gpu-gate: error: {exc}")
+        code = int(ExitCode.INTERNAL_ERROR)
+    if written and code != ExitCode.INTERNAL_ERROR:
+        say("reports: " + ", ".join(str(p) for p in written.values()))
+        if getattr(args, "github", None):
+            _publish(record, verdict, written, args)
+    if getattr(args, "format", "text") == "json":
+        out.data(json.dumps(check_json(record, verdict, written, code), indent=1))
+    return code
+
+
+def _publish(record: Any, verdict: Any, written: dict[str, Path], args: argparse.Namespace) -> None:
+    from .github.publish import publish
+    from .report.markdown import render_markdown
+
+    outcome = publish(record, verdict, written, env=os.environ, comment_mode=args.comment_mode,
+                      markdown=render_markdown(record, verdict), pr=args.pr, sha=args.sha)
+    for m in outcome.messages:
+        say(m)
