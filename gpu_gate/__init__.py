@@ -17,13 +17,13 @@ __all__ = ["Dim", "Index", "Tensor", "Tolerance", "spec", "upcast", "empty", "em
 def empty(*shape: Any, dtype: Any = None, device: Any = None) -> Any:
     """An output buffer for a candidate: NaN-filled and watched by guard bands inside the harness
     (a plain ``torch.empty`` elsewhere). Use it in specs that allocate the kernel's output."""
-    from .equivalence.guard import guarded_empty
+    from .worker.watch import guarded_empty
 
     return guarded_empty(shape, dtype=dtype, device=device)
 
 
 def empty_like(t: Any, *, dtype: Any = None) -> Any:
-    from .equivalence.guard import guarded_empty
+    from .worker.watch import guarded_empty
 
     return guarded_empty(tuple(t.shape), dtype=dtype or t.dtype, device=t.device)
 

@@ -362,7 +362,7 @@ def test_side_streams_delay_only_switches_away_from_the_caller_and_undo_their_ho
     caller's), so unordered work lands late every time; afterwards torch is as it was."""
     import torch
 
-    from gpu_gate.equivalence.guard import SIDE_STREAM_DELAY_CYCLES, SideStreams
+    from gpu_gate.worker.watch import SIDE_STREAM_DELAY_CYCLES, SideStreams
 
     caller, side = _FakeStream(0), _FakeStream(7)
     current = [caller]
@@ -388,10 +388,39 @@ def test_side_streams_delay_only_switches_away_from_the_caller_and_undo_their_ho
     assert ("__enter__" in vars(torch.cuda.Stream)) == had_enter
 
 
+def test_a_stream_made_current_through_torchs_c_entry_point_is_delayed_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every stream API of torch ends in ``torch._C._cuda_setStream``; a candidate that calls it
+    directly switches streams without ``torch.cuda.set_stream``. The watch sits on the C entry point,
+    so that switch is delayed like any other, once per stream and call, and torch is restored."""
+    import torch
+
+    from gpu_gate.worker.watch import SIDE_STREAM_DELAY_CYCLES, SideStreams
+
+    caller = _FakeStream(0)
+    current = [0]
+    sleeps: list[tuple[int, int]] = []
+
+    def raw(stream_id: int = 0, device_index: int = 0, device_type: int = 1) -> None:
+        current[0] = stream_id
+
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: caller)
+    monkeypatch.setattr(torch._C, "_cuda_setStream", raw, raising=False)
+    monkeypatch.setattr(torch.cuda, "_sleep", lambda cycles: sleeps.append((current[0], cycles)))
+    with SideStreams("cuda") as watch:
+        torch._C._cuda_setStream(stream_id=11, device_index=0, device_type=1)
+        torch._C._cuda_setStream(stream_id=0, device_index=0, device_type=1)
+        torch._C._cuda_setStream(stream_id=11, device_index=0, device_type=1)
+        torch._C._cuda_setStream(12, 0, 1)
+    assert sleeps == [(11, SIDE_STREAM_DELAY_CYCLES), (12, SIDE_STREAM_DELAY_CYCLES)]
+    assert watch.used == {11, 12}
+    assert torch._C._cuda_setStream is raw
+
+
 def test_a_gg_cuda_launch_on_an_explicit_side_stream_is_delayed_once_per_call(fake_cuda: _FakeCuda) -> None:
     """`kernel(..., stream=side)` switches no torch stream; the launcher tells the watch, which
     queues one sleep on that stream (not on the caller's) and leaves the caller's stream current."""
-    from gpu_gate.equivalence.guard import SIDE_STREAM_DELAY_CYCLES, SideStreams, before_launch
+    from gpu_gate.worker.watch import SIDE_STREAM_DELAY_CYCLES, SideStreams, before_launch
 
     caller, current, sleeps = fake_cuda.caller, fake_cuda.current, fake_cuda.sleeps
     before_launch(0x1009)  # outside the harness: nothing
@@ -415,7 +444,7 @@ def test_making_a_cupy_stream_current_is_delayed_like_a_torch_switch(monkeypatch
     import sys
     import types
 
-    from gpu_gate.equivalence.guard import SIDE_STREAM_DELAY_CYCLES, SideStreams
+    from gpu_gate.worker.watch import SIDE_STREAM_DELAY_CYCLES, SideStreams
 
     class FakeCupyStream:
         def __init__(self, ptr: int) -> None:

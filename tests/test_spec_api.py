@@ -103,7 +103,7 @@ def test_upcast_keeps_float64_and_raises_low_precision_to_float32() -> None:
 
 
 def test_gg_empty_is_a_plain_tensor_outside_the_harness_and_nan_filled_inside() -> None:
-    from gpu_gate.equivalence.guard import OutputWatch
+    from gpu_gate.worker.watch import OutputWatch
 
     plain = gg.empty(3, 4, dtype=torch.float32)
     assert plain.shape == (3, 4)

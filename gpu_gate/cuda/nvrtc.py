@@ -263,7 +263,7 @@ class _as_cupy_stream:
         if hasattr(stream, "cuda_stream") and not isinstance(stream, cupy.cuda.Stream):
             stream = _cupy_view(cupy, stream)
         if self._stream is not None:  # the candidate chose this stream: the harness may delay it
-            from ..equivalence.guard import before_launch
+            from ..worker.watch import before_launch
 
             before_launch(stream.ptr)
         self._ctx = stream

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import wire
-from ..equivalence.guard import GUARD_BYTES, Guarded, OutputWatch, SideStreams, geometry, guarded_from
+from ..equivalence.guard import GUARD_BYTES, Guarded, geometry, guarded_from
+from .watch import OutputWatch, SideStreams
 from ..jobs import Job
 from ..spec import Spec
 from .calling import call_with_grads, first_line, interpreter_error, is_fatal, kwargs_for, sync
