@@ -114,7 +114,7 @@ def _options(policy: Policy, name: str, chk: Any) -> dict[str, Any]:
     return opts
 
 
-def _kernel_jobs(policy: Policy, kernels: list[ChangedKernel], seed: int) -> list[Job]:
+def _kernel_jobs(policy: Policy, kernels: list[ChangedKernel], seed: int, python_path: tuple[str, ...]) -> list[Job]:
     jobs = []
     for name, chk in policy.enabled_checks():
         if CHECKS[name].scope != "kernel":
@@ -123,8 +123,9 @@ def _kernel_jobs(policy: Policy, kernels: list[ChangedKernel], seed: int) -> lis
         for k in kernels:
             if k.status == "deleted" or k.language not in COMPILED_LANGUAGES:
                 continue
+            # python_path: a Triton kernel file is imported as the specs import it (a src/ layout)
             jobs.append(Job(id=f"{name}:{k.path}", check=name, level=chk.level, kernels=(k.path,), options=opts,
-                            cost=_cost(name, opts), seed=seed))
+                            cost=_cost(name, opts), seed=seed, python_path=python_path))
     return jobs
 
 
@@ -178,7 +179,7 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
         findings += _empty_spec_globs(policy, list(cs.import_graph.snap.files), loaded.source)
     seed = job_seed(cs.head or git.resolve(repo, "HEAD"), policy)
     path = pythonpath.python_path(cs.import_graph.snap.read("pyproject.toml"), policy.python_path)
-    jobs = _kernel_jobs(policy, cs.kernels, seed) + _spec_jobs(policy, disc.specs, cov, why, seed, path)
+    jobs = _kernel_jobs(policy, cs.kernels, seed, path) + _spec_jobs(policy, disc.specs, cov, why, seed, path)
     if only:
         jobs = spec_filter.kernel_jobs_for(jobs, set(why))
     if cs.no_kernel_changes and not why and not findings:

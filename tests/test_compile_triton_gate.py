@@ -101,3 +101,38 @@ def test_with_no_policy_file_the_compile_check_is_not_what_blocks(make_repo) -> 
     blocking = [line for line in p.stdout.splitlines() if "(blocks the merge)" in line]
     assert blocking and all("no GPU on this machine" in line for line in blocking), p.stdout
     assert not any(line.lstrip("- ").startswith("compile") for line in blocking)
+
+
+SRC_KERNEL = '''\
+import triton
+import triton.language as tl
+
+from mylib.tiles import DEFAULT_BLOCK  # the package's own absolute import, as real libraries write it
+
+
+@triton.jit
+def _double_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr = DEFAULT_BLOCK):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+'''
+
+SRC_POLICY = ("version: 1\npython_path: [src]\nuncovered: warn\nchecks:\n  equivalence: off\n  determinism: off\n"
+              "  memcheck: off\n  racecheck: off\n  synccheck: off\n  initcheck: off\n")
+
+
+@pytest.mark.slow
+def test_a_src_layout_kernel_that_imports_its_own_package_compiles(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The compile job imports a Triton kernel file the way the specs do, from the policy's
+    python_path: ``src/mylib/ops.py`` is ``mylib.ops``, and its ``from mylib.tiles import ...`` works."""
+    files = {".gpu-gate.yml": SRC_POLICY, "src/mylib/__init__.py": "", "src/mylib/tiles.py": "DEFAULT_BLOCK = 128\n",
+             "src/mylib/ops.py": SRC_KERNEL}
+    r = make_repo("srclib", files)
+    r.branch("feature")
+    r.commit("touch the kernel", {"src/mylib/ops.py": SRC_KERNEL.replace("    mask = offs < n\n",
+                                                                          "    mask = offs < n  # the tail\n")})
+    p = gate("check", "--base", "main", "--cpu", cwd=r.path)
+    compiled = _results(r.path)["compile"]
+    kinds = [f["kind"] for f in compiled["findings"]]  # type: ignore[union-attr]
+    assert "import-error" not in kinds, p.stdout + p.stderr
+    assert compiled["status"] == "passed", p.stdout + p.stderr

@@ -181,7 +181,7 @@ def _triton_file(job: Job, repo_root: Path, rel: str, archs: list[str]) -> tuple
     if not declared:
         return [], [], 0
     try:
-        kernels = tritonc.import_kernels(repo_root / rel, repo_root)
+        kernels = tritonc.import_kernels(repo_root / rel, repo_root, job.python_path)
     except ImportError as exc:
         if getattr(exc, "name", None) == "triton":
             return [Finding(CHECK, "tool-missing", f"{rel}: triton is not installed; the kernels were not compiled",

@@ -44,9 +44,10 @@ class TritonBuild:
     resources: list[KernelResources]
 
 
-def import_kernels(path: Path, repo_root: Path) -> dict[str, Any]:
-    """The ``@triton.jit`` functions defined in ``path``, by name (autotune/heuristics unwrapped)."""
-    module = _import_file(path, repo_root)
+def import_kernels(path: Path, repo_root: Path, python_path: tuple[str, ...] = ("",)) -> dict[str, Any]:
+    """The ``@triton.jit`` functions defined in ``path``, by name (autotune/heuristics unwrapped).
+    ``python_path``: the policy's import roots (a src/ layout's ``src``), as the specs import."""
+    module = _import_file(path, repo_root, python_path)
     found: dict[str, Any] = {}
     for value in vars(module).values():
         fn = _unwrap(value)
@@ -58,11 +59,18 @@ def import_kernels(path: Path, repo_root: Path) -> dict[str, Any]:
     return found
 
 
-def _import_file(path: Path, repo_root: Path) -> Any:
-    from ..harness import user_path
+def _dotted_root(path: Path, repo_root: Path, python_path: tuple[str, ...]) -> Path:
+    """The import root ``path`` lies under: the deepest python_path entry that holds it."""
+    roots = [(repo_root / rel).resolve() if rel else repo_root.resolve() for rel in (python_path or ("",))]
+    under = [r for r in roots if r == path.resolve() or r in path.resolve().parents]
+    return max(under, key=lambda r: len(r.parts)) if under else repo_root.resolve()
 
-    user_path(repo_root)  # behind the standard library, never ahead of it
-    rel = path.resolve().relative_to(repo_root.resolve()).with_suffix("")
+
+def _import_file(path: Path, repo_root: Path, python_path: tuple[str, ...] = ("",)) -> Any:
+    from ..worker.loader import user_path
+
+    user_path(repo_root, python_path)  # behind the standard library, never ahead of it
+    rel = path.resolve().relative_to(_dotted_root(path, repo_root, python_path)).with_suffix("")
     dotted = ".".join(rel.parts)
     if all(part.isidentifier() for part in rel.parts):
         try:
