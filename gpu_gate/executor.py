@@ -294,6 +294,11 @@ def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Av
     covered = [Path(os.path.realpath(p)) for p in (*hide, Path("/tmp"))]
     keep = [k for k in keep if not any(h == Path(os.path.realpath(k)) or Path(os.path.realpath(k)) in h.parents
                                        for h in covered)]
+    # gpu-gate's own package, by itself: its source tree may be a directory that had to go because a
+    # hidden one lies inside it (the demo's reports under a source checkout).
+    own = sandbox.gate_package_dir()
+    if not any(h == own or h in own.parents for h in covered[:-1]):
+        keep.append(own)
     if opts.pycache is not None:
         keep.append(opts.pycache)
     return sandbox.Layout(repo=opts.repo_root, jobdir=workdir, hide=tuple(hide), readonly=tuple(keep),

@@ -307,3 +307,19 @@ def test_bwrap_mounts_nest_shallow_first_and_hidden_directories_turn_read_only_l
     remounts = [p for o, p in ops if o == "--remount-ro"]
     assert set(remounts) == {str(work), str(out), str(jobdir.parent)}
     assert argv.index("--remount-ro") > argv.index("--bind")
+
+
+def test_gpu_gates_own_package_stays_visible_when_the_reports_lie_inside_its_source_tree(tmp_path: Path) -> None:
+    """`gpu-gate demo` run from a source checkout writes its reports under that checkout, which must
+    stay hidden: the checkout then cannot be shown, but gpu-gate's package inside it still is (the
+    jobs import it from there), read-only."""
+    own = sandbox.gate_package_dir()
+    reports = own.parent / "gpu-gate-demo" / "reports"
+    workdir = tmp_path / "job" / "w"
+    workdir.mkdir(parents=True)
+    opts = ExecOptions(repo_root=tmp_path, gpus=(), hide=(reports,))
+    layout = executor._layout(opts, None, workdir, sandbox.Available("bwrap", "bwrap", "test"))
+    shown = {Path(os.path.realpath(p)) for p in layout.readonly}
+    assert own in shown
+    assert own.parent not in shown  # that would show the reports again
+    assert reports in layout.hide
