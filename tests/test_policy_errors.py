@@ -237,3 +237,17 @@ def test_unknown_key_shared_by_a_yaml_alias_warns_for_each_use(tmp_path: Path) -
         ".gpu-gate.yml:2:27: warning: unknown key 'casez' in checks.racecheck is ignored (did you mean 'cases'?)",
     )
     assert (loaded.policy.checks.memcheck.cases, loaded.policy.checks.racecheck.cases) == (3, 3)
+
+
+def test_a_control_character_in_an_extends_path_stays_on_one_line(tmp_path: Path) -> None:
+    """Found by the policy fuzzer: `extends: "\\r/"` put a carriage return into the hint, and the
+    one-line error became two lines."""
+    from gpu_gate.errors import GateError
+    from gpu_gate.policy import load_policy
+
+    (tmp_path / ".git").mkdir()
+    (tmp_path / ".gpu-gate.yml").write_text('extends: "\\r/"\n')
+    with pytest.raises(GateError) as err:
+        load_policy(tmp_path)
+    assert len(str(err.value).splitlines()) == 1
+    assert "looked for '\\r'" in str(err.value)

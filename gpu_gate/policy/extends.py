@@ -74,7 +74,8 @@ def _target(doc: Document, current: Located, seen: list[Located]) -> Located | N
         raise PolicyError(f"{at}: extends cycle: {' -> '.join(names)}", "remove one of these extends")
     if not tree.exists(rel):
         raise PolicyError(f"{at}: extends: file {value!r} not found",
-                          f"looked for {tree.display(rel)}; paths are relative to the file that extends them")
+                          f"looked for {_printable(tree.display(rel))}; paths are relative to the file that "
+                          f"extends them")
     return target
 
 
@@ -99,6 +100,12 @@ def _resolve(value: str, current: Located, at: str) -> Located:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _printable(text: str) -> str:
+    """A path as it is, or escaped where it holds control characters (a line break in a name must
+    not break the one-line error)."""
+    return text if text.isprintable() else _short(text)
 
 
 def _expand_check_shorthands(doc: Document) -> None:
