@@ -189,29 +189,3 @@ def decode_dict(metas: Any, blobs: list[bytearray], device: Any = "cpu") -> dict
     if not isinstance(metas, dict):
         raise BadMessage("expected a mapping of values")
     return {str(k): decode_value(m, blobs, device) for k, m in metas.items()}
-
-
-# --- parameters --------------------------------------------------------------------
-
-def encode_param(v: Any) -> Any:
-    """A spec's constant keyword argument as JSON (a torch dtype is tagged)."""
-    import torch
-
-    if isinstance(v, torch.dtype):
-        return {"__dtype__": str(v).removeprefix("torch.")}
-    if isinstance(v, (list, tuple)):
-        return [encode_param(x) for x in v]
-    if v is None or isinstance(v, (bool, int, float, str)):
-        return v
-    raise TypeError(f"a parameter of type {type(v).__name__} (params must be numbers, strings, booleans, None, "
-                    f"torch dtypes or lists of them)")
-
-
-def decode_param(v: Any) -> Any:
-    import torch
-
-    if isinstance(v, dict) and set(v) == {"__dtype__"}:
-        return getattr(torch, str(v["__dtype__"]))
-    if isinstance(v, list):
-        return [decode_param(x) for x in v]
-    return v
