@@ -138,7 +138,8 @@ def _make_plan(args: argparse.Namespace) -> tuple[Path, LoadedPolicy, Plan]:
     choice = _policy_in_force(repo, args, base, head)
     plan = build_plan(repo, base, head, choice.loaded, launch_store=_cache_dir(choice.loaded.policy, repo, args),
                       every_spec=getattr(args, "all_specs", False), only=getattr(args, "spec", None) or ())
-    apply(repo, plan, choice)
+    # --all (a nightly run) lists the repository's debt: every spec by absolute rules, no base's code
+    apply(repo, plan, choice, differential=not getattr(args, "all_specs", False))
     return repo, choice.loaded, plan
 
 

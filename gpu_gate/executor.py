@@ -34,6 +34,7 @@ from . import proc, sandbox
 from .checks import CHECKS, SANITIZER_TOOLS
 from .findings import Finding, JobResult, Severity, Status
 from .jobs import Job
+from .rules.judging import base_commit
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,6 +66,7 @@ class ExecOptions:
     sandbox_mode: sandbox.Mode = "auto"  # the policy's runner.sandbox
     sandbox: sandbox.Available | None = None  # the sandbox in use (default: chosen from sandbox_mode)
     hide: tuple[Path, ...] = ()  # directories no job may see or write: the report directory, the result cache
+    base_root: Path | None = None  # the base's work tree, for jobs that also run the base's code (differential)
 
 
 class RunControl:
@@ -378,7 +380,7 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
         return pr, _hunt_orphans(start)
 
 
-WORKER_ROLES = ("candidate", "reference")
+WORKER_ROLES = ("candidate", "reference")  # and "base", the base's code, in a differential run
 WORKER_GRACE_S = 5.0  # after the judge is done, how long a worker may take to exit before it is killed
 
 
@@ -394,14 +396,19 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     outer = workdir.parent
     judge_dir = outer / "judge"
     dirs = {"candidate": workdir, "reference": outer / "r"}
+    # Differential runs: the base's code in a worker of its own, on the base's work tree.
+    roots = {"candidate": opts.repo_root, "reference": opts.repo_root}
+    if base_commit(job) and opts.base_root is not None:
+        dirs["base"], roots["base"] = outer / "b", opts.base_root
+    roles = tuple(dirs)
     try:
         judge_dir.mkdir()
-        dirs["reference"].mkdir()
-        for d in dirs.values():
-            (d / "context.json").write_text(json.dumps(_worker_context(opts, gpu)))
+        for role, d in dirs.items():
+            d.mkdir(exist_ok=True)
+            (d / "context.json").write_text(json.dumps(_worker_context(opts, gpu, roots[role])))
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
-    pairs = {role: socket.socketpair() for role in WORKER_ROLES}
+    pairs = {role: socket.socketpair() for role in roles}
     context = {**_context(opts, gpu, job), "channels": {role: a.fileno() for role, (a, _) in pairs.items()}}
     job_file, result_file = judge_dir / "in.json", judge_dir / "out.json"
     job_file.write_text(json.dumps({"job": job.to_json(), "context": context}))
@@ -431,10 +438,11 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         def started(p: int) -> None:
             pids[role] = p
 
-        done[role] = _contained_run(argvs[role], opts, gpu, dirs[role], wenv, timeout + 60, avail, control,
+        wopts = opts if roots[role] == opts.repo_root else dataclasses.replace(opts, repo_root=roots[role])
+        done[role] = _contained_run(argvs[role], wopts, gpu, dirs[role], wenv, timeout + 60, avail, control,
                                     extra_fds=(b.fileno(),), on_start=started)
 
-    running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in WORKER_ROLES]
+    running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in roles]
     for t in running:
         t.start()
     judge_pid: list[int] = []
@@ -443,7 +451,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         judge_pid.append(p)
         control.started(p)
         for _, b in pairs.values():  # the workers hold their ends; the gate keeps none
-            _wait_started(pids, len(WORKER_ROLES))
+            _wait_started(pids, len(roles))
             b.close()
 
     try:
@@ -482,8 +490,8 @@ def _close_pairs(pairs: dict[str, Any]) -> None:
                 pass
 
 
-def _worker_context(opts: ExecOptions, gpu: str | None) -> dict[str, Any]:
-    return {"repo_root": str(opts.repo_root), "device": None if gpu is not None else "cpu"}
+def _worker_context(opts: ExecOptions, gpu: str | None, root: Path | None = None) -> dict[str, Any]:
+    return {"repo_root": str(root or opts.repo_root), "device": None if gpu is not None else "cpu"}
 
 
 def _judge_result(job: Job, opts: ExecOptions, workdir: Path, jpr: proc.ProcResult, cand: proc.ProcResult,

@@ -69,8 +69,8 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace
     else:
         for sid, why in sorted(record.selected.items()):
             say(f"spec {sid}: {'; '.join(why)}")
-        with _head_checkout(repo, plan.head) as tree:
-            record.results = _run_jobs(jobs, tree, policy, gpus, args, record)
+        with _head_checkout(repo, plan.head) as tree, _base_checkout(repo, plan.base, jobs, record) as base_tree:
+            record.results = _run_jobs(jobs, tree, policy, gpus, args, record, base_tree)
         _remember_launches(plan, record, cache_dir)
     return finish(record, loaded, Path(args.out), args)
 
@@ -171,8 +171,35 @@ def _head_checkout(repo: Path, head: str | None) -> Iterator[Path]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _base_checkout(repo: Path, base: str | None, jobs: Sequence[Any], record: Any) -> Iterator[Path | None]:
+    """The base's code, for the jobs that run it beside the head's on the same cases (differential
+    runs): a temporary work tree at the base. Without one, those jobs judge by absolute rules only,
+    and the run says so (stricter, never looser)."""
+    from . import git
+    from .rules.judging import base_commit
+
+    if base is None or not any(base_commit(j) for j in jobs):
+        yield None
+        return
+    tmp = Path(tempfile.mkdtemp())  # a neutral name: the base's worker sees this path
+    try:
+        try:
+            tree: Path | None = git.add_worktree(repo, base, tmp / "tree")
+        except GateError as exc:
+            tree = None
+            why = f"the base's code could not be checked out ({exc}): failures are judged by absolute rules only"
+            warn(why)
+            record.notes.append(why)
+        yield tree
+    finally:
+        if (tmp / "tree").exists():
+            git.remove_worktree(repo, tmp / "tree")
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], args: argparse.Namespace,
-              record: Any) -> list[Any]:
+              record: Any, base_tree: Path | None = None) -> list[Any]:
     from . import sandbox
     from .executor import (ExecOptions, RunControl, cancel_on_signals, execute, interrupted_finding,
                            sandbox_findings, shared_bytecode)
@@ -223,7 +250,8 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
                                jobs_per_gpu=policy.runner.jobs_per_gpu,
                                keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None,
                                work_root=work_root, pycache=pycache, sandbox_mode=policy.runner.sandbox,
-                               sandbox=box, hide=(Path(args.out).resolve(), *([cache.cache.dir] if cache else [])))
+                               sandbox=box, hide=(Path(args.out).resolve(), *([cache.cache.dir] if cache else [])),
+                               base_root=base_tree)
             with cancel_on_signals(control):
                 results = execute(todo, opts, progress, control)
     if control.reason:

@@ -24,6 +24,7 @@ class Rules:
     refusals: Mode = "warn"
     unrecognised: Literal["fail", "warn"] = "fail"  # GPU code in no language gpu-gate reads
     submodules: Literal["fail", "warn"] = "fail"  # a submodule moved under the kernel globs
+    preexisting: Literal["fail", "warn"] = "warn"  # a failure the base's code has too (differential runs)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +64,8 @@ class Verdict:
 
 
 def _mode_for(finding: Finding, rules: Rules) -> Mode:
+    if finding.details.get("change") == "pre-existing" and finding.severity is not Severity.NOTE:
+        return rules.preexisting
     if finding.kind == "uncovered":
         return rules.uncovered
     if finding.kind == "refused":

@@ -76,7 +76,8 @@ class Equivalence:
         o = job.options
         self.rule = make_rule(spec, o)
         self.runner = CaseRunner(spec, job.spec.id, ctx.device, self.rule, repro_command(job), workers.candidate,
-                                 workers.reference)
+                                 workers.reference, base=workers.base,
+                                 regression_factor=float(o.get("regression_factor") or 4.0))
         budget = int(o.get("max_case_bytes") or 256 << 20)
         self.budget = budget if ctx.device == "cuda" else min(budget, CPU_BUDGET_BYTES)
         self.sanitized = bool(ctx.sanitizer or o.get("sanitizer"))
@@ -148,7 +149,8 @@ class Equivalence:
                                  "coverage": coverage(self.spec, [r.case for r in results])}
         if growth:
             extra["growth"] = growth["table"]
-            findings += growth["findings"]
+            findings += [_with_change_note(f) for f in growth["findings"]]
+        findings += self._differential_note(results, findings)
         findings += self._launches(extra)
         findings += notes
         if self.sanitized:
@@ -214,15 +216,18 @@ class Equivalence:
         return Finding(check="equivalence", kind=kind, message=message, spec=self.spec_id)
 
     def _summarize(self, results: list[Any], refusals: list[Any]) -> list[Finding]:
+        from ..equivalence.engine import failure_key
+
         findings: list[Finding] = []
-        groups: dict[tuple[str, str], list[Finding]] = {}
+        groups: dict[tuple[str, str, str], list[Finding]] = {}
         for r in results:
             for f in r.findings:
-                groups.setdefault((f.kind, str(f.details.get("output", f.details.get("input", "")))), []).append(f)
+                groups.setdefault((str(f.details.get("change", "")), *failure_key(f)), []).append(f)
         shrinking = self.job.options.get("shrink", True) and not self.job.case and not self.sanitized
-        for (kind, _), fs in groups.items():
+        for (change, kind, _), fs in groups.items():
             first = fs[0]
-            if first.severity is Severity.ERROR and shrinking:
+            # the repository's debt is reported, not shrunk: the time goes to what this change did
+            if first.severity is Severity.ERROR and shrinking and change != "pre-existing":
                 first = self._shrink(first)
             ids = [f.case for f in fs]
             msg = first.message
@@ -234,7 +239,47 @@ class Equivalence:
                                     details={**first.details, "failed_cases": len(fs), "cases": len(results)}))
         if refusals:
             findings.append(self._refusal(refusals, len(results)))
-        return findings
+        findings += self._fixed(results)
+        return [_with_change_note(f) for f in findings]
+
+    def _fixed(self, results: list[Any]) -> list[Finding]:
+        """The base's failures that the head's code no longer has, on the same cases: good news."""
+        groups: dict[tuple[str, str], list[Finding]] = {}
+        for r in results:
+            for f in r.fixed:
+                groups.setdefault((f.kind, str(f.details.get("output", f.details.get("input", "")))), []).append(f)
+        out = []
+        for (kind, what), fs in groups.items():
+            first = fs[0]
+            on = f" on {what!r}" if what else ""
+            out.append(Finding(check="equivalence", kind=kind, severity=Severity.NOTE, spec=first.spec,
+                               case=first.case, repro=first.repro,
+                               message=f"fixed by this change: the base's code failed {len(fs)} of {len(results)} "
+                                       f"cases with {kind}{on} (first {first.details.get('case', first.case)}); the "
+                                       f"head's code passes them\n{first.message}",
+                               details={**first.details, "change": "fixed", "failed_cases": len(fs),
+                                        "cases": len(results)}))
+        return out
+
+    def _differential_note(self, results: list[Any], findings: list[Finding]) -> list[Finding]:
+        """What the comparison with the base's code covered, or why there was none."""
+        from ..rules.judging import base_commit
+
+        if not base_commit(self.job):
+            return []
+        missing = self.workers.base_missing
+        if missing is not None:
+            return [self._note("differential", f"not compared with the base's code: {missing}; failures are judged "
+                                               f"by absolute rules only")]
+        compared = sum(r.base_comparisons is not None for r in results)
+        count = {c: sum(1 for f in findings if f.details.get("change") == c and f.severity is not Severity.NOTE)
+                 for c in ("new", "pre-existing")}
+        fixed = sum(1 for f in findings if f.details.get("change") == "fixed")
+        text = (f"compared with the base's code ({str(base_commit(self.job))[:12]}) on {compared} of {len(results)} "
+                f"cases: {count['new']} new, {count['pre-existing']} pre-existing and {fixed} fixed failure kinds")
+        if self.runner.base_lost:
+            text += f"; {self.runner.base_lost}: the cases after it are judged by absolute rules only"
+        return [self._note("differential", text)]
 
     def _refusal(self, refusals: list[Any], total: int) -> Finding:
         r0 = refusals[0]
@@ -300,6 +345,14 @@ def coverage(spec: Any, cases: list[Any]) -> dict[str, Any]:
         out["inputs"][name] = {"kind": "index" if isinstance(inp, Index) else "tensor", **seen}
     out["grad_layout"] = sorted({c.grad_layout for c in cases})
     return out
+
+
+def _with_change_note(f: Finding) -> Finding:
+    """A failure the base's code has too says so where it is read."""
+    if f.details.get("change") != "pre-existing" or f.severity is Severity.NOTE:
+        return f
+    return dataclasses.replace(f, message=f"pre-existing (the base's code fails the same cases the same way): "
+                                          f"{f.message}")
 
 
 def _seen_under_sanitizer(f: Finding) -> Finding:

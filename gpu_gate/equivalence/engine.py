@@ -10,17 +10,25 @@ the candidate never held.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 from ..findings import Finding, Severity
-from ..judge.workers import CallReport, Candidate, ContextLost, Reference, SpecBroken
+from ..judge.workers import BaseLost, CallReport, Candidate, ContextLost, Reference, SpecBroken
 from ..spec import Spec
 from .cases import Case
-from .compare import Comparison, Rule, agree, as_bytes, baseline_unusable, compare
+from .compare import EPS, Comparison, Rule, agree, as_bytes, baseline_unusable, compare
 from .guard import GUARD_BYTES, canary_intact
 from .inputs import materialize
 
 __all__ = ["CaseResult", "CaseRunner", "ContextLost", "SpecBroken", "bitwise_equal"]
+
+# Differential runs (the base's code on the same case): a change is "less accurate" when the head's
+# error exceeds the policy's regression_factor times the base's, where errors below this many machine
+# epsilons of the output dtype count as the same (rounding, not accuracy).
+REGRESSION_FLOOR_EPS = 0.25
+BASE_CALL_MIN_S = 30.0  # the base's code may take this long on one case, or BASE_CALL_FACTOR x the head's
+BASE_CALL_FACTOR = 20.0
 
 
 @dataclasses.dataclass
@@ -31,6 +39,9 @@ class CaseResult:
     refused: str | None = None
     unsupported: str | None = None  # the Triton interpreter could not run the kernel (not the kernel's refusal)
     trace: str | None = None  # the traceback that says where
+    # Differential runs: the base's code on the same case. None: not compared (no base, or it refused).
+    base_comparisons: list[Comparison] | None = None
+    fixed: list[Finding] = dataclasses.field(default_factory=list)  # the base's failures the head no longer has
 
     @property
     def failed(self) -> bool:
@@ -43,10 +54,33 @@ def _finding(spec_id: str, case: Case, kind: str, message: str, repro: str, seve
                    repro=repro, details={"case": case.describe(), "token": case.token(), **details})
 
 
+def failure_key(f: Finding) -> tuple[str, str]:
+    """What a failure is about, across the head and the base: its kind and the output (or input)."""
+    return f.kind, str(f.details.get("output", f.details.get("input", "")))
+
+
+def marked(f: Finding, change: str, note: str | None = None) -> Finding:
+    """``change``: new (the head fails, the base does not), pre-existing (both fail) or fixed."""
+    details = {**f.details, "change": change}
+    if note:
+        details["base_note"] = note
+    return dataclasses.replace(f, details=details)
+
+
+@dataclasses.dataclass
+class Truth:
+    """The reference worker's answer on one case, computed once for the head's code and the base's."""
+
+    reference: dict[str, Any]
+    baseline: dict[str, Any]
+    conditioning: dict[str, Any]
+    baseline32: dict[str, Any] | None = None
+
+
 
 class CaseRunner:
     def __init__(self, spec: Spec, spec_id: str, device: str, rule: Rule, repro_cmd: str, candidate: Candidate,
-                 reference: Reference) -> None:
+                 reference: Reference, base: Candidate | None = None, regression_factor: float = 4.0) -> None:
         self.spec = spec
         self.spec_id = spec_id
         self.device = device
@@ -54,45 +88,50 @@ class CaseRunner:
         self.repro_cmd = repro_cmd  # with {token}
         self.candidate = candidate
         self.ref = reference
+        self.base = base  # the base's code, in a differential run
+        self.base_lost: str | None = None  # why the base stopped answering, from which case on
+        self.regression_factor = regression_factor
 
     def run(self, case: Case, *, sensitivity: bool) -> CaseResult:
         repro = self.repro_cmd.format(token=case.token())
         m = materialize(self.spec, case, self.device)
         upstream = self.ref.upstream(case)
+        start = time.monotonic()
         try:
-            return self._run(case, m, upstream, repro, sensitivity)
+            result, truth = self._run(self.candidate, case, m, upstream, repro, sensitivity)
         finally:
             self.candidate.release()
+        if self.base is not None and result.refused is None and result.unsupported is None:
+            self.base.limit_s = max(BASE_CALL_MIN_S, BASE_CALL_FACTOR * (time.monotonic() - start))  # type: ignore[attr-defined]
+            self._against_base(case, m, upstream, repro, sensitivity, result, truth)
+        return result
 
-    def _run(self, case: Case, m: Any, upstream: dict[str, Any] | None, repro: str, sensitivity: bool) -> CaseResult:
+    def _run(self, cand: Candidate, case: Case, m: Any, upstream: dict[str, Any] | None, repro: str,
+             sensitivity: bool, truth: Truth | None = None, light: bool = False) -> tuple[CaseResult, Truth | None]:
+        """One code's run of the case: ``cand`` is the head's code, or the base's with the head's
+        ``truth``. ``light``: the first call and the comparisons only (the base, where the head passed)."""
         import torch
 
-        rep1 = self.candidate.call(case, upstream, inputs=m, hold=True, early=True)
+        rep1 = cand.call(case, upstream, inputs=m, hold=not light, early=not light)
         if rep1.status != "ok":
-            return self._not_ok(case, rep1, repro)
-        findings = self._unordered(case, rep1, repro)
+            return self._not_ok(case, rep1, repro), truth
+        findings = [] if light else self._unordered(case, rep1, repro)
         findings += self._guards(case, m, rep1, repro)
         findings += self._types(case, rep1, repro)
         snap1 = rep1.outputs
         # The reference worker computes the truth while the candidate's worker runs the second time.
-        truth = self.ref.truth_later(case, snap1)
-        outs2 = self._second_run(case, upstream, repro, findings, rep1)
-        ref, base, cond = truth()
+        pending = self.ref.truth_later(case, snap1) if truth is None else None
+        outs2 = None if light else self._second_run(cand, case, upstream, repro, findings, rep1)
+        if pending is not None:
+            truth = Truth(*pending())
+        assert truth is not None
+        ref, base, cond = truth.reference, truth.baseline, truth.conditioning
         comparisons = []
-        base32: dict[str, Any] | None = None
         for k, r in ref.items():
             if k not in snap1:
                 findings.append(self._missing(case, k, snap1, repro))
                 continue
-            comp = compare(k, snap1[k], r, base.get(k), self.rule, perturbed=cond.get(k))
-            if baseline_unusable(comp):
-                base32 = base32 if base32 is not None else self.ref.baseline_fp32(case, snap1)
-                torch_error = comp.details["torch_error"]
-                comp = compare(k, snap1[k], r, base32.get(k), self.rule, perturbed=cond.get(k))
-                comp.details.update({"baseline": "float32", "torch_error": torch_error})
-                if not comp.ok:
-                    comp.message += (f"\n(torch's own {comp.details.get('dtype')} result is off by {torch_error:.3g}, "
-                                     f"so the baseline is torch in float32, rounded to the output dtype)")
+            comp = self._compare(case, k, snap1, truth)
             comparisons.append(comp)
             if not comp.ok:
                 findings.append(_finding(self.spec_id, case, comp.kind, comp.message, repro, output=k,
@@ -103,10 +142,89 @@ class CaseRunner:
                 if why:
                     findings.append(_finding(self.spec_id, case, "unstable", why, repro, output=k))
         if sensitivity and not findings:
-            findings += self._relocated(case, upstream, snap1, ref, base, cond, repro)
+            findings += self._relocated(cand, case, upstream, snap1, ref, base, cond, repro)
         if sensitivity and not findings:
-            findings += self._sensitivity(case, snap1, repro)
-        return CaseResult(case, findings, comparisons)
+            findings += self._sensitivity(cand, case, snap1, repro)
+        return CaseResult(case, findings, comparisons), truth
+
+    def _compare(self, case: Case, k: str, outs: dict[str, Any], truth: Truth) -> Comparison:
+        r = truth.reference[k]
+        cond = truth.conditioning.get(k)
+        comp = compare(k, outs[k], r, truth.baseline.get(k), self.rule, perturbed=cond)
+        if baseline_unusable(comp):
+            if truth.baseline32 is None:
+                truth.baseline32 = self.ref.baseline_fp32(case, outs)
+            torch_error = comp.details["torch_error"]
+            comp = compare(k, outs[k], r, truth.baseline32.get(k), self.rule, perturbed=cond)
+            comp.details.update({"baseline": "float32", "torch_error": torch_error})
+            if not comp.ok:
+                comp.message += (f"\n(torch's own {comp.details.get('dtype')} result is off by {torch_error:.3g}, "
+                                 f"so the baseline is torch in float32, rounded to the output dtype)")
+        return comp
+
+    # --- differential runs: the base's code on the same case ------------------------------
+
+    def _against_base(self, case: Case, m: Any, upstream: dict[str, Any] | None, repro: str, sensitivity: bool,
+                      result: CaseResult, truth: Truth | None) -> None:
+        """Run the base's code on the same inputs, against the same truth, and classify the head's
+        failures: pre-existing where the base fails the same way, new otherwise; failures of the
+        base the head no longer has are ``result.fixed``. A head that passes has the base run once
+        (the comparisons); a head that fails has it run the same probes, so that a probe's finding
+        is classified like any other. A base that dies or hangs is dropped: the rest of the job is
+        judged by absolute rules, never more leniently."""
+        base = self.base
+        assert base is not None
+        light = not result.failed
+        try:
+            try:
+                bres, _ = self._run(base, case, m, upstream, repro, sensitivity and not light, truth, light=light)
+            finally:
+                if base is self.base:
+                    base.release()
+        except (BaseLost, ContextLost) as exc:
+            self.base, self.base_lost = None, f"{exc} (case {case.id})"
+            return
+        if bres.refused is not None or bres.unsupported is not None:
+            why = "the base's code refused this case" if bres.refused else "the base's code could not run this case"
+            result.findings = [marked(f, "new", why) if f.severity is Severity.ERROR else f for f in result.findings]
+            return
+        result.base_comparisons = bres.comparisons
+        failing = [f for f in bres.findings if f.severity is Severity.ERROR]
+        at_base = {failure_key(f) for f in failing}
+        findings = [(marked(f, "pre-existing" if failure_key(f) in at_base else "new")
+                     if f.severity is Severity.ERROR else f) for f in result.findings]
+        findings = self._regressions(case, repro, result.comparisons, bres.comparisons, findings)
+        result.findings = findings
+        at_head = {failure_key(f) for f in findings if f.severity is Severity.ERROR}
+        result.fixed = [marked(f, "fixed") for f in failing if failure_key(f) not in at_head]
+
+    def _regressions(self, case: Case, repro: str, head: list[Comparison], base: list[Comparison],
+                     findings: list[Finding]) -> list[Finding]:
+        """The head's error more than ``regression_factor`` x the base's on the same case and output:
+        blocking, whether or not both pass the absolute rule (a bf16 accumulation that stays inside
+        the tolerance on the cases run, a failure that was there but is now far worse)."""
+        at_base = {c.name: c for c in base}
+        out = list(findings)
+        for hc in head:
+            bc = at_base.get(hc.name)
+            if bc is None or hc.kind not in ("ok", "mismatch") or bc.kind not in ("ok", "mismatch"):
+                continue
+            dt = str(hc.details.get("dtype") or "float32")
+            floor = REGRESSION_FLOOR_EPS * EPS.get(dt, EPS["float32"])
+            if hc.error <= self.regression_factor * max(bc.error, floor):
+                continue
+            times = hc.error / max(bc.error, 1e-300)
+            what = (f"output {hc.name!r}: this change makes the result {times:.3g}x less accurate than the base's code "
+                    f"on the same case (normwise relative error {hc.error:.3g} against {bc.error:.3g}; at most "
+                    f"{self.regression_factor:g}x is allowed, regression_factor)")
+            if hc.ok:
+                out.append(marked(_finding(self.spec_id, case, "less-accurate", what, repro, output=hc.name,
+                                           error=hc.error, base_error=bc.error, dtype=dt), "new"))
+                continue
+            # the head already fails here; if the base fails too, it fails far less: this change's doing
+            out = [marked(dataclasses.replace(f, message=f"{f.message}\n({what})"), "new")
+                   if f.details.get("output") == hc.name and f.kind == "mismatch" else f for f in out]
+        return out
 
     def _not_ok(self, case: Case, rep: CallReport, repro: str) -> CaseResult:
         if rep.status == "oom":
@@ -117,12 +235,12 @@ class CaseRunner:
             return CaseResult(case, [], unsupported=rep.message, trace=rep.trace)
         return CaseResult(case, [], refused=rep.message)
 
-    def _second_run(self, case: Case, upstream: dict[str, Any] | None, repro: str, findings: list[Finding],
-                    rep1: CallReport) -> dict[str, Any] | None:
+    def _second_run(self, cand: Candidate, case: Case, upstream: dict[str, Any] | None, repro: str,
+                    findings: list[Finding], rep1: CallReport) -> dict[str, Any] | None:
         # The first run may have compiled its kernels after queueing them, outrunning the
         # side-stream delay; the second run is warm, so it is checked again where the first
         # switched streams. Outputs bitwise equal to the first run's stay in the worker.
-        rep2 = self.candidate.call(case, upstream, early=rep1.side_streams > 0, compare_held=True)
+        rep2 = cand.call(case, upstream, early=rep1.side_streams > 0, compare_held=True)
         if rep2.status != "ok":
             findings.append(_finding(self.spec_id, case, "unstable",
                                      f"the second run on the same inputs raised {rep2.message}", repro))
@@ -213,14 +331,14 @@ class CaseRunner:
                                       f"instead of computing a result", repro, output=k))
         return found
 
-    def _relocated(self, case: Case, upstream: dict[str, Any] | None, out1: dict[str, Any], ref: dict[str, Any],
-                   base: dict[str, Any], cond: dict[str, Any], repro: str) -> list[Finding]:
+    def _relocated(self, cand: Candidate, case: Case, upstream: dict[str, Any] | None, out1: dict[str, Any],
+                   ref: dict[str, Any], base: dict[str, Any], cond: dict[str, Any], repro: str) -> list[Finding]:
         """The same values at other addresses, the old buffers filled with garbage: a kernel whose
         output changes reads memory it was not handed this call (the stale addresses of a CUDA graph
         captured on an earlier call, a pointer cached from one)."""
         import torch
 
-        rep = self.candidate.call(case, upstream, relocate=True)
+        rep = cand.call(case, upstream, relocate=True)
         if rep.status != "ok":
             return [_finding(self.spec_id, case, "address-dependent",
                              f"the candidate failed when given the same inputs at other addresses: {rep.message}", repro)]
@@ -239,7 +357,7 @@ class CaseRunner:
                                       output=k))
         return found
 
-    def _sensitivity(self, case: Case, out1: dict[str, Any], repro: str) -> list[Finding]:
+    def _sensitivity(self, cand: Candidate, case: Case, out1: dict[str, Any], repro: str) -> list[Finding]:
         """New values for the same case, written into the *same* input buffers (the same
         addresses): when an output does not change at all and the old output does not pass
         against the new reference, the kernel ignores its inputs (it returns a cached or constant
@@ -249,7 +367,7 @@ class CaseRunner:
         m2 = materialize(self.spec, case, self.device, salt=1)
         upstream = self.ref.upstream(case, salt=1)
         truth = self.ref.truth_later(case, out1, salt=1)  # computed while the candidate runs
-        rep = self.candidate.call(case, upstream, refill=m2)
+        rep = cand.call(case, upstream, refill=m2)
         ref2, base2, cond2 = truth()
         if rep.status != "ok":
             return []

@@ -13,6 +13,7 @@ from ..findings import Finding, Severity
 from ..spec import Index, Spec
 from .cases import MAX_REDUCTION, Case, InputChoice, case_bytes, growth_sizes, log_slope
 from .compare import EPS, floor_for
+from .engine import marked
 
 SLOPE_MARGIN = 0.3
 JUMP_RATIO = 1.5  # candidate vs torch at the longest length (both rules)
@@ -95,22 +96,20 @@ def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[
         curve = _measure(runner, spec, dim, dtype, sign, top, budget, deadline, seed, findings)
         if curve is None:
             continue
-        sizes, cand, base, last = curve
-        # errors far below the dtype's epsilon are exact results: clamp them so an exact
-        # result at short lengths does not fake a steep slope, or a jump
-        eps = EPS.get(dtype, EPS["float32"]) / 16
-        cand_c, base_c = [max(c, eps) for c in cand], [max(b, eps) for b in base]
-        sc, sb = log_slope(sizes, cand_c), log_slope(sizes, base_c)
-        floor = floor_for(dtype)
-        # both rules want the candidate clearly worse than torch at the longest length: a
-        # ratio near 1 there is the noise of one sample, whatever the slope of three points says
-        sloped = sc - sb > SLOPE_MARGIN and cand[-1] >= JUMP_RATIO * base[-1] and cand[-1] > floor
-        jump = jumped(cand_c, base_c) and cand[-1] > floor
+        sizes, cand, base, last, at_base = curve
+        sc, sb, sloped, jump = _flagged(sizes, cand, base, dtype)
+        rows: list[dict[str, Any]] = [{"size": s, "candidate": c, "baseline": b} for s, c, b in zip(sizes, cand, base)]
+        if at_base is not None:  # differential runs: the base's code on the same lengths
+            for r, e in zip(rows, at_base):
+                r["base"] = e
         table.append({"dim": dim, "dtype": dtype, "data": sign, "slope_candidate": round(sc, 3),
-                      "slope_baseline": round(sb, 3), "flagged": sloped or jump, "jump": jump,
-                      "rows": [{"size": s, "candidate": c, "baseline": b} for s, c, b in zip(sizes, cand, base)]})
+                      "slope_baseline": round(sb, 3), "flagged": sloped or jump, "jump": jump, "rows": rows})
         if sloped or jump:
-            findings.append(_growth_finding(job, dim, dtype, sign, seed, last, sizes, cand, base, sc, sb, sloped))
+            f = _growth_finding(job, dim, dtype, sign, seed, last, sizes, cand, base, sc, sb, sloped)
+            if at_base is not None:
+                _, _, base_sloped, base_jump = _flagged(sizes, at_base, base, dtype)
+                f = marked(f, "pre-existing" if base_sloped or base_jump else "new")
+            findings.append(f)
     if not table:
         return None
     dedup: dict[tuple[str, str], Finding] = {}
@@ -119,6 +118,21 @@ def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[
     table.sort(key=lambda t: not t["flagged"])  # the reporter draws the first curve: the flagged one
     return {"table": table[0] if len(table) == 1 else {**table[0], "curves": table},
             "findings": list(dedup.values())}
+
+
+def _flagged(sizes: list[int], cand: list[float], base: list[float], dtype: str) -> tuple[float, float, bool, bool]:
+    """(slope of ``cand``, slope of torch's, sloped, jumped) for one curve."""
+    # errors far below the dtype's epsilon are exact results: clamp them so an exact
+    # result at short lengths does not fake a steep slope, or a jump
+    eps = EPS.get(dtype, EPS["float32"]) / 16
+    cand_c, base_c = [max(c, eps) for c in cand], [max(b, eps) for b in base]
+    sc, sb = log_slope(sizes, cand_c), log_slope(sizes, base_c)
+    floor = floor_for(dtype)
+    # both rules want the candidate clearly worse than torch at the longest length: a
+    # ratio near 1 there is the noise of one sample, whatever the slope of three points says
+    sloped = sc - sb > SLOPE_MARGIN and cand[-1] >= JUMP_RATIO * base[-1] and cand[-1] > floor
+    jump = jumped(cand_c, base_c) and cand[-1] > floor
+    return sc, sb, sloped, jump
 
 
 def _growth_finding(job: Any, dim: str, dtype: str, sign: str, seed: int, last: Case, sizes: list[int],
@@ -139,14 +153,17 @@ def _growth_finding(job: Any, dim: str, dtype: str, sign: str, seed: int, last: 
 
 
 def _measure(runner: Any, spec: Spec, dim: str, dtype: str, sign: str, top: int, budget: int, deadline: float,
-             seed: int, findings: list[Finding]) -> tuple[list[int], list[float], list[float], Case] | None:
-    """One curve: (lengths, candidate errors, baseline errors, the longest case), or None
-    when fewer than three lengths ran. Errors of single cases go to ``findings``."""
+             seed: int, findings: list[Finding]
+             ) -> tuple[list[int], list[float], list[float], Case, list[float] | None] | None:
+    """One curve: (lengths, candidate errors, baseline errors, the longest case, the base's code's
+    errors or None), or None when fewer than three lengths ran. Errors of single cases go to
+    ``findings``."""
     import time
 
     sizes: list[int] = []
     cand: list[float] = []
     base: list[float] = []
+    at_base: list[float] | None = []
     last: Case | None = None
     for n in growth_sizes(spec.dims[dim], top):
         case = _case(spec, dim, n, dtype, seed=(seed * 7 + n) % (2**31), sign=sign)
@@ -161,6 +178,8 @@ def _measure(runner: Any, spec: Spec, dim: str, dtype: str, sign: str, top: int,
         last = case
         cand.append(worst.error)
         base.append(worst.baseline_error)
+        same = [c for c in r.base_comparisons or () if c.name == worst.name]
+        at_base = at_base + [same[0].error] if at_base is not None and same else None
     if len(sizes) < 3 or last is None:
         return None
-    return sizes, cand, base, last
+    return sizes, cand, base, last, at_base

@@ -216,13 +216,16 @@ def _dtypes(like: dict[str, Any]) -> dict[str, str]:
 
 @dataclasses.dataclass
 class Workers:
-    """A job's two workers, as the judge sees them, once the spec imported in both."""
+    """A job's workers, as the judge sees them, once the spec imported in them: the candidate (the
+    head's code), the reference and, in a differential run, the base's code on the same spec."""
 
     spec: Spec
     candidate: Candidate
     reference: Reference
     uses_triton: bool = False
     finished: dict[str, Any] | None = None
+    base: Candidate | None = None
+    base_missing: str | None = None  # why a differential job has no base to compare with
 
     def finish(self, compile_settings: Any = None) -> dict[str, Any]:
         if self.finished is None:
@@ -231,8 +234,10 @@ class Workers:
 
 
 def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float) -> Workers:
-    """Have both workers import the job's spec; the reference worker's description is the spec the
+    """Have the workers import the job's spec; the reference worker's description is the spec the
     judge works with. A spec that does not import is :class:`SpecDidNotImport`."""
+    from ..rules.judging import base_commit
+
     header = {"op": "load", "job": job.to_json()}
     for role in ("candidate", "reference"):
         try:
@@ -252,5 +257,50 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
             uses_triton = bool(reply.get("uses_triton"))
     reference = Reference(channels["reference"], device, deadline)
     reply, _ = reference._ask({"op": "describe"})
-    return Workers(spec_from_description(reply["spec"]), Candidate(channels["candidate"], device, deadline),
-                   reference, uses_triton)
+    workers = Workers(spec_from_description(reply["spec"]), Candidate(channels["candidate"], device, deadline),
+                      reference, uses_triton)
+    if base_commit(job):
+        workers.base, workers.base_missing = _connect_base(header, channels.get("base"), device, deadline)
+    return workers
+
+
+def _connect_base(header: dict[str, Any], channel: Channel | None, device: str, deadline: float
+                  ) -> tuple[Candidate | None, str | None]:
+    """The base's code with the same spec. When it cannot run (the kernel is new, the spec does not
+    import at the base), the job judges by absolute rules only and says why: never more lenient."""
+    if channel is None:
+        return None, "the base's code was not available to this job"
+    try:
+        reply, _ = channel.request(header, (), deadline)
+    except WorkerTimeout:
+        return None, "the base's code did not import the spec within the job's time budget"
+    except WorkerLost:
+        return None, "the base's worker died while importing the spec"
+    if reply.get("error") == "spec-import":
+        msg = str((reply.get("finding") or {}).get("message") or "an import error").splitlines()[0]
+        return None, f"the spec does not import against the base's code ({msg})"
+    if reply.get("error"):
+        return None, f"the base's worker failed: {reply.get('message')}"
+    return BaseCandidate(channel, device, deadline), None
+
+
+class BaseCandidate(Candidate):
+    """The base's code: asked the same questions as the candidate, but its failures are facts about
+    the base, never the head's verdict. A base that dies or hangs is dropped, and the cases after it
+    are judged by absolute rules (see ``equivalence.engine``)."""
+
+    limit_s = 60.0  # one call's limit; the engine sets it from the time the head's code took
+
+    def _ask(self, header: dict[str, Any], blobs: Sequence[Any] = ()) -> tuple[dict[str, Any], list[bytearray]]:
+        import time
+
+        try:
+            return self.channel.request(header, blobs, min(self.deadline, time.monotonic() + self.limit_s))
+        except WorkerTimeout as exc:
+            raise BaseLost(f"the base's code did not return on case {self.case} in time") from exc
+        except WorkerLost as exc:
+            raise BaseLost(f"the base's code crashed its worker on case {self.case}") from exc
+
+
+class BaseLost(Exception):
+    """The base's worker is gone or hung: no more differential answers in this job."""

@@ -114,6 +114,11 @@ class EquivalencePolicy(CheckPolicy):
     index_dists: tuple[IndexDist, ...] | None = Field(default=None, min_length=1, description="index distributions; null: all")
     layouts: tuple[Layout, ...] | None = Field(default=None, min_length=1, description="memory layouts; null: all the spec allows")
     max_reduction: int = Field(default=1 << 18, ge=2, description="longest reduction length fuzzed")
+    differential: bool = Field(default=True, description=(
+        "on a pull request, also run the base's code on the same cases, so that a failure is classified as new, "
+        "pre-existing or fixed, and a change that makes a kernel less accurate is caught"))
+    regression_factor: float = Field(default=4.0, gt=1, description=(
+        "differential runs: the head's error may be at most this many times the base's on the same case"))
 
 
 class DeterminismPolicy(CheckPolicy):
@@ -242,6 +247,9 @@ class Policy(_Frozen):
         "a changed file under kernels.include that uses a GPU module but defines no kernel gpu-gate recognises"))
     submodules: Literal["fail", "warn"] = Field(default="fail", description=(
         "a git submodule under kernels.include that moved: gpu-gate cannot see the kernels inside it"))
+    preexisting: Literal["fail", "warn"] = Field(default="warn", description=(
+        "a failure that the base's code has too, on the same case (differential runs): the repository's debt, "
+        "reported in its own section; fail blocks the merge on it"))
     rule_changes: Literal["fail", "warn"] = Field(default="fail", description=(
         "a change that weakens the rules (this policy or a spec's reference, tolerance, dims, dtypes or checks); "
         "read from the base's policy: fail blocks the merge, warn reports it"))
@@ -261,4 +269,4 @@ class Policy(_Frozen):
 
     def rules(self) -> Rules:
         return Rules(uncovered=self.uncovered, not_run=self.not_run, refusals=self.refusals,
-                     unrecognised=self.unrecognised, submodules=self.submodules)
+                     unrecognised=self.unrecognised, submodules=self.submodules, preexisting=self.preexisting)

@@ -144,7 +144,43 @@ def _sections(ctx: _Ctx) -> list[_Section]:
         _Section("### Compile resources", _resource_blocks(ctx.record.results)),
         _Section("### Specs run, and why", _collapsed("why each spec ran", _selection_lines(ctx))),
         _Section("### Warnings (do not block the merge)", _warning_blocks(ctx), omitted="more warnings not shown"),
+        _Section("### Pre-existing failures (the base's code fails them too)", _debt_blocks(ctx),
+                 omitted="more pre-existing failures not shown"),
+        _Section("### Fixed by this change", _fixed_lines(ctx), joiner="\n", omitted="more fixes not shown",
+                 capped=True),
     ]
+
+
+# --- Differential runs: the repository's debt, and what this change fixed --------------
+
+def _changes(ctx: _Ctx, change: str) -> list[tuple[JobResult, Finding]]:
+    return [(r, f) for r in ctx.record.results for f in r.findings if f.details.get("change") == change]
+
+
+def _debt_blocks(ctx: _Ctx) -> list[str]:
+    """Failures the base's code has on the same cases: not this change's doing, collapsed. They
+    block only where the base's policy says `preexisting: fail` (then they are under Blocking too)."""
+    items = [(r, f) for r, f in _changes(ctx, "pre-existing") if f.severity is not Severity.NOTE]
+    if not items:
+        return []
+    blocks = _blocking_findings_of(ctx)
+    lines = []
+    for r, f in items:
+        tag = " (blocks: `preexisting: fail`)" if id(f) in blocks else ""
+        target = f" {code(f.spec)}" if f.spec else ""
+        msg = f.message.removeprefix("pre-existing (the base's code fails the same cases the same way): ")
+        lines.append(f"- **{escape(r.check)}**{target}{tag}: {escape(first_line(msg, 300))}")
+    return [details(f"{len(items)} failure(s) that the base's code has too: the repository's debt, not this change's",
+                    "\n".join(lines))]
+
+
+def _blocking_findings_of(ctx: _Ctx) -> set[int]:
+    return {id(i.finding) for i in ctx.verdict.blocking if i.finding is not None}
+
+
+def _fixed_lines(ctx: _Ctx) -> list[str]:
+    return [f"- ✅ **{escape(r.check)}**{f' {code(f.spec)}' if f.spec else ''}: {escape(first_line(f.message, 300))}"
+            for r, f in _changes(ctx, "fixed")]
 
 
 def _collapsed(summary: str, lines: list[str]) -> list[str]:
@@ -198,6 +234,8 @@ def _blocking_line(item: Item) -> str:
     if f is None:
         return f"- {escape(first_line(item.reason, 300))}"
     target = f" {code(f.spec)}" if f.spec else ""
+    if f.details.get("change") == "new":
+        target += " (new: the base's code passes this case)"
     where = f" — {code(f.location)}" if f.location else ""
     return f"- **{escape(f.check)}**{target}: {escape(first_line(item.reason, 300))}{where}"
 
@@ -445,7 +483,8 @@ def _dropped_dtype_lines(results: Iterable[JobResult]) -> list[str]:
 
 
 def _warning_blocks(ctx: _Ctx) -> list[str]:
-    return [_warning_block(i, ctx.message_limit) for i in ctx.verdict.warnings if i.finding is not None]
+    return [_warning_block(i, ctx.message_limit) for i in ctx.verdict.warnings
+            if i.finding is not None and i.finding.details.get("change") != "pre-existing"]
 
 
 def _warning_block(item: Item, limit: int | None) -> str:

@@ -18,11 +18,12 @@ if TYPE_CHECKING:
     from ..plan import Plan
     from ..policy.base import PolicyInForce
 
-from .judging import BASE_SPEC  # the job option that carries the base's spec source
+from .judging import BASE_SPEC, DIFFERENTIAL  # the job options: the base's spec source; the base commit to run
 
 
-def apply(repo: Path, plan: Plan, choice: PolicyInForce) -> None:
-    """Add the rule changes to ``plan.findings`` and point its spec jobs at the base's specs."""
+def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool = True) -> None:
+    """Add the rule changes to ``plan.findings`` and point its spec jobs at the base's specs (and,
+    with ``differential``, have their equivalence jobs run the base's code on the same cases)."""
     if choice.base is None or choice.head is None or plan.base is None:
         return
     mode = choice.loaded.policy.rule_changes
@@ -41,7 +42,10 @@ def apply(repo: Path, plan: Plan, choice: PolicyInForce) -> None:
     changes += [_deleted(s, ctx) for s in base_specs.values() if s.id not in matched]
     plan.findings += [c.finding(mode) for c in changes]
     jobs = plan.jobs + _base_checks(plan, choice, pairs)
-    plan.jobs = sorted((_judged_by_base(j, head_specs, pairs, mode) for j in jobs), key=lambda j: j.id)
+    judged = [_judged_by_base(j, head_specs, pairs, mode) for j in jobs]
+    if differential:
+        judged = [_differential(j, pairs, plan.base) for j in judged]
+    plan.jobs = sorted(judged, key=lambda j: j.id)
 
 
 def _base_checks(plan: Plan, choice: PolicyInForce, pairs: dict[str, SpecRules]) -> list[Job]:
@@ -144,6 +148,16 @@ def _judged_by_base(job: Job, head: dict[str, SpecRules], pairs: dict[str, SpecR
                                "reference_changed": old.reference_shape() != new.reference_shape(),
                                "rule_changes": mode}
     return dataclasses.replace(job, options={**job.options, BASE_SPEC: carried})
+
+
+def _differential(job: Job, pairs: dict[str, SpecRules], base: str) -> Job:
+    """An equivalence job whose spec exists at the base runs the base's code on the same cases too
+    (see ``checks/equivalence.py``): its failures are then new, pre-existing or fixed."""
+    if job.check != "equivalence" or job.spec is None or job.spec.id not in pairs or job.case:
+        return job
+    if not job.options.get("differential", True):
+        return job
+    return dataclasses.replace(job, options={**job.options, DIFFERENTIAL: base})
 
 
 def rule_findings(findings: list[Finding]) -> list[Finding]:

@@ -11,6 +11,12 @@ from ..findings import Finding, Severity
 from ..jobs import Job
 
 BASE_SPEC = "base_spec"
+DIFFERENTIAL = "base_commit"  # the job also runs the base's code at this commit (differential runs)
+
+
+def base_commit(job: Job) -> str | None:
+    value = job.options.get(DIFFERENTIAL)
+    return value if isinstance(value, str) and value else None
 
 
 def carried(job: Job) -> dict[str, Any] | None:
@@ -31,7 +37,10 @@ def base_copy(job: Job, workdir: Path) -> Path | None:
 
 
 def without_base(job: Job) -> Job:
-    return dataclasses.replace(job, options={k: v for k, v in job.options.items() if k != BASE_SPEC})
+    """The job judged by the head's spec: the base's spec, and the base's code with it, are out (the
+    base's code cannot run the head's spec when the call signature changed)."""
+    return dataclasses.replace(job, options={k: v for k, v in job.options.items()
+                                             if k not in (BASE_SPEC, DIFFERENTIAL)})
 
 
 def signature_broke(job: Job, findings: list[Finding]) -> str | None:

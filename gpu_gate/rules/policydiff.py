@@ -122,6 +122,8 @@ _JUDGES: list[tuple[str, Judge]] = [
     ("refusals", _order("ignore", "warn", "fail")),
     ("not_run", _order("warn", "fail")),
     ("rule_changes", _order("warn", "fail")),
+    ("preexisting", _order("warn", "fail")),
+    ("checks.equivalence.regression_factor", _more_is_looser),
     ("checks.compile.resources_level", _order("advisory", "required")),
     ("kernels.include", _fewer_is_looser),
     ("kernels.exclude", _more_is_looser_list),
