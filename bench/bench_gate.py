@@ -1,10 +1,12 @@
 """The full default gate on one changed real Triton kernel, timed end to end.
 
-    python bench/bench_gate.py --liger PATH [--commit SHA] [--gate-path DIR ...] [--repeats N]
+    python bench/bench_gate.py --liger PATH [--commit SHA] [--change comment|mask] [--gate-path DIR ...]
+                               [--repeats N]
 
 A scratch Liger-Kernel repository gets a forward+backward spec of its GEGLU kernel
-(``LigerGELUMulFunction``) at a base commit; the head changes ``ops/geglu.py`` (a comment: the
-kernel is the same, so the verdict is the base's). ``gpu-gate check --base --head`` then runs the
+(``LigerGELUMulFunction``) at a base commit; the head changes ``ops/geglu.py``: a comment (the
+kernel is the same, so whatever fails is the base's debt), or ``mask``, the forward leaving the last
+column of rows longer than 1024 unwritten (a bug the change brings). ``gpu-gate check --base --head`` then runs the
 default policy, every check, with no cache. Each ``--gate-path`` is a gpu-gate source tree to time
 (default: this one), one after the other on the same machine, so that two versions compare in one
 run. Prints the wall time, the per-job durations from results.json and the equivalence job's cases
@@ -50,8 +52,19 @@ def geglu_gate(a, b):
 """
 
 
-def scratch(liger: Path, commit: str, where: Path) -> tuple[Path, str, str]:
-    """Base: ``commit`` plus the policy and the spec; head: the base with a comment added to geglu.py."""
+CHANGES = {
+    "comment": lambda source: source + "# reviewed\n",
+    "mask": lambda source: source.replace("    mask = col_offsets < n_cols\n    a_row = tl.load(a + col_offsets, mask=mask, "
+                                          "other=0).to(tl.float32)\n    b_row = tl.load(b + col_offsets, mask=mask, "
+                                          "other=0)\n\n    # tanh",
+                                          "    mask = col_offsets < n_cols - (n_cols > 1024)\n    a_row = tl.load(a + "
+                                          "col_offsets, mask=mask, other=0).to(tl.float32)\n    b_row = tl.load(b + "
+                                          "col_offsets, mask=mask, other=0)\n\n    # tanh", 1),
+}
+
+
+def scratch(liger: Path, commit: str, where: Path, change: str = "comment") -> tuple[Path, str, str]:
+    """Base: ``commit`` plus the policy and the spec; head: the base with ``change`` made to geglu.py."""
     repo = where / "liger"
     git(where, "clone", "-q", "--no-checkout", str(liger), str(repo))
     env = {**os.environ, "GIT_INDEX_FILE": str(where / "index")}
@@ -72,8 +85,12 @@ def scratch(liger: Path, commit: str, where: Path) -> tuple[Path, str, str]:
     base = git(repo, "commit-tree", run("write-tree"), "-p", commit, "-m", "gate spec")
     kernel = "src/liger_kernel/ops/geglu.py"
     source = git(repo, "show", f"{commit}:{kernel}")
-    run("update-index", "--cacheinfo", f"100644,{blob(source + chr(10) + '# reviewed' + chr(10))},{kernel}")
-    head = git(repo, "commit-tree", run("write-tree"), "-p", base, "-m", "geglu: a comment")
+    source += "\n"  # git() strips the last newline
+    changed = CHANGES[change](source)
+    if changed == source:
+        raise SystemExit(f"--change {change}: the kernel at {commit} does not have the code this change edits")
+    run("update-index", "--cacheinfo", f"100644,{blob(changed)},{kernel}")
+    head = git(repo, "commit-tree", run("write-tree"), "-p", base, "-m", f"geglu: {change}")
     git(repo, "update-ref", "refs/heads/main", base)
     git(repo, "update-ref", "refs/heads/change", head)
     git(repo, "symbolic-ref", "HEAD", "refs/heads/change")
@@ -94,12 +111,19 @@ def one_gate(repo: Path, base: str, head: str, gate_path: Path) -> dict[str, obj
         print(p.stdout[-3000:], p.stderr[-3000:], sep="\n")
         results = []
     jobs = {r["check"]: (round(r.get("duration_s") or 0.0, 1), r["status"], r.get("cases") or 0) for r in results}
+    changes: dict[str, list[str]] = {}
     for r in results:
         for f in r.get("findings") or []:
-            if f.get("severity") == "error":
-                print(f"  {r['check']}: {f['kind']}: {f['message'][:300]}", file=sys.stderr)
+            change = (f.get("details") or {}).get("change")
+            if f.get("severity") == "error" or change:
+                print(f"  {r['check']}: {f['kind']}{f' ({change})' if change else ''}: {f['message'][:300]}",
+                      file=sys.stderr)
+            if change:
+                changes.setdefault(change, []).append(f"{r['check']}:{f['kind']}")
+            if f.get("kind") == "differential":
+                print(f"  {r['check']}: {f['message'][:300]}", file=sys.stderr)
     eq = jobs.get("equivalence")
-    return {"wall_s": round(wall, 1), "exit": p.returncode, "jobs": jobs,
+    return {"wall_s": round(wall, 1), "exit": p.returncode, "jobs": jobs, "changes": changes,
             "equivalence_cases_per_s": round(eq[2] / eq[0], 2) if eq and eq[0] else None}
 
 
@@ -109,10 +133,11 @@ def main() -> int:
     ap.add_argument("--commit", default="small", help="the base commit (default: one with geglu.py)")
     ap.add_argument("--gate-path", type=Path, action="append", help="a gpu-gate source tree to time (repeatable)")
     ap.add_argument("--repeats", type=int, default=1)
+    ap.add_argument("--change", choices=sorted(CHANGES), default="comment", help="what the head changes in geglu.py")
     args = ap.parse_args()
     paths = args.gate_path or [Path(__file__).resolve().parents[1]]
     with tempfile.TemporaryDirectory() as tmp:
-        repo, base, head = scratch(args.liger.resolve(), args.commit, Path(tmp))
+        repo, base, head = scratch(args.liger.resolve(), args.commit, Path(tmp), args.change)
         for path in paths:
             runs = [one_gate(repo, base, head, path.resolve()) for _ in range(args.repeats)]
             walls = [float(r["wall_s"]) for r in runs]  # type: ignore[arg-type]

@@ -432,7 +432,9 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     pids: dict[str, int] = {}
 
     def worker(role: str) -> None:
-        wenv = {**env, "TMPDIR": str(dirs[role])}
+        # Each worker's caches (Triton's, CuPy's, the driver's) and temporary files in its own
+        # directory: the only one its sandbox can write. The candidate's may carry the sanitizer's.
+        wenv = env if role == "candidate" else _env_for(opts, gpu, dirs[role], threads, job.check, avail.works)
         b = pairs[role][1]
         # The judge keeps the time: a worker outlives it only until it is killed after the judge.
         def started(p: int) -> None:

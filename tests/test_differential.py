@@ -123,7 +123,22 @@ def test_a_bug_the_base_has_too_is_debt_and_does_not_block(make_repo) -> None:  
     assert _changes(results) == {"pre-existing": {"mismatch"}}, _findings(results)
     assert "### Pre-existing failures (the base's code fails them too)" in text
     assert "the repository's debt" in text
+    assert "compared with the base's code" in _note(results) and " on 8 of 8 cases" in _note(results)
     assert "### Blocking" not in text or "mismatch" not in text.split("### Blocking")[1].split("###")[0]
+
+
+def test_the_bases_code_has_caches_of_its_own(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """A wrapper that keeps a JIT cache (as Triton and CuPy do) runs at the base as at the head: each
+    worker's cache directory is its own, writable in its sandbox."""
+    cached = ("import os\nimport pathlib\n\n\n" + TRUNCATED.replace(
+        "def row_sum(x):\n", "def row_sum(x):\n    d = pathlib.Path(os.environ['XDG_CACHE_HOME']) / 'mylib'\n"
+                             "    d.mkdir(parents=True, exist_ok=True)\n    (d / 'kernel.bin').write_text('jit')\n"))
+    r = _repo(make_repo, cached)
+    _pr(r, None)
+    code, text, results = _check(r)
+    assert code == 0, text
+    assert _changes(results) == {"pre-existing": {"mismatch"}}, _findings(results)
+    assert "refused" not in _note(results)
 
 
 def test_the_base_policy_can_make_debt_block(make_repo) -> None:  # type: ignore[no-untyped-def]

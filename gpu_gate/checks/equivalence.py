@@ -216,13 +216,12 @@ class Equivalence:
         return Finding(check="equivalence", kind=kind, message=message, spec=self.spec_id)
 
     def _summarize(self, results: list[Any], refusals: list[Any]) -> list[Finding]:
-        from ..equivalence.engine import failure_key
-
         findings: list[Finding] = []
         groups: dict[tuple[str, str, str], list[Finding]] = {}
         for r in results:
             for f in r.findings:
-                groups.setdefault((str(f.details.get("change", "")), *failure_key(f)), []).append(f)
+                what = str(f.details.get("output", f.details.get("input", "")))
+                groups.setdefault((str(f.details.get("change", "")), f.kind, what), []).append(f)
         shrinking = self.job.options.get("shrink", True) and not self.job.case and not self.sanitized
         for (change, kind, _), fs in groups.items():
             first = fs[0]
@@ -277,6 +276,9 @@ class Equivalence:
         fixed = sum(1 for f in findings if f.details.get("change") == "fixed")
         text = (f"compared with the base's code ({str(base_commit(self.job))[:12]}) on {compared} of {len(results)} "
                 f"cases: {count['new']} new, {count['pre-existing']} pre-existing and {fixed} fixed failure kinds")
+        if self.runner.base_refused:
+            text += (f"; the base's code refused {len(self.runner.base_refused)} case(s), where the head's failures "
+                     f"count as new (first {self.runner.base_refused[0][:300]})")
         if self.runner.base_lost:
             text += f"; {self.runner.base_lost}: the cases after it are judged by absolute rules only"
         return [self._note("differential", text)]

@@ -54,9 +54,16 @@ def _finding(spec_id: str, case: Case, kind: str, message: str, repro: str, seve
                    repro=repro, details={"case": case.describe(), "token": case.token(), **details})
 
 
+# Wrong values in an output, whichever way they show (a NaN where the base has a wrong finite value is
+# the same failure: the same uninitialised tail, say).
+WRONG_VALUES = frozenset({"mismatch", "nan", "nonfinite", "constant-output"})
+
+
 def failure_key(f: Finding) -> tuple[str, str]:
-    """What a failure is about, across the head and the base: its kind and the output (or input)."""
-    return f.kind, str(f.details.get("output", f.details.get("input", "")))
+    """What a failure is about, across the head and the base: its kind (wrong values, whichever way
+    they show) and the output (or input)."""
+    kind = "wrong-values" if f.kind in WRONG_VALUES else f.kind
+    return kind, str(f.details.get("output", f.details.get("input", "")))
 
 
 def marked(f: Finding, change: str, note: str | None = None) -> Finding:
@@ -90,6 +97,7 @@ class CaseRunner:
         self.ref = reference
         self.base = base  # the base's code, in a differential run
         self.base_lost: str | None = None  # why the base stopped answering, from which case on
+        self.base_refused: list[str] = []  # the cases the base's code refused, and why
         self.regression_factor = regression_factor
 
     def run(self, case: Case, *, sensitivity: bool) -> CaseResult:
@@ -186,6 +194,7 @@ class CaseRunner:
             return
         if bres.refused is not None or bres.unsupported is not None:
             why = "the base's code refused this case" if bres.refused else "the base's code could not run this case"
+            self.base_refused.append(f"{case.id}: {bres.refused or bres.unsupported}")
             result.findings = [marked(f, "new", why) if f.severity is Severity.ERROR else f for f in result.findings]
             return
         result.base_comparisons = bres.comparisons

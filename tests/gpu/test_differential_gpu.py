@@ -1,0 +1,127 @@
+"""Differential runs on a GPU: a Triton kernel at the base and at the head, the same cases on both.
+
+A change that brings a tail bug is new and blocks; a change that leaves the base's tail bug alone
+is green with the bug listed as the repository's debt; a change that fixes it is reported as fixed.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+POLICY = """\
+version: 1
+kernels: {include: ["mylib/**/*.py"]}
+specs: ["gate/**/*_gate.py"]
+checks:
+  compile: off
+  determinism: off
+  memcheck: off
+  racecheck: off
+  synccheck: off
+  initcheck: off
+  equivalence: {cases: 12, growth: false, shrink: false}
+cache: {enabled: false}
+"""
+
+KERNEL = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _scale_rows(x, y, n_cols, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    v = tl.load(x + row * stride + cols, mask=mask, other=0.0)
+    tl.store(y + row * n_cols + cols, v * 3.0, mask=mask)
+
+
+def scale_rows(x):
+    x = x.contiguous()
+    y = torch.empty_like(x)
+    n_cols = x.shape[-1]
+    _scale_rows[(x.shape[0],)](x, y, n_cols, x.stride(0), BLOCK=triton.next_power_of_2(n_cols))
+    return y
+'''
+
+TAIL_BUG = KERNEL.replace("mask = cols < n_cols", "mask = cols < n_cols - (n_cols > 100)")
+
+SPEC = """\
+import torch
+import gpu_gate as gg
+from mylib.scale import scale_rows
+
+
+@gg.spec(dims={"rows": gg.Dim(1, 512), "cols": gg.Dim(1, 4096)},
+         inputs={"x": gg.Tensor(("rows", "cols"), dtypes=["float32", "bfloat16"])},
+         reference=lambda x: x * 3)
+def scale_rows_gate(x):
+    return scale_rows(x)
+"""
+
+
+def _git(repo: Path, *args: str) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.com",
+           "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.com"}
+    return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
+
+
+def _gate(tmp_path: Path, base_kernel: str, head_kernel: str) -> tuple[int, str, list[dict]]:  # type: ignore[type-arg]
+    repo = tmp_path / "repo"
+    (repo / "mylib").mkdir(parents=True)
+    (repo / "gate").mkdir()
+    (repo / ".gpu-gate.yml").write_text(POLICY)
+    (repo / "mylib" / "__init__.py").write_text("")
+    (repo / "mylib" / "scale.py").write_text(base_kernel)
+    (repo / "gate" / "scale_gate.py").write_text(SPEC)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "base")
+    (repo / "mylib" / "scale.py").write_text(head_kernel + "\n# reviewed\n")
+    _git(repo, "checkout", "-q", "-b", "feature")
+    _git(repo, "commit", "-qam", "head")
+    p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", "main"], cwd=repo,
+                       capture_output=True, text=True, timeout=600)
+    out = repo / ".gpu-gate" / "out"
+    results = json.loads((out / "results.json").read_text())["results"]
+    findings = [f for r in results for f in r["findings"]]
+    return p.returncode, p.stdout + p.stderr + (out / "report.md").read_text(), findings
+
+
+WRONG_VALUES = {"mismatch", "nan"}  # the unwritten tail reads as NaN (fresh buffers are NaN-filled) or garbage
+
+
+def _changes(findings: list[dict]) -> dict[str, set[str]]:  # type: ignore[type-arg]
+    out: dict[str, set[str]] = {}
+    for f in findings:
+        if f["details"].get("change"):
+            out.setdefault(f["details"]["change"], set()).add(f["kind"])
+    return out
+
+
+def test_a_tail_bug_the_change_brings_is_new(tmp_path: Path) -> None:
+    code, text, findings = _gate(tmp_path, KERNEL, TAIL_BUG)
+    assert code == 1, text
+    assert _changes(findings).get("new", set()) & WRONG_VALUES, text
+    assert "pre-existing" not in _changes(findings), text
+
+
+def test_the_bases_tail_bug_is_debt_not_this_changes(tmp_path: Path) -> None:
+    code, text, findings = _gate(tmp_path, TAIL_BUG, TAIL_BUG)
+    assert code == 0, text
+    assert _changes(findings).get("pre-existing", set()) & WRONG_VALUES, text
+    assert "new" not in _changes(findings), text
+    assert any(f["kind"] == "differential" and " on 12 of 12 cases" in f["message"] for f in findings), text
+    assert "### Pre-existing failures" in text
+
+
+def test_a_fix_is_reported_as_fixed(tmp_path: Path) -> None:
+    code, text, findings = _gate(tmp_path, TAIL_BUG, KERNEL)
+    assert code == 0, text
+    assert _changes(findings).get("fixed", set()) & WRONG_VALUES, text
+    assert "### Fixed by this change" in text
