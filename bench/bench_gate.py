@@ -63,7 +63,8 @@ CHANGES = {
 }
 
 
-def scratch(liger: Path, commit: str, where: Path, change: str = "comment") -> tuple[Path, str, str]:
+def scratch(liger: Path, commit: str, where: Path, change: str = "comment", policy: str = POLICY
+            ) -> tuple[Path, str, str]:
     """Base: ``commit`` plus the policy and the spec; head: the base with ``change`` made to geglu.py."""
     repo = where / "liger"
     git(where, "clone", "-q", "--no-checkout", str(liger), str(repo))
@@ -80,7 +81,7 @@ def scratch(liger: Path, commit: str, where: Path, change: str = "comment") -> t
 
     run("read-tree", commit)
     run("rm", "--cached", "-r", "-q", "--ignore-unmatch", "test/resources")
-    for rel, text in {".gpu-gate.yml": POLICY, "gate/geglu_gate.py": GEGLU}.items():
+    for rel, text in {".gpu-gate.yml": policy, "gate/geglu_gate.py": GEGLU}.items():
         run("update-index", "--add", "--cacheinfo", f"100644,{blob(text)},{rel}")
     base = git(repo, "commit-tree", run("write-tree"), "-p", commit, "-m", "gate spec")
     kernel = "src/liger_kernel/ops/geglu.py"
@@ -134,10 +135,12 @@ def main() -> int:
     ap.add_argument("--gate-path", type=Path, action="append", help="a gpu-gate source tree to time (repeatable)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--change", choices=sorted(CHANGES), default="comment", help="what the head changes in geglu.py")
+    ap.add_argument("--jobs-per-gpu", type=int, default=None, help="the policy's runner.jobs_per_gpu (default: its default)")
     args = ap.parse_args()
     paths = args.gate_path or [Path(__file__).resolve().parents[1]]
     with tempfile.TemporaryDirectory() as tmp:
-        repo, base, head = scratch(args.liger.resolve(), args.commit, Path(tmp), args.change)
+        policy = POLICY + (f"runner: {{jobs_per_gpu: {args.jobs_per_gpu}}}\n" if args.jobs_per_gpu else "")
+        repo, base, head = scratch(args.liger.resolve(), args.commit, Path(tmp), args.change, policy)
         for path in paths:
             runs = [one_gate(repo, base, head, path.resolve()) for _ in range(args.repeats)]
             walls = [float(r["wall_s"]) for r in runs]  # type: ignore[arg-type]

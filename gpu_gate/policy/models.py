@@ -202,7 +202,7 @@ class RunnerSettings(_Frozen):
     run_timeout_minutes: float = Field(default=120.0, gt=0, description="timeout of the whole gate")
     gpus: Literal["all"] | int = Field(default="all", description="GPUs to use on a runner: all, or a count")
     fail_fast: bool = Field(default=False, description="stop at the first blocking failure")
-    jobs_per_gpu: int = Field(default=1, ge=1, le=16, description=(
+    jobs_per_gpu: int = Field(default=4, ge=1, le=16, description=(
         "jobs sharing one GPU at once; a job starts only when the GPU has the free memory it needs"))
     health: RunnerHealth = Field(default_factory=RunnerHealth, description="what a GPU must show before jobs run on it")
     sandbox: Literal["required", "auto", "off"] = Field(default="auto", description=(
