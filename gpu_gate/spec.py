@@ -166,6 +166,7 @@ class Spec:
     file: str
     line: int
     accumulate: str | None = None  # None: float32, or the data's dtype where that is wider
+    mutates: Mapping[str, str] = dataclasses.field(default_factory=dict)  # input -> the output it holds after
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -192,6 +193,18 @@ def _check_peak(where: str, iname: str, inp: Index, inputs: Mapping[str, Input])
     if tuple(target.shape) != want:
         raise SpecError(f"{where}: index {iname!r} has peak_of={inp.peak_of!r}, whose shape {tuple(target.shape)} "
                         f"should be the index's shape plus high: {want}")
+
+
+def _check_mutates(name: str, inputs: Mapping[str, Input], mutates: Mapping[str, str]) -> None:
+    where = f"spec {name!r}"
+    if not isinstance(mutates, Mapping):
+        raise SpecError(f"{where}: mutates= must be a dict of input name -> output name, e.g. {{'a': 'grad:a'}}")
+    for iname, target in mutates.items():
+        if iname not in inputs:
+            raise SpecError(f"{where}: mutates names {iname!r}, which is not an input (inputs: {sorted(inputs)})")
+        if not isinstance(target, str) or not target:
+            raise SpecError(f"{where}: mutates[{iname!r}] must name the output it holds after the call "
+                            f"('out', 'out0', a dict key, or 'grad:<input>'), not {target!r}")
 
 
 def _validate(name: str, dims: Mapping[str, Dim], inputs: Mapping[str, Input], grads: Sequence[str],
@@ -242,6 +255,7 @@ def spec(
     checks: Sequence[str] | None = None,
     name: str | None = None,
     accumulate: str | None = None,
+    mutates: Mapping[str, str] | None = None,
 ) -> Callable[[Callable[..., Any]], Spec]:
     """Declare a gate spec. The decorated function is the *candidate*: it calls the kernel.
 
@@ -261,6 +275,10 @@ def spec(
       float32, or float64 for float64 data). The tolerance allows what a correct
       accumulation in that dtype may do (see docs/specs.md, "The rounding envelope"), so a
       kernel that accumulates in a narrower dtype than it declares fails on long reductions.
+    - ``mutates``: inputs the kernel writes in place, each with the output it must hold
+      afterwards, e.g. ``{"a": "grad:a"}`` for a backward that writes the gradient of ``a``
+      into ``a``'s memory, or ``{"x": "out"}`` for an in-place op. The input may then change,
+      and that output may be a view of it; any other write to an input is still a finding.
     """
     from .equivalence.rounding import ACCUMULATE_DTYPES
 
@@ -270,6 +288,7 @@ def spec(
     def wrap(fn: Callable[..., Any]) -> Spec:
         sname = name or fn.__name__
         _validate(sname, dims, inputs, grads, fn, dim_args)
+        _check_mutates(sname, inputs, mutates or {})
         try:
             file = inspect.getsourcefile(fn) or ""
             line = inspect.getsourcelines(fn)[1]
@@ -280,7 +299,7 @@ def spec(
             params=dict(params or {}), dim_args=tuple(dim_args), grads=tuple(grads), covers=tuple(covers),
             deterministic=deterministic, tolerance=tolerance or Tolerance(),
             devices=tuple(devices), checks=tuple(checks) if checks is not None else None,
-            module=fn.__module__, file=file, line=line, accumulate=accumulate,
+            module=fn.__module__, file=file, line=line, accumulate=accumulate, mutates=dict(mutates or {}),
         )
         # Importing a module again (a re-run in the same process) replaces its specs, so the
         # harness never runs a stale function from an earlier import.

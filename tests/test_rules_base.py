@@ -271,3 +271,28 @@ def test_an_unchanged_spec_runs_the_heads_file_and_a_changed_one_the_bases(make_
     _pr(r, {"mylib/ops.py": OPS.replace("x * 2", "x + x")})
     plan = json.loads(gate("plan", "--base", "main", cwd=r.path).stdout)
     assert "base_spec" not in plan["jobs"][0]["options"]
+
+
+def test_a_pull_request_that_allows_writes_into_inputs_is_a_weakening(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """`mutates=` lets a kernel write into its inputs: added by the change under review, it is a
+    weakening (the base's spec, without it, still judges)."""
+    r = _base(make_repo)
+    _pr(r, {"gate/scale_gate.py": spec(extra='\n         mutates={"x": "out"},')})
+    code, text, results = _check(r)
+    assert code == 1, text
+    assert "rules weakened by this change: spec scale_gate: inputs the kernel may now write in place (mutates=): " \
+           "x -> out" in text
+    assert "rules-weakened" in _kinds(results)
+
+
+def test_a_pull_request_that_stops_allowing_writes_into_inputs_tightens(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _base(make_repo)
+    r.git("checkout", "-q", "main")
+    r.commit("declare", {"gate/scale_gate.py": spec(extra='\n         mutates={"x": "out"},')})
+    r.git("checkout", "-q", "feature")
+    r.git("rebase", "-q", "main")
+    _pr(r, {"gate/scale_gate.py": spec()})
+    code, text, results = _check(r)
+    assert code == 0, text
+    assert "rules tightened by this change: spec scale_gate: inputs no longer allowed to be written in place: x" \
+           in text

@@ -18,7 +18,7 @@ from ..judge.workers import BaseLost, CallReport, Candidate, ContextLost, Refere
 from ..spec import Spec
 from .cases import Case
 from .compare import EPS, Comparison, Rule, agree, as_bytes, baseline_unusable, compare
-from .guard import GUARD_BYTES, canary_intact
+from .guard import GUARD_BYTES, canary_intact, geometry, guarded_from
 from .inputs import materialize
 
 __all__ = ["CaseResult", "CaseRunner", "ContextLost", "SpecBroken", "bitwise_equal"]
@@ -323,22 +323,45 @@ class CaseRunner:
                 found.append(_finding(sid, case, "out-of-bounds-write",
                                       f"the candidate wrote past the bounds of input {name!r} "
                                       f"(the guard band around it changed)", repro, input=name))
+            elif name in self.spec.mutates:
+                found += self._declared_write(case, name, raw, g, rep, repro)
             else:
                 found.append(_finding(sid, case, "input-modified",
                                       f"the candidate modified its input {name!r} (inputs must be unchanged "
-                                      f"after the call)", repro, input=name))
+                                      f"after the call; a kernel that writes it in place on purpose declares it: "
+                                      f"gg.spec(mutates={{{name!r}: 'the output it holds'}}))", repro, input=name))
         for shape, head, tail in rep.watch:
             if not canary_intact(head, tail):
                 found.append(_finding(sid, case, "out-of-bounds-write",
                                       f"the candidate wrote past the end of an output buffer from gg.empty "
                                       f"({tuple(shape)})", repro))
-        spans = list(rep.input_spans.values())
         for k, (ptr, _) in rep.where.items():
-            if ptr and any(lo <= ptr < hi for lo, hi in spans):
+            inside = [n for n, (lo, hi) in rep.input_spans.items() if ptr and lo <= ptr < hi]
+            if inside and not all(self.spec.mutates.get(n) == k for n in inside):
                 found.append(_finding(sid, case, "output-aliases-input",
                                       f"output {k!r} is a view of an input: the kernel returned its input "
                                       f"instead of computing a result", repro, output=k))
         return found
+
+    def _declared_write(self, case: Case, name: str, raw: Any, g: Any, rep: CallReport, repro: str) -> list[Finding]:
+        """An input the spec says the kernel writes in place (``mutates=``): after the call it must
+        hold exactly the declared output, whose values the comparison judges like any other."""
+        import torch
+
+        target = self.spec.mutates[name]
+        out = rep.outputs.get(target)
+        held = guarded_from(name, raw, geometry(g)).view
+        if not isinstance(out, torch.Tensor):
+            why = f"the candidate returned no output {target!r}"
+        elif tuple(out.shape) != tuple(held.shape) or out.dtype != held.dtype:
+            why = f"output {target!r} is {tuple(out.shape)} {out.dtype}, the input {tuple(held.shape)} {held.dtype}"
+        elif not bitwise_equal(held.detach().cpu(), out.detach().cpu()):
+            why = f"it does not hold output {target!r}"
+        else:
+            return []
+        return [_finding(self.spec_id, case, "input-modified",
+                         f"the candidate wrote into its input {name!r}, which the spec allows only to hold output "
+                         f"{target!r} afterwards (mutates=), but {why}", repro, input=name)]
 
     def _relocated(self, cand: Candidate, case: Case, upstream: dict[str, Any] | None, out1: dict[str, Any],
                    ref: dict[str, Any], base: dict[str, Any], cond: dict[str, Any], repro: str) -> list[Finding]:

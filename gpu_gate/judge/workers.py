@@ -61,7 +61,8 @@ def spec_from_description(d: dict[str, Any]) -> Spec:
                 grads=tuple(d["grads"]), covers=tuple(d["covers"]), deterministic=bool(d["deterministic"]),
                 tolerance=Tolerance(**d["tolerance"]), devices=tuple(d["devices"]),
                 checks=tuple(d["checks"]) if d.get("checks") is not None else None, module=str(d["module"]),
-                file=str(d["file"]), line=int(d["line"]), accumulate=d.get("accumulate"))
+                file=str(d["file"]), line=int(d["line"]), accumulate=d.get("accumulate"),
+                mutates={str(k): str(v) for k, v in (d.get("mutates") or {}).items()})
 
 
 @dataclasses.dataclass

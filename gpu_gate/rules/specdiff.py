@@ -9,7 +9,7 @@ from .change import Direction, RuleChange
 from .specrules import UNREAD, SpecRules
 
 _DEFAULT_DEVICES = ["cuda", "cpu"]
-_CHECKED_KEYS = {"tolerance", "dims", "inputs", "checks", "grads", "deterministic", "devices", "reference"}
+_CHECKED_KEYS = {"tolerance", "dims", "inputs", "checks", "grads", "deterministic", "devices", "reference", "mutates"}
 
 
 class Context:
@@ -37,6 +37,7 @@ def compare(base: SpecRules, head: SpecRules, ctx: Context) -> list[RuleChange]:
     _checks(base, head, add)
     _lists(base, head, add)
     _reference(base, head, add)
+    _mutates(base, head, add)
     for key in sorted((set(base.keywords) | set(head.keywords)) - _CHECKED_KEYS):
         if base.shape(key) != head.shape(key):
             add("changed", f"{key}= changed", key)
@@ -45,7 +46,7 @@ def compare(base: SpecRules, head: SpecRules, ctx: Context) -> list[RuleChange]:
     return out
 
 
-_RULE_KEYS = ("tolerance", "dims", "inputs", "checks", "grads", "devices", "params", "deterministic")
+_RULE_KEYS = ("tolerance", "dims", "inputs", "checks", "grads", "devices", "params", "deterministic", "mutates")
 
 
 def rules_from_modified_modules(head: SpecRules, ctx: Context) -> list[RuleChange]:
@@ -229,6 +230,24 @@ def _checks(base: SpecRules, head: SpecRules, add: Add) -> None:
             "checks")
     elif len(after) > len(before):
         add("tightened", f"checks added to the spec: {', '.join(c for c in after if c not in before)}", "checks")
+
+
+def _mutates(base: SpecRules, head: SpecRules, add: Add) -> None:
+    """``mutates=`` allows writes into inputs: a new or changed entry lets the kernel write where it
+    could not before (weakened); an entry removed forbids it again (tightened)."""
+    old, new = base.literal("mutates", {}), head.literal("mutates", {})
+    if old is UNREAD or new is UNREAD or not isinstance(old, dict) or not isinstance(new, dict):
+        if base.shape("mutates") != head.shape("mutates"):
+            add("weakened", "mutates= changed and is not a literal dict, so gpu-gate cannot tell which inputs the "
+                            "kernel may now write", "mutates")
+        return
+    allowed = sorted(f"{k} -> {v}" for k, v in new.items() if old.get(k) != v)
+    if allowed:
+        add("weakened", f"inputs the kernel may now write in place (mutates=): {', '.join(map(str, allowed))}",
+            "mutates")
+    gone = sorted(str(k) for k in old if k not in new)
+    if gone:
+        add("tightened", f"inputs no longer allowed to be written in place: {', '.join(gone)}", "mutates")
 
 
 def _lists(base: SpecRules, head: SpecRules, add: Add) -> None:

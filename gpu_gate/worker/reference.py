@@ -116,7 +116,7 @@ def describe(spec: Spec) -> dict[str, Any]:
             "tolerance": dataclasses.asdict(spec.tolerance), "devices": list(spec.devices),
             "checks": list(spec.checks) if spec.checks is not None else None, "module": spec.module,
             "file": spec.file, "line": spec.line, "accumulate": spec.accumulate,
-            "params": sorted(spec.params)}
+            "params": sorted(spec.params), "mutates": dict(spec.mutates)}
 
 
 class ReferenceServer:
