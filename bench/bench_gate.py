@@ -63,8 +63,8 @@ CHANGES = {
 }
 
 
-def scratch(liger: Path, commit: str, where: Path, change: str = "comment", policy: str = POLICY
-            ) -> tuple[Path, str, str]:
+def scratch(liger: Path, commit: str, where: Path, change: str = "comment", policy: str = POLICY,
+            spec: str = GEGLU) -> tuple[Path, str, str]:
     """Base: ``commit`` plus the policy and the spec; head: the base with ``change`` made to geglu.py."""
     repo = where / "liger"
     git(where, "clone", "-q", "--no-checkout", str(liger), str(repo))
@@ -81,7 +81,7 @@ def scratch(liger: Path, commit: str, where: Path, change: str = "comment", poli
 
     run("read-tree", commit)
     run("rm", "--cached", "-r", "-q", "--ignore-unmatch", "test/resources")
-    for rel, text in {".gpu-gate.yml": policy, "gate/geglu_gate.py": GEGLU}.items():
+    for rel, text in {".gpu-gate.yml": policy, "gate/geglu_gate.py": spec}.items():
         run("update-index", "--add", "--cacheinfo", f"100644,{blob(text)},{rel}")
     base = git(repo, "commit-tree", run("write-tree"), "-p", commit, "-m", "gate spec")
     kernel = "src/liger_kernel/ops/geglu.py"
@@ -135,12 +135,16 @@ def main() -> int:
     ap.add_argument("--gate-path", type=Path, action="append", help="a gpu-gate source tree to time (repeatable)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--change", choices=sorted(CHANGES), default="comment", help="what the head changes in geglu.py")
+    ap.add_argument("--declare-inplace", action="store_true",
+                    help="the spec declares the backward's in-place writes: mutates={a: grad:a, b: grad:b}")
     ap.add_argument("--jobs-per-gpu", type=int, default=None, help="the policy's runner.jobs_per_gpu (default: its default)")
     args = ap.parse_args()
     paths = args.gate_path or [Path(__file__).resolve().parents[1]]
     with tempfile.TemporaryDirectory() as tmp:
         policy = POLICY + (f"runner: {{jobs_per_gpu: {args.jobs_per_gpu}}}\n" if args.jobs_per_gpu else "")
-        repo, base, head = scratch(args.liger.resolve(), args.commit, Path(tmp), args.change, policy)
+        spec = GEGLU.replace('grads=["a", "b"],', 'grads=["a", "b"],\n    mutates={"a": "grad:a", "b": "grad:b"},') \
+            if args.declare_inplace else GEGLU
+        repo, base, head = scratch(args.liger.resolve(), args.commit, Path(tmp), args.change, policy, spec)
         for path in paths:
             runs = [one_gate(repo, base, head, path.resolve()) for _ in range(args.repeats)]
             walls = [float(r["wall_s"]) for r in runs]  # type: ignore[arg-type]
