@@ -70,6 +70,8 @@ def _mode_for(finding: Finding, rules: Rules) -> Mode:
         return rules.uncovered
     if finding.kind == "refused":
         return rules.refusals
+    if finding.kind == "shape-not-run" and finding.severity is Severity.ERROR:
+        return rules.not_run  # a production shape this machine could not run: not verified
     if finding.kind == "unrecognised-kernel":
         return rules.unrecognised
     if finding.kind == "submodule-changed":

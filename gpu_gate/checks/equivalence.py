@@ -92,14 +92,20 @@ class Equivalence:
         return self.job.spec.id
 
     def schedule(self) -> tuple[list[Any], list[str], str | None]:
-        from ..equivalence.cases import Case, ScheduleOptions, allowed_dtypes, schedule
+        from ..equivalence.cases import (PRODUCTION_CASE_BYTES, Case, ScheduleOptions, allowed_dtypes,
+                                         production_cases, schedule)
 
         bad, why = unsupported_dtypes(self.ctx, self.workers.uses_triton)
         opts = ScheduleOptions.from_options(self.job.options, seed=self.seed, budget=self.budget, unsupported=bad)
         _, dropped = allowed_dtypes(self.spec, opts)
         if self.job.case:
             return [Case.from_token(self.job.case)], [], None
-        return schedule(self.spec, opts), dropped, why
+        cases = schedule(self.spec, opts)
+        # Production shapes: after the canonical case, larger than the fuzzing budget where a GPU allows.
+        roomy = max(self.budget, PRODUCTION_CASE_BYTES) if self.ctx.device == "cuda" and not self.sanitized \
+            else self.budget
+        production, self.shapes_skipped = production_cases(self.spec, opts, roomy)
+        return cases[:1] + production + cases[1:], dropped, why
 
     def run(self) -> Outcome:
         from ..equivalence.engine import ContextLost, SpecBroken
@@ -115,6 +121,12 @@ class Equivalence:
         if self.job.options.get("growth_only"):
             return self._growth_only()
         notes: list[Finding] = []
+        for why_not in getattr(self, "shapes_skipped", []):
+            # too large for this machine: not verified, which fails closed like a check not run
+            # (not_run: warn lets it through); a shape that does not fit the spec is a warning
+            too_big = "a case may take here" in why_not
+            notes.append(Finding(check="equivalence", kind="shape-not-run", message=why_not, spec=self.spec_id,
+                                 severity=Severity.ERROR if too_big else Severity.WARNING))
         if dropped:
             notes.append(self._note("dtype-not-run", f"{', '.join(dropped)} cases not run: {why}"))
         if not cases:

@@ -176,6 +176,7 @@ class ScheduleOptions:
     index_dists: tuple[str, ...] | None = None  # policy: index distributions
     layouts: tuple[str, ...] | None = None  # policy: layouts
     max_reduction: int = MAX_REDUCTION  # policy: longest reduction length fuzzed
+    shapes: tuple[dict[str, int], ...] = ()  # policy: production shapes that always run
 
     @classmethod
     def from_options(cls, o: dict[str, Any], *, seed: int, budget: int,
@@ -187,7 +188,8 @@ class ScheduleOptions:
 
         return cls(cases=int(o.get("cases") or 64), seed=seed, dtypes=tup("dtypes"), max_case_bytes=budget,
                    unsupported_dtypes=unsupported, dists=tup("dists"), index_dists=tup("index_dists"),
-                   layouts=tup("layouts"), max_reduction=int(o.get("max_reduction") or MAX_REDUCTION))
+                   layouts=tup("layouts"), max_reduction=int(o.get("max_reduction") or MAX_REDUCTION),
+                   shapes=tuple({str(k): int(v) for k, v in dict(s).items()} for s in o.get("shapes") or ()))
 
 
 def narrowed(spec_choice: Sequence[str] | None, policy: tuple[str, ...] | None,
@@ -287,9 +289,10 @@ def _float_choice(inp: Tensor, dtype: str, rng: random.Random, canonical: bool, 
 
 def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random, *, canonical: bool,
               long_dim: str | None, budget: int, opts: ScheduleOptions | None = None,
-              turn: int | None = None, longest: bool = False) -> Case:
+              turn: int | None = None, longest: bool = False, fixed: dict[str, int] | None = None) -> Case:
+    """``fixed``: dims that take exactly these sizes (a production shape), whatever the budget."""
     opts = opts or ScheduleOptions(cases=1, seed=seed, dtypes=None, max_case_bytes=budget)
-    dims = _dims_for(spec, rng, canonical, long_dim, opts.max_reduction, longest)
+    dims = {**_dims_for(spec, rng, canonical, long_dim, opts.max_reduction, longest), **(fixed or {})}
     chosen: dict[str, str] = {}
     inputs: dict[str, InputChoice] = {}
     for name, inp in spec.inputs.items():
@@ -304,7 +307,8 @@ def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random,
         dtype = _dtype_for(spec, name, primary, chosen)
         chosen[name] = dtype
         inputs[name] = _float_choice(inp, dtype, rng, canonical, opts, turn)
-    dims = _fit_budget(spec, dims, inputs, budget, long_dim)
+    if not fixed:
+        dims = _fit_budget(spec, dims, inputs, budget, long_dim)
     inputs = {k: dataclasses.replace(c, layout=applicable(c.layout, _shape(spec.inputs[k].shape, dims)))
               for k, c in inputs.items()}
     return Case(cid, seed, dims, inputs, _grad_layout(spec, rng, canonical, turn))
@@ -360,6 +364,46 @@ def schedule(spec: Spec, opts: ScheduleOptions) -> list[Case]:
         cases.append(make_case(spec, f"c{i:04d}", seed, primary, rng, canonical=canonical, long_dim=long_dim,
                                budget=opts.max_case_bytes, opts=opts, turn=turn, longest=i == 1))
     return cases
+
+
+PRODUCTION_CASE_BYTES = 8 << 30  # a production shape may be this large on a GPU, whatever max_case_bytes says
+
+
+def production_cases(spec: Spec, opts: ScheduleOptions, budget: int) -> tuple[list[Case], list[str]]:
+    """The policy's production shapes that apply to ``spec`` (it has every dim the shape names),
+    one canonical-style case per shape and dtype, and why any shape was left out."""
+    usable, _ = allowed_dtypes(spec, opts)
+    cases: list[Case] = []
+    skipped: list[str] = []
+    for i, shape in enumerate(opts.shapes):
+        named = [d for d in shape if d in spec.dims]
+        if not named:
+            continue  # a shape for other specs
+        text = ", ".join(f"{k}={v}" for k, v in shape.items())
+        if len(named) < len(shape):
+            skipped.append(f"production shape {{{text}}}: this spec has no dim "
+                           f"{', '.join(repr(d) for d in shape if d not in spec.dims)}")
+            continue
+        bad = [d for d in named if not spec.dims[d].allows(shape[d])]
+        if bad:
+            skipped.append(f"production shape {{{text}}}: outside the spec's dims ("
+                           f"{', '.join(f'{d} in {spec.dims[d].lo}..{spec.dims[d].hi}' for d in bad)})")
+            continue
+        for dtype in usable:
+            seed = (opts.seed * 1_000_003 + 7_777_777 + i * 131 + len(cases)) % (2**31)
+            case = make_case(spec, f"p{len(cases):04d}", seed, dtype, random.Random(seed), canonical=True,
+                             long_dim=None, budget=budget, opts=opts, fixed=dict(shape))
+            size = case_bytes(spec, case.dims, case.inputs)
+            if size > budget:
+                skipped.append(f"production shape {{{text}}} in {dtype}: {_size(size)}, over the {_size(budget)} a "
+                               f"case may take here")
+                continue
+            cases.append(case)
+    return cases, skipped
+
+
+def _size(n: int) -> str:
+    return f"{n / (1 << 30):.1f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 
 
 def growth_sizes(dim: Dim, top: int = MAX_REDUCTION) -> list[int]:

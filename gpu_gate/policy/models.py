@@ -114,6 +114,10 @@ class EquivalencePolicy(CheckPolicy):
     index_dists: tuple[IndexDist, ...] | None = Field(default=None, min_length=1, description="index distributions; null: all")
     layouts: tuple[Layout, ...] | None = Field(default=None, min_length=1, description="memory layouts; null: all the spec allows")
     max_reduction: int = Field(default=1 << 18, ge=2, description="longest reduction length fuzzed")
+    shapes: tuple[dict[str, int], ...] = Field(default=(), description=(
+        "production shapes that always run, each a mapping of dim name to size (e.g. {rows: 8192, hidden: 4096}): a "
+        "spec runs every shape whose dims it has, in each of its dtypes, after the canonical case and on top of "
+        "`cases`, up to 8 GiB per case on a GPU"))
     differential: bool = Field(default=True, description=(
         "on a pull request, also run the base's code on the same cases, so that a failure is classified as new, "
         "pre-existing or fixed, and a change that makes a kernel less accurate is caught"))

@@ -133,6 +133,7 @@ _JUDGES: list[tuple[str, Judge]] = [
     ("checks.equivalence.dists", _fewer_is_looser),
     ("checks.equivalence.index_dists", _fewer_is_looser),
     ("checks.equivalence.layouts", _fewer_is_looser),
+    ("checks.equivalence.shapes", _fewer_is_looser),
     ("checks.equivalence.tolerance.baseline_factor", _more_is_looser),
     ("checks.equivalence.tolerance.atol", _fixed_tolerance),
     ("checks.equivalence.tolerance.rtol", _fixed_tolerance),
