@@ -124,7 +124,9 @@ def one_gate(repo: Path, base: str, head: str, gate_path: Path) -> dict[str, obj
             if f.get("kind") == "differential":
                 print(f"  {r['check']}: {f['message'][:300]}", file=sys.stderr)
     eq = jobs.get("equivalence")
+    timing = next(((r.get("extra") or {}).get("timing") for r in results if r["check"] == "equivalence"), None)
     return {"wall_s": round(wall, 1), "exit": p.returncode, "jobs": jobs, "changes": changes,
+            "equivalence_timing": timing,
             "equivalence_cases_per_s": round(eq[2] / eq[0], 2) if eq and eq[0] else None}
 
 

@@ -3,9 +3,11 @@ baseline-relative tolerance, anti-exploit guards, an error-growth sweep along
 reduction dims, and shrinking of the first failure of each kind."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import shlex
 import time
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, Severity, Status
@@ -85,6 +87,7 @@ class Equivalence:
             self.budget = min(self.budget, SANITIZER_BUDGET_BYTES)
         self.seed = int(o["seed"]) if o.get("seed") is not None else int(job.seed)
         self.deadline = min(ctx.deadline, time.monotonic() + float(o.get("time_budget_s") or 300))
+        self.phases: dict[str, float] = {}
 
     @property
     def spec_id(self) -> str:
@@ -136,10 +139,12 @@ class Equivalence:
         self.unsupported: list[Any] = []
         growth = None
         try:
-            self._run_cases(cases, results, refusals, notes)
+            with self._timed("cases"):
+                self._run_cases(cases, results, refusals, notes)
             want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
             if want_growth and not (refusals and refusals[0].case.id == "c0000"):
-                growth = self._growth()
+                with self._timed("growth"):
+                    growth = self._growth()
         except SpecBroken as exc:
             f = Finding(check="equivalence", kind="reference-error", spec=self.spec_id,
                         file=self.job.spec.file if self.job.spec else None, line=self.spec.line or None,
@@ -163,8 +168,10 @@ class Equivalence:
             extra["growth"] = growth["table"]
             findings += [_with_change_note(f) for f in growth["findings"]]
         findings += self._differential_note(results, findings)
-        findings += self._launches(extra)
+        with self._timed("finish"):
+            findings += self._launches(extra)
         findings += notes
+        extra["timing"] = self._timing()
         if self.sanitized:
             # Under compute-sanitizer the cases only drive the kernel: a wrong result is the
             # equivalence job's verdict. Reported twice, it would read as two failures.
@@ -314,7 +321,30 @@ class Equivalence:
 
         budget = float(self.job.options.get("shrink_budget_s") or 60)
         deadline = time.monotonic() + budget
-        return shrink(self.runner, self.spec, finding, deadline)
+        with self._timed("shrink"):
+            return shrink(self.runner, self.spec, finding, deadline)
+
+    @contextlib.contextmanager
+    def _timed(self, phase: str) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.phases[phase] = self.phases.get(phase, 0.0) + time.monotonic() - start
+
+    def _timing(self) -> dict[str, float]:
+        """Where the job's time went, in seconds: the phases (cases, growth sweep, shrinking, the
+        compile of the launched specializations) and, across them, the time the judge waited on the
+        candidate's worker (its runs, Triton compiles and transfers), on the base's code and on the
+        reference beyond what ran beside the candidate, and building the inputs."""
+        w = self.workers
+        out = {f"{k}_s": round(v, 2) for k, v in self.phases.items()}
+        out["candidate_s"] = round(w.candidate.busy_s, 2)
+        out["reference_wait_s"] = round(w.reference.wait_s, 2)
+        out["inputs_s"] = round(self.runner.inputs_s, 2)
+        if w.base is not None:
+            out["base_s"] = round(w.base.busy_s, 2)
+        return out
 
     def _growth_only(self) -> Outcome:
         """One error-growth sweep and nothing else (``gpu-gate repro --growth DIM:DTYPE``)."""

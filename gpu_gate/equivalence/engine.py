@@ -99,10 +99,13 @@ class CaseRunner:
         self.base_lost: str | None = None  # why the base stopped answering, from which case on
         self.base_refused: list[str] = []  # the cases the base's code refused, and why
         self.regression_factor = regression_factor
+        self.inputs_s = 0.0  # time spent building the cases' inputs (the judge's own work)
 
     def run(self, case: Case, *, sensitivity: bool) -> CaseResult:
         repro = self.repro_cmd.format(token=case.token())
+        start = time.monotonic()
         m = materialize(self.spec, case, self.device)
+        self.inputs_s += time.monotonic() - start
         upstream = self.ref.upstream(case)
         start = time.monotonic()
         try:

@@ -96,6 +96,16 @@ class Candidate:
     def __init__(self, channel: Channel, device: str, deadline: float) -> None:
         self.channel, self.device, self.deadline = channel, device, deadline
         self.case: str | None = None  # the case the last call ran, for messages
+        self.busy_s = 0.0  # time the judge waited on this worker (its runs, compiles and the transfers)
+
+    def call(self, *args: Any, **kwargs: Any) -> CallReport:
+        import time
+
+        start = time.monotonic()
+        try:
+            return self._call(*args, **kwargs)
+        finally:
+            self.busy_s += time.monotonic() - start
 
     def _ask(self, header: dict[str, Any], blobs: Sequence[Any] = ()) -> tuple[dict[str, Any], list[bytearray]]:
         at = f" on case {self.case}" if self.case else ""
@@ -107,9 +117,9 @@ class Candidate:
         except WorkerLost as exc:
             raise WorkerDied(f"the candidate's worker died{at}") from exc
 
-    def call(self, case: Case, upstream: dict[str, Any] | None, *, inputs: Materialized | None = None,
-             refill: Materialized | None = None, relocate: bool = False, hold: bool = False, early: bool = False,
-             load: bool = False, compare_held: bool = False) -> CallReport:
+    def _call(self, case: Case, upstream: dict[str, Any] | None, *, inputs: Materialized | None = None,
+              refill: Materialized | None = None, relocate: bool = False, hold: bool = False, early: bool = False,
+              load: bool = False, compare_held: bool = False) -> CallReport:
         self.case = case.id
         blobs: wire.Blobs = []
         header: dict[str, Any] = {"op": "call", "dims": case.dims, "grad_layout": case.grad_layout, "hold": hold,
@@ -158,6 +168,7 @@ class Reference:
         self.channel, self.device, self.deadline = channel, device, deadline
         self.isolated = True
         self.why: str | None = None
+        self.wait_s = 0.0  # time the judge waited for the reference (beyond what ran beside the candidate)
 
     def _ask(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[bytearray]]:
         self._send(header)
@@ -170,12 +181,17 @@ class Reference:
             raise SpecBroken(f"the spec's reference crashed its worker ({exc})") from exc
 
     def _receive(self) -> tuple[dict[str, Any], list[bytearray]]:
+        import time
+
+        start = time.monotonic()
         try:
             reply, blobs = self.channel.answer(self.deadline)
         except WorkerTimeout as exc:
             raise SpecBroken(f"the spec's reference did not finish within the job's time budget ({exc})") from exc
         except WorkerLost as exc:
             raise SpecBroken(f"the spec's reference crashed its worker ({exc})") from exc
+        finally:
+            self.wait_s += time.monotonic() - start
         if "isolated" in reply and not reply.get("isolated"):
             self.isolated, self.why = False, reply.get("why")
         _check(reply, "reference")
