@@ -339,6 +339,7 @@ class Equivalence:
         reference beyond what ran beside the candidate, and building the inputs."""
         w = self.workers
         out = {f"{k}_s": round(v, 2) for k, v in self.phases.items()}
+        out["load_s"] = round(w.load_s, 2)  # the workers' start and spec import, before the first case
         out["candidate_s"] = round(w.candidate.busy_s, 2)
         out["reference_wait_s"] = round(w.reference.wait_s, 2)
         out["inputs_s"] = round(self.runner.inputs_s, 2)

@@ -243,6 +243,7 @@ class Workers:
     finished: dict[str, Any] | None = None
     base: Candidate | None = None
     base_missing: str | None = None  # why a differential job has no base to compare with
+    load_s: float = 0.0  # the workers' start and their import of the spec, as the judge waited for it
 
     def finish(self, compile_settings: Any = None) -> dict[str, Any]:
         if self.finished is None:
@@ -251,46 +252,76 @@ class Workers:
 
 
 def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float) -> Workers:
-    """Have the workers import the job's spec; the reference worker's description is the spec the
-    judge works with. A spec that does not import is :class:`SpecDidNotImport`."""
+    """Have the workers import the job's spec, all at once (each imports torch, the spec and the code
+    it calls in its own process); the reference worker's description is the spec the judge works
+    with. A spec that does not import is :class:`SpecDidNotImport`."""
+    import time
+
     from ..rules.judging import base_commit
 
+    start = time.monotonic()
     header = {"op": "load", "job": job.to_json()}
-    for role in ("candidate", "reference"):
+    base = channels.get("base") if base_commit(job) else None
+    # the candidate first: in one process, the reference borrows the spec it imported
+    asked: dict[str, WorkerLost | None] = {}
+    for role, channel in (("candidate", channels["candidate"]), ("reference", channels["reference"]),
+                          ("base", base)):
+        if channel is None:
+            continue
         try:
-            reply, _ = channels[role].request(header, (), deadline)
-        except WorkerTimeout as exc:
-            raise WorkerTimeout(f"the {role} worker did not import the spec within the job's time budget") from exc
+            channel.ask(header)
+            asked[role] = None
         except WorkerLost as exc:
-            if role == "candidate":
-                raise WorkerDied("the candidate's worker died while importing the spec and the code under test") \
-                    from exc
-            raise ContextLost(f"the reference worker died while importing the spec: {exc}") from exc
-        if reply.get("error") == "spec-import":
-            raise SpecDidNotImport(Finding.from_json(reply["finding"]))
-        if reply.get("error"):
-            raise ContextLost(f"the {role} worker failed: {reply.get('message')}")
-        if role == "candidate":
-            uses_triton = bool(reply.get("uses_triton"))
+            asked[role] = exc
+    uses_triton = _loaded("candidate", channels["candidate"], asked["candidate"], deadline)
+    _loaded("reference", channels["reference"], asked["reference"], deadline)
     reference = Reference(channels["reference"], device, deadline)
     reply, _ = reference._ask({"op": "describe"})
     workers = Workers(spec_from_description(reply["spec"]), Candidate(channels["candidate"], device, deadline),
                       reference, uses_triton)
     if base_commit(job):
-        workers.base, workers.base_missing = _connect_base(header, channels.get("base"), device, deadline)
+        workers.base, workers.base_missing = _connect_base(base, asked.get("base"), device, deadline)
+    workers.load_s = time.monotonic() - start
     return workers
 
 
-def _connect_base(header: dict[str, Any], channel: Channel | None, device: str, deadline: float
+def _loaded(role: str, channel: Channel, lost: WorkerLost | None, deadline: float) -> bool:
+    """The answer to ``load`` from the candidate or the reference worker: whether the code it
+    imported uses Triton (the candidate's answer), or the error that ends the job."""
+    try:
+        if lost is not None:
+            raise lost
+        reply, _ = channel.answer(deadline)
+    except WorkerTimeout as exc:
+        raise WorkerTimeout(f"the {role} worker did not import the spec within the job's time budget") from exc
+    except WorkerLost as exc:
+        if role == "candidate":
+            raise WorkerDied("the candidate's worker died while importing the spec and the code under test") from exc
+        raise ContextLost(f"the reference worker died while importing the spec: {exc}") from exc
+    if reply.get("error") == "spec-import":
+        raise SpecDidNotImport(Finding.from_json(reply["finding"]))
+    if reply.get("error"):
+        raise ContextLost(f"the {role} worker failed: {reply.get('message')}")
+    return bool(reply.get("uses_triton"))
+
+
+BASE_LOAD_S = 300.0  # how long the base's code may take to import, once the head's has
+
+
+def _connect_base(channel: Channel | None, lost: WorkerLost | None, device: str, deadline: float
                   ) -> tuple[Candidate | None, str | None]:
     """The base's code with the same spec. When it cannot run (the kernel is new, the spec does not
     import at the base), the job judges by absolute rules only and says why: never more lenient."""
+    import time
+
     if channel is None:
         return None, "the base's code was not available to this job"
     try:
-        reply, _ = channel.request(header, (), deadline)
+        if lost is not None:
+            raise lost
+        reply, _ = channel.answer(min(deadline, time.monotonic() + BASE_LOAD_S))
     except WorkerTimeout:
-        return None, "the base's code did not import the spec within the job's time budget"
+        return None, "the base's code did not import the spec in time"
     except WorkerLost:
         return None, "the base's worker died while importing the spec"
     if reply.get("error") == "spec-import":
