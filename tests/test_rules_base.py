@@ -209,6 +209,31 @@ def test_a_rewritten_reference_does_not_judge_its_own_change(make_repo) -> None:
     assert code == 1, text
     assert _equivalence_status(results) == "failed"
     assert "spec scale_gate: reference changed by this change: review it" in text
+    # and run beside the base's, the rewritten truth shows what it is: a weakened rule
+    assert "this change rewrote the spec's reference, and the new one gives other results" in text
+    assert "output 'out' differs by up to" in text
+
+
+def test_a_rewritten_reference_alone_is_caught_by_its_results(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The attack without the bug: a pull request that only loosens the truth for later. The base's
+    reference judges this change (it passes), but the rewrite gives other results: it blocks."""
+    r = _base(make_repo)
+    _pr(r, {"gate/scale_gate.py": spec(reference="lambda x: x * 2 if x.numel() <= 64 else x * 2.5")})
+    code, text, results = _check(r)
+    assert code == 1, text
+    rewritten = [f for res in results["results"] for f in res["findings"] if f["kind"] == "rules-weakened"]
+    assert rewritten and "gives other results" in rewritten[0]["message"]
+
+
+def test_an_equivalent_rewrite_of_the_reference_passes(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The twin: the same truth written another way is reported for review, and does not block."""
+    r = _base(make_repo)
+    _pr(r, {"gate/scale_gate.py": spec(reference="lambda x: x + x")})
+    code, text, results = _check(r)
+    assert code == 0, text
+    assert "spec scale_gate: reference changed by this change: review it" in text
+    notes = [f["message"] for res in results["results"] for f in res["findings"] if f["kind"] == "reference-rewritten"]
+    assert notes and "gives the same results as the base's on 4 case(s)" in notes[0], notes
 
 
 def test_a_reference_that_calls_the_kernel_is_a_weakening(make_repo) -> None:  # type: ignore[no-untyped-def]

@@ -160,6 +160,7 @@ class Equivalence:
             f = self._unsupported(len(cases))
             return Outcome(Status.NOT_RUN, [f, *notes], reason=f.message.splitlines()[0])
         findings = self._summarize(results, refusals)
+        findings += self._rewritten_reference(results)
         if self.unsupported:
             findings.append(self._unsupported(len(cases)))
         extra: dict[str, Any] = {"seed": self.seed, "rule": self.rule.describe(),
@@ -279,6 +280,40 @@ class Equivalence:
                                         "cases": len(results)}))
         return out
 
+    def _rewritten_reference(self, results: list[Any]) -> list[Finding]:
+        """Where this change rewrote the spec's reference (the base's judges it), the head's is run on
+        the first cases too: a rewrite that gives other results is a weakened rule, since the truth
+        the change would be judged by later is then its own. Blocking unless the base's policy says
+        ``rule_changes: warn``."""
+        from ..equivalence.compare import as_bytes
+        from ..rules.judging import carried
+
+        base = carried(self.job)
+        if not base or not base.get("reference_changed") or self.job.case:
+            return []
+        import torch
+
+        blocks = base.get("rule_changes", "fail") == "fail"
+        checked = 0
+        for r in [r for r in results if r.refused is None][:REWRITE_CASES]:
+            ours = self.workers.reference.truth(r.case, {})[0]
+            theirs = self.workers.reference.head_reference(r.case)
+            if isinstance(theirs, str) and theirs.startswith("not compared"):
+                return [self._note("reference-rewritten", f"the head's reference (rewritten by this change) was "
+                                                          f"{theirs}")]
+            why = _references_differ(ours, theirs, torch, as_bytes)
+            if why:
+                return [Finding(check="equivalence", kind="rules-weakened", spec=self.spec_id, case=r.case.id,
+                                severity=Severity.ERROR if blocks else Severity.WARNING,
+                                file=self.job.spec.file if self.job.spec else None,
+                                message=f"this change rewrote the spec's reference, and the new one gives other "
+                                        f"results on case {r.case.describe()}: {why}. The base's reference judged "
+                                        f"this change; a rewritten truth goes through the base branch first",
+                                details={"case": r.case.describe(), "token": r.case.token()})]
+            checked += 1
+        return [self._note("reference-rewritten", f"the head's reference, rewritten by this change, gives the same "
+                                                  f"results as the base's on {checked} case(s)")] if checked else []
+
     def _differential_note(self, results: list[Any], findings: list[Finding]) -> list[Finding]:
         """What the comparison with the base's code covered, or why there was none."""
         from ..rules.judging import base_commit
@@ -390,6 +425,37 @@ def coverage(spec: Any, cases: list[Any]) -> dict[str, Any]:
         out["inputs"][name] = {"kind": "index" if isinstance(inp, Index) else "tensor", **seen}
     out["grad_layout"] = sorted({c.grad_layout for c in cases})
     return out
+
+
+REWRITE_CASES = 4  # cases on which a rewritten reference is run beside the base's
+
+
+def _references_differ(ours: dict[str, Any], theirs: dict[str, Any] | str, torch: Any, as_bytes: Any) -> str | None:
+    """Why two float64 references disagree, or None. Rounding differences of a refactoring (1e-9 of
+    the output's scale) do not count: at kernel precision they cannot matter."""
+    if isinstance(theirs, str):
+        return f"it {theirs}"
+    if sorted(ours) != sorted(theirs):
+        return f"outputs {sorted(theirs)} instead of {sorted(ours)}"
+    for k, a in ours.items():
+        b = theirs[k]
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            if a != b:
+                return f"output {k!r} is {b!r} instead of {a!r}"
+            continue
+        if a.shape != b.shape:
+            return f"output {k!r} has shape {tuple(b.shape)} instead of {tuple(a.shape)}"
+        if not a.numel():
+            continue
+        x, y = a.detach().to(torch.float64), b.detach().to(torch.float64)
+        both = torch.isfinite(x) & torch.isfinite(y)
+        if not torch.equal(torch.isfinite(x), torch.isfinite(y)) or not torch.equal(x[~both], y[~both]):
+            return f"output {k!r} is non-finite in other places"
+        diff = float((x - y).abs().where(both, torch.zeros_like(x)).max())
+        scale = float(x.abs().where(both, torch.zeros_like(x)).max())
+        if diff > 1e-9 * scale + 1e-300:
+            return f"output {k!r} differs by up to {diff:.3g} (the base's reference reaches {scale:.3g})"
+    return None
 
 
 def _with_change_note(f: Finding) -> Finding:

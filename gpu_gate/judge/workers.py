@@ -219,6 +219,15 @@ class Reference:
 
         return wait
 
+    def head_reference(self, case: Case) -> dict[str, Any] | str:
+        """The head's spec's reference on ``case`` (float64), or why there is none to compare."""
+        reply, blobs = self._ask({"op": "head_reference", "case": case.token(), "case_id": case.id, "salt": 0})
+        if reply.get("skipped"):
+            return f"not compared: {reply['skipped']}"
+        if reply.get("raised"):
+            return f"raised {reply['raised']}"
+        return wire.decode_dict(reply["reference"], blobs, self.device)
+
     def baseline_fp32(self, case: Case, like: dict[str, Any], salt: int = 0) -> dict[str, Any]:
         reply, blobs = self._ask({"op": "baseline_fp32", "case": case.token(), "case_id": case.id, "salt": salt,
                                   "like": _dtypes(like)})

@@ -125,6 +125,8 @@ class ReferenceServer:
     def __init__(self, job: Job, repo_root: Path, workdir: Path, device: str, *, isolate: bool = True,
                  spec: Spec | None = None) -> None:
         self.job, self.repo_root, self.workdir, self.device = job, repo_root, workdir, device
+        self.isolate = isolate
+        self._head: ReferenceServer | str | None = None  # the head's spec, when this change rewrote the reference
         self.isolated = False
         self.why: str | None = None  # why the spec needed the repository's code
         self._last: tuple[str, int, Materialized, dict[str, Any] | None] | None = None
@@ -201,7 +203,44 @@ class ReferenceServer:
                     "conditioning": wire.encode_dict(cond, blobs), **self._status()}, blobs
         if op == "baseline_fp32":
             return {"baseline": wire.encode_dict(self.side.baseline_fp32(m, up, like), blobs), **self._status()}, blobs
+        if op == "head_reference":
+            return self._head_reference(header, up, blobs)
         return {"error": "protocol", "message": f"unknown request {op!r}"}, []
+
+    def _head_reference(self, header: dict[str, Any], up: dict[str, Any] | None, blobs: wire.Blobs
+                        ) -> tuple[dict[str, Any], wire.Blobs]:
+        """The head's spec's reference on the same case and upstream gradients, where this change
+        rewrote it: the judge compares it with the base's (a rewritten truth is a weakened rule).
+        ``skipped``: why the two cannot be compared."""
+        head = self._head_spec()
+        if isinstance(head, str):
+            return {"skipped": head, **self._status()}, []
+        try:
+            hm, _ = head._case(header)
+            ref = head.side.reference(hm, up)
+        except Exception as exc:  # noqa: BLE001 - the head's reference is code under review
+            if is_fatal(exc):
+                raise
+            return {"raised": f"{first_line(exc)}", **self._status()}, []
+        return {"reference": wire.encode_dict(ref, blobs), **self._status()}, blobs
+
+    def _head_spec(self) -> ReferenceServer | str:
+        from ..rules.judging import without_base
+        from .loader import SpecImportError
+
+        if self._head is None:
+            try:
+                head = ReferenceServer(without_base(self.job), self.repo_root, self.workdir, self.device,
+                                       isolate=self.isolate)
+            except SpecImportError as exc:
+                self._head = f"the head's spec does not import ({exc.finding.message.splitlines()[0]})"
+            except Exception as exc:  # noqa: BLE001 - the head's spec is code under review
+                self._head = f"the head's spec does not import ({first_line(exc)})"
+            else:
+                mine, theirs = describe(self.spec), describe(head.spec)
+                same = all(mine[k] == theirs[k] for k in ("dims", "inputs", "dim_args", "grads", "params"))
+                self._head = head if same else "the head's spec takes other dims, inputs or gradients"
+        return self._head
 
 
 def _repository_code(exc: BaseException) -> bool:
