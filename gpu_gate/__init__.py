@@ -11,7 +11,8 @@ from .spec import Dim, Index, Tensor, Tolerance, spec, upcast
 
 __version__ = "0.1.0"
 
-__all__ = ["Dim", "Index", "Tensor", "Tolerance", "spec", "upcast", "empty", "empty_like", "cuda", "__version__"]
+__all__ = ["Dim", "Index", "Tensor", "Tolerance", "spec", "upcast", "empty", "empty_like", "check", "cuda",
+           "__version__"]
 
 
 def empty(*shape: Any, dtype: Any = None, device: Any = None) -> Any:
@@ -26,6 +27,13 @@ def empty_like(t: Any, *, dtype: Any = None) -> Any:
     from .worker.watch import guarded_empty
 
     return guarded_empty(tuple(t.shape), dtype=dtype or t.dtype, device=t.device)
+
+
+def check(spec: Any, **kwargs: Any) -> Any:
+    """Run a gate spec's checks from a test (see :func:`gpu_gate.testing.check`)."""
+    from .testing import check as run_checks
+
+    return run_checks(spec, **kwargs)
 
 
 def __getattr__(name: str) -> Any:
