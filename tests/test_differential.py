@@ -232,3 +232,38 @@ def test_without_a_base_nothing_is_differential(make_repo, tmp_path: Path) -> No
     results = json.loads((r.path / ".gpu-gate" / "out" / "results.json").read_text())
     assert not _changes(results)
     assert not any(f["kind"] == "differential" for f in _findings(results))
+
+
+# --- results that change from run to run ---------------------------------------------------
+
+# One ulp up or not, by the roll of a die the seed does not control (an atomic's ordering, in effect).
+WOBBLY = ("import os\n\n\ndef row_sum(x):\n    s = x.double().sum(-1).to(x.dtype)\n"
+          "    return s * (1 + (os.urandom(1)[0] % 2) * 2.0 ** -23)\n")
+DET_SPEC = SPEC.replace('devices=["cuda", "cpu"])', 'devices=["cuda", "cpu"], deterministic=True)')
+
+
+def _det_repo(make_repo, ops: str) -> GitRepo:  # type: ignore[no-untyped-def]
+    r = make_repo("proj", {".gpu-gate.yml": POLICY, "mylib/__init__.py": "", "mylib/ops.py": ops,
+                           "csrc/rows.cu": KERNEL, "gate/rows_gate.py": DET_SPEC})
+    r.branch("feature")
+    return r
+
+
+def test_results_that_change_at_the_base_too_are_debt(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """deterministic=True, and the base's code is not: the head that keeps it so is not blamed, and
+    its run-to-run differences are not taken for a loss of accuracy."""
+    r = _det_repo(make_repo, WOBBLY)
+    _pr(r, None)
+    code, text, results = _check(r)
+    assert code == 0, text
+    changes = _changes(results)
+    assert set(changes) == {"pre-existing"}, _findings(results)
+    assert "unstable" in changes["pre-existing"] and changes["pre-existing"] <= {"unstable", "address-dependent"}
+
+
+def test_results_that_change_only_at_the_head_block(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _det_repo(make_repo, EXACT)
+    _pr(r, WOBBLY)
+    code, text, results = _check(r)
+    assert code == 1, text
+    assert "unstable" in _changes(results).get("new", set()), _findings(results)

@@ -27,6 +27,16 @@ def run(job: Job, ctx: Context) -> Outcome:
     return Determinism(job, ctx, workers).run()
 
 
+MAX_DEBT = 3  # pre-existing nondeterministic cases reported before the job stops looking
+
+
+def _pre_existing(f: Finding) -> Finding:
+    import dataclasses
+
+    return dataclasses.replace(f, message=f"pre-existing (the base's code is nondeterministic on the same case too): "
+                                          f"{f.message}")
+
+
 class Determinism:
     def __init__(self, job: Job, ctx: Context, workers: Any) -> None:
         from .equivalence import Equivalence
@@ -72,14 +82,21 @@ class Determinism:
         from ..harness import Outcome
 
         ran = 0
+        debt: list[Finding] = []  # nondeterminism the base's code shows on the same case too
         try:
             for case in self.cases():
-                finding = self._case(case)
+                finding = self._case(case, self.runner.candidate)
                 if isinstance(finding, str):  # refused: the equivalence check reports it
                     continue
                 ran += 1
-                if finding is not None:
-                    return Outcome(Status.FAILED, [finding], cases=ran)
+                if finding is None:
+                    continue
+                finding = self._against_base(case, finding)
+                if finding.details.get("change") == "pre-existing":
+                    debt.append(finding)
+                    if len(debt) < MAX_DEBT:
+                        continue  # the base has it too: look on for what this change brings
+                return Outcome(Status.FAILED, [finding, *debt] if finding not in debt else debt, cases=ran)
         except ContextLost as exc:
             if isinstance(exc, WorkerDied):
                 raise  # the job's verdict: a crash (see harness._run_check)
@@ -91,7 +108,29 @@ class Determinism:
             return Outcome(Status.ERROR, [self._finding("refused", "the candidate refused every case: nothing was "
                                                                    "checked for determinism")],
                            reason="every case was refused")
+        if debt:
+            return Outcome(Status.FAILED, debt, cases=ran)
         return Outcome(Status.PASSED, [], cases=ran)
+
+    def _against_base(self, case: Case, finding: Finding) -> Finding:
+        """On a pull request, the same case repeated on the base's code: nondeterminism it shows too
+        is the repository's debt (pre-existing), otherwise this change's (new). A base that cannot
+        answer leaves the finding as it is: judged by absolute rules."""
+        from ..equivalence.engine import BaseLost, ContextLost, marked
+
+        base = self.runner.base
+        if base is None:
+            return finding
+        try:
+            again = self._case(case, base)
+        except (BaseLost, ContextLost) as exc:
+            self.runner.base, self.runner.base_lost = None, f"{exc} (case {case.id})"
+            return finding
+        if isinstance(again, str):
+            return marked(finding, "new", "the base's code refused this case")
+        if again is None:
+            return marked(finding, "new")
+        return _pre_existing(marked(finding, "pre-existing"))
 
     def _finding(self, kind: str, message: str, case: Case | None = None) -> Finding:
         from .equivalence import repro_command
@@ -102,7 +141,8 @@ class Determinism:
                        repro=repro, message=message,
                        details={"token": case.token(), "case": case.describe()} if case else {})
 
-    def _case(self, case: Case) -> Finding | str | None:
+    def _case(self, case: Case, cand: Any) -> Finding | str | None:
+        """``case`` repeated on ``cand``: the head's code, or the base's (a differential run)."""
         from ..equivalence.inputs import materialize
 
         r = self.runner
@@ -110,25 +150,25 @@ class Determinism:
         upstream = r.ref.upstream(case)
         # The first run's outputs stay in the worker; each repeat is compared with them there,
         # and only the outputs that differ bitwise come back to be judged.
-        rep = r.candidate.call(case, upstream, inputs=m, hold=True)
+        rep = cand.call(case, upstream, inputs=m, hold=True)
         try:
             if rep.status != "ok":
                 return "refused"  # the equivalence check reports it
             first = rep.outputs
             ref, base, envelope = r.ref.truth(case, first)
-            return self._repeat(case, upstream, first, ref, base, envelope)
+            return self._repeat(cand, case, upstream, first, ref, base, envelope)
         finally:
-            r.candidate.release()
+            if getattr(cand.channel, "lost", None) is None:
+                cand.release()
 
-    def _repeat(self, case: Case, upstream: Any, first: dict[str, Any], ref: dict[str, Any],
+    def _repeat(self, cand: Any, case: Case, upstream: Any, first: dict[str, Any], ref: dict[str, Any],
                 base: dict[str, Any], envelope: dict[str, Any]) -> Finding | None:
         from ..equivalence.compare import agree
 
-        r = self.runner
         for loaded in (False, True):
             for i in range(self.repeats):
-                rep = r.candidate.call(case, upstream, load=loaded and self.load and self.ctx.device == "cuda",
-                                       compare_held=True)
+                rep = cand.call(case, upstream, load=loaded and self.load and self.ctx.device == "cuda",
+                                compare_held=True)
                 if rep.status != "ok":
                     return self._finding("nondeterministic", f"a repeated run on the same inputs raised "
                                                              f"{rep.message} (case {case.describe()})", case)

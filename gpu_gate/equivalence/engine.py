@@ -29,6 +29,9 @@ __all__ = ["CaseResult", "CaseRunner", "ContextLost", "SpecBroken", "bitwise_equ
 REGRESSION_FLOOR_EPS = 0.25
 BASE_CALL_MIN_S = 30.0  # the base's code may take this long on one case, or BASE_CALL_FACTOR x the head's
 BASE_CALL_FACTOR = 20.0
+CONFIRM_RUNS = 5  # more runs of each side on a case where the head looks less accurate than the base
+BY_CHANCE = frozenset({"unstable", "unordered-stream", "address-dependent"})  # failures that show some runs only
+BASE_RETRIES = 8  # more runs of the base's code before such a failure of the head's counts as new
 
 
 @dataclasses.dataclass
@@ -57,12 +60,14 @@ def _finding(spec_id: str, case: Case, kind: str, message: str, repro: str, seve
 # Wrong values in an output, whichever way they show (a NaN where the base has a wrong finite value is
 # the same failure: the same uninitialised tail, say).
 WRONG_VALUES = frozenset({"mismatch", "nan", "nonfinite", "constant-output"})
+# Results that differ between runs on the same values: a second run, or the same values elsewhere.
+VARIES = frozenset({"unstable", "address-dependent"})
 
 
 def failure_key(f: Finding) -> tuple[str, str]:
     """What a failure is about, across the head and the base: its kind (wrong values, whichever way
     they show) and the output (or input)."""
-    kind = "wrong-values" if f.kind in WRONG_VALUES else f.kind
+    kind = "wrong-values" if f.kind in WRONG_VALUES else "varies" if f.kind in VARIES else f.kind
     return kind, str(f.details.get("output", f.details.get("input", "")))
 
 
@@ -203,40 +208,117 @@ class CaseRunner:
         result.base_comparisons = bres.comparisons
         failing = [f for f in bres.findings if f.severity is Severity.ERROR]
         at_base = {failure_key(f) for f in failing}
+        # A failure that shows only some of the time (two runs that differ, work finished late on
+        # another stream) is looked for at the base more than once before it counts as new.
+        wanted = {failure_key(f) for f in result.findings
+                  if f.severity is Severity.ERROR and f.kind in BY_CHANCE} - at_base
+        for _ in range(BASE_RETRIES if wanted else 0):
+            try:
+                try:
+                    again, _ = self._run(base, case, m, upstream, repro, sensitivity, truth)
+                finally:
+                    if base is self.base and getattr(base.channel, "lost", None) is None:
+                        base.release()
+            except (BaseLost, ContextLost) as exc:
+                self.base, self.base_lost = None, f"{exc} (case {case.id})"
+                break
+            found = {failure_key(f) for f in again.findings if f.severity is Severity.ERROR}
+            at_base |= found & wanted
+            wanted -= found
+            if not wanted:
+                break
         findings = [(marked(f, "pre-existing" if failure_key(f) in at_base else "new")
                      if f.severity is Severity.ERROR else f) for f in result.findings]
-        findings = self._regressions(case, repro, result.comparisons, bres.comparisons, findings)
+        findings = self._regressions(case, repro, result.comparisons, bres.comparisons, findings,
+                                     lambda names: self._confirm(case, m, upstream, truth, names))
         result.findings = findings
         at_head = {failure_key(f) for f in findings if f.severity is Severity.ERROR}
-        result.fixed = [marked(f, "fixed") for f in failing if failure_key(f) not in at_head]
+        # what shows only some of the time is not called fixed on one quiet run of the head
+        result.fixed = [marked(f, "fixed") for f in failing if failure_key(f) not in at_head and f.kind not in BY_CHANCE]
 
     def _regressions(self, case: Case, repro: str, head: list[Comparison], base: list[Comparison],
-                     findings: list[Finding]) -> list[Finding]:
+                     findings: list[Finding], confirm: Any) -> list[Finding]:
         """The head's error more than ``regression_factor`` x the base's on the same case and output:
         blocking, whether or not both pass the absolute rule (a bf16 accumulation that stays inside
-        the tolerance on the cases run, a failure that was there but is now far worse)."""
+        the tolerance on the cases run, a failure that was there but is now far worse). One run of
+        each is a sample: a suspected regression is run again on both sides (``confirm``), and
+        stands only if the head's best run is still that much worse than the base's worst, and
+        neither side's results changed between runs (a nondeterministic kernel's accuracy varies
+        from run to run: the absolute rule judges it)."""
         at_base = {c.name: c for c in base}
-        out = list(findings)
+        suspects: dict[str, tuple[Comparison, Comparison]] = {}
         for hc in head:
             bc = at_base.get(hc.name)
             if bc is None or hc.kind not in ("ok", "mismatch") or bc.kind not in ("ok", "mismatch"):
                 continue
-            dt = str(hc.details.get("dtype") or "float32")
-            floor = REGRESSION_FLOOR_EPS * EPS.get(dt, EPS["float32"])
-            if hc.error <= self.regression_factor * max(bc.error, floor):
+            if hc.error > self.regression_factor * max(bc.error, self._floor(hc)):
+                suspects[hc.name] = (hc, bc)
+        if not suspects:
+            return findings
+        confirmed = confirm(sorted(suspects))
+        out = list(findings)
+        for name, (hc, bc) in suspects.items():
+            errors = confirmed.get(name)
+            if errors is None:
+                continue  # the results changed between runs, or a rerun failed: not a regression by this rule
+            head_err, base_err = min(hc.error, *errors[0]), max(bc.error, *errors[1])
+            if head_err <= self.regression_factor * max(base_err, self._floor(hc)):
                 continue
-            times = hc.error / max(bc.error, 1e-300)
-            what = (f"output {hc.name!r}: this change makes the result {times:.3g}x less accurate than the base's code "
-                    f"on the same case (normwise relative error {hc.error:.3g} against {bc.error:.3g}; at most "
-                    f"{self.regression_factor:g}x is allowed, regression_factor)")
+            times = head_err / max(base_err, 1e-300)
+            what = (f"output {name!r}: this change makes the result {times:.3g}x less accurate than the base's code "
+                    f"on the same case (normwise relative error {head_err:.3g} against {base_err:.3g}, the best and the "
+                    f"worst of {1 + len(errors[0])} runs each; at most {self.regression_factor:g}x is allowed, "
+                    f"regression_factor)")
             if hc.ok:
-                out.append(marked(_finding(self.spec_id, case, "less-accurate", what, repro, output=hc.name,
-                                           error=hc.error, base_error=bc.error, dtype=dt), "new"))
+                out.append(marked(_finding(self.spec_id, case, "less-accurate", what, repro, output=name,
+                                           error=head_err, base_error=base_err,
+                                           dtype=str(hc.details.get("dtype") or "float32")), "new"))
                 continue
             # the head already fails here; if the base fails too, it fails far less: this change's doing
             out = [marked(dataclasses.replace(f, message=f"{f.message}\n({what})"), "new")
-                   if f.details.get("output") == hc.name and f.kind == "mismatch" else f for f in out]
+                   if f.details.get("output") == name and f.kind == "mismatch" else f for f in out]
         return out
+
+    @staticmethod
+    def _floor(c: Comparison) -> float:
+        return REGRESSION_FLOOR_EPS * EPS.get(str(c.details.get("dtype") or "float32"), EPS["float32"])
+
+    def _confirm(self, case: Case, m: Any, upstream: dict[str, Any] | None, truth: Truth | None,
+                 names: list[str]) -> dict[str, tuple[list[float], list[float]]]:
+        """Run the head's and the base's code CONFIRM_RUNS more times each on the case: per output,
+        (the head's errors, the base's errors), left out where a side's results changed between runs."""
+        assert truth is not None
+        runs: dict[str, list[list[float]]] = {k: [[], []] for k in names}
+        firsts: dict[str, list[Any]] = {k: [None, None] for k in names}
+        unstable: set[str] = set()
+        for side, cand in enumerate((self.candidate, self.base)):
+            if cand is None:
+                return {}
+            for _ in range(CONFIRM_RUNS):
+                try:
+                    try:
+                        rep = cand.call(case, upstream, inputs=m)
+                    finally:
+                        if getattr(cand.channel, "lost", None) is None:
+                            cand.release()
+                except (BaseLost, ContextLost) as exc:
+                    if cand is self.candidate:
+                        raise
+                    self.base, self.base_lost = None, f"{exc} (case {case.id})"
+                    return {}
+                if rep.status != "ok":
+                    return {}
+                for k in names:
+                    out = rep.outputs.get(k)
+                    if k not in truth.reference or out is None:
+                        unstable.add(k)
+                        continue
+                    if firsts[k][side] is None:
+                        firsts[k][side] = out
+                    elif not bitwise_equal(firsts[k][side], out):
+                        unstable.add(k)
+                    runs[k][side].append(self._compare(case, k, rep.outputs, truth).error)
+        return {k: (v[0], v[1]) for k, v in runs.items() if k not in unstable}
 
     def _not_ok(self, case: Case, rep: CallReport, repro: str) -> CaseResult:
         if rep.status == "oom":

@@ -43,7 +43,7 @@ def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool =
     plan.findings += [c.finding(mode) for c in changes]
     jobs = plan.jobs + _base_checks(plan, choice, pairs)
     judged = [_judged_by_base(j, head_specs, pairs, mode) for j in jobs]
-    if differential:
+    if differential and choice.loaded.policy.checks.equivalence.differential:
         judged = [_differential(j, pairs, plan.base) for j in judged]
     plan.jobs = sorted(judged, key=lambda j: j.id)
 
@@ -151,11 +151,10 @@ def _judged_by_base(job: Job, head: dict[str, SpecRules], pairs: dict[str, SpecR
 
 
 def _differential(job: Job, pairs: dict[str, SpecRules], base: str) -> Job:
-    """An equivalence job whose spec exists at the base runs the base's code on the same cases too
-    (see ``checks/equivalence.py``): its failures are then new, pre-existing or fixed."""
-    if job.check != "equivalence" or job.spec is None or job.spec.id not in pairs or job.case:
-        return job
-    if not job.options.get("differential", True):
+    """An equivalence or determinism job whose spec exists at the base runs the base's code on the
+    same cases too (see ``checks/equivalence.py``, ``checks/determinism.py``): its failures are then
+    new, pre-existing or fixed."""
+    if job.check not in ("equivalence", "determinism") or job.spec is None or job.spec.id not in pairs or job.case:
         return job
     return dataclasses.replace(job, options={**job.options, DIFFERENTIAL: base})
 

@@ -71,14 +71,15 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True, text=True).stdout
 
 
-def _gate(tmp_path: Path, base_kernel: str, head_kernel: str) -> tuple[int, str, list[dict]]:  # type: ignore[type-arg]
+def _gate(tmp_path: Path, base_kernel: str, head_kernel: str, spec: str = SPEC, policy: str = POLICY
+          ) -> tuple[int, str, list[dict]]:  # type: ignore[type-arg]
     repo = tmp_path / "repo"
     (repo / "mylib").mkdir(parents=True)
     (repo / "gate").mkdir()
-    (repo / ".gpu-gate.yml").write_text(POLICY)
+    (repo / ".gpu-gate.yml").write_text(policy)
     (repo / "mylib" / "__init__.py").write_text("")
     (repo / "mylib" / "scale.py").write_text(base_kernel)
-    (repo / "gate" / "scale_gate.py").write_text(SPEC)
+    (repo / "gate" / "scale_gate.py").write_text(spec)
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "base")
@@ -125,3 +126,62 @@ def test_a_fix_is_reported_as_fixed(tmp_path: Path) -> None:
     assert code == 0, text
     assert _changes(findings).get("fixed", set()) & WRONG_VALUES, text
     assert "### Fixed by this change" in text
+
+
+# --- determinism: fp32 atomics, whose order changes from run to run --------------------------
+
+COLSUM = '''\
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _col_sum(x, y, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    v = tl.load(x + row * n_cols + cols, mask=mask, other=0.0)
+    tl.atomic_add(y + cols, v, mask=mask)
+
+
+def col_sum(x):
+    x = x.contiguous().float()
+    y = torch.zeros(x.shape[1], dtype=torch.float32, device=x.device)
+    _col_sum[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y
+'''
+COLSUM_TORCH = COLSUM.replace('''    y = torch.zeros(x.shape[1], dtype=torch.float32, device=x.device)
+    _col_sum[(x.shape[0],)](x, y, x.shape[1], BLOCK=triton.next_power_of_2(x.shape[1]))
+    return y''', '''    return x.sum(0)''')
+
+COLSUM_SPEC = """\
+import gpu_gate as gg
+from mylib.scale import col_sum
+
+
+@gg.spec(dims={"rows": gg.Dim(1, 8192), "cols": gg.Dim(1, 256)},
+         inputs={"x": gg.Tensor(("rows", "cols"), dtypes=["float32"])},
+         reference=lambda x: x.sum(0), deterministic=True)
+def col_sum_gate(x):
+    return col_sum(x)
+"""
+
+
+def _det_gate(tmp_path: Path, base: str, head: str) -> tuple[int, str, list[dict]]:  # type: ignore[type-arg]
+    return _gate(tmp_path, base, head, COLSUM_SPEC, POLICY.replace("  determinism: off\n", "  determinism: {repeats: 4}\n"))
+
+
+def test_atomics_the_base_has_too_are_debt(tmp_path: Path) -> None:
+    code, text, findings = _det_gate(tmp_path, COLSUM, COLSUM)
+    assert code == 0, text
+    det = [f for f in findings if f["check"] == "determinism" and f["severity"] == "error"]
+    assert det and all(f["details"].get("change") == "pre-existing" for f in det), text
+    assert "new" not in _changes(findings), text
+
+
+def test_atomics_the_change_brings_block(tmp_path: Path) -> None:
+    code, text, findings = _det_gate(tmp_path, COLSUM_TORCH, COLSUM)
+    assert code == 1, text
+    new = _changes(findings).get("new", set())
+    assert "nondeterministic" in new or "unstable" in new, text
