@@ -138,6 +138,7 @@ class Equivalence:
         refusals: list[Any] = []
         self.unsupported: list[Any] = []
         growth = None
+        thresholds: list[Finding] = []
         try:
             with self._timed("cases"):
                 self._run_cases(cases, results, refusals, notes)
@@ -145,6 +146,8 @@ class Equivalence:
             if want_growth and not (refusals and refusals[0].case.id == "c0000"):
                 with self._timed("growth"):
                     growth = self._growth()
+                with self._timed("thresholds"):
+                    thresholds = self._thresholds()
         except SpecBroken as exc:
             f = Finding(check="equivalence", kind="reference-error", spec=self.spec_id,
                         file=self.job.spec.file if self.job.spec else None, line=self.spec.line or None,
@@ -168,6 +171,9 @@ class Equivalence:
         if growth:
             extra["growth"] = growth["table"]
             findings += [_with_change_note(f) for f in growth["findings"]]
+        have = {(g.kind, g.details.get("output"), g.details.get("change")) for g in findings}
+        findings += [_with_change_note(f) for f in thresholds
+                     if (f.kind, f.details.get("output"), f.details.get("change")) not in have]
         findings += self._differential_note(results, findings)
         with self._timed("finish"):
             findings += self._launches(extra)
@@ -396,6 +402,12 @@ class Equivalence:
         cases = sum(len(t["rows"]) for t in growth["table"].get("curves", [growth["table"]]))
         return Outcome(Status.FAILED if failed else Status.PASSED, findings, cases=cases,
                        extra={"seed": self.seed, "growth": growth["table"]})
+
+    def _thresholds(self) -> list[Finding]:
+        from ..equivalence.growth import threshold_sweep
+
+        bad, _ = unsupported_dtypes(self.ctx, self.workers.uses_triton)
+        return threshold_sweep(self.runner, self.spec, self.job, self.budget, bad, self.deadline, seed=self.seed)
 
     def _growth(self) -> dict[str, Any] | None:
         from ..equivalence.growth import sweep

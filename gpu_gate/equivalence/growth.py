@@ -120,6 +120,65 @@ def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[
             "findings": list(dedup.values())}
 
 
+THRESHOLD_LONG = 1 << 15  # the reduction length held while another dim is swept (a long one that fits)
+THRESHOLD_STEP = 4  # the swept dim grows by this factor from one case to the next
+THRESHOLD_MIN_LONG = 4096  # the shortest reduction length the sweep still calls long
+
+
+def threshold_sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[str], deadline: float,
+                    *, seed: int | None = None) -> list[Finding]:
+    """Kernels switch code paths by size ("split the reduction when there are many rows", "another
+    block size above 256 columns"): every other dim is swept from its smallest size up by factors
+    of 4, each time with the longest reduction (4096 .. 2^15) that fits the budget beside it, so
+    that a path taken only past a threshold is run with the long reduction it is there for. Each
+    case is judged like any other; returns their failures."""
+    import time
+
+    seed = job.seed if seed is None else seed
+    reductions = [d for d, dim in spec.dims.items() if dim.reduction]
+    others = [d for d, dim in spec.dims.items() if not dim.reduction]
+    dtypes = [d for d in spec.dtype_choices() if d not in bad_dtypes and d != "float64"]
+    if job.options.get("dtypes"):
+        dtypes = [d for d in dtypes if d in job.options["dtypes"]]
+    if not reductions or not others or not dtypes:
+        return []
+    top = int(job.options.get("max_reduction") or MAX_REDUCTION)
+    findings: list[Finding] = []
+    for rdim in reductions:
+        lengths = [n for n in growth_sizes(spec.dims[rdim], min(top, THRESHOLD_LONG)) if n >= THRESHOLD_MIN_LONG]
+        for odim in others:
+            dim = spec.dims[odim]
+            n = max(1, dim.lo)
+            while n <= dim.hi:
+                if time.monotonic() > deadline:
+                    return _dedup(findings)
+                if not dim.allows(n):
+                    n *= THRESHOLD_STEP
+                    continue
+                # the longest reduction that fits beside this size: the plane of (size, length) is
+                # covered along its budget edge, where both are as large as they can be together
+                fit = None
+                for long in reversed(lengths):
+                    case = _case(spec, rdim, long, dtypes[0], seed=(seed * 13 + n) % (2**31), sign="signed")
+                    case = Case(f"t-{rdim}-{odim}-{n}", case.seed, {**case.dims, odim: n}, case.inputs)
+                    if case_bytes(spec, case.dims, case.inputs) <= budget:
+                        fit = case
+                        break
+                if fit is None:
+                    break
+                r = runner.run(fit, sensitivity=False)
+                findings += [f for f in r.findings if f.severity is Severity.ERROR]
+                n *= THRESHOLD_STEP
+    return _dedup(findings)
+
+
+def _dedup(findings: list[Finding]) -> list[Finding]:
+    seen: dict[tuple[str, str, str], Finding] = {}
+    for f in findings:
+        seen.setdefault((f.kind, str(f.details.get("output", "")), str(f.details.get("change", ""))), f)
+    return list(seen.values())
+
+
 def _flagged(sizes: list[int], cand: list[float], base: list[float], dtype: str) -> tuple[float, float, bool, bool]:
     """(slope of ``cand``, slope of torch's, sloped, jumped) for one curve."""
     # errors far below the dtype's epsilon are exact results: clamp them so an exact
