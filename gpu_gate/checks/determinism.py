@@ -158,8 +158,7 @@ class Determinism:
             ref, base, envelope = r.ref.truth(case, first)
             return self._repeat(cand, case, upstream, first, ref, base, envelope)
         finally:
-            if getattr(cand.channel, "lost", None) is None:
-                cand.release()
+            cand.release()
 
     def _repeat(self, cand: Any, case: Case, upstream: Any, first: dict[str, Any], ref: dict[str, Any],
                 base: dict[str, Any], envelope: dict[str, Any]) -> Finding | None:

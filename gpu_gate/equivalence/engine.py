@@ -195,8 +195,7 @@ class CaseRunner:
             try:
                 bres, _ = self._run(base, case, m, upstream, repro, sensitivity and not light, truth, light=light)
             finally:
-                if base is self.base:
-                    base.release()
+                base.release()
         except (BaseLost, ContextLost) as exc:
             self.base, self.base_lost = None, f"{exc} (case {case.id})"
             return
@@ -217,8 +216,7 @@ class CaseRunner:
                 try:
                     again, _ = self._run(base, case, m, upstream, repro, sensitivity, truth)
                 finally:
-                    if base is self.base and getattr(base.channel, "lost", None) is None:
-                        base.release()
+                    base.release()
             except (BaseLost, ContextLost) as exc:
                 self.base, self.base_lost = None, f"{exc} (case {case.id})"
                 break
@@ -299,8 +297,7 @@ class CaseRunner:
                     try:
                         rep = cand.call(case, upstream, inputs=m)
                     finally:
-                        if getattr(cand.channel, "lost", None) is None:
-                            cand.release()
+                        cand.release()
                 except (BaseLost, ContextLost) as exc:
                     if cand is self.candidate:
                         raise
