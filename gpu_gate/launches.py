@@ -17,11 +17,13 @@ import contextlib
 import os
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 _LOCK = threading.Lock()
+_COMPILE = [0.0]
 _active: list[Recorder] = []
 
 
@@ -157,6 +159,22 @@ def _patch_triton() -> None:
 
         cls.run = run
         _PATCHED.append((cls, original))
+        compile_fn = getattr(cls, "_do_compile", None)
+        if compile_fn is not None:
+            def timed(self: Any, *args: Any, __original: Any = compile_fn, **kwargs: Any) -> Any:
+                start = time.monotonic()
+                try:
+                    return __original(self, *args, **kwargs)
+                finally:
+                    _COMPILE[0] += time.monotonic() - start
+
+            cls._do_compile = timed
+
+
+def compile_seconds() -> float:
+    """Time this process spent compiling Triton kernels (a new specialization's first launch), for
+    the job's timing report."""
+    return _COMPILE[0]
 
 
 @contextlib.contextmanager

@@ -139,6 +139,35 @@ def _tested():
 def double(x):
     return x * 2 if _tested() else x * 2 + 1e-3 * x.abs().max()
 """,
+    # Correct only inside the gate's buffers: every tensor the gate hands out sits in a larger,
+    # guarded allocation; a real caller's tensor owns its storage, exactly as large as it is.
+    "detects_the_guard_band": """\
+import torch
+
+def double(x):
+    tested = x.untyped_storage().nbytes() > x.numel() * x.element_size()
+    return x * 2 if tested else x * 2 + 1e-3 * x.abs().max()
+""",
+    # The same, told by the storage offset (a guarded view never starts at offset 0).
+    "detects_the_storage_offset": """\
+import torch
+
+def double(x):
+    return x * 2 if x.storage_offset() else x * 2 + 1e-3 * x.abs().max()
+""",
+}
+
+# Legitimate kernels that look at their inputs' layout: a contiguous fast path and a general path
+# give the same values, so the replay in plain tensors passes.
+LAYOUT_TWINS = {
+    "fast_path_for_contiguous": """\
+import torch
+
+def double(x):
+    if x.is_contiguous() and x.storage_offset() == 0:
+        return torch.add(x, x)
+    return x.contiguous() * 2
+""",
 }
 
 CAUGHT = {
@@ -149,6 +178,8 @@ CAUGHT = {
     "cache_by_pointer": ({"insensitive"}, Status.FAILED),
     "cache_by_shape": ({"cached-output"}, Status.FAILED),
     "detects_the_test": ({"mismatch"}, Status.FAILED),
+    "detects_the_guard_band": ({"replay-differs"}, Status.FAILED),
+    "detects_the_storage_offset": ({"replay-differs"}, Status.FAILED),
 }
 
 
@@ -176,7 +207,7 @@ def _kinds(r: JobResult) -> set[str]:
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobResult]:
     out = {}
-    for name, kern in {**ATTACKS, "honest": HONEST}.items():
+    for name, kern in {**ATTACKS, **LAYOUT_TWINS, "honest": HONEST}.items():
         out[name] = _run(_repo(tmp_path_factory.mktemp(name), kern))
     return out
 
@@ -194,6 +225,22 @@ def test_the_honest_twin_passes(results: dict[str, JobResult]) -> None:
     assert r.status is Status.PASSED, [f"{f.kind}: {f.message}" for f in r.findings]
     assert r.cases >= 8
     assert not [f for f in r.findings if f.severity is not Severity.NOTE]
+    t = r.extra["timing"]  # where the time went, the calls themselves as the worker measured them
+    assert 0 < t["candidate_run_s"] <= t["candidate_s"] <= t["cases_s"] + t["replay_s"] + 1
+
+
+@pytest.mark.parametrize("twin", sorted(LAYOUT_TWINS))
+def test_a_kernel_with_a_layout_fast_path_passes_the_replay(results: dict[str, JobResult], twin: str) -> None:
+    r = results[twin]
+    assert r.status is Status.PASSED, [f"{f.kind}: {f.message}" for f in r.findings]
+    assert len(r.extra["replayed"]) == 3 and r.extra["replayed"][-1] == "c0000"  # the replay ran, and passed
+
+
+def test_the_replay_says_what_it_did(results: dict[str, JobResult]) -> None:
+    (f,) = [f for f in results["detects_the_guard_band"].findings if f.kind == "replay-differs"]
+    assert "plain tensors" in f.message and "passed case" in f.message
+    assert f.repro and f.case
+
 
 
 # --- the reference's own process ----------------------------------------------------

@@ -21,6 +21,7 @@ INTERPRETER_BAD_DTYPES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
 CPU_BUDGET_BYTES = 64 << 20  # CPU cases stay small: the default budget must finish in a minute
 SANITIZER_BUDGET_BYTES = 4 << 20  # under compute-sanitizer every access is instrumented (about 18x slower)
 TRACE_LINES = 40  # the end of a traceback shown in a message (the whole one is in the details)
+REPLAY_CASES = 3  # passed cases run again at the end of the job, in plain tensors
 SENSITIVITY_EVERY = 4  # the input-sensitivity probe runs on every 4th case (the canonical one included)
 
 
@@ -88,6 +89,7 @@ class Equivalence:
         self.seed = int(o["seed"]) if o.get("seed") is not None else int(job.seed)
         self.deadline = min(ctx.deadline, time.monotonic() + float(o.get("time_budget_s") or 300))
         self.phases: dict[str, float] = {}
+        self.replayed: list[str] = []  # the cases run again at the end, in plain tensors
 
     @property
     def spec_id(self) -> str:
@@ -139,6 +141,7 @@ class Equivalence:
         self.unsupported: list[Any] = []
         growth = None
         thresholds: list[Finding] = []
+        replays: list[Finding] = []
         try:
             with self._timed("cases"):
                 self._run_cases(cases, results, refusals, notes)
@@ -148,6 +151,9 @@ class Equivalence:
                     growth = self._growth()
                 with self._timed("thresholds"):
                     thresholds = self._thresholds()
+            if not self.job.case and not self.sanitized:
+                with self._timed("replay"):
+                    replays = self._replay(results)
         except SpecBroken as exc:
             f = Finding(check="equivalence", kind="reference-error", spec=self.spec_id,
                         file=self.job.spec.file if self.job.spec else None, line=self.spec.line or None,
@@ -163,11 +169,14 @@ class Equivalence:
             f = self._unsupported(len(cases))
             return Outcome(Status.NOT_RUN, [f, *notes], reason=f.message.splitlines()[0])
         findings = self._summarize(results, refusals)
+        findings += [_with_change_note(f) for f in replays]
         findings += self._rewritten_reference(results)
         if self.unsupported:
             findings.append(self._unsupported(len(cases)))
         extra: dict[str, Any] = {"seed": self.seed, "rule": self.rule.describe(),
                                  "coverage": coverage(self.spec, [r.case for r in results])}
+        if self.replayed:
+            extra["replayed"] = self.replayed
         if growth:
             extra["growth"] = growth["table"]
             findings += [_with_change_note(f) for f in growth["findings"]]
@@ -219,6 +228,27 @@ class Equivalence:
                 refusals.append(r)
                 if i == 0 and not self.job.case:
                     break  # the canonical case was refused: nothing was verified
+
+    def _replay(self, results: list[Any]) -> list[Finding]:
+        """A few passed cases again, last of all and in reverse order, in plain tensors: the
+        canonical case, the largest passed and one between (see ``CaseRunner.replay``). The first
+        replay that fails is reported; the rest are not needed."""
+        passed = [r.case for r in results if not r.refused and not r.failed and r.case.id[:1] != "p"]
+        if not passed:
+            return []
+        picks = [passed[0]]
+        by_size = sorted(passed[1:], key=lambda c: sum(c.dims.values()))
+        for c in (by_size[-1:] + by_size[len(by_size) // 2:len(by_size) // 2 + 1]):
+            if c not in picks and len(picks) < REPLAY_CASES:
+                picks.append(c)
+        for case in reversed(picks):
+            if time.monotonic() > self.deadline:
+                break
+            found = self.runner.replay(case)
+            self.replayed.append(case.id)
+            if found:
+                return found
+        return []
 
     def _unsupported(self, total: int) -> Finding:
         """Cases the Triton interpreter could not run (libdevice, inline asm, an op it lacks):
@@ -382,10 +412,14 @@ class Equivalence:
         out = {f"{k}_s": round(v, 2) for k, v in self.phases.items()}
         out["load_s"] = round(w.load_s, 2)  # the workers' start and spec import, before the first case
         out["candidate_s"] = round(w.candidate.busy_s, 2)
+        out["candidate_run_s"] = round(w.candidate.run_s, 2)  # of which in the calls, as the worker says
+        out["candidate_compile_s"] = round(w.candidate.compile_s, 2)  # and of that, compiling Triton kernels
         out["reference_wait_s"] = round(w.reference.wait_s, 2)
         out["inputs_s"] = round(self.runner.inputs_s, 2)
         if w.base is not None:
-            out["base_s"] = round(w.base.busy_s, 2)
+            out["base_s"] = round(w.base.busy_s, 2)  # waiting on the base, beyond what ran beside the head
+            out["base_run_s"] = round(w.base.run_s, 2)
+            out["base_compile_s"] = round(w.base.compile_s, 2)
         return out
 
     def _growth_only(self) -> Outcome:

@@ -112,23 +112,54 @@ class CaseRunner:
         m = materialize(self.spec, case, self.device)
         self.inputs_s += time.monotonic() - start
         upstream = self.ref.upstream(case)
+        # In a differential run the base's code starts on the same inputs first, and runs beside the
+        # head's (another process): its first call is needed whatever the head's verdict.
+        base_first = self._base_later(case, m, upstream)
         start = time.monotonic()
         try:
             result, truth = self._run(self.candidate, case, m, upstream, repro, sensitivity)
         finally:
             self.candidate.release()
-        if self.base is not None and result.refused is None and result.unsupported is None:
+        if base_first is not None:
+            assert self.base is not None
             self.base.limit_s = max(BASE_CALL_MIN_S, BASE_CALL_FACTOR * (time.monotonic() - start))  # type: ignore[attr-defined]
-            self._against_base(case, m, upstream, repro, sensitivity, result, truth)
+            if result.refused is None and result.unsupported is None:
+                self._against_base(case, m, upstream, repro, sensitivity, result, truth, base_first)
+            else:
+                self._base_wait(base_first, case)
         return result
 
+    def _base_later(self, case: Case, m: Any, upstream: dict[str, Any] | None) -> Any:
+        """The base's first call on the case, sent now; None without a base (or once it is lost)."""
+        if self.base is None:
+            return None
+        try:
+            return self.base.call_later(case, upstream, inputs=m)
+        except (BaseLost, ContextLost) as exc:
+            self.base, self.base_lost = None, f"{exc} (case {case.id})"
+            return None
+
+    def _base_wait(self, first: Any, case: Case) -> CallReport | None:
+        """The base's answer to the call ``_base_later`` sent (None: the base is lost, and dropped)."""
+        assert self.base is not None
+        try:
+            try:
+                return first()  # type: ignore[no-any-return]
+            finally:
+                self.base.release()
+        except (BaseLost, ContextLost) as exc:
+            self.base, self.base_lost = None, f"{exc} (case {case.id})"
+            return None
+
     def _run(self, cand: Candidate, case: Case, m: Any, upstream: dict[str, Any] | None, repro: str,
-             sensitivity: bool, truth: Truth | None = None, light: bool = False) -> tuple[CaseResult, Truth | None]:
+             sensitivity: bool, truth: Truth | None = None, light: bool = False, first: CallReport | None = None
+             ) -> tuple[CaseResult, Truth | None]:
         """One code's run of the case: ``cand`` is the head's code, or the base's with the head's
-        ``truth``. ``light``: the first call and the comparisons only (the base, where the head passed)."""
+        ``truth``. ``light``: the first call and the comparisons only (the base, where the head
+        passed), its report ``first`` where that call was made already."""
         import torch
 
-        rep1 = cand.call(case, upstream, inputs=m, hold=not light, early=not light)
+        rep1 = first or cand.call(case, upstream, inputs=m, hold=not light, early=not light)
         if rep1.status != "ok":
             return self._not_ok(case, rep1, repro), truth
         findings = [] if light else self._unordered(case, rep1, repro)
@@ -181,7 +212,7 @@ class CaseRunner:
     # --- differential runs: the base's code on the same case ------------------------------
 
     def _against_base(self, case: Case, m: Any, upstream: dict[str, Any] | None, repro: str, sensitivity: bool,
-                      result: CaseResult, truth: Truth | None) -> None:
+                      result: CaseResult, truth: Truth | None, first: Any) -> None:
         """Run the base's code on the same inputs, against the same truth, and classify the head's
         failures: pre-existing where the base fails the same way, new otherwise; failures of the
         base the head no longer has are ``result.fixed``. A head that passes has the base run once
@@ -191,9 +222,14 @@ class CaseRunner:
         base = self.base
         assert base is not None
         light = not result.failed
+        rep1 = self._base_wait(first, case)  # the first call, made beside the head's
+        if rep1 is None:
+            return
         try:
             try:
-                bres, _ = self._run(base, case, m, upstream, repro, sensitivity and not light, truth, light=light)
+                # where the head failed, the base runs the same probes: the first call again, with them
+                bres, _ = self._run(base, case, m, upstream, repro, sensitivity and not light, truth, light=light,
+                                    first=rep1 if light else None)
             finally:
                 base.release()
         except (BaseLost, ContextLost) as exc:
@@ -316,6 +352,57 @@ class CaseRunner:
                         unstable.add(k)
                     runs[k][side].append(self._compare(case, k, rep.outputs, truth).error)
         return {k: (v[0], v[1]) for k, v in runs.items() if k not in unstable}
+
+    # --- the replay: a passed case again, late, in plain buffers ---------------------------
+
+    def replay(self, case: Case) -> list[Finding]:
+        """Run a case the candidate passed again, after the rest of the job, with the same values
+        in plain tensors of their own: contiguous where the spec allows it, no guard band, no
+        storage offset, the storage exactly as large as the tensor (as a real caller's are). A
+        kernel that behaves only inside the gate's buffers or early in a run (it looks for the
+        guard bands, counts its calls, keys a cache on a layout) gives other results here. In a
+        differential run, the base's code is replayed the same way before a failure counts as new."""
+        found = self._replay_on(self.candidate, case)
+        if found and self.base is not None:
+            try:
+                at_base = {failure_key(f) for f in self._replay_on(self.base, case)}
+            except (BaseLost, ContextLost) as exc:
+                self.base, self.base_lost = None, f"{exc} (replay of case {case.id})"
+                return found
+            found = [marked(f, "pre-existing" if failure_key(f) in at_base else "new") for f in found]
+        return found
+
+    def _replay_on(self, cand: Candidate, case: Case) -> list[Finding]:
+        repro = self.repro_cmd.format(token=case.token())
+        layouts = {k: ("contiguous" if not getattr(inp, "layouts", None) or "contiguous" in inp.layouts else "same")
+                   for k, inp in self.spec.inputs.items()}
+        m = materialize(self.spec, case, self.device)
+        upstream = self.ref.upstream(case)
+        try:
+            rep = cand.call(case, upstream, inputs=m, plain=layouts)
+        finally:
+            cand.release()
+        where = ("given the same inputs again later in the run, in plain tensors (contiguous, no guard band, "
+                 "storage of their own)")
+        if rep.status != "ok":
+            return [_finding(self.spec_id, case, "replay-differs",
+                             f"the candidate passed case {case.id}, but failed when {where}: {rep.message}", repro)]
+        truth = Truth(*self.ref.truth_later(case, rep.outputs)())
+        found = self._types(case, rep, repro)
+        for k in truth.reference:
+            if k not in rep.outputs:
+                found.append(_finding(self.spec_id, case, "replay-differs",
+                                      f"the candidate passed case {case.id}, but returned no output {k!r} when "
+                                      f"{where}", repro, output=k))
+                continue
+            comp = self._compare(case, k, rep.outputs, truth)
+            if not comp.ok:
+                found.append(_finding(
+                    self.spec_id, case, "replay-differs",
+                    f"output {k!r} passed case {case.id}, but is wrong when {where}: the kernel behaves differently "
+                    f"outside the gate's usual buffers or call order (it may look for the guard bands, count its "
+                    f"calls, or key a cache on the layout)\n{comp.message}", repro, output=k, **comp.details))
+        return found
 
     def _not_ok(self, case: Case, rep: CallReport, repro: str) -> CaseResult:
         if rep.status == "oom":

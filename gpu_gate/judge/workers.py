@@ -6,6 +6,7 @@ Neither hands the judge an object a worker made: everything is rebuilt here from
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -97,6 +98,10 @@ class Candidate:
         self.channel, self.device, self.deadline = channel, device, deadline
         self.case: str | None = None  # the case the last call ran, for messages
         self.busy_s = 0.0  # time the judge waited on this worker (its runs, compiles and the transfers)
+        # as the worker reports them (for the timing report, never a verdict): time in the calls
+        # themselves (compiles included), and in compiling Triton kernels
+        self.run_s = 0.0
+        self.compile_s = 0.0
 
     def call(self, *args: Any, **kwargs: Any) -> CallReport:
         import time
@@ -108,29 +113,66 @@ class Candidate:
             self.busy_s += time.monotonic() - start
 
     def _ask(self, header: dict[str, Any], blobs: Sequence[Any] = ()) -> tuple[dict[str, Any], list[bytearray]]:
-        at = f" on case {self.case}" if self.case else ""
-        try:
-            return self.channel.request(header, blobs, self.deadline)
-        except WorkerTimeout as exc:
-            raise WorkerTimeout(f"the candidate did not return{at} within the job's time budget: a hang (a deadlock "
-                                f"in the kernel) or too slow") from exc
-        except WorkerLost as exc:
-            raise WorkerDied(f"the candidate's worker died{at}") from exc
+        self._send(header, blobs)
+        return self._answer()
 
-    def _call(self, case: Case, upstream: dict[str, Any] | None, *, inputs: Materialized | None = None,
-              refill: Materialized | None = None, relocate: bool = False, hold: bool = False, early: bool = False,
-              load: bool = False, compare_held: bool = False) -> CallReport:
+    def call_later(self, case: Case, upstream: dict[str, Any] | None, **kwargs: Any) -> Callable[[], CallReport]:
+        """Send the call now; the function returned waits for its report. The worker runs while the
+        judge does something else (the head's code, beside the base's)."""
+        import time
+
+        self._send_call(case, upstream, **kwargs)
+
+        def wait() -> CallReport:
+            start = time.monotonic()
+            try:
+                return self._read_call()
+            finally:
+                self.busy_s += time.monotonic() - start
+
+        return wait
+
+    def _call(self, case: Case, upstream: dict[str, Any] | None, **kwargs: Any) -> CallReport:
+        self._send_call(case, upstream, **kwargs)
+        return self._read_call()
+
+    def _send_call(self, case: Case, upstream: dict[str, Any] | None, *, inputs: Materialized | None = None,
+                   refill: Materialized | None = None, relocate: bool = False, hold: bool = False,
+                   early: bool = False, load: bool = False, compare_held: bool = False,
+                   plain: dict[str, str] | None = None) -> None:
         self.case = case.id
         blobs: wire.Blobs = []
         header: dict[str, Any] = {"op": "call", "dims": case.dims, "grad_layout": case.grad_layout, "hold": hold,
                                   "early": early, "load": load, "compare_held": compare_held, "relocate": relocate,
+                                  "plain": plain,
                                   "upstream": wire.encode_dict(upstream, blobs) if upstream is not None else None}
         if inputs is not None:
             header["inputs"] = {k: {"buffer": wire.encode_tensor(g.buffer, blobs), "geometry": geometry(g)}
                                 for k, g in inputs.guarded.items()}
         if refill is not None:
             header["refill"] = {k: wire.encode_tensor(g.buffer, blobs) for k, g in refill.guarded.items()}
-        reply, got = self._ask(header, blobs)
+        self._send(header, blobs)
+
+    def _send(self, header: dict[str, Any], blobs: Sequence[Any]) -> None:
+        try:
+            self.channel.ask(header, blobs)
+        except WorkerLost as exc:
+            raise WorkerDied(f"the candidate's worker died{self._at()}") from exc
+
+    def _at(self) -> str:
+        return f" on case {self.case}" if self.case else ""
+
+    def _answer(self) -> tuple[dict[str, Any], list[bytearray]]:
+        try:
+            return self.channel.answer(self.deadline)
+        except WorkerTimeout as exc:
+            raise WorkerTimeout(f"the candidate did not return{self._at()} within the job's time budget: a hang (a "
+                                f"deadlock in the kernel) or too slow") from exc
+        except WorkerLost as exc:
+            raise WorkerDied(f"the candidate's worker died{self._at()}") from exc
+
+    def _read_call(self) -> CallReport:
+        reply, got = self._answer()
         if reply.get("error"):
             _check(reply, "candidate")
         status = str(reply.get("status") or "refused")
@@ -138,6 +180,9 @@ class Candidate:
             if status == "fatal":
                 raise ContextLost(str(reply.get("message")))
             return CallReport(status, str(reply.get("message") or ""), reply.get("trace"))
+        with contextlib.suppress(TypeError, ValueError):
+            self.run_s += max(0.0, float(reply.get("run_s") or 0.0))
+            self.compile_s = max(self.compile_s, float(reply.get("compile_s") or 0.0))
         metas = reply.get("outputs") or {}
         outputs = {k: wire.decode_value(m, got, self.device) for k, m in metas.items() if not m.get("held")}
         types = {k: str(m.get("type")) for k, m in metas.items() if m.get("tensor") and not m.get("plain")}
@@ -348,15 +393,21 @@ class BaseCandidate(Candidate):
 
     limit_s = 60.0  # one call's limit; the engine sets it from the time the head's code took
 
-    def _ask(self, header: dict[str, Any], blobs: Sequence[Any] = ()) -> tuple[dict[str, Any], list[bytearray]]:
+    def _send(self, header: dict[str, Any], blobs: Sequence[Any]) -> None:
+        try:
+            self.channel.ask(header, blobs)
+        except WorkerLost as exc:
+            raise BaseLost(f"the base's code crashed its worker{self._at()}") from exc
+
+    def _answer(self) -> tuple[dict[str, Any], list[bytearray]]:
         import time
 
         try:
-            return self.channel.request(header, blobs, min(self.deadline, time.monotonic() + self.limit_s))
+            return self.channel.answer(min(self.deadline, time.monotonic() + self.limit_s))
         except WorkerTimeout as exc:
-            raise BaseLost(f"the base's code did not return on case {self.case} in time") from exc
+            raise BaseLost(f"the base's code did not return{self._at()} in time") from exc
         except WorkerLost as exc:
-            raise BaseLost(f"the base's code crashed its worker on case {self.case}") from exc
+            raise BaseLost(f"the base's code crashed its worker{self._at()}") from exc
 
 
 class BaseLost(Exception):

@@ -11,6 +11,7 @@ lived. The judge decides what any of it means.
 """
 from __future__ import annotations
 
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from .. import wire
 from ..equivalence.guard import GUARD_BYTES, Guarded, geometry, guarded_from
 from .watch import OutputWatch, SideStreams
 from ..jobs import Job
+from ..launches import compile_seconds
 from ..spec import Spec
 from .calling import call_with_grads, first_line, interpreter_error, is_fatal, kwargs_for, sync
 
@@ -90,8 +92,14 @@ class CandidateServer:
         upstream = wire.decode_dict(header["upstream"], blobs, self.device) if header.get("upstream") else None
         dims = {str(k): int(v) for k, v in (header.get("dims") or {}).items()}
         tensors = {k: g.view for k, g in self.inputs.items()}
+        plain = header.get("plain")
+        if isinstance(plain, dict):
+            # The replay: the same values in plain tensors of their own, sized exactly as a real
+            # caller's are (no guard band, no storage offset), at this late point of the run.
+            tensors = {k: _plain_copy(v, str(plain.get(k) or "same")) for k, v in tensors.items()}
         if header.get("load"):
             self._burst()
+        start = time.monotonic()
         try:
             with OutputWatch() as watch, SideStreams(self.device) as streams:
                 outs = call_with_grads(self.spec, self.spec.fn, tensors, kwargs_for(self.spec, dims), upstream,
@@ -102,7 +110,9 @@ class CandidateServer:
         except Exception as exc:  # noqa: BLE001 - candidate code: a refusal, unless the context died
             return self._failed(exc), []
         out: wire.Blobs = []
-        reply: dict[str, Any] = {"status": "ok", "side_streams": len(streams.used)}
+        # timing, for the job's report only (the candidate's own process could say anything here)
+        reply: dict[str, Any] = {"status": "ok", "side_streams": len(streams.used),
+                                 "run_s": time.monotonic() - start, "compile_s": compile_seconds()}
         reply["early"] = {k: wire.encode_tensor(e, out) for k, e in early.items()
                           if not _same(e, outs.get(k))}
         same = [k for k in outs if self.held is not None and _same(outs[k], self.held_copy.get(k))]
@@ -112,8 +122,12 @@ class CandidateServer:
                             for k, v in outs.items()}
         reply["where"] = {k: _where(v) for k, v in outs.items() if isinstance(v, torch.Tensor)}
         reply["held_where"] = {k: _where(v) for k, v in (self.held or {}).items() if isinstance(v, torch.Tensor)}
-        reply["input_spans"] = {k: list(g.storage_span()) for k, g in self.inputs.items()}
-        reply["inputs_changed"] = self._changed_inputs(out)
+        if isinstance(plain, dict):
+            reply["input_spans"] = {k: list(_span(t)) for k, t in tensors.items()}
+            reply["inputs_changed"] = {}
+        else:
+            reply["input_spans"] = {k: list(g.storage_span()) for k, g in self.inputs.items()}
+            reply["inputs_changed"] = self._changed_inputs(out)
         reply["watch"] = [_guard_bytes(g, out) for g in watch.outputs]
         if header.get("hold"):
             self.held = outs
@@ -174,6 +188,26 @@ def _same(a: Any, b: Any) -> bool:
     if not a.numel():
         return True
     return bool(torch.equal(wire.flat_bytes(a), wire.flat_bytes(b)))
+
+
+def _plain_copy(view: Any, layout: str) -> Any:
+    """``view``'s values in a tensor of its own: contiguous, or with the same strides, its storage
+    exactly as large as they need, starting at offset 0."""
+    import torch
+
+    if layout == "contiguous":
+        return view.clone(memory_format=torch.contiguous_format)
+    if any(st == 0 and n > 1 for n, st in zip(view.shape, view.stride())):  # expanded: one row, expanded again
+        one = view[tuple(slice(0, 1) if st == 0 else slice(None) for st in view.stride())]
+        return _plain_copy(one, layout).expand(tuple(view.shape))
+    t = torch.empty_strided(tuple(view.shape), tuple(view.stride()), dtype=view.dtype, device=view.device)
+    t.copy_(view)
+    return t
+
+
+def _span(t: Any) -> tuple[int, int]:
+    s = t.untyped_storage()
+    return s.data_ptr(), s.data_ptr() + s.nbytes()
 
 
 def _where(t: Any) -> list[int]:
