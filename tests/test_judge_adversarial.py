@@ -226,7 +226,7 @@ def test_the_honest_twin_passes(results: dict[str, JobResult]) -> None:
     assert r.cases >= 8
     assert not [f for f in r.findings if f.severity is not Severity.NOTE]
     t = r.extra["timing"]  # where the time went, the calls themselves as the worker measured them
-    assert 0 < t["candidate_run_s"] <= t["candidate_s"] <= t["cases_s"] + t["replay_s"] + 1
+    assert 0 <= t["candidate_run_s"] <= t["candidate_s"] <= t["cases_s"] + t["replay_s"] + 1
 
 
 @pytest.mark.parametrize("twin", sorted(LAYOUT_TWINS))
