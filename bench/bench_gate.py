@@ -95,11 +95,13 @@ def scratch(liger: Path, commit: str, where: Path, change: str = "comment", poli
     return repo, base, head
 
 
-def one_gate(repo: Path, base: str, head: str, gate_path: Path) -> dict[str, object]:
+def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | None = None) -> dict[str, object]:
+    """One gate; with ``cache``, that result cache (read and written), else none."""
     out = repo / ".gpu-gate" / "out"
     env = {**os.environ, "PYTHONPATH": str(gate_path)}
+    caching = ["--cache-dir", str(cache)] if cache else ["--no-cache"]
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", base, "--head", head, "--no-cache"],
+    p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", base, "--head", head, *caching],
                        cwd=repo, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t
     try:
@@ -136,6 +138,9 @@ def main() -> int:
     ap.add_argument("--declare-inplace", action="store_true",
                     help="the spec declares the backward's in-place writes: mutates={a: grad:a, b: grad:b}")
     ap.add_argument("--jobs-per-gpu", type=int, default=None, help="the policy's runner.jobs_per_gpu (default: its default)")
+    ap.add_argument("--cached-rerun", action="store_true",
+                    help="each timed gate writes a fresh result cache, and the same gate runs again on it (nothing "
+                         "changed): its wall time is cached_rerun_s")
     args = ap.parse_args()
     paths = args.gate_path or [Path(__file__).resolve().parents[1]]
     with tempfile.TemporaryDirectory() as tmp:
@@ -143,8 +148,15 @@ def main() -> int:
         spec = GEGLU.replace('grads=["a", "b"],', 'grads=["a", "b"],\n    mutates={"a": "grad:a", "b": "grad:b"},') \
             if args.declare_inplace else GEGLU
         repo, base, head = scratch(args.liger.resolve(), args.commit, Path(tmp), args.change, policy, spec)
-        for path in paths:
-            runs = [one_gate(repo, base, head, path.resolve()) for _ in range(args.repeats)]
+        for k, path in enumerate(paths):
+            runs = []
+            for i in range(args.repeats):
+                cache = Path(tmp) / f"cache-{k}-{i}" if args.cached_rerun else None
+                run = one_gate(repo, base, head, path.resolve(), cache)
+                if cache is not None:
+                    again = one_gate(repo, base, head, path.resolve(), cache)
+                    run["cached_rerun_s"], run["cached_rerun_exit"] = again["wall_s"], again["exit"]
+                runs.append(run)
             walls = [float(r["wall_s"]) for r in runs]  # type: ignore[arg-type]
             print(json.dumps({"gate": str(path), "median_wall_s": statistics.median(walls), "runs": runs}))
     return 0
