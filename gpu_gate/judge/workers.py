@@ -298,6 +298,7 @@ class Workers:
     base: Candidate | None = None
     base_missing: str | None = None  # why a differential job has no base to compare with
     load_s: float = 0.0  # the workers' start and their import of the spec, as the judge waited for it
+    load_times: dict[str, float] = dataclasses.field(default_factory=dict)  # of which, in the candidate's worker
 
     def finish(self, compile_settings: Any = None) -> dict[str, Any]:
         if self.finished is None:
@@ -327,7 +328,7 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
             asked[role] = None
         except WorkerLost as exc:
             asked[role] = exc
-    uses_triton = _loaded("candidate", channels["candidate"], asked["candidate"], deadline)
+    uses_triton, load_times = _loaded("candidate", channels["candidate"], asked["candidate"], deadline)
     _loaded("reference", channels["reference"], asked["reference"], deadline)
     reference = Reference(channels["reference"], device, deadline)
     reply, _ = reference._ask({"op": "describe"})
@@ -336,12 +337,14 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
     if base_commit(job):
         workers.base, workers.base_missing = _connect_base(base, asked.get("base"), device, deadline)
     workers.load_s = time.monotonic() - start
+    workers.load_times = load_times
     return workers
 
 
-def _loaded(role: str, channel: Channel, lost: WorkerLost | None, deadline: float) -> bool:
+def _loaded(role: str, channel: Channel, lost: WorkerLost | None, deadline: float) -> tuple[bool, dict[str, float]]:
     """The answer to ``load`` from the candidate or the reference worker: whether the code it
-    imported uses Triton (the candidate's answer), or the error that ends the job."""
+    imported uses Triton (the candidate's answer) and how long importing torch and the spec took
+    there (for the timing report), or the error that ends the job."""
     try:
         if lost is not None:
             raise lost
@@ -356,7 +359,11 @@ def _loaded(role: str, channel: Channel, lost: WorkerLost | None, deadline: floa
         raise SpecDidNotImport(Finding.from_json(reply["finding"]))
     if reply.get("error"):
         raise ContextLost(f"the {role} worker failed: {reply.get('message')}")
-    return bool(reply.get("uses_triton"))
+    times = {}
+    for key in ("alive_s", "torch_import_s", "spec_import_s"):
+        with contextlib.suppress(TypeError, ValueError):
+            times[key] = round(float(reply.get(key) or 0.0), 2)
+    return bool(reply.get("uses_triton")), times
 
 
 BASE_LOAD_S = 300.0  # how long the base's code may take to import, once the head's has

@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import sys
+import time
 import types
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,12 @@ class Worker:
         from .loader import SpecImportError
 
         self.job, self.server = job, None
+        start = time.monotonic()
+        try:
+            import torch  # noqa: F401 - timed apart from the spec's own imports
+        except ImportError:
+            pass
+        torch_s, start = time.monotonic() - start, time.monotonic()
         try:
             if self.role == "reference":
                 from .reference import ReferenceServer
@@ -72,7 +79,10 @@ class Worker:
                 self._record_specializations()
         except SpecImportError as exc:
             return {"error": "spec-import", "finding": exc.finding.to_json()}
-        return {"ok": True, "device": self.device,
+        # timing, for the job's report: importing torch (at the worker's start) and the spec
+        return {"ok": True, "device": self.device, "torch_import_s": _TORCH_IMPORT_S[0] + torch_s,
+                "alive_s": _alive_s(),
+                "spec_import_s": time.monotonic() - start,
                 "uses_triton": uses_triton(self.repo_root) if self.role == "candidate" else None}
 
     def _record(self) -> None:
@@ -130,11 +140,27 @@ class Worker:
         return reply
 
 
+_TORCH_IMPORT_S = [0.0]
+
+
+def _alive_s() -> float:
+    """Seconds since this process started (Linux), 0 where that cannot be read."""
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def _pick_device() -> str:
+    start = time.monotonic()
     try:
         import torch
     except ImportError:
         return "cpu"
+    finally:
+        _TORCH_IMPORT_S[0] = time.monotonic() - start
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
