@@ -89,6 +89,7 @@ def _gate(tmp_path: Path, base_kernel: str, head_kernel: str, spec: str = SPEC, 
     p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", "main"], cwd=repo,
                        capture_output=True, text=True, timeout=600)
     out = repo / ".gpu-gate" / "out"
+    assert (out / "results.json").is_file(), f"the gate wrote no results (exit {p.returncode}):\n{p.stdout}\n{p.stderr}"
     results = json.loads((out / "results.json").read_text())["results"]
     findings = [f for r in results for f in r["findings"]]
     return p.returncode, p.stdout + p.stderr + (out / "report.md").read_text(), findings
