@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import proc, sandbox
+from . import compiled_store, proc, sandbox
 from .checks import CHECKS, SANITIZER_TOOLS
 from .findings import Finding, JobResult, Severity, Status
 from .jobs import Job
@@ -67,6 +67,8 @@ class ExecOptions:
     sandbox: sandbox.Available | None = None  # the sandbox in use (default: chosen from sandbox_mode)
     hide: tuple[Path, ...] = ()  # directories no job may see or write: the report directory, the result cache
     base_root: Path | None = None  # the base's work tree, for jobs that also run the base's code (differential)
+    # Triton kernels the base's code compiled in earlier runs (see compiled_store): in the result cache
+    kernel_store: Path | None = None
 
 
 class RunControl:
@@ -281,7 +283,8 @@ _BOOT = ("import sys, importlib.util\n"
 _WORKER_BOOT = _BOOT.replace("from gpu_gate.harness import main", "from gpu_gate.worker.serve import main")
 
 
-def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Available) -> sandbox.Layout:
+def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Available,
+            source: Path | None = None) -> sandbox.Layout:
     """What the job's sandbox shows: the repository and Python's installation read-only; the
     report directory, the cache and every job directory of the run (this job's parent included)
     empty; this job's directory writable."""
@@ -304,7 +307,7 @@ def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Av
     if opts.pycache is not None:
         keep.append(opts.pycache)
     return sandbox.Layout(repo=opts.repo_root, jobdir=workdir, hide=tuple(hide), readonly=tuple(keep),
-                          gpu=gpu is not None)
+                          gpu=gpu is not None, source=source)
 
 
 def _context(opts: ExecOptions, gpu: str | None, job: Job) -> dict[str, Any]:
@@ -350,12 +353,13 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
 
 def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir: Path, env: dict[str, str],
                    timeout: float, avail: sandbox.Available, control: RunControl, extra_fds: tuple[int, ...] = (),
-                   on_start: Callable[[int], None] | None = None) -> tuple[proc.ProcResult, int]:
+                   on_start: Callable[[int], None] | None = None, source: Path | None = None
+                   ) -> tuple[proc.ProcResult, int]:
     """Run ``argv`` in the sandbox; also return how many processes outlived the worker (they
     are dead by the time this returns). ``extra_fds``: descriptors the process inherits (its end
-    of the socket to the judge)."""
+    of the socket to the judge); ``source``: the tree shown at the repository's path (the base's)."""
     with tempfile.TemporaryFile() as count:
-        layout = _layout(opts, gpu, workdir, avail)
+        layout = _layout(opts, gpu, workdir, avail, source)
         full = sandbox.wrap(avail, layout, argv, count.fileno())
         start = sandbox.boot_ticks()
         pid: list[int] = []
@@ -400,12 +404,19 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     roots = {"candidate": opts.repo_root, "reference": opts.repo_root}
     if base_commit(job) and opts.base_root is not None:
         dirs["base"], roots["base"] = outer / "b", opts.base_root
+    # In a sandbox the base's tree is shown at the repository's own path: its code compiles to the
+    # very kernels the head's unchanged code does, and its reports name the same files.
+    remap = avail.protects_files
     roles = tuple(dirs)
+    shelf = compiled_store.shelf(opts.kernel_store, job) if opts.kernel_store is not None and remap else None
     try:
         judge_dir.mkdir()
         for role, d in dirs.items():
             d.mkdir(exist_ok=True)
-            (d / "context.json").write_text(json.dumps(_worker_context(opts, gpu, roots[role])))
+            shown = opts.repo_root if remap else roots[role]
+            (d / "context.json").write_text(json.dumps(_worker_context(opts, gpu, shown)))
+            if shelf is not None:
+                compiled_store.seed(shelf, d / ".cache" / "triton")
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
     pairs = {role: socket.socketpair() for role in roles}
@@ -440,9 +451,11 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         def started(p: int) -> None:
             pids[role] = p
 
-        wopts = opts if roots[role] == opts.repo_root else dataclasses.replace(opts, repo_root=roots[role])
+        other = roots[role] != opts.repo_root
+        wopts = opts if remap or not other else dataclasses.replace(opts, repo_root=roots[role])
         done[role] = _contained_run(argvs[role], wopts, gpu, dirs[role], wenv, timeout + 60, avail, control,
-                                    extra_fds=(b.fileno(),), on_start=started)
+                                    extra_fds=(b.fileno(),), on_start=started,
+                                    source=roots[role] if remap and other else None)
 
     running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in roles]
     for t in running:
@@ -468,6 +481,9 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
             _kill_group(p)
         for t in running:
             t.join()
+    if shelf is not None and "base" in dirs and control.reason is None:
+        # every sandbox is gone: what the base's code compiled is kept for the next runs
+        compiled_store.harvest(dirs["base"] / ".cache" / "triton", shelf)
     if control.reason is not None and (jpr.signal == 9 or jpr.timed_out or jpr.returncode is None):
         return _interrupted(job, control.reason, jpr)
     cand_pr, _ = done.get("candidate", (jpr, 0))

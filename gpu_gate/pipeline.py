@@ -251,7 +251,8 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
                                keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None,
                                work_root=work_root, pycache=pycache, sandbox_mode=policy.runner.sandbox,
                                sandbox=box, hide=(Path(args.out).resolve(), *([cache.cache.dir] if cache else [])),
-                               base_root=base_tree)
+                               base_root=base_tree,
+                               kernel_store=cache.cache.dir / "compiled" if cache else None)
             with cancel_on_signals(control):
                 results = execute(todo, opts, progress, control)
     if control.reason:
@@ -277,6 +278,10 @@ def _settle_cache(cache: Any, todo: list[Any], results: list[Any], protected: bo
     """Store the new results, after every sandbox is gone. A run whose jobs could write the cache
     directory (no sandbox) stores nothing and empties it: what it holds is no longer the gate's."""
     if todo and not protected:
+        import shutil
+
+        # the compiled kernels kept between runs too: the jobs could have written them
+        shutil.rmtree(cache.cache.dir / "compiled", ignore_errors=True)
         cache.notes.append(f"result cache: nothing stored and {cache.cache.clear()} entries removed, since the jobs "
                            f"ran without a sandbox and could have written its directory")
     elif not interrupted:

@@ -87,6 +87,9 @@ class Layout:
     hide: tuple[Path, ...] = ()  # shown empty and read-only: report dir, result cache, other jobs' dirs
     readonly: tuple[Path, ...] = ()  # shown read-only where they would be hidden (under /tmp or a hidden dir)
     gpu: bool = False  # bind the NVIDIA device nodes
+    # the tree shown at ``repo``, where it is another one: the base's work tree, seen at the head's
+    # path, so that the base's code compiles to the same kernels (paths in line info included)
+    source: Path | None = None
 
 
 def _first_line(text: str) -> str:
@@ -185,14 +188,40 @@ def _existing(paths: Iterable[Path]) -> list[Path]:
     return out
 
 
+def _source(layout: Layout, p: Path) -> Path:
+    """What is mounted at ``p``: itself, or for the repository and anything inside it, the same
+    place in the tree shown there instead (never the repository's own files over that tree)."""
+    if layout.source is None:
+        return p
+    repo = Path(os.path.realpath(layout.repo))
+    if p == repo or repo in p.parents:
+        return Path(os.path.realpath(layout.source)) / p.relative_to(repo)
+    return p
+
+
+def _shown(layout: Layout) -> list[Path]:
+    """The read-only mounts (the repository first), each where its source exists."""
+    return [p for p in _existing((layout.repo, *layout.readonly)) if _source(layout, p).exists()]
+
+
+def _shown_hidden(layout: Layout) -> list[Path]:
+    """The hidden directories to mount over; under a repository shown from another tree, only
+    those that exist in that tree too (a mount needs its mount point)."""
+    hide = _existing(layout.hide)
+    if layout.source is None:
+        return hide
+    repo, source = Path(os.path.realpath(layout.repo)), Path(os.path.realpath(layout.source))
+    return [h for h in hide if repo not in h.parents or (source / h.relative_to(repo)).is_dir()]
+
+
 def _bwrap_mounts(layout: Layout) -> list[str]:
     """Mounts over the read-only root, shallow before deep, so a deeper one wins where they nest:
     the repository inside a hidden work root is shown again, the report directory inside the
     repository is hidden again."""
-    hide = _existing(layout.hide)
+    hide = _shown_hidden(layout)
     ops: list[tuple[int, int, list[str]]] = []
-    for p in _existing((layout.repo, *layout.readonly)):
-        ops.append((_depth(p), 0, ["--ro-bind", str(p), str(p)]))
+    for p in _shown(layout):
+        ops.append((_depth(p), 0, ["--ro-bind", str(_source(layout, p)), str(p)]))
     for p in hide:
         ops.append((_depth(p), 1, ["--tmpfs", str(p)]))
     jobdir = Path(os.path.realpath(layout.jobdir))
@@ -211,12 +240,12 @@ def bwrap_argv(bwrap: str, layout: Layout, inner: Sequence[str], fd: int) -> lis
 def _unshare_setup(layout: Layout) -> str:
     """Shell run as root of the new mount namespace, before the worker: read-only binds, then the
     job directory writable again, then every capability dropped for good."""
-    ro = _existing((layout.repo, *layout.readonly, *layout.hide))
+    ro = _shown(layout) + _shown_hidden(layout)
     ro.sort(key=_depth)
     lines = ["set -e", "mount --make-rprivate /"]
     for p in ro:
         q = _quote(p)
-        lines.append(f"mount --bind {q} {q} && mount -o remount,bind,ro {q}")
+        lines.append(f"mount --bind {_quote(_source(layout, p))} {q} && mount -o remount,bind,ro {q}")
     jd = _quote(Path(os.path.realpath(layout.jobdir)))
     # A bind of a path inside a read-only mount is read-only too, until remounted.
     lines.append(f"mount --bind {jd} {jd} && mount -o remount,bind,rw {jd}")

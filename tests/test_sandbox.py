@@ -309,6 +309,26 @@ def test_bwrap_mounts_nest_shallow_first_and_hidden_directories_turn_read_only_l
     assert argv.index("--remount-ro") > argv.index("--bind")
 
 
+def test_the_bases_tree_is_shown_at_the_repositorys_path_and_nothing_of_the_heads_over_it(tmp_path: Path) -> None:
+    """A differential run's base worker: its tree at the repository's own path, with every read-only
+    path inside the repository (an editable install's ``src``) taken from the base's tree too, and
+    the hidden report directory mounted over only where the base's tree has a place for it."""
+    head, base, jobdir = (tmp_path / "head").resolve(), (tmp_path / "base").resolve(), tmp_path / "w"
+    for d in (head / "src", head / ".gpu-gate" / "out", base / "src", jobdir):
+        d.mkdir(parents=True)
+    (head / "build").mkdir()  # only at the head: not mounted over the base's tree
+    layout = sandbox.Layout(repo=head, jobdir=jobdir, hide=(head / ".gpu-gate" / "out",),
+                            readonly=(head / "src", head / "build"), source=base)
+    argv = sandbox._bwrap_mounts(layout)
+    binds = [(argv[i + 1], argv[i + 2]) for i, a in enumerate(argv) if a == "--ro-bind"]
+    assert (str(base), str(head)) in binds and (str(base / "src"), str(head / "src")) in binds
+    assert not [b for b in binds if b[0].startswith(str(head))]  # nothing of the head's tree
+    assert str(head / ".gpu-gate" / "out") not in argv
+    script = sandbox._unshare_setup(layout)
+    assert f"mount --bind {base} {head} &&" in script and f"mount --bind {base / 'src'} {head / 'src'} &&" in script
+    assert "build" not in script
+
+
 def test_gpu_gates_own_package_stays_visible_when_the_reports_lie_inside_its_source_tree(tmp_path: Path) -> None:
     """`gpu-gate demo` run from a source checkout writes its reports under that checkout, which must
     stay hidden: the checkout then cannot be shown, but gpu-gate's package inside it still is (the
