@@ -95,6 +95,16 @@ def scratch(liger: Path, commit: str, where: Path, change: str = "comment", poli
     return repo, base, head
 
 
+def another_change(repo: Path, head: str, kernel: str = "src/liger_kernel/ops/geglu.py") -> str:
+    """A new head on top of ``head`` that changes the kernel file again (a second comment): the
+    result cache misses, what was compiled for the unchanged kernels still applies."""
+    path = repo / kernel
+    git(repo, "checkout", "-q", head)
+    path.write_text(path.read_text() + "# reviewed again\n")
+    git(repo, "-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-q", "-am", "again")
+    return git(repo, "rev-parse", "HEAD")
+
+
 def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | None = None) -> dict[str, object]:
     """One gate; with ``cache``, that result cache (read and written), else none."""
     out = repo / ".gpu-gate" / "out"
@@ -138,6 +148,9 @@ def main() -> int:
     ap.add_argument("--declare-inplace", action="store_true",
                     help="the spec declares the backward's in-place writes: mutates={a: grad:a, b: grad:b}")
     ap.add_argument("--jobs-per-gpu", type=int, default=None, help="the policy's runner.jobs_per_gpu (default: its default)")
+    ap.add_argument("--warm-rerun", action="store_true",
+                    help="with --cached-rerun: then a new head that changes the kernel file again, gated with the "
+                         "same cache (the results miss, the kernels the base compiled are kept): warm_rerun_s")
     ap.add_argument("--cached-rerun", action="store_true",
                     help="each timed gate writes a fresh result cache, and the same gate runs again on it (nothing "
                          "changed): its wall time is cached_rerun_s")
@@ -156,6 +169,10 @@ def main() -> int:
                 if cache is not None:
                     again = one_gate(repo, base, head, path.resolve(), cache)
                     run["cached_rerun_s"], run["cached_rerun_exit"] = again["wall_s"], again["exit"]
+                    if args.warm_rerun:
+                        warm = one_gate(repo, base, another_change(repo, head), path.resolve(), cache)
+                        git(repo, "checkout", "-q", head)
+                        run["warm_rerun"] = {k: warm[k] for k in ("wall_s", "exit", "jobs", "equivalence_timing")}
                 runs.append(run)
             walls = [float(r["wall_s"]) for r in runs]  # type: ignore[arg-type]
             print(json.dumps({"gate": str(path), "median_wall_s": statistics.median(walls), "runs": runs}))
