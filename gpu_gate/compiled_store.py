@@ -15,12 +15,15 @@ copy of the spec's shelf in its own private cache directory: what the head's cod
 goes nowhere. The base's tree is shown at the repository's own path in its sandbox (see
 ``executor``), so the kernels it compiles carry the paths the head's would.
 
+Triton's group files name their members by absolute path; a copy's are pointed at the copy.
+
 Layout: ``<store>/<shelf>/<triton key>/<files>``, one shelf per spec (a spec's kernels are what
 its jobs need), capped at MAX_SHELF_BYTES; the oldest entries go first.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -52,8 +55,26 @@ def seed(shelf_dir: Path | None, dest: Path) -> int:
         target = dest / entry.name
         if not target.exists():
             shutil.copytree(entry, target, symlinks=True)
+            _relocate_groups(target)
             n += 1
     return n
+
+
+def _relocate_groups(entry: Path) -> None:
+    """Triton's group files (``__grp__<name>.json``) list their members by absolute path, the
+    directory they were compiled in; an entry whose members are not found there is compiled again.
+    Point them at the copy's own files."""
+    for grp in entry.glob("__grp__*.json"):
+        try:
+            data = json.loads(grp.read_text())
+            children = data.get("child_paths")
+            if not isinstance(children, dict):
+                continue
+            data["child_paths"] = {str(k): str(entry / Path(str(v)).name) for k, v in children.items()
+                                   if (entry / Path(str(v)).name).is_file()}
+            grp.write_text(json.dumps(data))
+        except (OSError, ValueError):
+            continue
 
 
 def harvest(src: Path, shelf_dir: Path | None) -> int:

@@ -165,6 +165,25 @@ def test_harvest_takes_only_well_formed_entries(tmp_path: Path) -> None:
         os.stat(shelf / ("a" * 32) / "k.cubin").st_ino  # a copy: the worker's writes stay its own
 
 
+def test_a_seeded_entrys_group_file_names_the_copys_own_files(tmp_path: Path) -> None:
+    """Triton finds a compiled kernel through its group file, which lists the members by absolute
+    path: left pointing at the directory it was compiled in (gone with that job), every seeded
+    kernel would be compiled again."""
+    src, shelf, dest = tmp_path / "base-job" / "triton", tmp_path / "shelf", tmp_path / "next-job" / "triton"
+    key = "K" * 52
+    (src / key).mkdir(parents=True)
+    for name in ("k.cubin", "k.json"):
+        (src / key / name).write_text(name)
+    (src / key / "__grp__k.json").write_text(json.dumps(
+        {"child_paths": {n: str(src / key / n) for n in ("k.cubin", "k.json")}}))
+    compiled_store.harvest(src, shelf)
+    shutil.rmtree(tmp_path / "base-job")
+    compiled_store.seed(shelf, dest)
+    children = json.loads((dest / key / "__grp__k.json").read_text())["child_paths"]
+    assert children == {n: str(dest / key / n) for n in ("k.cubin", "k.json")}
+    assert all(Path(p).is_file() for p in children.values())
+
+
 def test_the_shelf_drops_its_oldest_entries_past_its_size(tmp_path: Path) -> None:
     shelf = tmp_path / "shelf"
     for i, name in enumerate(("x" * 32, "y" * 32, "z" * 32)):
