@@ -9,6 +9,7 @@ written by whoever wrote the commit, and anyone can compute a valid entry for an
 """
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import importlib.metadata
 import json
@@ -25,6 +26,29 @@ from .policy import Policy
 _PACKAGES = ("torch", "triton", "cupy-cuda13x", "cupy-cuda12x", "nvidia-ml-py")
 
 
+def _gpu_names() -> str:
+    from .executor import gpu_inventory
+
+    rows = gpu_inventory()
+    return "\n".join(f"{g['name']}, {g['driver']}" for g in rows) if rows else "unknown"
+
+
+def _nvcc_version() -> str:
+    r = proc.run(["nvcc", "--version"], timeout=20)
+    return r.stdout.strip().splitlines()[-1] if r.ok and r.stdout.strip() else "unknown"
+
+
+def _sanitizer_version(sanitizer: str | None) -> str | None:
+    from .doctor import find_compute_sanitizer
+
+    path = sanitizer or find_compute_sanitizer()
+    if not path:
+        return None
+    r = proc.run([path, "--version"], timeout=20)
+    version = [ln.strip() for ln in r.stdout.splitlines() if ln.strip().startswith("Version")]
+    return version[-1] if r.ok and version else "unknown"
+
+
 def environment_fingerprint(gpus: tuple[str, ...], sanitizer: str | None = None) -> dict[str, str]:
     """The machine's side of the key. ``sanitizer``: the policy's compute-sanitizer path, if it names one."""
     env: dict[str, str] = {"device": "cuda" if gpus else "cpu", "python": platform.python_version()}
@@ -33,20 +57,17 @@ def environment_fingerprint(gpus: tuple[str, ...], sanitizer: str | None = None)
             env[pkg] = importlib.metadata.version(pkg)
         except importlib.metadata.PackageNotFoundError:
             pass
-    if gpus and shutil.which("nvidia-smi"):
-        r = proc.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], timeout=20)
-        env["gpus"] = r.stdout.strip() if r.ok else "unknown"
-    if shutil.which("nvcc"):
-        r = proc.run(["nvcc", "--version"], timeout=20)
-        env["nvcc"] = r.stdout.strip().splitlines()[-1] if r.ok and r.stdout.strip() else "unknown"
-    if gpus:  # the sanitizer jobs' findings depend on the tool's version
-        from .doctor import find_compute_sanitizer
-
-        path = sanitizer or find_compute_sanitizer()
-        if path:
-            r = proc.run([path, "--version"], timeout=20)
-            version = [ln.strip() for ln in r.stdout.splitlines() if ln.strip().startswith("Version")]
-            env["compute-sanitizer"] = version[-1] if r.ok and version else "unknown"
+    # The tools' versions, asked at once (each is a process of its own; a cached run waits for them).
+    with concurrent.futures.ThreadPoolExecutor(max_workers=3) as pool:
+        gpus_f = pool.submit(_gpu_names) if gpus else None
+        nvcc_f = pool.submit(_nvcc_version) if shutil.which("nvcc") else None
+        san_f = pool.submit(_sanitizer_version, sanitizer) if gpus else None
+        if gpus_f is not None:
+            env["gpus"] = gpus_f.result()
+        if nvcc_f is not None:
+            env["nvcc"] = nvcc_f.result()
+        if san_f is not None and (version := san_f.result()) is not None:
+            env["compute-sanitizer"] = version  # the sanitizer jobs' findings depend on the tool's version
     return env
 
 

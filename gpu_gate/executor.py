@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import json
 import os
 import queue
@@ -142,12 +143,20 @@ def detect_gpus() -> tuple[str, ...]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES")
     if visible is not None:
         return tuple(v.strip() for v in visible.split(",") if v.strip() and v.strip() != "-1")
+    return tuple(g["index"] for g in gpu_inventory() if g["index"].isdigit())
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_inventory() -> tuple[dict[str, str], ...]:
+    """Every GPU nvidia-smi lists: index, name and driver version; one query per process (it is
+    slow where the driver is not kept loaded), empty without nvidia-smi."""
     if shutil.which("nvidia-smi") is None:
         return ()
-    r = proc.run(["nvidia-smi", "--query-gpu=index", "--format=csv,noheader"], timeout=20)
+    r = proc.run(["nvidia-smi", "--query-gpu=index,name,driver_version", "--format=csv,noheader"], timeout=20)
     if not r.ok:
         return ()
-    return tuple(line.strip() for line in r.stdout.splitlines() if line.strip().isdigit())
+    rows = [[c.strip() for c in line.split(",")] for line in r.stdout.splitlines() if line.strip()]
+    return tuple({"index": row[0], "name": ", ".join(row[1:-1]), "driver": row[-1]} for row in rows if len(row) >= 3)
 
 
 def _classify_failure(job: Job, pr: proc.ProcResult, timeout_s: float) -> tuple[str, str]:

@@ -255,6 +255,30 @@ def test_the_machine_fingerprint_names_the_sanitizer_version_on_a_gpu_runner(tmp
     assert "compute-sanitizer" not in environment_fingerprint((), str(tool))  # CPU runs have no sanitizer jobs
 
 
+def test_a_run_asks_nvidia_smi_once_for_the_gpus_and_the_fingerprint(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """nvidia-smi takes seconds where the driver is not kept loaded: a cached run that asked it
+    twice (which GPUs, then their names for the key) waited for it twice."""
+    from gpu_gate.cachebridge import environment_fingerprint
+    from gpu_gate.executor import detect_gpus, gpu_inventory
+
+    calls = tmp_path / "calls"
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho x >> {calls}\necho '0, NVIDIA H100 80GB HBM3, 580.95'\n"
+                   f"echo '1, NVIDIA H100 80GB HBM3, 580.95'\n")
+    smi.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    gpu_inventory.cache_clear()
+    try:
+        assert detect_gpus() == ("0", "1")
+        env = environment_fingerprint(("0", "1"))
+        assert env["gpus"] == "NVIDIA H100 80GB HBM3, 580.95\nNVIDIA H100 80GB HBM3, 580.95"
+        assert calls.read_text().count("x") == 1
+    finally:
+        gpu_inventory.cache_clear()
+
+
 # --- entries say what produced them, and a hit is checked against it ------------------------------------
 
 
