@@ -771,7 +771,7 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
     if not opts.sandbox.works:
         # Orphans of the jobs come to the gate instead of init, where they can be found and killed.
         sandbox.become_subreaper()
-    if opts.pycache is None:
+    if opts.pycache is None and jobs:  # no job to run: nothing to prepare for
         with shared_bytecode(opts.work_root) as pycache:
             if pycache is not None:
                 return execute(jobs, dataclasses.replace(opts, pycache=pycache), progress, control)

@@ -218,7 +218,9 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
         say(start)
     colour = out.colour()
     work_root = Path(args.work_dir) if args.work_dir else None
-    with shared_bytecode(work_root) as pycache:
+    # Shared bytecode only for jobs that run: filling it imports torch (seconds), which a run served
+    # from the cache does not wait for.
+    with (shared_bytecode(work_root) if todo else contextlib.nullcontext(None)) as pycache:
         # The doctor runs only when jobs are about to use the GPU (a run served from the cache does
         # not wait for it); its torch probe compiles the bytecode the jobs then share.
         unfit: list[Any] = []

@@ -303,6 +303,33 @@ def test_second_run_on_an_unchanged_kernel_is_served_from_the_cache(make_repo) -
     assert "running 1 jobs" in third.stdout
 
 
+def test_a_run_served_from_the_cache_does_not_prepare_for_jobs(make_repo, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """Filling the run's shared bytecode imports torch (seconds where torch has none): a run whose
+    jobs all come from the cache skips it."""
+    import contextlib
+
+    from gpu_gate import cli, executor
+
+    r = _repo(make_repo)
+    assert gate("check", "--base", "main", cwd=r.path).returncode == 0
+    filled: list[object] = []
+
+    @contextlib.contextmanager
+    def recording(work_root: object = None):  # type: ignore[no-untyped-def]
+        filled.append(work_root)
+        yield None
+
+    monkeypatch.setattr(executor, "shared_bytecode", recording)
+    monkeypatch.chdir(r.path)
+    with contextlib.suppress(SystemExit):
+        cli.main(["check", "--base", "main"])
+    assert filled == []
+    r.commit("tweak", {"csrc/double.cu": KERNEL + "// tweak\n"})  # a job to run: now it is prepared
+    with contextlib.suppress(SystemExit):
+        cli.main(["check", "--base", "main"])
+    assert filled
+
+
 def _has_nvidia_driver() -> bool:
     import ctypes
 
