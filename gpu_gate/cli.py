@@ -345,7 +345,14 @@ def cmd_repro(args: argparse.Namespace) -> int:
     from .report.console import progress_line
 
     repo = _repo(args)
-    loaded = _load_policy(repo, args)
+    base_source, loaded = None, None
+    if args.base:
+        # As on the pull request: the base's policy and, where the spec exists there, its spec.
+        from . import git
+
+        merge_base = git.merge_base(repo, args.base, "HEAD")
+        loaded = _policy_in_force(repo, args, merge_base, "HEAD").loaded
+    loaded = loaded or _load_policy(repo, args)
     try:
         ref = SpecRef.parse(args.spec)
     except ValueError as exc:
@@ -362,6 +369,18 @@ def cmd_repro(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else job_seed(None, loaded.policy)
     if args.seed is not None:
         options["seed"] = args.seed
+    if args.base:
+        from . import git
+        from .rules.judging import BASE_SPEC
+
+        try:
+            base_source = git.show(repo, merge_base, ref.file).decode("utf-8", errors="replace")
+        except git.GitError:
+            say(f"note: {ref.file} does not exist at the base ({merge_base[:12]}): the work tree's spec judges")
+        if base_source is not None and base_source != (repo / ref.file).read_text(encoding="utf-8", errors="replace"):
+            options[BASE_SPEC] = {"file": ref.file, "name": ref.name, "source": base_source,
+                                  "reference_changed": False, "rule_changes": loaded.policy.rule_changes,
+                                  "commit": merge_base}
     job = Job(id=f"{args.check}:{ref.id}", check=args.check, level="required", kernels=(), spec=ref,
               options=options, seed=seed, case=args.case)
     gpus = detect_gpus() if not args.cpu else ()
@@ -547,6 +566,8 @@ def build_parser() -> argparse.ArgumentParser:
     rp.add_argument("--growth", metavar="DIM:DTYPE",
                     help="re-run the error-growth sweep along reduction dim DIM in DTYPE instead of cases")
     rp.add_argument("--seed", type=int, help="seed for the sweep or the canonical cases (a case token has its own)")
+    rp.add_argument("--base", help="judge as the pull request was: by the spec and the policy at the merge base with "
+                                   "this ref (the reports' repro commands name it)")
     rp.add_argument("--repo", type=Path, default=None)
     rp.add_argument("--cpu", action="store_true", help="run on the CPU even with a GPU")
     rp.add_argument("--job-timeout", type=float)

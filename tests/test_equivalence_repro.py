@@ -136,3 +136,53 @@ def test_an_error_growth_finding_reproduces_its_sweep(repo, tmp_path: Path) -> N
 
     wrong = _cli("gpu-gate repro gate/rowsum_gate.py::rowsum_gate --growth rows:bfloat16", repo.path)
     assert wrong.returncode != 0 and "no sweep for 'rows:bfloat16'" in wrong.stdout + wrong.stderr
+
+
+# --- on a pull request the repro judges by the base's spec, as the gate did ---------------------------
+
+PR_POLICY = """version: 1
+kernels: {include: ["kernels/**/*.py"]}
+specs: ["gate/**/*_gate.py"]
+checks:
+  equivalence: {cases: 8, seed: 5, growth: false, shrink: false}
+  compile: off
+"""
+
+SCALE = "def scale(x):\n    return x * {factor}\n"
+
+SCALE_GATE = '''import torch
+
+import gpu_gate as gg
+from kernels.scale import scale
+
+
+@gg.spec(dims={{"n": gg.Dim(1, 256)}}, inputs={{"x": gg.Tensor(("n",), dtypes=["float32"])}},
+         reference=lambda x: x * {factor}, devices=["cuda", "cpu"])
+def scale_gate(x):
+    return scale(x)
+'''
+
+
+def test_the_repro_of_a_pull_request_judges_by_the_bases_spec(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The change breaks the kernel and rewrites the spec's reference to match: the gate judges by
+    the base's spec and fails; the repro line it prints names the base and fails the same way. The
+    work tree's spec alone would pass it."""
+    import json
+
+    r = make_repo("proj", {".gpu-gate.yml": PR_POLICY, "kernels/__init__.py": "",
+                           "kernels/scale.py": SCALE.format(factor=2), "gate/scale_gate.py": SCALE_GATE.format(factor=2)})
+    r.branch("feature")
+    r.commit("scale by 3", {"kernels/scale.py": SCALE.format(factor=3), "gate/scale_gate.py": SCALE_GATE.format(factor=3)})
+    exe = Path(sys.executable).parent / "gpu-gate"
+    gate = subprocess.run([str(exe), "check", "--base", "main", "--cpu", "--no-cache"], cwd=r.path,
+                          capture_output=True, text=True, timeout=600)
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    results = json.loads((r.path / ".gpu-gate" / "out" / "results.json").read_text())["results"]
+    (eq,) = [x for x in results if x["check"] == "equivalence"]
+    (mismatch,) = [f for f in eq["findings"] if f["kind"] == "mismatch"]
+    base = r.git("rev-parse", "main")
+    assert f"--base {base[:12]}" in mismatch["repro"]
+    again = _cli(mismatch["repro"], r.path)
+    assert again.returncode == 1 and "mismatch" in again.stdout, again.stdout + again.stderr
+    head_only = _cli(mismatch["repro"].replace(f" --base {base[:12]}", ""), r.path)
+    assert head_only.returncode == 0, head_only.stdout + head_only.stderr

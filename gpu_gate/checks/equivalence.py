@@ -28,8 +28,14 @@ SENSITIVITY_EVERY = 4  # the input-sensitivity probe runs on every 4th case (the
 
 
 def repro_command(job: Job, check: str = "equivalence") -> str:
+    """The command that runs one case again. A job judged by the base's spec (a pull request) names
+    the base, so that the repro judges by the same spec, not the one in the work tree."""
+    from ..rules.judging import carried
+
     assert job.spec is not None
-    return f"gpu-gate repro {shlex.quote(job.spec.id)} --check {check} --case {{token}}"
+    base = (carried(job) or {}).get("commit")
+    at_base = f" --base {shlex.quote(str(base)[:12])}" if isinstance(base, str) and base else ""
+    return f"gpu-gate repro {shlex.quote(job.spec.id)} --check {check}{at_base} --case {{token}}"
 
 
 def unsupported_dtypes(ctx: Context, uses_triton: bool) -> tuple[frozenset[str], str | None]:

@@ -42,7 +42,7 @@ def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool =
     changes += [_deleted(s, ctx) for s in base_specs.values() if s.id not in matched]
     plan.findings += [c.finding(mode) for c in changes]
     jobs = plan.jobs + _base_checks(plan, choice, pairs)
-    judged = [_judged_by_base(j, head_specs, pairs, mode) for j in jobs]
+    judged = [_judged_by_base(j, head_specs, pairs, mode, plan.base) for j in jobs]
     if differential and choice.loaded.policy.checks.equivalence.differential:
         judged = [_differential(j, pairs, plan.base) for j in judged]
     plan.jobs = sorted(judged, key=lambda j: j.id)
@@ -138,7 +138,8 @@ def _deleted(spec: SpecRules, ctx: specdiff.Context) -> RuleChange:
     return RuleChange("changed", f"spec {spec.name} deleted together with its kernels", spec.file, spec.line, spec.id)
 
 
-def _judged_by_base(job: Job, head: dict[str, SpecRules], pairs: dict[str, SpecRules], mode: str) -> Job:
+def _judged_by_base(job: Job, head: dict[str, SpecRules], pairs: dict[str, SpecRules], mode: str,
+                    base: str | None = None) -> Job:
     if job.spec is None or job.spec.id not in pairs:
         return job
     old, new = pairs[job.spec.id], head[job.spec.id]
@@ -146,7 +147,7 @@ def _judged_by_base(job: Job, head: dict[str, SpecRules], pairs: dict[str, SpecR
         return job  # the head's file is the base's: nothing to swap
     carried: dict[str, Any] = {"file": old.file, "name": old.name, "source": old.source,
                                "reference_changed": old.reference_shape() != new.reference_shape(),
-                               "rule_changes": mode}
+                               "rule_changes": mode, "commit": base}
     return dataclasses.replace(job, options={**job.options, BASE_SPEC: carried})
 
 
