@@ -267,3 +267,20 @@ def test_results_that_change_only_at_the_head_block(make_repo) -> None:  # type:
     code, text, results = _check(r)
     assert code == 1, text
     assert "unstable" in _changes(results).get("new", set()), _findings(results)
+
+
+def test_shrinking_keeps_a_new_failure_new(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The base is wrong on short rows only; the head is wrong on every row. Shrunk without the base,
+    the head's failure would end on a short row, where the base fails too, and read as debt: the
+    shrunk case must be one the base passes."""
+    import re
+
+    base = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype) + (1.0 if x.shape[-1] <= 16 else 0.0)\n"
+    head = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype) + 1.0\n"
+    r = _repo(make_repo, base, POLICY.replace("shrink: false", "shrink: true"))
+    _pr(r, head)
+    code, text, results = _check(r)
+    assert code == 1, text
+    (new,) = [f for f in _findings(results) if f["details"].get("change") == "new" and f["kind"] == "mismatch"]
+    n = int(re.search(r"\bn=(\d+)", new["details"]["case"]).group(1))  # type: ignore[union-attr]
+    assert n == 17, new["details"]["case"]  # the smallest row the base gets right
