@@ -18,7 +18,8 @@ goes nowhere. The base's tree is shown at the repository's own path in its sandb
 Triton's group files name their members by absolute path; a copy's are pointed at the copy.
 
 Layout: ``<store>/<shelf>/<triton key>/<files>``, one shelf per spec (a spec's kernels are what
-its jobs need), capped at MAX_SHELF_BYTES (every worker gets a copy of its shelf); the oldest entries go first.
+its jobs need), capped at MAX_SHELF_BYTES (every worker gets a copy of its shelf); the oldest
+entries go first.
 """
 from __future__ import annotations
 
