@@ -81,6 +81,7 @@ class CallReport:
     inputs_changed: dict[str, Any] = dataclasses.field(default_factory=dict)  # name -> uint8 buffer after the call
     watch: list[tuple[list[int], bytes, bytes]] = dataclasses.field(default_factory=list)
     side_streams: int = 0
+    held_sms: bool | str | None = None  # with hold_sms: True, or why the SMs could not be held
 
 
 def _check(reply: dict[str, Any], what: str) -> None:
@@ -139,12 +140,12 @@ class Candidate:
     def _send_call(self, case: Case, upstream: dict[str, Any] | None, *, inputs: Materialized | None = None,
                    refill: Materialized | None = None, relocate: bool = False, hold: bool = False,
                    early: bool = False, load: bool = False, compare_held: bool = False,
-                   plain: dict[str, str] | None = None) -> None:
+                   plain: dict[str, str] | None = None, hold_sms: bool = False) -> None:
         self.case = case.id
         blobs: wire.Blobs = []
         header: dict[str, Any] = {"op": "call", "dims": case.dims, "grad_layout": case.grad_layout, "hold": hold,
                                   "early": early, "load": load, "compare_held": compare_held, "relocate": relocate,
-                                  "plain": plain,
+                                  "plain": plain, "hold_sms": hold_sms,
                                   "upstream": wire.encode_dict(upstream, blobs) if upstream is not None else None}
         if inputs is not None:
             header["inputs"] = {k: {"buffer": wire.encode_tensor(g.buffer, blobs), "geometry": geometry(g)}
@@ -195,7 +196,8 @@ class Candidate:
                             for k, m in (reply.get("inputs_changed") or {}).items()},
             watch=[(list(w["shape"]), bytes(got[int(w["head"]["blob"])]), bytes(got[int(w["tail"]["blob"])]))
                    for w in reply.get("watch") or []],
-            side_streams=int(reply.get("side_streams") or 0))
+            side_streams=int(reply.get("side_streams") or 0),
+            held_sms=reply.get("held_sms") if isinstance(reply.get("held_sms"), (bool, str)) else None)
 
     def release(self) -> None:
         """Let the worker drop the outputs it holds. Cleanup: a worker already lost (the error

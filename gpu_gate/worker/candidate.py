@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import wire
 from ..equivalence.guard import GUARD_BYTES, Guarded, geometry, guarded_from
+from .hold_sms import SmHolder
 from .watch import OutputWatch, SideStreams
 from ..jobs import Job
 from ..launches import compile_seconds
@@ -38,6 +39,8 @@ class CandidateServer:
         self.held_copy: dict[str, Any] = {}  # and their values then (a static buffer changes under them)
         self._load: Any = None
         self.stale: list[Any] = []  # input buffers the case moved away from (kept alive, poisoned)
+        self._holder = SmHolder()
+        self._last_run_s = 0.0
 
     def handle(self, header: dict[str, Any], blobs: list[bytearray]) -> tuple[dict[str, Any], wire.Blobs]:
         op = header.get("op")
@@ -99,6 +102,9 @@ class CandidateServer:
             tensors = {k: _plain_copy(v, str(plain.get(k) or "same")) for k, v in tensors.items()}
         if header.get("load"):
             self._burst()
+        held = None
+        if header.get("hold_sms") and self.device == "cuda":
+            held = self._holder.hold(3 * self._last_run_s)
         start = time.monotonic()
         try:
             with OutputWatch() as watch, SideStreams(self.device) as streams:
@@ -111,8 +117,13 @@ class CandidateServer:
             return self._failed(exc), []
         out: wire.Blobs = []
         # timing, for the job's report only (the candidate's own process could say anything here)
+        run_s = time.monotonic() - start
         reply: dict[str, Any] = {"status": "ok", "side_streams": len(streams.used),
-                                 "run_s": time.monotonic() - start, "compile_s": compile_seconds()}
+                                 "run_s": run_s, "compile_s": compile_seconds()}
+        if held is None:
+            self._last_run_s = run_s  # how long the SMs are held next time (three times an unhindered run)
+        else:
+            reply["held_sms"] = held if held else str(self._holder.why_not)
         reply["early"] = {k: wire.encode_tensor(e, out) for k, e in early.items()
                           if not _same(e, outs.get(k))}
         same = [k for k in outs if self.held is not None and _same(outs[k], self.held_copy.get(k))]

@@ -1,0 +1,66 @@
+"""The determinism finding says how often: every repeat runs, even after one differed, and the
+finding gives how many of them differed and how far the worst landed from the reference. Real
+workers, on the CPU (the runs under load on other streams need a GPU)."""
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+from gpu_gate.findings import JobResult, Status
+from gpu_gate.harness import Context, run_job
+from gpu_gate.jobs import Job, SpecRef
+
+SPEC = """\
+import torch
+import gpu_gate as gg
+from lib.kern import double
+
+@gg.spec(dims={"rows": gg.Dim(1, 32), "n": gg.Dim(1, 64)},
+         inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float32"])},
+         reference=lambda x: x * 2)
+def double_gate(x):
+    return double(x)
+"""
+
+# Off by 0.5 on every other call (in float32: 0.5 and rounding): the first run is right, then half the
+# repeats are not.
+EVERY_OTHER = """\
+import torch
+
+_calls = [0]
+
+def double(x):
+    _calls[0] += 1
+    return x * 2 + (0.5 if _calls[0] % 2 == 0 else 0.0)
+"""
+
+HONEST = "def double(x):\n    return x * 2\n"
+
+
+def _run(root: Path, kern: str) -> JobResult:
+    (root / "lib").mkdir(parents=True)
+    (root / "lib" / "__init__.py").write_text("")
+    (root / "lib" / "kern.py").write_text(textwrap.dedent(kern))
+    (root / "gate").mkdir()
+    (root / "gate" / "double_gate.py").write_text(SPEC)
+    job = Job(id="determinism:gate/double_gate.py::double_gate", check="determinism", level="required",
+              kernels=(), spec=SpecRef("gate/double_gate.py", "double_gate"), seed=3,
+              options={"repeats": 8, "contention": False})
+    # The executor runs determinism on a GPU only; the check itself, called as a library's own test
+    # suite calls it, runs on the CPU too.
+    return run_job(job, Context(repo_root=root, device="cpu", workdir=root / "work"))
+
+
+def test_the_finding_counts_the_runs_that_differed(tmp_path: Path) -> None:
+    r = _run(tmp_path / "bug", EVERY_OTHER)
+    assert r.status is Status.FAILED, [f.message for f in r.findings]
+    (f,) = r.findings
+    assert f.kind == "nondeterministic"
+    assert f.details["runs_differed"] == {"alone": 4} and f.details["repeats"] == 8
+    assert "differed from the first run in 4 of 8 runs alone" in f.message
+    assert abs(f.details["worst_error"] - 0.5) < 1e-5 and "off the reference by up to 0.5" in f.message
+
+
+def test_a_deterministic_kernel_passes(tmp_path: Path) -> None:
+    r = _run(tmp_path / "ok", HONEST)
+    assert r.status is Status.PASSED, [f.message for f in r.findings]
