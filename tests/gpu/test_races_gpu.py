@@ -38,6 +38,11 @@ def test_contention_races_are_caught_and_twins_pass(bug: str, twin: str, seed: i
     if bug == "dw_lock_no_barrier" and not triton.__version__.startswith(("3.6", "3.5", "3.4")):
         pytest.skip(f"triton {triton.__version__} puts a barrier before the release itself")
     assert r.status is Status.FAILED and {f.kind for f in r.findings} == {"nondeterministic"}, r.findings
+    from gpu_gate.checks.determinism import FEWER_SMS
+
+    tally = r.findings[0].details["runs_differed"]
+    print(f"{bug} seed {seed}: runs that differed: {tally}")
+    assert FEWER_SMS in tally  # the repeats on fewer SMs ran
     t = time.monotonic()
     ok = determinism(twin, seed, tmp_path, monkeypatch)
     print(f"{twin} seed {seed}: {ok.status.value} in {time.monotonic() - t:.1f}s")
