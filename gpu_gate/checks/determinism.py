@@ -182,7 +182,7 @@ class Determinism:
         found: tuple[str, int, str] | None = None  # the first difference: why, which run, in which setting
         differed: dict[str, int] = {}
         worst = 0.0
-        settings = [("alone", {})]
+        settings: list[tuple[str, dict[str, bool]]] = [("alone", {})]
         if self.load and self.ctx.device == "cuda":
             settings.append(("under concurrent load on other streams", {"load": True}))
             settings.append((FEWER_SMS, {"hold_sms": True}))

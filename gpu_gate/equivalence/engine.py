@@ -374,7 +374,7 @@ class CaseRunner:
 
     def _replay_on(self, cand: Candidate, case: Case) -> list[Finding]:
         repro = self.repro_cmd.format(token=case.token())
-        layouts = {k: ("contiguous" if not getattr(inp, "layouts", None) or "contiguous" in inp.layouts else "same")
+        layouts = {k: ("contiguous" if "contiguous" in (getattr(inp, "layouts", None) or ("contiguous",)) else "same")
                    for k, inp in self.spec.inputs.items()}
         m = materialize(self.spec, case, self.device)
         upstream = self.ref.upstream(case)
