@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -138,6 +139,29 @@ def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | No
             "equivalence_cases_per_s": round(eq[2] / eq[0], 2) if eq and eq[0] else None}
 
 
+def time_gates(repo: Path, base: str, head: str, paths: list[Path], tmp: Path, repeats: int, cached_rerun: bool,
+               warm_head: Callable[[], str] | None = None) -> None:
+    """Time the gate of each source tree in ``paths`` on ``base..head``, ``repeats`` times, and print
+    one JSON line per tree. ``cached_rerun``: each timed gate writes a fresh result cache and runs
+    again on it (``cached_rerun_s``); ``warm_head``: then a new head from it is gated on the same
+    cache (``warm_rerun``), and the work tree goes back to ``head``."""
+    for k, path in enumerate(paths):
+        runs = []
+        for i in range(repeats):
+            cache = tmp / f"cache-{k}-{i}" if cached_rerun else None
+            run = one_gate(repo, base, head, path.resolve(), cache)
+            if cache is not None:
+                again = one_gate(repo, base, head, path.resolve(), cache)
+                run["cached_rerun_s"], run["cached_rerun_exit"] = again["wall_s"], again["exit"]
+                if warm_head is not None:
+                    warm = one_gate(repo, base, warm_head(), path.resolve(), cache)
+                    git(repo, "checkout", "-q", head)
+                    run["warm_rerun"] = {key: warm[key] for key in ("wall_s", "exit", "jobs", "equivalence_timing")}
+            runs.append(run)
+        walls = [float(r["wall_s"]) for r in runs]  # type: ignore[arg-type]
+        print(json.dumps({"gate": str(path), "median_wall_s": statistics.median(walls), "runs": runs}))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--liger", type=Path, required=True, help="a Liger-Kernel clone (work tree or bare)")
@@ -161,21 +185,8 @@ def main() -> int:
         spec = GEGLU.replace('grads=["a", "b"],', 'grads=["a", "b"],\n    mutates={"a": "grad:a", "b": "grad:b"},') \
             if args.declare_inplace else GEGLU
         repo, base, head = scratch(args.liger.resolve(), args.commit, Path(tmp), args.change, policy, spec)
-        for k, path in enumerate(paths):
-            runs = []
-            for i in range(args.repeats):
-                cache = Path(tmp) / f"cache-{k}-{i}" if args.cached_rerun else None
-                run = one_gate(repo, base, head, path.resolve(), cache)
-                if cache is not None:
-                    again = one_gate(repo, base, head, path.resolve(), cache)
-                    run["cached_rerun_s"], run["cached_rerun_exit"] = again["wall_s"], again["exit"]
-                    if args.warm_rerun:
-                        warm = one_gate(repo, base, another_change(repo, head), path.resolve(), cache)
-                        git(repo, "checkout", "-q", head)
-                        run["warm_rerun"] = {k: warm[k] for k in ("wall_s", "exit", "jobs", "equivalence_timing")}
-                runs.append(run)
-            walls = [float(r["wall_s"]) for r in runs]  # type: ignore[arg-type]
-            print(json.dumps({"gate": str(path), "median_wall_s": statistics.median(walls), "runs": runs}))
+        warm = (lambda: another_change(repo, head)) if args.warm_rerun else None
+        time_gates(repo, base, head, paths, Path(tmp), args.repeats, args.cached_rerun, warm)
     return 0
 
 

@@ -12,14 +12,12 @@ same JSON as ``bench_gate.py``: wall time, per-job durations and the equivalence
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import sys
 import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gate import one_gate  # noqa: E402
+from bench_gate import time_gates  # noqa: E402
 from bench_selection import git  # noqa: E402
 
 POLICY = """\
@@ -120,17 +118,7 @@ def main() -> int:
     paths = args.gate_path or [Path(__file__).resolve().parents[1]]
     with tempfile.TemporaryDirectory() as tmp:
         repo, base, head = scratch(Path(tmp))
-        for k, path in enumerate(paths):
-            runs = []
-            for i in range(args.repeats):
-                cache = Path(tmp) / f"cache-{k}-{i}" if args.cached_rerun else None
-                run = one_gate(repo, base, head, path.resolve(), cache)
-                if cache is not None:
-                    again = one_gate(repo, base, head, path.resolve(), cache)
-                    run["cached_rerun_s"], run["cached_rerun_exit"] = again["wall_s"], again["exit"]
-                runs.append(run)
-            walls = [float(r["wall_s"]) for r in runs]  # type: ignore[arg-type]
-            print(json.dumps({"gate": str(path), "median_wall_s": statistics.median(walls), "runs": runs}))
+        time_gates(repo, base, head, paths, Path(tmp), args.repeats, args.cached_rerun)
     return 0
 
 

@@ -226,12 +226,14 @@ class CaseRunner:
         if rep1 is None:
             return
         try:
-            try:
-                # where the head failed, the base runs the same probes: the first call again, with them
-                bres, _ = self._run(base, case, m, upstream, repro, sensitivity and not light, truth, light=light,
-                                    first=rep1 if light else None)
-            finally:
-                base.release()
+            if light:  # the comparisons only: no more calls (the first one's outputs are released already)
+                bres, _ = self._run(base, case, m, upstream, repro, False, truth, light=True, first=rep1)
+            else:
+                try:
+                    # where the head failed, the base runs the same probes: the first call again, with them
+                    bres, _ = self._run(base, case, m, upstream, repro, sensitivity, truth)
+                finally:
+                    base.release()
         except (BaseLost, ContextLost) as exc:
             self.base, self.base_lost = None, f"{exc} (case {case.id})"
             return
