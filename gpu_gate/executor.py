@@ -439,14 +439,22 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     argvs = {role: worker_argv(opts, dirs[role] / "context.json", None, role=role, fd=b.fileno())
              for role, (_, b) in pairs.items()}
     wrap = getattr(module, "wrap", None)
-    if wrap is not None:  # compute-sanitizer wraps the candidate's worker, inside its sandbox
-        wctx = WrapContext(opts.repo_root, gpu is not None, opts.sanitizer_path, opts.timeout_s, env)
-        wrapped = wrap(job, argvs["candidate"], workdir, wctx)
-        if not isinstance(wrapped, list):  # an Outcome: the tool cannot run (fail closed)
+    # compute-sanitizer wraps the candidate's worker, inside its sandbox; in a differential run the
+    # base's worker too, so that each report can be told new from pre-existing.
+    wrapped_roles: list[str] = []
+    for role in ("candidate", "base"):
+        if wrap is None or role not in dirs:
+            continue
+        wctx = WrapContext(opts.repo_root if remap else roots[role], gpu is not None, opts.sanitizer_path,
+                           opts.timeout_s, env)
+        wrapped = wrap(job, argvs[role], dirs[role], wctx)
+        if not isinstance(wrapped, list):  # an Outcome: the tool cannot run
+            if role != "candidate":
+                continue  # the base's reports cannot be compared: the head's are judged as they are
             _close_pairs(pairs)
-            return _outcome_to_result(job, wrapped, 0.0, None)
-        argvs["candidate"] = wrapped
-        env = wctx.env
+            return _outcome_to_result(job, wrapped, 0.0, None)  # fail closed
+        argvs[role] = wrapped
+        wrapped_roles.append(role)
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
     done: dict[str, tuple[proc.ProcResult, int]] = {}
     pids: dict[str, int] = {}
@@ -498,7 +506,12 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     cand_pr, _ = done.get("candidate", (jpr, 0))
     escaped = sum(n for _, n in done.values())
     inner = _read_result(result_file)
-    result = _judge_result(job, opts, workdir, jpr, cand_pr, inner, timeout, module)
+    base_run = None
+    if "base" in wrapped_roles and "base" in done:
+        from .checks.sanitizer import BaseRun
+
+        base_run = BaseRun(dirs["base"], done["base"][0], roots["base"])
+    result = _judge_result(job, opts, workdir, jpr, cand_pr, inner, timeout, module, base_run)
     return _with_escapes(result, escaped, avail) if escaped else result
 
 
@@ -522,9 +535,10 @@ def _worker_context(opts: ExecOptions, gpu: str | None, root: Path | None = None
 
 
 def _judge_result(job: Job, opts: ExecOptions, workdir: Path, jpr: proc.ProcResult, cand: proc.ProcResult,
-                  inner: JobResult | None, timeout: float, module: Any) -> JobResult:
+                  inner: JobResult | None, timeout: float, module: Any, base: Any = None) -> JobResult:
     """The judge's result; a sanitizer check adds what compute-sanitizer saw in the candidate's
-    worker. The candidate's own output (its prints, its traceback) is the log shown."""
+    worker (and, in a differential run, in the base's). The candidate's own output (its prints, its
+    traceback) is the log shown."""
     collect = getattr(module, "collect", None)
     if collect is not None:
         from .harness import Outcome
@@ -532,7 +546,8 @@ def _judge_result(job: Job, opts: ExecOptions, workdir: Path, jpr: proc.ProcResu
         inner_outcome = None
         if inner is not None:
             inner_outcome = Outcome(inner.status, inner.findings, inner.cases, inner.reason, inner.extra)
-        outcome = collect(job, workdir, cand, inner_outcome)
+        outcome = collect(job, workdir, cand, inner_outcome, base) if base is not None else \
+            collect(job, workdir, cand, inner_outcome)
         return _outcome_to_result(job, outcome, jpr.duration_s, cand.tail(40) or jpr.tail(40) or None)
     if inner is None:
         kind, message = _classify_failure(job, jpr, timeout)

@@ -284,3 +284,16 @@ def test_shrinking_keeps_a_new_failure_new(make_repo) -> None:  # type: ignore[n
     (new,) = [f for f in _findings(results) if f["details"].get("change") == "new" and f["kind"] == "mismatch"]
     n = int(re.search(r"\bn=(\d+)", new["details"]["case"]).group(1))  # type: ignore[union-attr]
     assert n == 17, new["details"]["case"]  # the smallest row the base gets right
+
+
+def test_the_sanitizer_jobs_run_the_bases_code_too(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """memcheck, racecheck, synccheck and initcheck of a spec the base has are differential (on a
+    GPU the base's worker runs under the same tool: `tests/gpu/test_differential_gpu.py`); the
+    compile check of a kernel file is not (it judges the head's file alone)."""
+    r = _repo(make_repo, EXACT, POLICY.replace("  memcheck: off\n", "  memcheck: required\n")
+              .replace("  racecheck: off\n", "").replace("  compile: off\n", ""))
+    _pr(r, None)
+    plan = json.loads(gate("plan", "--base", "main", cwd=r.path).stdout)
+    differential = {j["check"]: "base_commit" in j["options"] for j in plan["jobs"]}
+    assert differential == {"equivalence": True, "memcheck": True, "racecheck": True, "compile": False}, differential
+    assert len({j["options"].get("base_commit") for j in plan["jobs"] if j["check"] != "compile"}) == 1

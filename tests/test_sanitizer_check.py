@@ -287,3 +287,98 @@ def test_failed_inner_outcome_is_kept(repo: Path, tmp_path: Path, fake_on_path: 
     boom = Finding("memcheck", "exception", "RuntimeError: CUDA error: an illegal memory access was encountered")
     out = check.collect(_job(), tmp_path, res, Inner(Status.ERROR, [boom], reason="exception in case c0001"))
     assert out.status is Status.ERROR and out.findings == [boom]
+
+
+# --- differential: the base's code under the same tool -------------------------------------------
+
+
+def _tree(root: Path, kernel_source: str) -> Path:
+    (root / "csrc").mkdir(parents=True)
+    (root / "csrc" / "k.cu").write_text(kernel_source)
+    (root / "kern.py").write_text("import triton\n")
+    return root
+
+
+TAIL = ('extern "C" __global__ void tail_oob(const float* x, float* y, int n) {\n'
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+        "    float v = x[i];\n"
+        "    if (i < n) y[i] = 2.0f * v;\n"
+        "}\n")
+
+
+def _xml_at(tmp_path: Path, root: Path, line: int, name: str) -> str:
+    """The real memcheck sample, pointing at ``csrc/k.cu:line`` under ``root`` (as the tool prints it)."""
+    text = (DATA / "memcheck_cuda_tail_bug_real.xml").read_text()
+    text = text.replace("/home/ci/project/tests/gpu/kernels/tail.cu", str(root / "csrc" / "k.cu"))
+    text = text.replace("<line>4</line>", f"<line>{line}</line>")
+    path = tmp_path / name
+    path.write_text(text)
+    return path.name
+
+
+def _side(root: Path, workdir: Path, mode: str, xml: str, monkeypatch: pytest.MonkeyPatch) -> proc.ProcResult:
+    workdir.mkdir(parents=True, exist_ok=True)
+    monkeypatch.setenv("FAKE_MODE", mode)
+    monkeypatch.setenv("FAKE_XML", str(xml))
+    argv = check.wrap(_job(), [sys.executable, "-c", "pass"], workdir, Ctx(root))
+    return proc.run(argv, timeout=30)
+
+
+def _differential(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, head: tuple[str, str, int],
+                  base: tuple[str, str, int]) -> tuple[object, list[Finding]]:
+    """``head`` and ``base``: (kernel source, fake mode, line the reports point at)."""
+    roots = {"head": _tree(tmp_path / "head", head[0]), "base": _tree(tmp_path / "base", base[0])}
+    job = _job(base_commit="b" * 40)
+    runs = {}
+    for side, (_, mode, line) in (("head", head), ("base", base)):
+        xml = tmp_path / _xml_at(tmp_path, roots[side], line, f"{side}.xml")
+        runs[side] = _side(roots[side], tmp_path / "job" / side, mode, str(xml), monkeypatch)
+    out = check.collect(job, tmp_path / "job" / "head", runs["head"], Inner(Status.PASSED),
+                        check.BaseRun(tmp_path / "job" / "base", runs["base"], roots["base"]))
+    return out, [f for f in out.findings if f.kind != "differential"]
+
+
+def test_a_report_the_base_has_too_is_pre_existing_even_where_the_change_moved_its_line(
+        tmp_path: Path, fake_on_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    moved = "// a comment the change added\n" + TAIL
+    out, findings = _differential(tmp_path, monkeypatch, (moved, "errors", 4), (TAIL, "errors", 3))
+    assert [(f.kind, f.details["change"]) for f in findings] == [("invalid-global-read", "pre-existing")]
+    assert findings[0].message.startswith("pre-existing")
+    note = next(f for f in out.findings if f.kind == "differential")
+    assert "0 new, 1 pre-existing and 0 fixed" in note.message and note.severity is Severity.NOTE
+
+
+def test_a_report_the_base_lacks_is_new(tmp_path: Path, fake_on_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clean = TAIL.replace("    float v = x[i];\n    if (i < n) y[i] = 2.0f * v;\n", "    if (i < n) y[i] = 2.0f * x[i];\n")
+    out, findings = _differential(tmp_path, monkeypatch, (TAIL, "errors", 3), (clean, "clean", 3))
+    assert [(f.kind, f.details["change"], f.severity) for f in findings] == [
+        ("invalid-global-read", "new", Severity.ERROR)]
+    assert out.status is Status.FAILED
+
+
+def test_the_same_kind_in_the_same_kernel_on_an_edited_line_is_new(tmp_path: Path, fake_on_path: Path,
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    # The base overruns x; the change makes the kernel overrun through another pointer as well,
+    # on the line the report now points at: not the base's report.
+    worse = TAIL.replace("    float v = x[i];\n", "    float v = x[i + n];\n")
+    _, findings = _differential(tmp_path, monkeypatch, (worse, "errors", 3), (TAIL, "errors", 3))
+    assert [f.details["change"] for f in findings if f.severity is Severity.ERROR] == ["new"]
+    assert [f.details["change"] for f in findings if f.severity is Severity.NOTE] == ["fixed"]
+
+
+def test_a_report_the_change_removed_is_fixed(tmp_path: Path, fake_on_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    clean = TAIL.replace("    float v = x[i];\n    if (i < n) y[i] = 2.0f * v;\n", "    if (i < n) y[i] = 2.0f * x[i];\n")
+    out, findings = _differential(tmp_path, monkeypatch, (clean, "clean", 3), (TAIL, "errors", 3))
+    assert [(f.kind, f.details["change"], f.severity) for f in findings] == [
+        ("invalid-global-read", "fixed", Severity.NOTE)]
+    assert findings[0].message.startswith("fixed by this change")
+    assert out.status is Status.PASSED
+
+
+def test_a_base_the_tool_could_not_check_leaves_every_report_new(tmp_path: Path, fake_on_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    out, findings = _differential(tmp_path, monkeypatch, (TAIL, "errors", 3), (TAIL, "crash", 3))
+    assert [(f.details["change"], f.severity) for f in findings] == [("new", Severity.ERROR)]
+    note = next(f for f in out.findings if f.kind == "differential")
+    assert "not compared with the base's code" in note.message and "sanitizer" in note.message

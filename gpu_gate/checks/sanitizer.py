@@ -124,8 +124,32 @@ def wrap(job: Job, argv: list[str], workdir: Path, ctx: WrapContext) -> list[str
     return [*env_prefix, *cs.argv(found.path, opts, argv)]
 
 
-def collect(job: Job, workdir: Path, proc: ProcResult, inner: Any | None) -> Any:
-    """Findings from the tool's XML and exit status, merged with the harness's own outcome."""
+@dataclasses.dataclass(frozen=True)
+class BaseRun:
+    """The base's worker under the same tool, in a differential run: its directory, how the tool
+    ended, and where the base's tree lies on disk (to read the lines its reports point at)."""
+
+    workdir: Path
+    proc: ProcResult
+    root: Path
+
+
+def collect(job: Job, workdir: Path, proc: ProcResult, inner: Any | None, base: BaseRun | None = None) -> Any:
+    """Findings from the tool's XML and exit status, merged with the harness's own outcome.
+
+    ``base``: the base's code ran the same cases under the same tool. Each report is then new (the
+    base's code has no such report), pre-existing (it has: the repository's debt, which blocks only
+    where the policy says ``preexisting: fail``) or fixed (the base has it, the head does not)."""
+    tool = job.check
+    findings, failures, targets = _read_run(job, workdir, proc)
+    if base is not None and not failures:
+        findings = _against_base(job, findings, Path(str(targets.get("repo_root") or ".")), base)
+    return _merge(tool, findings, failures, inner)
+
+
+def _read_run(job: Job, workdir: Path, proc: ProcResult) -> tuple[list[Finding], list[Finding], dict[str, Any]]:
+    """The tool's reports in kernels under test (and a note on the others), the failures that mean
+    nothing was checked, and what ``wrap`` recorded."""
     tool = job.check
     failures = tool_failures(tool, proc)
     xml_path = Path(workdir) / f"{tool}.xml"
@@ -145,13 +169,74 @@ def collect(job: Job, workdir: Path, proc: ProcResult, inner: Any | None) -> Any
     if proc.returncode == cs.ERROR_EXITCODE and not records and not others and not failures:
         failures.append(Finding(tool, "unreported-error", "compute-sanitizer exited with its error code but "
                                 "reported no error record we could read; output:\n" + _tail(proc)))
-    return _merge(tool, findings, failures, inner)
+    return findings, failures, targets
+
+
+PRE_EXISTING = "pre-existing (the base's code has the same report on the same cases): "
+
+
+def _against_base(job: Job, findings: list[Finding], head_root: Path, base: BaseRun) -> list[Finding]:
+    """The head's reports marked new or pre-existing, the base's that the head no longer has as
+    fixed, and a note on the comparison. A base that could not be checked leaves every report new."""
+    from ..equivalence.engine import marked
+    from ..rules.judging import base_commit
+
+    tool = job.check
+    commit = str(base_commit(job) or "the base")[:12]
+    at_base, failures, _ = _read_run(job, base.workdir, base.proc)
+    errors = [f for f in findings if f.severity is not Severity.NOTE]
+    if failures:
+        why = failures[0].message.splitlines()[0]
+        note = (f"not compared with the base's code ({commit}) under {tool}: {why}; "
+                f"every report counts as this change's")
+        return [marked(f, "new") if f in errors else f for f in findings] + [_note(tool, job, note)]
+    base_errors = [f for f in at_base if f.severity is not Severity.NOTE]
+    base_sites = {_site(f, base.root) for f in base_errors}
+    head_sites = {_site(f, head_root) for f in errors}
+    out: list[Finding] = []
+    for f in findings:
+        if f not in errors:
+            out.append(f)
+        elif _site(f, head_root) in base_sites:
+            out.append(marked(dataclasses.replace(f, message=PRE_EXISTING + f.message), "pre-existing"))
+        else:
+            out.append(marked(f, "new"))
+    fixed = [f for f in base_errors if _site(f, base.root) not in head_sites]
+    for f in fixed:
+        out.append(marked(dataclasses.replace(f, severity=Severity.NOTE, message=f"fixed by this change: the base's "
+                                              f"code has this report, the head's does not: {f.message}"), "fixed"))
+    new = sum(1 for f in out if f.details.get("change") == "new")
+    old = sum(1 for f in out if f.details.get("change") == "pre-existing")
+    note = (f"compared with the base's code ({commit}) under {tool} on the same cases: {new} new, {old} "
+            f"pre-existing and {len(fixed)} fixed report(s)")
+    return out + [_note(tool, job, note)]
+
+
+def _note(tool: str, job: Job, message: str) -> Finding:
+    return Finding(tool, "differential", message, Severity.NOTE, spec=job.spec.id if job.spec else None)
+
+
+def _site(f: Finding, root: Path) -> tuple[Any, ...]:
+    """What a report is about, across the base's tree and the head's: its kind, its kernel, and the
+    source line it points at, by the line's text, so that lines moved by the change still match (a
+    report with no line: its message, addresses aside)."""
+    text: str | None = None
+    if f.file and f.line:
+        try:
+            path = Path(f.file) if Path(f.file).is_absolute() else root / f.file
+            lines = path.read_text(errors="replace").splitlines()
+            text = lines[f.line - 1].strip() if 0 < f.line <= len(lines) else None
+        except OSError:
+            text = None
+    bare = re.sub(r" at \S+:\d+| \[\d+ times\]$", "", f.message)
+    where = ("line", text) if text is not None else ("message", _ADDRESS.sub("0x…", bare))
+    return f.kind, f.details.get("kernel"), f.file, where
 
 
 def _targets_file(workdir: Path, tool: str) -> Path:
-    # Beside the job's directory, not in it: the executor gives each job a parent directory of
-    # its own that the sandbox hides, so the worker cannot rewrite which kernels are under test.
-    return Path(workdir).parent / f"{tool}.targets.json"
+    # Beside the worker's directory, not in it: the executor gives each job a parent directory of
+    # its own that the sandbox hides, so no worker can rewrite which kernels are under test.
+    return Path(workdir).parent / f"{tool}.{Path(workdir).name}.targets.json"
 
 
 def _read_targets(workdir: Path, tool: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import cudascan, git, pyscan
 from ..changes import match
+from ..checks import SANITIZER_TOOLS
 from ..findings import Finding
 from ..jobs import Job
 from . import policydiff, specdiff
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from ..policy.base import PolicyInForce
 
 from .judging import BASE_SPEC, DIFFERENTIAL  # the job options: the base's spec source; the base commit to run
+
+DIFFERENTIAL_CHECKS = frozenset({"equivalence", "determinism", *SANITIZER_TOOLS})
 
 
 def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool = True) -> None:
@@ -152,10 +155,10 @@ def _judged_by_base(job: Job, head: dict[str, SpecRules], pairs: dict[str, SpecR
 
 
 def _differential(job: Job, pairs: dict[str, SpecRules], base: str) -> Job:
-    """An equivalence or determinism job whose spec exists at the base runs the base's code on the
-    same cases too (see ``checks/equivalence.py``, ``checks/determinism.py``): its failures are then
-    new, pre-existing or fixed."""
-    if job.check not in ("equivalence", "determinism") or job.spec is None or job.spec.id not in pairs or job.case:
+    """An equivalence, determinism or compute-sanitizer job whose spec exists at the base runs the
+    base's code on the same cases too (see ``checks/equivalence.py``, ``checks/determinism.py``,
+    ``checks/sanitizer.py``): its failures are then new, pre-existing or fixed."""
+    if job.check not in DIFFERENTIAL_CHECKS or job.spec is None or job.spec.id not in pairs or job.case:
         return job
     return dataclasses.replace(job, options={**job.options, DIFFERENTIAL: base})
 

@@ -186,3 +186,81 @@ def test_atomics_the_change_brings_block(tmp_path: Path) -> None:
     assert code == 1, text
     new = _changes(findings).get("new", set())
     assert "nondeterministic" in new or "unstable" in new, text
+
+
+# --- memcheck: the base's worker runs under the tool too ------------------------------------
+
+READ_PAST = """\
+extern "C" __global__ void scale_past(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float v = x[i];  // read before the bounds check: the last block reads past n
+    if (i < n) y[i] = 3.0f * v;
+}
+"""
+READ_IN = READ_PAST.replace("    float v = x[i];  // read before the bounds check: the last block reads past n\n"
+                            "    if (i < n) y[i] = 3.0f * v;\n", "    if (i < n) y[i] = 3.0f * x[i];\n")
+
+CU_SPEC = """\
+import gpu_gate as gg
+
+
+@gg.spec(dims={"n": gg.Dim(1, 5000)}, inputs={"x": gg.Tensor(("n",), dtypes=["float32"])},
+         reference=lambda x: 3 * x, covers=["mylib/past.cu"], devices=("cuda",))
+def scale_rows_gate(x):
+    k = gg.cuda.load("mylib/past.cu", "scale_past")
+    x = x.contiguous()
+    y = gg.empty_like(x)
+    n = x.numel()
+    k(((n + 255) // 256,), (256,), x, y, gg.cuda.int32(n))
+    return y
+"""
+
+MEMCHECK_POLICY = POLICY.replace('kernels: {include: ["mylib/**/*.py"]}', 'kernels: {include: ["mylib/**/*.cu"]}') \
+    .replace("  memcheck: off\n", "  memcheck: {level: required, cases: 3}\n") \
+    .replace("equivalence: {cases: 12, growth: false, shrink: false}", "equivalence: {cases: 6, growth: false, shrink: false}")
+
+
+def _memcheck_gate(tmp_path: Path, base: str, head: str) -> tuple[int, str, list[dict]]:  # type: ignore[type-arg]
+    repo = tmp_path / "repo"
+    (repo / "mylib").mkdir(parents=True)
+    (repo / "mylib" / "past.cu").write_text(base)
+    (repo / "gate").mkdir()
+    (repo / ".gpu-gate.yml").write_text(MEMCHECK_POLICY)
+    (repo / "gate" / "scale_gate.py").write_text(CU_SPEC)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "base")
+    _git(repo, "checkout", "-q", "-b", "feature")
+    (repo / "mylib" / "past.cu").write_text("// reviewed\n" + head)
+    _git(repo, "commit", "-qam", "head")
+    p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", "main"], cwd=repo,
+                       capture_output=True, text=True, timeout=600)
+    out = repo / ".gpu-gate" / "out"
+    assert (out / "results.json").is_file(), f"the gate wrote no results (exit {p.returncode}):\n{p.stdout}\n{p.stderr}"
+    results = json.loads((out / "results.json").read_text())["results"]
+    findings = [f for r in results if r["check"] == "memcheck" for f in r["findings"]]
+    return p.returncode, p.stdout + p.stderr + (out / "report.md").read_text(), findings
+
+
+def _memcheck_changes(findings: list[dict]) -> list[tuple[str, str]]:  # type: ignore[type-arg]
+    return sorted((f["kind"], f["details"]["change"]) for f in findings if f["details"].get("change"))
+
+
+def test_memcheck_an_overrun_the_change_brings_is_new(tmp_path: Path) -> None:
+    code, text, findings = _memcheck_gate(tmp_path, READ_IN, READ_PAST)
+    assert code == 1, text
+    assert _memcheck_changes(findings) == [("invalid-global-read", "new")], text
+
+
+def test_memcheck_the_bases_overrun_is_debt(tmp_path: Path) -> None:
+    code, text, findings = _memcheck_gate(tmp_path, READ_PAST, READ_PAST)
+    assert code == 0, text
+    assert _memcheck_changes(findings) == [("invalid-global-read", "pre-existing")], text
+    assert any(f["kind"] == "differential" and "0 new, 1 pre-existing" in f["message"] for f in findings), text
+    assert "### Pre-existing failures" in text
+
+
+def test_memcheck_a_fixed_overrun_is_reported(tmp_path: Path) -> None:
+    code, text, findings = _memcheck_gate(tmp_path, READ_PAST, READ_IN)
+    assert code == 0, text
+    assert _memcheck_changes(findings) == [("invalid-global-read", "fixed")], text
