@@ -92,6 +92,9 @@ class Equivalence:
         self.sanitized = bool(ctx.sanitizer or o.get("sanitizer"))
         if self.sanitized:
             self.budget = min(self.budget, SANITIZER_BUDGET_BYTES)
+            for worker in (workers.candidate, workers.base):
+                if worker is not None:
+                    worker.exact = True  # no guard band for the tool to miss an overrun in
         self.seed = int(o["seed"]) if o.get("seed") is not None else int(job.seed)
         self.deadline = min(ctx.deadline, time.monotonic() + float(o.get("time_budget_s") or 300))
         self.phases: dict[str, float] = {}

@@ -103,6 +103,9 @@ class Candidate:
         # themselves (compiles included), and in compiling Triton kernels
         self.run_s = 0.0
         self.compile_s = 0.0
+        # under compute-sanitizer: the worker hands the candidate tensors with no guard band, so
+        # that the tool sees every access past a tensor's end (the guard band would absorb it)
+        self.exact = False
 
     def call(self, *args: Any, **kwargs: Any) -> CallReport:
         import time
@@ -145,7 +148,7 @@ class Candidate:
         blobs: wire.Blobs = []
         header: dict[str, Any] = {"op": "call", "dims": case.dims, "grad_layout": case.grad_layout, "hold": hold,
                                   "early": early, "load": load, "compare_held": compare_held, "relocate": relocate,
-                                  "plain": plain, "hold_sms": hold_sms,
+                                  "plain": plain, "hold_sms": hold_sms, "exact": self.exact,
                                   "upstream": wire.encode_dict(upstream, blobs) if upstream is not None else None}
         if inputs is not None:
             header["inputs"] = {k: {"buffer": wire.encode_tensor(g.buffer, blobs), "geometry": geometry(g)}

@@ -14,10 +14,14 @@ _active = threading.local()
 
 
 class OutputWatch:
-    """Collects the guarded outputs a candidate allocates with ``gg.empty`` during one call."""
+    """Collects the guarded outputs a candidate allocates with ``gg.empty`` during one call.
 
-    def __init__(self) -> None:
+    ``exact``: under compute-sanitizer, ``gg.empty`` allocates exactly the tensor's bytes, with no
+    guard band, so that the tool sees a write past its end (a guard band would hide it)."""
+
+    def __init__(self, exact: bool = False) -> None:
         self.outputs: list[Guarded] = []
+        self.exact = exact
 
     def __enter__(self) -> OutputWatch:
         _active.watch = self
@@ -37,6 +41,8 @@ def guarded_empty(shape: tuple[Any, ...], *, dtype: Any = None, device: Any = No
     watch: OutputWatch | None = getattr(_active, "watch", None)
     if watch is None:
         return torch.empty(shape, dtype=dtype, device=device)
+    if watch.exact:
+        return torch.empty(shape, dtype=dtype, device=device).fill_(poison_value(dtype))
     g = guarded_strided(f"output{len(watch.outputs)}", shape, contiguous_stride(shape), 0, dtype, device)
     g.view.fill_(poison_value(dtype))
     watch.outputs.append(g)

@@ -140,7 +140,9 @@ def test_clean_kernel_passes_every_check(gate_run: dict[str, dict]) -> None:
 def test_tail_overrun_is_caught_by_memcheck(gate_run: dict[str, dict]) -> None:
     r = gate_run["memcheck:gate/scale_tail_gate.py::scale_tail_gate"]
     assert r["status"] == "failed", r
-    assert any("invalid" in k or "out-of-bounds" in k for k in _kinds(r)), r["findings"]
+    # The tool's own report (invalid-global-write), not only the guard band's out-of-bounds-write:
+    # under the tool the candidate's tensors have no guard band to absorb the overrun.
+    assert any(k.startswith("invalid-") for k in _kinds(r)), r["findings"]
 
 
 def test_tail_overrun_is_caught_by_the_guard_bands_too(gate_run: dict[str, dict]) -> None:
