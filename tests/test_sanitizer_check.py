@@ -382,3 +382,19 @@ def test_a_base_the_tool_could_not_check_leaves_every_report_new(tmp_path: Path,
     assert [(f.details["change"], f.severity) for f in findings] == [("new", Severity.ERROR)]
     note = next(f for f in out.findings if f.kind == "differential")
     assert "not compared with the base's code" in note.message and "sanitizer" in note.message
+
+
+def test_the_cases_under_the_tool_keep_the_bases_spec_and_the_bases_code(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The equivalence engine drives the cases under the tool: it must still be told which base's
+    code runs them beside the head's, and which spec (the base's) judges them."""
+    from gpu_gate.checks import equivalence
+
+    seen: list[Job] = []
+    monkeypatch.setattr(equivalence, "run", lambda job, ctx: seen.append(job))
+    carried = {"file": "gate/k_gate.py", "name": "k_gate", "source": "# the base's spec\n"}
+    job = _job(base_commit="b" * 40, base_spec=carried, equivalence={"cases": 64, "growth": False}, cases=3)
+    check.run(job, Ctx(Path(".")))
+    (driven,) = seen
+    assert driven.options["base_commit"] == "b" * 40 and driven.options["base_spec"] == carried
+    assert driven.options["cases"] == 3 and driven.options["sanitizer"] == "memcheck"
+    assert driven.options["growth"] is False

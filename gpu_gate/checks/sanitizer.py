@@ -51,7 +51,12 @@ def run(job: Job, ctx: Context) -> Any:
         from . import equivalence
     except ImportError:
         return make_outcome(Status.ERROR, reason="the equivalence engine is not available to drive the cases")
-    options = {**job.options.get("equivalence", {}), "cases": int(job.options.get("cases", 3)),
+    from ..rules.judging import BASE_SPEC, DIFFERENTIAL
+
+    # The equivalence settings drive the cases; the spec the base's policy judges by, and the base
+    # whose code runs the same cases under the same tool, stay the job's.
+    carried = {k: job.options[k] for k in (BASE_SPEC, DIFFERENTIAL) if k in job.options}
+    options = {**job.options.get("equivalence", {}), **carried, "cases": int(job.options.get("cases", 3)),
                "sanitizer": job.check}
     return equivalence.run(dataclasses.replace(job, options=options), ctx)
 
@@ -228,7 +233,10 @@ def _site(f: Finding, root: Path) -> tuple[Any, ...]:
             text = lines[f.line - 1].strip() if 0 < f.line <= len(lines) else None
         except OSError:
             text = None
-    bare = re.sub(r" at \S+:\d+| \[\d+ times\]$", "", f.message)
+    bare = f.message
+    if f.details.get("allocation"):  # which allocation, and its size, depend on the case
+        bare = bare.replace(f": {f.details['allocation']}", "")
+    bare = re.sub(r" at \S+:\d+| \[\d+ times\]$", "", bare)
     where = ("line", text) if text is not None else ("message", _ADDRESS.sub("0x…", bare))
     return f.kind, f.details.get("kernel"), f.file, where
 

@@ -190,15 +190,16 @@ def test_atomics_the_change_brings_block(tmp_path: Path) -> None:
 
 # --- memcheck: the base's worker runs under the tool too ------------------------------------
 
+# A stencil's off-by-one: the last thread reads one element past the end of x. The product with
+# 0 keeps the load (0 * NaN is NaN, so no compiler may drop it); a load used only under the bounds
+# check would be sunk into it, and there would be no overrun to find.
 READ_PAST = """\
 extern "C" __global__ void scale_past(const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    float v = x[i];  // read before the bounds check: the last block reads past n
-    if (i < n) y[i] = 3.0f * v;
+    if (i < n) y[i] = 3.0f * x[i] + 0.0f * x[i + 1];
 }
 """
-READ_IN = READ_PAST.replace("    float v = x[i];  // read before the bounds check: the last block reads past n\n"
-                            "    if (i < n) y[i] = 3.0f * v;\n", "    if (i < n) y[i] = 3.0f * x[i];\n")
+READ_IN = READ_PAST.replace(" + 0.0f * x[i + 1];", ";")
 
 CU_SPEC = """\
 import gpu_gate as gg
