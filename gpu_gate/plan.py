@@ -80,11 +80,17 @@ def _cost(check: str, options: dict[str, Any]) -> float:
 
 
 def _spec_jobs(policy: Policy, specs: list[discovery.SpecInfo], cov: dict[str, list[str]],
-               why: dict[str, list[str]], seed: int, python_path: tuple[str, ...]) -> list[Job]:
+               why: dict[str, list[str]], seed: int, python_path: tuple[str, ...],
+               unchanged: dict[str, set[str]] | None = None) -> list[Job]:
+    """``unchanged``: for a spec that no changed kernel selects (``--all``), the kernel files it
+    covers, which the compute-sanitizer checks filter on."""
     covering: dict[str, set[str]] = {}
     for kernel, ids in cov.items():
         for sid in ids:
             covering.setdefault(sid, set()).add(kernel)
+    for sid, files in (unchanged or {}).items():
+        if not covering.get(sid):
+            covering[sid] = set(files)
     jobs = []
     by_id = {s.id: s for s in specs}
     for name, chk in policy.enabled_checks():
@@ -179,7 +185,9 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
         findings += _empty_spec_globs(policy, list(cs.import_graph.snap.files), loaded.source)
     seed = job_seed(cs.head or git.resolve(repo, "HEAD"), policy)
     path = pythonpath.python_path(cs.import_graph.snap.read("pyproject.toml"), policy.python_path)
-    jobs = _kernel_jobs(policy, cs.kernels, seed, path) + _spec_jobs(policy, disc.specs, cov, why, seed, path)
+    unchanged = _covered_files(policy, disc.specs, why, cov, list(cs.import_graph.snap.files)) if every_spec else None
+    jobs = _kernel_jobs(policy, cs.kernels, seed, path) + _spec_jobs(policy, disc.specs, cov, why, seed, path,
+                                                                     unchanged)
     if only:
         jobs = spec_filter.kernel_jobs_for(jobs, set(why))
     if cs.no_kernel_changes and not why and not findings:
@@ -188,6 +196,16 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     return Plan(base=cs.base, head=cs.head, policy_source=loaded.source, kernels=cs.kernels,
                 findings=_unique(findings), jobs=sorted(jobs, key=lambda j: j.id), notes=notes, selected=why,
                 launch_keys=keys)
+
+
+def _covered_files(policy: Policy, specs: list[discovery.SpecInfo], why: dict[str, list[str]],
+                   cov: dict[str, list[str]], files: list[str]) -> dict[str, set[str]]:
+    """``--all``: the kernel files of the repository that each selected spec covers, for the specs
+    that no changed kernel selects (their jobs would otherwise know no kernel to check)."""
+    selected = {sid for ids in cov.values() for sid in ids}
+    is_kernel = changes.matcher(policy.kernels.include, policy.kernels.exclude)
+    kernels = [f for f in files if is_kernel(f)]
+    return {s.id: {f for f in kernels if s.covers_path(f)} for s in specs if s.id in why and s.id not in selected}
 
 
 def _base_files(repo: Path, cs: changes.ChangeSet) -> list[str]:

@@ -302,6 +302,10 @@ def test_all_runs_every_spec_with_its_reason(make_repo) -> None:  # type: ignore
     assert nightly.returncode == 0, nightly.stdout + nightly.stderr
     assert "gpu-gate: PASSED - 3 jobs, 3 passed, 0 failed" in nightly.stdout
     assert gate("check", "--no-cache", cwd=r.path).returncode == 2  # without --all a base is still needed
+    # Every job knows its spec's kernel files, changed or not: the compute-sanitizer checks filter
+    # on the kernels' names, and a job with none could not run (on a GPU: "nothing to filter on").
+    kernels = {j["id"]: j["kernels"] for j in plan["jobs"]}
+    assert kernels["equivalence:gate/quad_gate.py::quad_gate"] == ["csrc/quad.cu"], kernels
 
 
 # --- demo ----------------------------------------------------------------------------------------
