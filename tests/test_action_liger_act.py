@@ -224,6 +224,7 @@ def test_liger_shaped_pr_red_on_a_broken_wrapper_then_green_on_the_fix_under_act
     comment_id, red_body = comment["id"], comment["body"]  # the fake edits the same dict in place
     assert len(gh.comments[7]) == 2, "the maintainer's comment and gpu-gate's one"
     assert "gpu-gate: FAILED" in red_body and "gpu-gate repro " + SPEC_ID in red_body, red_body
+    assert "#artifacts" not in red_body, "artifact: \"\" uploads no report: no link to one"
 
     (run1,) = gh.check_runs.values()
     assert (run1["head_sha"], run1["conclusion"]) == (head1, "failure")

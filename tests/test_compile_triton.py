@@ -84,3 +84,17 @@ def test_a_file_of_kernels_without_values_passes_with_warnings(repo: Path) -> No
     assert out.reason == "no kernel compiled: no values known for 1 Triton kernel(s)"
     (f,) = out.findings
     assert f.severity is Severity.WARNING and "constexpr BLOCK, VALUE" in f.message
+
+
+@pytest.mark.slow
+def test_an_error_inside_a_called_jit_function_is_named_not_shown_as_a_caret(repo: Path) -> None:
+    """Triton reports an error in a @triton.jit function that the kernel calls with a source
+    excerpt ending in a caret, and keeps the error itself in the exception's cause."""
+    (repo / "tkern" / "kernels.py").write_text(
+        "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
+        "def gelu_ish(x):\n"
+        "    return x * tl.sigmoid(x)\n")
+    out = compile_check.run(_job(archs=["sm_90"]), Ctx(repo))
+    (guess,) = [f for f in out.findings if "gelu_ish" in f.message]
+    assert "wrong type argument to unary minus" in guess.message, guess.message
+    assert "one did not compile: ^)" not in guess.message

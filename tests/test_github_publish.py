@@ -193,3 +193,14 @@ def test_without_a_token_only_the_summary_is_written(tmp_path: Path, gh: FakeGit
     out = publish(record, decide(record, Rules()), {}, env=env, markdown="report")
     assert out.degraded and gh.requests == []
     assert (tmp_path / "summary.md").exists()
+
+
+def test_no_link_to_an_artifact_the_run_does_not_upload(tmp_path: Path, gh: FakeGitHub) -> None:
+    """The action with `artifact: ""` uploads no report: the comment must not link to one (the job
+    summary, linked from the check run's details, still holds it)."""
+    run_publish(tmp_path, gh, failing_record(), GPU_GATE_ARTIFACT="")
+    (comment,) = our_comments(gh)
+    assert "#artifacts" not in comment["body"] and "Full report" not in comment["body"]
+    (run,) = gh.check_runs.values()
+    assert "#artifacts" not in json.dumps(run["output"])
+    assert gh.violations == []

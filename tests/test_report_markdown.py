@@ -55,6 +55,14 @@ def test_passing_run_shows_a_green_verdict() -> None:
     assert "### Blocking" not in text and "### Not run" not in text
 
 
+def test_a_compile_job_that_compiled_nothing_shows_no_empty_resources_table() -> None:
+    record = RunRecord(kernels=[ChangedKernel("k.py", "triton", "modified", specs=())],
+                       results=[JobResult("compile:k.py", "compile", Status.PASSED, kernels=("k.py",), cases=0,
+                                          duration_s=1.0, extra={"resources": []})])
+    text = render_markdown(record, decide(record, Rules()))
+    assert "Compile resources" not in text and "registers, spills" not in text
+
+
 def test_blocking_list_names_each_reason_with_its_location(md: str) -> None:
     blocking = section(md, "Blocking")
     assert f"- **equivalence** `{RMS}`: Mismatched elements: 3 / 100 (3.0%) — `csrc/rmsnorm.cu:42`" in blocking

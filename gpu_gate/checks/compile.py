@@ -257,8 +257,7 @@ def _triton_error(fn: Any, rel: str, line: int, arch: str, config: tritonc.Trito
                   no_values: Severity = Severity.WARNING) -> Finding:
     name = fn.fn.__name__
     text = str(exc).strip().splitlines()
-    # Triton's message ends with the error itself, after a source excerpt.
-    first = next((t.strip() for t in reversed(text) if t.strip()), type(exc).__name__)
+    first = _triton_message(exc)
     err_line = _triton_error_line(exc, line)
     if config.guessed:
         # A guess of the argument types is gpu-gate's, not the kernel's: the kernel's types are unknown.
@@ -269,6 +268,17 @@ def _triton_error(fn: Any, rel: str, line: int, arch: str, config: tritonc.Trito
                        details={"arch": arch, "kernel": name, "error": "\n".join(text[-20:])})
     return Finding(CHECK, "compile-error", f"{rel}:{err_line}: Triton kernel {name} does not compile for {arch}: {first}",
                    file=rel, line=err_line, details={"arch": arch, "error": "\n".join(text[:40])})
+
+
+def _triton_message(exc: BaseException) -> str:
+    """The error itself. Triton's message is a source excerpt with a caret under the offending
+    node, then the error; where it ends at the caret, the error is the exception's cause."""
+    lines = [t.strip() for t in str(exc).strip().splitlines() if t.strip()]
+    if lines and not set(lines[-1]) <= set("^~ "):
+        return lines[-1]
+    if exc.__cause__ is not None:
+        return _triton_message(exc.__cause__)
+    return type(exc).__name__
 
 
 def _triton_error_line(exc: Exception, def_line: int) -> int:

@@ -27,6 +27,7 @@ class ActionsContext:
     job: str = ""
     comment_key: str | None = None  # overrides workflow/job in the sticky marker
     check_name: str = "gpu-gate"  # the check run's name (and the commit status's context)
+    artifact: bool = True  # the run uploads the report as an artifact (GPU_GATE_ARTIFACT set and empty: no)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> ActionsContext:
@@ -44,6 +45,7 @@ class ActionsContext:
             job=env.get("GITHUB_JOB", ""),
             comment_key=env.get("GPU_GATE_COMMENT_KEY") or None,
             check_name=(env.get("GPU_GATE_CHECK_NAME") or "").strip() or "gpu-gate",
+            artifact=env.get("GPU_GATE_ARTIFACT", "unset").strip() != "",
         )
 
     @property
@@ -79,8 +81,9 @@ class ActionsContext:
 
     @property
     def artifacts_url(self) -> str | None:
+        """Where the run keeps the report artifact; None when it uploads none (no link to nothing)."""
         url = self.run_url
-        return f"{url}#artifacts" if url else None
+        return f"{url}#artifacts" if url and self.artifact else None
 
     @property
     def sticky_key(self) -> str:

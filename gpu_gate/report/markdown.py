@@ -405,7 +405,7 @@ def _xychart(dim: str, dtype: str, rows: list[dict[str, Any]]) -> str:
 def _resource_blocks(results: Iterable[JobResult]) -> list[str]:
     return [details(f"registers, spills, local and shared memory: {job_target(r)}",
                     _resource_block(r, r.extra["resources"]))
-            for r in results if isinstance(r.extra.get("resources"), list)]
+            for r in results if isinstance(r.extra.get("resources"), list) and r.extra["resources"]]
 
 
 def _resource_block(r: JobResult, resources: list[Any]) -> str:
