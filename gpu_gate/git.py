@@ -11,6 +11,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -219,6 +220,39 @@ def diff(repo: Path | str, old: str, new: str | None) -> list[FileChange]:
     if new is None:
         changes += [FileChange(p, "added", binary=_looks_binary(Path(repo) / p)) for p in untracked(repo)]
     return changes
+
+
+_HUNK = re.compile(rb"^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@", re.M)
+
+
+def changed_lines(repo: Path | str, old: str, new: str | None, paths: Iterable[str]) -> dict[str, list[tuple[int, int]]]:
+    """For each of ``paths`` that differs between ``old`` and ``new`` (None: the work tree), the
+    line ranges (first, last; 1-based, at ``new``) that the change added or rewrote. A hunk that
+    only deletes lines is the line after the deletion. An untracked file is all changed."""
+    wanted = sorted(set(paths))
+    if not wanted:
+        return {}
+    raw = _capture(repo, ["diff", "--no-ext-diff", "--no-textconv", "--no-relative", "--no-color", "-U0",
+                          "--end-of-options", old, *([new] if new else []), "--", *wanted])
+    out: dict[str, list[tuple[int, int]]] = {}
+    for chunk in re.split(rb"^diff --git ", raw, flags=re.M)[1:]:
+        target = re.search(rb"^\+\+\+ b/(.*)$", chunk, re.M)
+        if target is None:
+            continue  # deleted, or binary
+        ranges = []
+        for first, count in _HUNK.findall(chunk):
+            n = int(count) if count else 1  # "+5" is one line
+            start = max(int(first), 1)
+            ranges.append((start, start + n - 1) if n else (start, start))
+        out[_decode(target.group(1))] = ranges
+    if new is None:
+        for path in set(untracked(repo)) & set(wanted):
+            try:
+                count = (Path(repo) / path).read_bytes().count(b"\n")
+            except OSError:
+                continue
+            out[path] = [(1, max(count, 1))]
+    return out
 
 
 def untracked(repo: Path | str) -> list[str]:

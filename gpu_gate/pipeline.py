@@ -61,6 +61,7 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace
                        shard=args.shard, environment=_environment(gpus), notes=list(plan.notes),
                        selected={sid: why for sid, why in plan.selected.items()
                                  if any(j.spec is not None and j.spec.id == sid for j in jobs)})
+    record.changed_lines = {sid: lines for sid, lines in plan.changed_lines.items() if sid in record.selected}
     if not gpus:
         record.notes.append("no GPU on this machine: GPU-only checks are reported as not run")
     if not jobs:

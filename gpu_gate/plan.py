@@ -13,7 +13,8 @@ from .checks import CHECKS
 from .findings import Finding, Severity
 from .jobs import Job, SpecRef
 from .policy import LoadedPolicy, Policy
-from .record import ChangedKernel
+from .errors import GitError
+from .record import ChangedKernel, read_changed_lines
 
 PLAN_VERSION = 1
 
@@ -29,6 +30,8 @@ class Plan:
     notes: list[str] = dataclasses.field(default_factory=list)
     selected: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # spec id -> why it runs
     launch_keys: dict[str, str] = dataclasses.field(default_factory=dict)  # spec id -> key of its recorded launches
+    # spec id -> {file: [[first, last], ...]}: the lines the change wrote in the files the spec runs
+    changed_lines: dict[str, dict[str, list[list[int]]]] = dataclasses.field(default_factory=dict)
 
     def to_json(self, shards: int | None = None) -> dict[str, Any]:
         d: dict[str, Any] = {
@@ -42,6 +45,7 @@ class Plan:
             "notes": self.notes,
             "selected": self.selected,
             "launch_keys": self.launch_keys,
+            "changed_lines": self.changed_lines,
         }
         if shards:
             d["matrix"] = {"include": [{"shard": f"{i}/{shards}"} for i in range(1, shards + 1)
@@ -57,7 +61,8 @@ class Plan:
                    findings=[Finding.from_json(f) for f in d.get("findings", [])],
                    jobs=[Job.from_json(j) for j in d.get("jobs", [])], notes=list(d.get("notes", [])),
                    selected={str(k): list(v) for k, v in (d.get("selected") or {}).items()},
-                   launch_keys={str(k): str(v) for k, v in (d.get("launch_keys") or {}).items()})
+                   launch_keys={str(k): str(v) for k, v in (d.get("launch_keys") or {}).items()},
+                   changed_lines=read_changed_lines(d.get("changed_lines")))
 
     @classmethod
     def read(cls, path: Path) -> Plan:
@@ -195,7 +200,7 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     keys = {sid: coverage.spec_key(s, cs.import_graph.snap) for s in disc.specs if (sid := s.id) in why}
     return Plan(base=cs.base, head=cs.head, policy_source=loaded.source, kernels=cs.kernels,
                 findings=_unique(findings), jobs=sorted(jobs, key=lambda j: j.id), notes=notes, selected=why,
-                launch_keys=keys)
+                launch_keys=keys, changed_lines=_changed_lines(repo, cs, disc.specs, why))
 
 
 def _covered_files(policy: Policy, specs: list[discovery.SpecInfo], why: dict[str, list[str]],
@@ -206,6 +211,21 @@ def _covered_files(policy: Policy, specs: list[discovery.SpecInfo], why: dict[st
     is_kernel = changes.matcher(policy.kernels.include, policy.kernels.exclude)
     kernels = [f for f in files if is_kernel(f)]
     return {s.id: {f for f in kernels if s.covers_path(f)} for s in specs if s.id in why and s.id not in selected}
+
+
+def _changed_lines(repo: Path, cs: changes.ChangeSet, specs: list[discovery.SpecInfo],
+                   why: dict[str, list[str]]) -> dict[str, dict[str, list[list[int]]]]:
+    """For each selected spec, the lines the change wrote in the files it runs (its kernels, the
+    modules it imports, the spec itself): where a reviewer is shown the spec's failures."""
+    live = [f.path for f in cs.files if f.status != "deleted" and not f.binary and f.gitlink is None]
+    files = {s.id: [p for p in live if s.covers_path(p) or p in s.imports] for s in specs if s.id in why}
+    wanted = {p for ps in files.values() for p in ps}
+    try:
+        lines = git.changed_lines(repo, cs.base, cs.head, wanted) if wanted else {}
+    except GitError:
+        return {}  # the report places failures on the spec and the kernels instead
+    return {sid: {p: [list(r) for r in lines[p]] for p in ps if lines.get(p)}
+            for sid, ps in files.items() if any(lines.get(p) for p in ps)}
 
 
 def _base_files(repo: Path, cs: changes.ChangeSet) -> list[str]:

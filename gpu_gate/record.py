@@ -54,6 +54,8 @@ class RunRecord:
     environment: dict[str, Any] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)  # e.g. "no policy file: default preset"
     selected: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # spec id -> why it ran
+    # spec id -> {file: [[first, last], ...]}: the lines the change wrote in the files the spec runs
+    changed_lines: dict[str, dict[str, list[list[int]]]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -69,6 +71,7 @@ class RunRecord:
             "environment": self.environment,
             "notes": list(self.notes),
             "selected": {k: list(v) for k, v in self.selected.items()},
+            "changed_lines": self.changed_lines,
         }
 
     @classmethod
@@ -87,6 +90,7 @@ class RunRecord:
             environment=dict(d.get("environment") or {}),
             notes=list(d.get("notes", [])),
             selected={str(k): list(v) for k, v in (d.get("selected") or {}).items()},
+            changed_lines=read_changed_lines(d.get("changed_lines")),
         )
 
     def write(self, path: Path) -> None:
@@ -131,4 +135,18 @@ def merge(records: list[RunRecord]) -> RunRecord:
         environment=first.environment,
         notes=list(dict.fromkeys(n for rec in records for n in rec.notes)),
         selected={k: v for rec in records for k, v in rec.selected.items()},
+        changed_lines={k: v for rec in records for k, v in rec.changed_lines.items()},
     )
+
+
+def read_changed_lines(raw: Any) -> dict[str, dict[str, list[list[int]]]]:
+    """``changed_lines`` from JSON, keeping only well-formed ranges (a report never fails on them)."""
+    out: dict[str, dict[str, list[list[int]]]] = {}
+    for sid, files in (raw or {}).items() if isinstance(raw, dict) else ():
+        if not isinstance(files, dict):
+            continue
+        out[str(sid)] = {str(f): [[int(a), int(b)] for a, b in ranges
+                                  if isinstance(a, int) and isinstance(b, int) and 0 < a <= b]
+                         for f, ranges in files.items() if isinstance(ranges, list)
+                         and all(isinstance(r, list) and len(r) == 2 for r in ranges)}
+    return out

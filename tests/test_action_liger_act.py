@@ -230,18 +230,19 @@ def test_liger_shaped_pr_red_on_a_broken_wrapper_then_green_on_the_fix_under_act
     assert (run1["head_sha"], run1["conclusion"]) == (head1, "failure")
     failures = {(a["path"], a["start_line"]) for a in gh.annotations[run1["id"]] if a["annotation_level"] == "failure"}
     spec_line = line_of((repo / SPEC_FILE).read_text(), "@gg.spec(")
+    bug_line = line_of(broken, BUG_LINE.strip())
     forward_def = line_of(broken, "def _gated_silu_fwd(")  # its @triton.jit is the line above
-    # gpu-gate places an equivalence failure (a finding with no line of its own) on the spec's decorator
-    # and on the definitions of the kernels in the judged files (gpu_gate/report/locate.py), so the
-    # reviewer finds it in the wrapper's file, though not on the changed line itself (BUG_LINE).
+    # An equivalence failure names no line of its own: gpu-gate places it first on the lines this
+    # change wrote in the files the spec runs (the diff view shows annotations there), then on the
+    # spec's decorator and the judged kernels' definitions (gpu_gate/report/locate.py).
+    assert (KERNEL_FILE, bug_line) in failures, failures
     assert (SPEC_FILE, spec_line) in failures, failures
-    (forward,) = {(KERNEL_FILE, forward_def - 1), (KERNEL_FILE, forward_def)} & failures
+    assert {(KERNEL_FILE, forward_def - 1), (KERNEL_FILE, forward_def)} & failures, failures
     assert {path for path, _ in failures} == {SPEC_FILE, KERNEL_FILE}, failures
-    wrapper_notes = [a for a in gh.annotations[run1["id"]] if (a["path"], a["start_line"]) == forward]
-    (note,) = wrapper_notes
-    assert note["title"] == f"gpu-gate equivalence: {errors[0]['kind']} ({SPEC_ID})", note
-    assert "kernel _gated_silu_fwd: output 'out'" in note["message"], note
-    assert "gpu-gate repro " + SPEC_ID in note.get("raw_details", ""), "the annotation says how to reproduce"
+    (on_bug,) = [a for a in gh.annotations[run1["id"]] if (a["path"], a["start_line"]) == (KERNEL_FILE, bug_line)]
+    assert on_bug["title"] == f"gpu-gate equivalence: {errors[0]['kind']} ({SPEC_ID})", on_bug
+    assert on_bug["message"].startswith(f"changed line {bug_line}"), on_bug["message"][:200]
+    assert "gpu-gate repro " + SPEC_ID in on_bug.get("raw_details", ""), "the annotation says how to reproduce"
 
     # --- push 2: the fix -------------------------------------------------------------------------
     head2 = push(repo, original.replace(WRAPPER, FIXED), "gated_silu: every leading dim is a row")

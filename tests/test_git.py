@@ -246,3 +246,22 @@ def test_event_refs_push_of_a_new_branch_has_no_base(tmp_path: Path) -> None:
 def test_event_refs_outside_actions() -> None:
     assert git.github_event_refs({}) is None
     assert git.github_event_refs({"GITHUB_EVENT_PATH": os.devnull}) is None
+
+
+def test_changed_lines_are_the_head_side_of_each_hunk(repo: GitRepo) -> None:
+    body = "".join(f"line {i}\n" for i in range(1, 21))
+    repo.commit("base", {"k/a.py": body, "k/same.py": "x\n"})
+    repo.branch("feature")
+    lines = body.splitlines(keepends=True)
+    lines[4] = "rewritten 5\n"  # line 5 rewritten
+    del lines[10]  # old line 11 deleted: the hunk sits after line 10
+    lines[14:14] = ["new a\n", "new b\n"]  # two lines added as lines 15 and 16
+    repo.commit("work", {"k/a.py": "".join(lines), "k/added.py": "1\n2\n3\n"})
+    base = git.merge_base(repo.path, "main", "HEAD")
+    want = {"k/a.py": [(5, 5), (10, 10), (15, 16)], "k/added.py": [(1, 3)]}
+    assert git.changed_lines(repo.path, base, "HEAD", ["k/a.py", "k/same.py", "k/added.py"]) == want
+    # against the work tree: an untracked file is all changed
+    (repo.path / "k" / "loose.py").write_text("a\nb\n")
+    got = git.changed_lines(repo.path, base, None, ["k/a.py", "k/loose.py"])
+    assert got == {"k/a.py": want["k/a.py"], "k/loose.py": [(1, 2)]}
+    assert git.changed_lines(repo.path, base, "HEAD", []) == {}

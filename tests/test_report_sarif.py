@@ -202,3 +202,19 @@ def test_subset_schema_rejects_what_the_oasis_schema_rejects(sarif: dict[str, An
     bad["runs"][0]["results"][0]["locations"][0]["physicalLocation"]["region"] = {"startLine": 0}
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, SCHEMA)
+
+
+def test_a_failure_goes_first_on_the_lines_the_change_wrote(tmp_path: Path, checkout: Path) -> None:
+    """The run record says which lines the change wrote in the files the spec runs: that is where
+    code scanning shows the failure in the pull request's diff; the spec and kernel follow."""
+    record, verdict = build(tmp_path)
+    spec = next(r.spec for r in record.results if any(f.kind == "nan" for f in r.findings))
+    record.changed_lines = {spec: {"csrc/rmsnorm.cu": [[3, 4]]}}
+    log = render_sarif(record, verdict, root=checkout)
+    jsonschema.Draft7Validator(SCHEMA).validate(json.loads(json.dumps(log)))
+    [nan] = _results(log, "equivalence/nan")
+    assert nan["locations"][0]["physicalLocation"] == {
+        "artifactLocation": {"uri": "csrc/rmsnorm.cu", "uriBaseId": "%SRCROOT%"},
+        "region": {"startLine": 3, "endLine": 4}}
+    related = [(r["physicalLocation"]["artifactLocation"]["uri"], r["message"]["text"]) for r in nan["relatedLocations"]]
+    assert related == [("gate/rmsnorm_gate.py", "the spec rmsnorm_gate"), ("csrc/rmsnorm.cu", "kernel rmsnorm_fwd")]

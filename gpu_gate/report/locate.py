@@ -1,4 +1,5 @@
-"""Where a finding that names no line belongs in the source: the spec and the kernels it judged.
+"""Where a finding that names no line belongs in the source: the lines the change wrote, the spec
+and the kernels it judged.
 
 An equivalence failure is about a spec and the kernels it calls, not about one line; a reviewer looks
 for it at the kernel's definition (the ``@triton.jit`` function, the ``__global__`` function) and at
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 from ..cuda.names import cuda_kernel_names
@@ -18,11 +19,15 @@ from ..pyscan import ParseError, find_triton_kernels
 MAX_KERNELS_PER_FILE = 3  # a file of twenty kernels gets its first three, not twenty annotations
 
 
+MAX_HUNKS_PER_FILE = 3  # the change's first three hunks in each file
+
+
 @dataclasses.dataclass(frozen=True)
 class Place:
     path: str  # repository-relative
     line: int  # 1-based
-    what: str  # "the spec rmsnorm_gate", "kernel add_kernel"
+    what: str  # "the spec rmsnorm_gate", "kernel add_kernel", "changed lines 64-66"
+    end: int | None = None  # last line of a range (a hunk of the change)
 
 
 def _read(root: Path, rel: str) -> str | None:
@@ -65,12 +70,22 @@ def kernel_lines(root: Path, rel: str) -> list[tuple[str, int, str]]:
     return [(rel, line, name) for line, name in found[:MAX_KERNELS_PER_FILE]]
 
 
-def places(root: Path, spec_id: str | None, kernels: Iterable[str]) -> list[Place]:
-    """The spec's decorator line first, then the definitions of ``kernels``, as far as they are found."""
+def places(root: Path, spec_id: str | None, kernels: Iterable[str],
+           changed: Mapping[str, Sequence[Sequence[int]]] | None = None) -> list[Place]:
+    """Where a failure of a spec's job belongs: first the lines this change wrote in the files the
+    spec runs (``changed``: file -> line ranges; the diff view shows annotations there), then the
+    spec's decorator line, then the definitions of ``kernels``, as far as they are found."""
     out: list[Place] = []
+    for rel, ranges in sorted((changed or {}).items()):
+        for first, last in [tuple(r) for r in ranges][:MAX_HUNKS_PER_FILE]:
+            what = f"changed line {first}" if first == last else f"changed lines {first}-{last}"
+            out.append(Place(rel, int(first), what, int(last) if last != first else None))
     where = spec_line(root, spec_id) if spec_id else None
     if where and spec_id:
         out.append(Place(*where, f"the spec {spec_id.partition('::')[2]}"))
     for rel in kernels:
         out += [Place(f, line, f"kernel {name}") for f, line, name in kernel_lines(root, rel)]
-    return out
+    unique: dict[tuple[str, int], Place] = {}
+    for p in out:
+        unique.setdefault((p.path, p.line), p)
+    return list(unique.values())

@@ -56,8 +56,9 @@ def render_sarif(record: RunRecord, verdict: Verdict, root: Path | None = None) 
         if r.status in (Status.NOT_RUN, Status.ERROR):
             kind = "not-run" if r.status is Status.NOT_RUN else "could-not-run"
             _add(results, rules, _job_result(r, kind, levels.of_job(r), here), r.check, kind)
+        changed = record.changed_lines.get(r.spec or "", {})
         for f in r.findings:
-            _add(results, rules, _finding_result(f, levels.of_finding(f), r.kernels, here), f.check, f.kind)
+            _add(results, rules, _finding_result(f, levels.of_finding(f), r.kernels, here, changed), f.check, f.kind)
     driver = {"name": "gpu-gate", "version": __version__, "rules": list(rules.values())}
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION,
             "runs": [{"tool": {"driver": driver}, "results": results,
@@ -106,12 +107,13 @@ def _add(results: list[dict[str, Any]], rules: dict[str, dict[str, Any]], result
     results.append(result)
 
 
-def _finding_result(f: Finding, level: str, job_kernels: tuple[str, ...], root: Path) -> dict[str, Any] | None:
+def _finding_result(f: Finding, level: str, job_kernels: tuple[str, ...], root: Path,
+                    changed: dict[str, list[list[int]]] | None = None) -> dict[str, Any] | None:
     if f.file:
         line = f.line if f.line and f.line > 0 else _first_kernel_line(root, f.file)
         found = [locate.Place(f.file, line, "")]
     else:
-        found = _placed(root, f.spec, job_kernels)
+        found = _placed(root, f.spec, job_kernels, changed)
     if not found:
         return None
     text = clean_text(f.message) + (f"\n\nReproduce: {clean_text(f.repro)}" if f.repro else "")
@@ -144,9 +146,11 @@ def _result(level: str, text: str, found: list[locate.Place], props: dict[str, A
     return result
 
 
-def _placed(root: Path, spec: str | None, kernels: tuple[str, ...]) -> list[locate.Place]:
-    """The spec's decorator and the kernels' definitions; failing those, line 1 of the spec or kernel file."""
-    found = locate.places(root, spec, kernels)
+def _placed(root: Path, spec: str | None, kernels: tuple[str, ...],
+            changed: dict[str, list[list[int]]] | None = None) -> list[locate.Place]:
+    """The lines the change wrote in the files the spec runs, the spec's decorator and the kernels'
+    definitions; failing those, line 1 of the spec or kernel file."""
+    found = locate.places(root, spec, kernels, changed)
     if found:
         return found
     path = _spec_file(spec) or (kernels[0] if kernels else None)
@@ -160,8 +164,11 @@ def _first_kernel_line(root: Path, path: str) -> int:
 
 
 def _location(place: locate.Place) -> dict[str, Any]:
+    region = {"startLine": max(place.line, 1)}
+    if place.end is not None and place.end > place.line:
+        region["endLine"] = place.end
     return {"physicalLocation": {"artifactLocation": {"uri": _uri(place.path), "uriBaseId": "%SRCROOT%"},
-                                 "region": {"startLine": max(place.line, 1)}}}
+                                 "region": region}}
 
 
 def _uri(path: str) -> str:
