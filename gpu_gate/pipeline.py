@@ -72,8 +72,23 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace
             say(f"spec {sid}: {'; '.join(why)}")
         with _head_checkout(repo, plan.head) as tree, _base_checkout(repo, plan.base, jobs, record) as base_tree:
             record.results = _run_jobs(jobs, tree, policy, gpus, args, record, base_tree)
+            record.places = _places(record, tree)
         _remember_launches(plan, record, cache_dir)
     return finish(record, loaded, Path(args.out), args)
+
+
+def _places(record: RunRecord, tree: Path) -> dict[str, list[dict[str, Any]]]:
+    """Where each spec job's findings with no line go, read from the head's own files now: the
+    reports may be published later from a checkout of another commit."""
+    from .report import locate
+
+    out: dict[str, list[dict[str, Any]]] = {}
+    for r in record.results:
+        if r.spec:
+            found = locate.places(tree, r.spec, r.kernels, record.changed_lines.get(r.spec))
+            if found:
+                out[r.job_id] = locate.recorded(found)
+    return out
 
 
 def _environment(gpus: tuple[str, ...]) -> dict[str, Any]:

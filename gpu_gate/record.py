@@ -56,6 +56,10 @@ class RunRecord:
     selected: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # spec id -> why it ran
     # spec id -> {file: [[first, last], ...]}: the lines the change wrote in the files the spec runs
     changed_lines: dict[str, dict[str, list[list[int]]]] = dataclasses.field(default_factory=dict)
+    # job id -> where a finding of that job with no line goes, read from the head's tree when the
+    # jobs ran: [{"path", "line", "end", "what"}, ...]. A publisher whose checkout is another
+    # commit (workflow_run: the default branch) places findings by these, not by its own files.
+    places: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -72,6 +76,7 @@ class RunRecord:
             "notes": list(self.notes),
             "selected": {k: list(v) for k, v in self.selected.items()},
             "changed_lines": self.changed_lines,
+            "places": self.places,
         }
 
     @classmethod
@@ -91,6 +96,8 @@ class RunRecord:
             notes=list(d.get("notes", [])),
             selected={str(k): list(v) for k, v in (d.get("selected") or {}).items()},
             changed_lines=read_changed_lines(d.get("changed_lines")),
+            places={str(k): [dict(p) for p in v if isinstance(p, dict)]
+                    for k, v in (d.get("places") or {}).items() if isinstance(v, list)},
         )
 
     def write(self, path: Path) -> None:
@@ -136,6 +143,7 @@ def merge(records: list[RunRecord]) -> RunRecord:
         notes=list(dict.fromkeys(n for rec in records for n in rec.notes)),
         selected={k: v for rec in records for k, v in rec.selected.items()},
         changed_lines={k: v for rec in records for k, v in rec.changed_lines.items()},
+        places={k: v for rec in records for k, v in rec.places.items()},
     )
 
 

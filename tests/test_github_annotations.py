@@ -97,3 +97,26 @@ def test_a_spec_outside_the_checkout_or_missing_is_not_located(tmp_path: Path) -
     rec = record(JobResult("equivalence:x", "equivalence", Status.FAILED, spec="../secret.py::add_gate",
                            kernels=("missing.cu",), findings=[mismatch("c0001", spec="../secret.py::add_gate")]))
     assert check_annotations(rec, decide(rec, Rules()), root) == []
+
+
+def test_a_publisher_on_another_commit_places_findings_where_the_checked_commit_has_them(tmp_path: Path) -> None:
+    """workflow_run: the publisher's checkout is the default branch, where the pull request's lines
+    are elsewhere or absent. The places recorded when the jobs ran, from the head's own files,
+    travel in results.json; the publisher reads no source of its own for them."""
+    from gpu_gate.pipeline import _places
+
+    head = repo(tmp_path / "head")
+    result = JobResult("equivalence:gate/add_gate.py::add_gate", "equivalence", Status.FAILED,
+                       spec="gate/add_gate.py::add_gate", kernels=("kernels/add.py",), findings=[mismatch("c0001")])
+    checked = record(result)
+    checked.changed_lines = {"gate/add_gate.py::add_gate": {"kernels/add.py": [[9, 10]]}}
+    checked.places = _places(checked, head)
+    published = RunRecord.from_json(checked.to_json())  # through results.json
+    default_branch = tmp_path / "main"
+    for rel, text in (("gate/add_gate.py", "# an older spec\n\n\n" + SPEC), ("kernels/add.py", "\n\n" + TRITON)):
+        (default_branch / rel).parent.mkdir(parents=True, exist_ok=True)
+        (default_branch / rel).write_text(text)
+    notes = check_annotations(published, decide(published, Rules()), default_branch)
+    assert [(a["path"], a["start_line"], a["end_line"]) for a in notes] == [
+        ("kernels/add.py", 9, 10), ("gate/add_gate.py", 6, 6)], notes
+    assert notes[0]["message"].startswith("changed lines 9-10: Mismatched elements")

@@ -36,16 +36,17 @@ def check_annotations(record: RunRecord, verdict: Verdict, root: Path | None = N
         out += [_annotation(f, blocking=id(f) in blocking) for f in result.findings if f.file]
         unplaced = [f for f in result.findings if not f.file and id(f) in blocking]
         if unplaced:
-            out += _placed(result, unplaced, root or Path.cwd(), record.changed_lines.get(result.spec or "", {}))
+            out += _placed(result, unplaced, root or Path.cwd(), record)
     return out
 
 
-def _placed(result: JobResult, findings: list[Finding], root: Path,
-            changed: dict[str, list[list[int]]]) -> list[dict[str, Any]]:
+def _placed(result: JobResult, findings: list[Finding], root: Path, record: RunRecord) -> list[dict[str, Any]]:
     first = findings[0]
     more = f"\n(and {len(findings) - 1} more finding(s) of this job: see the report)" if len(findings) > 1 else ""
     out = []
-    for place in locate.places(root, result.spec or first.spec, result.kernels, changed):
+    spec = result.spec or first.spec
+    for place in locate.job_places(root, record.places, result.job_id, spec, result.kernels,
+                                   record.changed_lines.get(spec or "")):
         ann = _annotation(dataclasses.replace(first, file=place.path, line=place.line), blocking=True)
         if place.end is not None:
             ann["end_line"] = place.end

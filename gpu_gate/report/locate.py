@@ -89,3 +89,24 @@ def places(root: Path, spec_id: str | None, kernels: Iterable[str],
     for p in out:
         unique.setdefault((p.path, p.line), p)
     return list(unique.values())
+
+
+def recorded(places: list[Place]) -> list[dict[str, object]]:
+    """Places as the run record keeps them."""
+    return [{"path": p.path, "line": p.line, "end": p.end, "what": p.what} for p in places]
+
+
+def job_places(root: Path, record_places: dict[str, list[dict[str, object]]], job_id: str, spec_id: str | None,
+               kernels: Iterable[str], changed: Mapping[str, Sequence[Sequence[int]]] | None = None) -> list[Place]:
+    """The places recorded for the job when it ran (read from the head's tree), else found now in
+    the checkout at ``root``."""
+    kept = record_places.get(job_id)
+    if kept:
+        out = []
+        for d in kept:
+            path, line, end = d.get("path"), d.get("line"), d.get("end")
+            if isinstance(path, str) and isinstance(line, int) and line > 0:
+                out.append(Place(path, line, str(d.get("what") or ""), end if isinstance(end, int) else None))
+        if out:
+            return out
+    return places(root, spec_id, kernels, changed)

@@ -53,12 +53,14 @@ def render_sarif(record: RunRecord, verdict: Verdict, root: Path | None = None) 
     for f in record.plan_findings:
         _add(results, rules, _finding_result(f, levels.of_finding(f), (), here), f.check, f.kind)
     for r in record.results:
+        job_places = _placed(here, r.spec, r.kernels, record.changed_lines.get(r.spec or "", {}),
+                             record.places.get(r.job_id))
         if r.status in (Status.NOT_RUN, Status.ERROR):
             kind = "not-run" if r.status is Status.NOT_RUN else "could-not-run"
-            _add(results, rules, _job_result(r, kind, levels.of_job(r), here), r.check, kind)
-        changed = record.changed_lines.get(r.spec or "", {})
+            _add(results, rules, _job_result(r, kind, levels.of_job(r), job_places), r.check, kind)
         for f in r.findings:
-            _add(results, rules, _finding_result(f, levels.of_finding(f), r.kernels, here, changed), f.check, f.kind)
+            found = job_places if f.spec in (None, r.spec) else _placed(here, f.spec, r.kernels)
+            _add(results, rules, _finding_result(f, levels.of_finding(f), r.kernels, here, found), f.check, f.kind)
     driver = {"name": "gpu-gate", "version": __version__, "rules": list(rules.values())}
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION,
             "runs": [{"tool": {"driver": driver}, "results": results,
@@ -108,12 +110,12 @@ def _add(results: list[dict[str, Any]], rules: dict[str, dict[str, Any]], result
 
 
 def _finding_result(f: Finding, level: str, job_kernels: tuple[str, ...], root: Path,
-                    changed: dict[str, list[list[int]]] | None = None) -> dict[str, Any] | None:
+                    job_places: list[locate.Place] | None = None) -> dict[str, Any] | None:
     if f.file:
         line = f.line if f.line and f.line > 0 else _first_kernel_line(root, f.file)
         found = [locate.Place(f.file, line, "")]
     else:
-        found = _placed(root, f.spec, job_kernels, changed)
+        found = job_places if job_places is not None else _placed(root, f.spec, job_kernels)
     if not found:
         return None
     text = clean_text(f.message) + (f"\n\nReproduce: {clean_text(f.repro)}" if f.repro else "")
@@ -126,8 +128,7 @@ def _finding_result(f: Finding, level: str, job_kernels: tuple[str, ...], root: 
                                                           str(subject) if subject else None))
 
 
-def _job_result(r: JobResult, kind: str, level: str, root: Path) -> dict[str, Any] | None:
-    found = _placed(root, r.spec, r.kernels)
+def _job_result(r: JobResult, kind: str, level: str, found: list[locate.Place]) -> dict[str, Any] | None:
     if not found:
         return None
     verb = "was not run" if kind == "not-run" else "could not run"
@@ -147,10 +148,12 @@ def _result(level: str, text: str, found: list[locate.Place], props: dict[str, A
 
 
 def _placed(root: Path, spec: str | None, kernels: tuple[str, ...],
-            changed: dict[str, list[list[int]]] | None = None) -> list[locate.Place]:
+            changed: dict[str, list[list[int]]] | None = None,
+            kept: list[dict[str, Any]] | None = None) -> list[locate.Place]:
     """The lines the change wrote in the files the spec runs, the spec's decorator and the kernels'
-    definitions; failing those, line 1 of the spec or kernel file."""
-    found = locate.places(root, spec, kernels, changed)
+    definitions (as recorded when the job ran, in ``kept``, else read under ``root``); failing
+    those, line 1 of the spec or kernel file."""
+    found = locate.job_places(root, {"job": kept} if kept else {}, "job", spec, kernels, changed)
     if found:
         return found
     path = _spec_file(spec) or (kernels[0] if kernels else None)
