@@ -269,6 +269,32 @@ def test_results_that_change_only_at_the_head_block(make_repo) -> None:  # type:
     assert "unstable" in _changes(results).get("new", set()), _findings(results)
 
 
+# Off by one everywhere (the base's debt), and, at the head, by a varying ulp on top: the way an
+# in-place kernel whose programs overlap shows, once a change makes their writes disagree.
+OFF_BY_ONE_EVERYWHERE = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype) + 1.0\n"
+OFF_AND_WOBBLY = ("import os\n\n\ndef row_sum(x):\n    s = x.double().sum(-1).to(x.dtype) + 1.0\n"
+                  "    return s * (1 + (os.urandom(1)[0] % 2) * 2.0 ** -20)\n")
+
+
+def test_results_that_vary_where_the_base_is_already_wrong_are_the_same_debt(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _det_repo(make_repo, OFF_BY_ONE_EVERYWHERE)
+    _pr(r, OFF_AND_WOBBLY)
+    code, text, results = _check(r)
+    assert code == 0, text
+    changes = _changes(results)
+    assert "new" not in changes, _findings(results)
+    assert {"mismatch", "unstable"} <= changes["pre-existing"], changes
+
+
+def test_results_that_vary_where_the_base_is_right_block(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The twin: the same head on a base that gets every row right."""
+    r = _det_repo(make_repo, EXACT)
+    _pr(r, OFF_AND_WOBBLY)
+    code, text, results = _check(r)
+    assert code == 1, text
+    assert {"mismatch", "unstable"} <= _changes(results).get("new", set()), _findings(results)
+
+
 def test_shrinking_keeps_a_new_failure_new(make_repo) -> None:  # type: ignore[no-untyped-def]
     """The base is wrong on short rows only; the head is wrong on every row. Shrunk without the base,
     the head's failure would end on a short row, where the base fails too, and read as debt: the

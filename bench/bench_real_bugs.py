@@ -1,0 +1,133 @@
+"""Real kernel bugs from public libraries, judged as a merge gate judges them.
+
+    python bench/bench_real_bugs.py --repo liger=PATH [--bug L8 ...] [--gate-path DIR] [--keep DIR]
+
+For each bug (the list below, from the project's corpus of real bugs: a buggy commit and the commit
+that fixed it), a scratch clone of the library gets a gate spec written as a careful user of that
+library would write it (``bench/real_bugs/*_gate.py``) and a policy, in one commit on top of the
+buggy commit (S). The fix's diff is then one commit on top of S (F), and the same diff reversed one
+commit on top of F (R, a pull request that brings the bug back). Four gates run:
+
+- ``--all`` at S: the buggy code by absolute rules (a nightly run): red expected;
+- ``--all`` at F: the fixed code by absolute rules: green, unless the fixed code has defects of its
+  own (a fix commit is not a perfect kernel; those are the library's debt, and the table says so);
+- the fix as a pull request (base S, head F): green expected, the failure reported as fixed;
+- the bug brought back as a pull request (base F, head R): red expected, the failure new.
+
+Each run prints one line (expected and actual verdict, the error findings with their new,
+pre-existing or fixed marks, the wall time) and one JSON line; a table ends the output.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent / "real_bugs"
+
+# id -> the library, the buggy and the fixing commit, the spec, what the bug is
+BUGS = {
+    "L8": {"library": "liger", "buggy": "c899cc725066fa7d0c2f508ad3b775f3f9951a9b",
+           "fix": "d7c78df1455cac50205ad4a9b9ac50c5d144ba0f", "spec": "liger_rope_gate.py",
+           "bug": "Liger-Kernel #477: _triton_rope ignores the batch dimension of cos/sin"},
+}
+
+
+def git(repo: Path, *args: str, input: str | None = None) -> str:
+    env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.com",
+           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.com"}
+    return subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=repo, env=env, check=True,
+                          capture_output=True, text=True, input=input).stdout.strip()
+
+
+def scratch(library: Path, bug: dict[str, str], where: Path) -> dict[str, str]:
+    """The scratch clone with commits S, F and R (see the module's docstring); their shas."""
+    repo = where / "repo"
+    subprocess.run(["git", "-c", "safe.directory=*", "clone", "-q", "--no-checkout", str(library), str(repo)],
+                   check=True, capture_output=True)
+    git(repo, "checkout", "-q", "-B", "buggy", bug["buggy"])
+    (repo / "gate").mkdir(exist_ok=True)
+    shutil.copy(HERE / bug["spec"], repo / "gate" / bug["spec"])
+    shutil.copy(HERE / "policy.yml", repo / ".gpu-gate.yml")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "-m", "gpu-gate: a spec and a policy")
+    shas = {"S": git(repo, "rev-parse", "HEAD")}
+    fix = git(repo, "diff", "--binary", bug["buggy"], bug["fix"])
+    git(repo, "checkout", "-q", "-B", "fixed")
+    git(repo, "apply", "--index", "-", input=fix + "\n")
+    git(repo, "commit", "-q", "-m", "the fix")
+    shas["F"] = git(repo, "rev-parse", "HEAD")
+    git(repo, "checkout", "-q", "-B", "again")
+    git(repo, "apply", "--index", "-R", "-", input=fix + "\n")
+    git(repo, "commit", "-q", "-m", "the bug again")
+    shas["R"] = git(repo, "rev-parse", "HEAD")
+    return {**shas, "repo": str(repo)}
+
+
+def gate(gate_path: Path, repo: Path, checkout: str, args: list[str], out: Path) -> dict[str, object]:
+    """One ``gpu-gate check`` with ``args`` at ``checkout``, its reports in ``out``."""
+    git(repo, "checkout", "-q", checkout)
+    env = {**os.environ, "PYTHONPATH": str(gate_path)}
+    start = time.monotonic()
+    p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", *args, "--no-cache", "--out", str(out)],
+                       cwd=repo, env=env, capture_output=True, text=True, timeout=1200)
+    wall = time.monotonic() - start
+    results = json.loads((out / "results.json").read_text()) if (out / "results.json").exists() else {}
+    errors = sorted({(f["check"], f["kind"], f["details"].get("change") or "-")
+                     for r in results.get("results", []) for f in r["findings"]
+                     if f["severity"] == "error" or f["details"].get("change") == "fixed"})
+    notes = [f["message"] for r in results.get("results", []) for f in r["findings"] if f["kind"] == "differential"]
+    return {"exit": p.returncode, "wall_s": round(wall, 1), "findings": errors, "differential": notes,
+            "tail": (p.stdout + p.stderr)[-1500:] if p.returncode not in (0, 1) else ""}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--repo", action="append", default=[], help="LIBRARY=PATH of a clone with full history")
+    ap.add_argument("--bug", action="append", help="bug ids (default: every bug whose library is given)")
+    ap.add_argument("--gate-path", default=str(Path(__file__).resolve().parent.parent), help="gpu-gate source tree")
+    ap.add_argument("--keep", help="keep the scratch repositories and reports here")
+    ap.add_argument("--cpu", action="store_true", help="run on the CPU (Triton's interpreter): a dry run of the flow")
+    args = ap.parse_args()
+    libraries = dict(r.split("=", 1) for r in args.repo)
+    bugs = args.bug or [b for b, d in BUGS.items() if d["library"] in libraries]
+    root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="real-bugs-"))
+    table = []
+    for bug_id in bugs:
+        bug = BUGS[bug_id]
+        where = root / bug_id
+        shas = scratch(Path(libraries[bug["library"]]), bug, where)
+        repo = Path(shas["repo"])
+        spec = f"gate/{bug['spec']}"
+        runs = [("buggy, --all", shas["S"], ["--all", "--spec", spec], 1),
+                ("fixed, --all", shas["F"], ["--all", "--spec", spec], 0),
+                ("the fix as a PR", shas["F"], ["--base", shas["S"], "--head", shas["F"]], 0),
+                ("the bug back as a PR", shas["R"], ["--base", shas["F"], "--head", shas["R"]], 1)]
+        for name, checkout, gate_args, expected in runs:
+            res = gate(Path(args.gate_path), repo, checkout, gate_args + (["--cpu"] if args.cpu else []),
+                       where / name.replace(" ", "_").replace(",", ""))
+            res.update({"bug": bug_id, "run": name, "expected": expected})
+            print(json.dumps(res), flush=True)
+            if res["exit"] == expected:
+                mark = "ok"
+            elif name.startswith("fixed"):
+                mark = "the fix's own debt"
+            else:
+                mark = "UNEXPECTED"
+            table.append(f"| {bug_id} | {name} | {'red' if expected else 'green'} | exit {res['exit']} {mark} | "
+                         f"{', '.join(f'{c}/{k} ({ch})' for c, k, ch in res['findings']) or '-'} | {res['wall_s']} s |")
+    print("\n| bug | run | expected | got | error findings (change) | wall |\n|---|---|---|---|---|---|")
+    print("\n".join(table))
+    if not args.keep:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
