@@ -40,8 +40,11 @@ BUGS = {
 
 
 def git(repo: Path, *args: str, input: str | None = None) -> str:
+    # Fixed names and dates: the same commits, so the same seeds (a gate's seed comes from the head
+    # commit) and the same cases on every run of the benchmark.
     env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.com",
-           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.com"}
+           "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.com",
+           "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+00:00", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+00:00"}
     return subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=repo, env=env, check=True,
                           capture_output=True, text=True, input=input).stdout.strip()
 
