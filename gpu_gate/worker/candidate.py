@@ -41,6 +41,7 @@ class CandidateServer:
         self.stale: list[Any] = []  # input buffers the case moved away from (kept alive, poisoned)
         self._holder = SmHolder()
         self._last_run_s = 0.0
+        self._pools_off = False  # CuPy's memory pools, turned off for the first call under a tool
 
     def handle(self, header: dict[str, Any], blobs: list[bytearray]) -> tuple[dict[str, Any], wire.Blobs]:
         op = header.get("op")
@@ -104,8 +105,10 @@ class CandidateServer:
         elif exact:
             # Under compute-sanitizer: the case's own layouts, in storage exactly as large as they
             # need. A guard band would give a read or write past a tensor's end memory of its own,
-            # and the tool would see nothing wrong.
+            # and the tool would see nothing wrong. CuPy's pools would do the same to what the
+            # candidate allocates through CuPy (torch's caching is off by the environment).
             tensors = {k: _plain_copy(v, "same") for k, v in tensors.items()}
+            self._pools_off = self._pools_off or _pools_off()
         if header.get("load"):
             self._burst()
         held = None
@@ -212,6 +215,16 @@ def _same(a: Any, b: Any) -> bool:
     if not a.numel():
         return True
     return bool(torch.equal(wire.flat_bytes(a), wire.flat_bytes(b)))
+
+
+def _pools_off() -> bool:
+    try:
+        from ..cuda.nvrtc import disable_pools
+
+        disable_pools()
+    except ImportError:
+        pass  # no CuPy: no pool of its to hide anything
+    return True
 
 
 def _plain_copy(view: Any, layout: str) -> Any:
