@@ -3,10 +3,11 @@
     python bench/bench_real_bugs.py --repo liger=PATH [--bug L8 ...] [--gate-path DIR] [--keep DIR]
 
 For each bug (the list below, from the project's corpus of real bugs: a buggy commit and the commit
-that fixed it), a scratch clone of the library gets a gate spec written as a careful user of that
-library would write it (``bench/real_bugs/*_gate.py``) and a policy, in one commit on top of the
-buggy commit (S). The fix's diff is then one commit on top of S (F), and the same diff reversed one
-commit on top of F (R, a pull request that brings the bug back). Four gates run:
+that fixed it), a scratch repository gets the library's sources at the buggy commit, a gate spec
+written as a careful user of that library would write it (``bench/real_bugs/*_gate.py``) and a
+policy, in one commit (S). The fix's diff of the sources is then one commit on top of S (F), and
+the same diff reversed one commit on top of F (R, a pull request that brings the bug back). Four
+gates run:
 
 - ``--all`` at S: the buggy code by absolute rules (a nightly run): red expected;
 - ``--all`` at F: the fixed code by absolute rules: green, unless the fixed code has defects of its
@@ -20,11 +21,13 @@ pre-existing or fixed marks, the wall time) and one JSON line; a table ends the 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -36,38 +39,52 @@ BUGS = {
     "L8": {"library": "liger", "buggy": "c899cc725066fa7d0c2f508ad3b775f3f9951a9b",
            "fix": "d7c78df1455cac50205ad4a9b9ac50c5d144ba0f", "spec": "liger_rope_gate.py",
            "bug": "Liger-Kernel #477: _triton_rope ignores the batch dimension of cos/sin"},
+    "L5": {"library": "liger", "buggy": "e44a5fe86d3ee00def43913329e4c4ff70c3b416",
+           "fix": "9ac26bb82226c9279f0fda784300f5e02ce444b2", "spec": "liger_flce_none_gate.py",
+           "bug": "Liger-Kernel #1298: reduction='none' scales dW/db by one upstream gradient, not each token's"},
 }
 
 
-def git(repo: Path, *args: str, input: str | None = None) -> str:
+def git(repo: Path, *args: str, input: str | None = None, strip: bool = True) -> str:
     # Fixed names and dates: the same commits, so the same seeds (a gate's seed comes from the head
     # commit) and the same cases on every run of the benchmark.
     env = {**os.environ, "GIT_AUTHOR_NAME": "bench", "GIT_AUTHOR_EMAIL": "bench@example.com",
            "GIT_COMMITTER_NAME": "bench", "GIT_COMMITTER_EMAIL": "bench@example.com",
            "GIT_AUTHOR_DATE": "2026-01-01T00:00:00+00:00", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00+00:00"}
-    return subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=repo, env=env, check=True,
-                          capture_output=True, text=True, input=input).stdout.strip()
+    out = subprocess.run(["git", "-c", "safe.directory=*", *args], cwd=repo, env=env, check=True,
+                         capture_output=True, text=True, input=input).stdout
+    return out.strip() if strip else out
 
 
 def scratch(library: Path, bug: dict[str, str], where: Path) -> dict[str, str]:
-    """The scratch clone with commits S, F and R (see the module's docstring); their shas."""
+    """The scratch repository with commits S, F and R (see the module's docstring); their shas.
+
+    It holds the library's packaging and ``src/`` only, taken from the buggy commit, and the fix's
+    diff of ``src/``: a library's tests and data (large files a mirror may not even hold) are not
+    what the gate judges."""
     repo = where / "repo"
-    subprocess.run(["git", "-c", "safe.directory=*", "clone", "-q", "--no-checkout", str(library), str(repo)],
-                   check=True, capture_output=True)
-    git(repo, "checkout", "-q", "-B", "buggy", bug["buggy"])
+    repo.mkdir(parents=True)
+    lib = ["--git-dir", str(library)]
+    top = git(repo, *lib, "ls-tree", "--name-only", bug["buggy"]).splitlines()
+    keep = [p for p in ("src", "pyproject.toml", "setup.py", "setup.cfg") if p in top]
+    archive = subprocess.run(["git", "-c", "safe.directory=*", *lib, "archive", "--format=tar", bug["buggy"], *keep],
+                             check=True, capture_output=True).stdout
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(repo, filter="data")
+    git(repo, "init", "-q", "-b", "buggy")
     (repo / "gate").mkdir(exist_ok=True)
     shutil.copy(HERE / bug["spec"], repo / "gate" / bug["spec"])
     shutil.copy(HERE / "policy.yml", repo / ".gpu-gate.yml")
     git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "gpu-gate: a spec and a policy")
+    git(repo, "commit", "-q", "-m", f"the library at {bug['buggy'][:12]}, a gpu-gate spec and a policy")
     shas = {"S": git(repo, "rev-parse", "HEAD")}
-    fix = git(repo, "diff", "--binary", bug["buggy"], bug["fix"])
-    git(repo, "checkout", "-q", "-B", "fixed")
-    git(repo, "apply", "--index", "-", input=fix + "\n")
-    git(repo, "commit", "-q", "-m", "the fix")
+    fix = git(repo, *lib, "diff", "--binary", bug["buggy"], bug["fix"], "--", "src", strip=False)
+    git(repo, "checkout", "-q", "-b", "fixed")
+    git(repo, "apply", "--index", "-", input=fix)
+    git(repo, "commit", "-q", "-m", f"the fix, {bug['fix'][:12]}")
     shas["F"] = git(repo, "rev-parse", "HEAD")
-    git(repo, "checkout", "-q", "-B", "again")
-    git(repo, "apply", "--index", "-R", "-", input=fix + "\n")
+    git(repo, "checkout", "-q", "-b", "again")
+    git(repo, "apply", "--index", "-R", "-", input=fix)
     git(repo, "commit", "-q", "-m", "the bug again")
     shas["R"] = git(repo, "rev-parse", "HEAD")
     return {**shas, "repo": str(repo)}
