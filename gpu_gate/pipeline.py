@@ -83,11 +83,14 @@ def _places(record: RunRecord, tree: Path) -> dict[str, list[dict[str, Any]]]:
     from .report import locate
 
     out: dict[str, list[dict[str, Any]]] = {}
+    seen: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}  # a spec's jobs share their places
     for r in record.results:
         if r.spec:
-            found = locate.places(tree, r.spec, r.kernels, record.changed_lines.get(r.spec))
-            if found:
-                out[r.job_id] = locate.recorded(found)
+            key = (r.spec, tuple(r.kernels))
+            if key not in seen:
+                seen[key] = locate.recorded(locate.places(tree, r.spec, r.kernels, record.changed_lines.get(r.spec)))
+            if seen[key]:
+                out[r.job_id] = seen[key]
     return out
 
 

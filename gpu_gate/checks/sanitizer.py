@@ -194,19 +194,19 @@ def _against_base(job: Job, findings: list[Finding], head_root: Path, base: Base
         why = failures[0].message.splitlines()[0]
         note = (f"not compared with the base's code ({commit}) under {tool}: {why}; "
                 f"every report counts as this change's")
-        return [marked(f, "new") if f in errors else f for f in findings] + [_note(tool, job, note)]
+        return [marked(f, "new") if f.severity is not Severity.NOTE else f for f in findings] + [_note(tool, job, note)]
     base_errors = [f for f in at_base if f.severity is not Severity.NOTE]
-    base_sites = {_site(f, base.root) for f in base_errors}
-    head_sites = {_site(f, head_root) for f in errors}
+    base_sites = [_site(f, base.root) for f in base_errors]
+    head_sites = {id(f): _site(f, head_root) for f in errors}
     out: list[Finding] = []
     for f in findings:
-        if f not in errors:
+        if id(f) not in head_sites:
             out.append(f)
-        elif _site(f, head_root) in base_sites:
+        elif head_sites[id(f)] in base_sites:
             out.append(marked(dataclasses.replace(f, message=PRE_EXISTING + f.message), "pre-existing"))
         else:
             out.append(marked(f, "new"))
-    fixed = [f for f in base_errors if _site(f, base.root) not in head_sites]
+    fixed = [f for f, site in zip(base_errors, base_sites) if site not in head_sites.values()]
     for f in fixed:
         out.append(marked(dataclasses.replace(f, severity=Severity.NOTE, message=f"fixed by this change: the base's "
                                               f"code has this report, the head's does not: {f.message}"), "fixed"))

@@ -45,7 +45,7 @@ def _placed(result: JobResult, findings: list[Finding], root: Path, record: RunR
     more = f"\n(and {len(findings) - 1} more finding(s) of this job: see the report)" if len(findings) > 1 else ""
     out = []
     spec = result.spec or first.spec
-    for place in locate.job_places(root, record.places, result.job_id, spec, result.kernels,
+    for place in locate.job_places(root, record.places.get(result.job_id), spec, result.kernels,
                                    record.changed_lines.get(spec or "")):
         ann = _annotation(dataclasses.replace(first, file=place.path, line=place.line), blocking=True)
         if place.end is not None:

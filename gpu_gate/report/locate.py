@@ -96,11 +96,10 @@ def recorded(places: list[Place]) -> list[dict[str, object]]:
     return [{"path": p.path, "line": p.line, "end": p.end, "what": p.what} for p in places]
 
 
-def job_places(root: Path, record_places: dict[str, list[dict[str, object]]], job_id: str, spec_id: str | None,
+def job_places(root: Path, kept: Sequence[Mapping[str, object]] | None, spec_id: str | None,
                kernels: Iterable[str], changed: Mapping[str, Sequence[Sequence[int]]] | None = None) -> list[Place]:
-    """The places recorded for the job when it ran (read from the head's tree), else found now in
-    the checkout at ``root``."""
-    kept = record_places.get(job_id)
+    """The places recorded for the job when it ran (``kept``, read from the head's tree), else
+    found now in the checkout at ``root``."""
     if kept:
         out = []
         for d in kept:

@@ -153,7 +153,7 @@ def _placed(root: Path, spec: str | None, kernels: tuple[str, ...],
     """The lines the change wrote in the files the spec runs, the spec's decorator and the kernels'
     definitions (as recorded when the job ran, in ``kept``, else read under ``root``); failing
     those, line 1 of the spec or kernel file."""
-    found = locate.job_places(root, {"job": kept} if kept else {}, "job", spec, kernels, changed)
+    found = locate.job_places(root, kept, spec, kernels, changed)
     if found:
         return found
     path = _spec_file(spec) or (kernels[0] if kernels else None)
