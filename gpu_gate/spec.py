@@ -167,6 +167,7 @@ class Spec:
     line: int
     accumulate: str | None = None  # None: float32, or the data's dtype where that is wider
     mutates: Mapping[str, str] = dataclasses.field(default_factory=dict)  # input -> the output it holds after
+    producer: tuple[str, ...] = ()  # inputs another kernel writes just before the call (the determinism check)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         return self.fn(*args, **kwargs)
@@ -205,6 +206,18 @@ def _check_mutates(name: str, inputs: Mapping[str, Input], mutates: Mapping[str,
         if not isinstance(target, str) or not target:
             raise SpecError(f"{where}: mutates[{iname!r}] must name the output it holds after the call "
                             f"('out', 'out0', a dict key, or 'grad:<input>'), not {target!r}")
+
+
+def _check_producer(name: str, inputs: Mapping[str, Input], producer: Sequence[str] | str) -> tuple[str, ...]:
+    where = f"spec {name!r}"
+    names = (producer,) if isinstance(producer, str) else producer
+    if not isinstance(names, (tuple, list)) or not all(isinstance(n, str) and n for n in names):
+        raise SpecError(f"{where}: producer= names the inputs a kernel writes just before the call, "
+                        f"e.g. producer=['x'], not {producer!r}")
+    for n in names:
+        if n not in inputs:
+            raise SpecError(f"{where}: producer names {n!r}, which is not an input (inputs: {sorted(inputs)})")
+    return tuple(dict.fromkeys(names))
 
 
 def _validate(name: str, dims: Mapping[str, Dim], inputs: Mapping[str, Input], grads: Sequence[str],
@@ -256,6 +269,7 @@ def spec(
     name: str | None = None,
     accumulate: str | None = None,
     mutates: Mapping[str, str] | None = None,
+    producer: Sequence[str] | str = (),
 ) -> Callable[[Callable[..., Any]], Spec]:
     """Declare a gate spec. The decorated function is the *candidate*: it calls the kernel.
 
@@ -279,6 +293,13 @@ def spec(
       afterwards, e.g. ``{"a": "grad:a"}`` for a backward that writes the gradient of ``a``
       into ``a``'s memory, or ``{"x": "out"}`` for an in-place op. The input may then change,
       and that output may be a view of it; any other write to an input is still a finding.
+    - ``producer``: inputs that, in the library, another kernel writes just before this one
+      reads them (the output of the previous layer, a buffer a prologue fills). On a GPU the
+      determinism check then has a kernel of gpu-gate's write them right before each repeat:
+      on the caller's stream, letting the candidate start early where it uses programmatic
+      dependent launch, and on another stream ordered by an event. A kernel that reads them
+      before its producer finished (no ``gdc_wait()`` / ``cudaGridDependencySynchronize()``, or
+      work on a stream of its own that never waits for the caller's) reads garbage there.
     """
     from .equivalence.rounding import ACCUMULATE_DTYPES
 
@@ -289,6 +310,7 @@ def spec(
         sname = name or fn.__name__
         _validate(sname, dims, inputs, grads, fn, dim_args)
         _check_mutates(sname, inputs, mutates or {})
+        produced = _check_producer(sname, inputs, producer)
         try:
             file = inspect.getsourcefile(fn) or ""
             line = inspect.getsourcelines(fn)[1]
@@ -300,6 +322,7 @@ def spec(
             deterministic=deterministic, tolerance=tolerance or Tolerance(),
             devices=tuple(devices), checks=tuple(checks) if checks is not None else None,
             module=fn.__module__, file=file, line=line, accumulate=accumulate, mutates=dict(mutates or {}),
+            producer=produced,
         )
         # Importing a module again (a re-run in the same process) replaces its specs, so the
         # harness never runs a stale function from an earlier import.

@@ -22,6 +22,8 @@ TRITON = {
                              "constexprs": {"BLOCK": 64}},
     "embedding_grad_atomic": {"signature": {"IDS": "*i64", "G": "*fp32", "GW": "*fp32", "dim": "i32"},
                               "constexprs": {"BLOCK": 64}},
+    **{name: {"signature": {"X": "*fp32", "Partial": "*fp32", "Ready": "*i32", "Out": "*fp32", "n": "i32"},
+              "constexprs": {"BLOCK": 256}} for name in ("split_sum_flag_store", "split_sum_flag_release")},
 }
 
 
@@ -44,10 +46,17 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None and not Path("/usr/
 def test_cuda_races_are_found_at_their_lines(tmp_path: Path) -> None:
     r = compile_job("races_bug.cu", tmp_path)
     assert _hits(r) == [("global-scatter-without-atomics", "races_bug.cu", 20, Severity.NOTE),
-                        ("lock-release-without-barrier", "races_bug.cu", 12, Severity.ERROR)]
+                        ("lock-release-without-barrier", "races_bug.cu", 12, Severity.ERROR),
+                        ("lock-release-without-barrier", "races_bug.cu", 31, Severity.ERROR),
+                        ("lock-release-without-barrier", "races_bug.cu", 48, Severity.ERROR)]
     assert r.status.value == "failed"
-    lock = next(f for f in r.findings if f.kind == "lock-release-without-barrier")
+    lock = next(f for f in r.findings if f.kind == "lock-release-without-barrier" and f.line == 12)
     assert "st.global" in lock.details["ptx"] and "atom.global.exch" in lock.details["ptx"]
+    assert "releases a lock" in lock.message
+    flags = {f.line: f.message for f in r.findings if f.kind == "lock-release-without-barrier" and f.line != 12}
+    assert "sets a flag that its programs poll right after its global stores, with no block barrier and no fence" \
+        in flags[31]
+    assert "with no fence between them" in flags[48] and "no block barrier" not in flags[48]
 
 
 @needs_nvcc
@@ -61,6 +70,17 @@ def test_triton_scatter_is_a_note_and_the_atomic_twin_is_clean(tmp_path: Path) -
     hits = _hits(r)
     assert ("global-scatter-without-atomics", "tt_locks.py", 49, Severity.NOTE) in hits, hits
     assert not [h for h in hits if h[0] == "global-scatter-without-atomics" and h[2] != 49]
+
+
+def test_a_triton_flag_raised_by_a_plain_store_is_a_race_and_the_released_twin_is_clean(tmp_path: Path) -> None:
+    """split_sum_flag_store raises its ready flag with tl.store right after the partials; its twin
+    puts tl.debug_barrier() and a releasing tl.atomic_xchg there. Only the first is flagged."""
+    r = compile_job("tt_flags.py", tmp_path)
+    hits = _hits(r)
+    assert hits == [("lock-release-without-barrier", "tt_flags.py", 13, Severity.ERROR)], hits
+    f = next(f for f in r.findings if f.kind == "lock-release-without-barrier")
+    assert f.details["kernel"] == "split_sum_flag_store" and "sets a flag" in f.message
+    assert "ld.volatile" not in f.details["ptx"] and "st.global" in f.details["ptx"]
 
 
 def test_the_check_reads_the_toolchain_in_use(tmp_path: Path) -> None:

@@ -321,3 +321,30 @@ def test_a_pull_request_that_stops_allowing_writes_into_inputs_tightens(make_rep
     assert code == 0, text
     assert "rules tightened by this change: spec scale_gate: inputs no longer allowed to be written in place: x" \
            in text
+
+
+def test_a_pull_request_that_drops_a_producer_is_a_weakening(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """`producer=` has the determinism check write an input with a kernel just before the call;
+    dropped by the change under review, a read before the producer finished goes unchecked."""
+    r = _base(make_repo)
+    r.git("checkout", "-q", "main")
+    r.commit("declare", {"gate/scale_gate.py": spec(extra='\n         producer=["x"],')})
+    r.git("checkout", "-q", "feature")
+    r.git("rebase", "-q", "main")
+    _pr(r, {"gate/scale_gate.py": spec()})
+    code, text, results = _check(r)
+    assert code == 1, text
+    assert "rules weakened by this change: spec scale_gate: inputs no longer written by a producer just before " \
+           "the call (producer=): x" in text
+    assert "rules-weakened" in _kinds(results)
+
+
+def test_a_pull_request_that_adds_a_producer_tightens(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The twin: the same spec gains `producer=`; nothing is weakened."""
+    r = _base(make_repo)
+    _pr(r, {"gate/scale_gate.py": spec(extra='\n         producer="x",')})
+    code, text, results = _check(r)
+    assert code == 0, text
+    assert "rules tightened by this change: spec scale_gate: inputs now written by a producer just before the " \
+           "call (producer=): x" in text
+    assert "rules-weakened" not in _kinds(results)

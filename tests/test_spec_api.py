@@ -62,6 +62,9 @@ def test_declarations_are_validated(make: object, message: str) -> None:
     ({"dim_args": ["k"]}, "spec '_ok': dim_args names 'k', which is not in dims=['n']"),
     ({"inputs": {"x": gg.Tensor(("n",)), "w": gg.Index(("n",), high="v")}},
      "spec '_ok': index 'w' has high='v', which is not in dims"),
+    ({"producer": ["y"]}, "spec '_ok': producer names 'y', which is not an input (inputs: ['w', 'x'])"),
+    ({"producer": [1]}, "spec '_ok': producer= names the inputs a kernel writes just before the call, "
+                        "e.g. producer=['x'], not [1]"),
 ])
 def test_spec_errors_name_the_spec_and_the_fix(kwargs: dict, message: str) -> None:
     decl = {"dims": {"n": gg.Dim(1, 8)}, "inputs": {"x": gg.Tensor(("n",)), "w": gg.Tensor(("n",))},
@@ -69,6 +72,20 @@ def test_spec_errors_name_the_spec_and_the_fix(kwargs: dict, message: str) -> No
     with pytest.raises(SpecError) as e:
         gg.spec(**decl)(_ok)
     assert str(e.value) == message
+
+
+def test_a_producer_is_a_list_of_inputs_and_reaches_the_judge() -> None:
+    """``producer="x"`` and ``producer=["x"]`` say the same; the judge's copy of the spec (built
+    from the reference worker's description, no functions) keeps it."""
+    from gpu_gate.judge.workers import spec_from_description
+    from gpu_gate.worker.reference import describe
+
+    decl = {"dims": {"n": gg.Dim(1, 8)}, "inputs": {"x": gg.Tensor(("n",)), "w": gg.Tensor(("n",))},
+            "reference": lambda x, w: x * w}
+    one = gg.spec(**decl, producer="x")(_ok)
+    assert one.producer == ("x",) and gg.spec(**decl, producer=["x", "x"])(_ok).producer == ("x",)
+    assert spec_from_description(describe(one)).producer == ("x",)
+    assert gg.spec(**decl)(_ok).producer == ()
 
 
 def test_dim_args_must_be_parameters_of_the_candidate() -> None:

@@ -21,7 +21,16 @@ def findings_from_ptx(ptx: str, rel: str, repo_root: Path, arch: str) -> list[Fi
     for hit in ptxlint.lint(ptx):
         file = _relative(hit.file, repo_root) or rel
         where = f"{file}:{hit.line}" if hit.line else f"{rel} ({hit.kernel})"
-        if hit.kind == "lock-release-without-barrier":
+        if hit.kind == "lock-release-without-barrier" and hit.flag:
+            missing = " and ".join(w for w, ok in (("no block barrier", hit.barrier), ("no fence", hit.fence))
+                                   if not ok)
+            msg = (f"{where}: kernel {hit.kernel} sets a flag that its programs poll right after its global stores, "
+                   f"with {missing} between them ({arch}): a program that sees the flag may read the results before "
+                   f"they land (put a barrier and a release before the flag: tl.debug_barrier() then "
+                   f"tl.atomic_xchg(flag, 1) in Triton; __syncthreads() then __threadfence() before the store, or "
+                   f"cuda::atomic_ref store with memory_order_release, in CUDA)")
+            severity = Severity.ERROR
+        elif hit.kind == "lock-release-without-barrier":
             msg = (f"{where}: kernel {hit.kernel} releases a lock with an atomic exchange right after its global "
                    f"stores, with no block barrier between them ({arch}): the other threads' stores may land after "
                    f"the next program took the lock (put a barrier before the release: tl.debug_barrier() in Triton, "

@@ -1,6 +1,9 @@
 """The determinism check: each case runs R times alone, then R times while background
-kernels load the GPU on other streams. Outputs must agree within tolerance; bitwise
-only where the spec declares ``deterministic=True`` (fp32 atomics legitimately vary)."""
+kernels load the GPU on other streams, then R times with most SMs held. Outputs must agree
+within tolerance; bitwise only where the spec declares ``deterministic=True`` (fp32 atomics
+legitimately vary). A spec with ``producer=`` has its named inputs written by a kernel just
+before a few more runs, on the caller's stream and on another one (see
+gpu_gate.worker.producer): a kernel that reads them before its producer finished differs there."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -15,6 +18,8 @@ if TYPE_CHECKING:
 
 CASES = 4
 FEWER_SMS = "with three quarters of the SMs held by another kernel"  # see gpu_gate.worker.hold_sms
+PRODUCED_ON_STREAM = "right after a kernel that writes {names} on the caller's stream"  # gpu_gate.worker.producer
+PRODUCED_ON_EVENT = "after a kernel that writes {names} on another stream, ordered by an event"
 DEFAULT_CONTENTION_GIB = 4.0  # one contention case, at most; a third of the free GPU memory at most
 
 
@@ -48,6 +53,9 @@ class Determinism:
         self.repeats = max(2, int(job.options.get("repeats") or 8))
         self.load = bool(job.options.get("concurrent_load", True))
         self.unheld: str | None = None  # why the runs on fewer SMs could not be made
+        self.unproduced: str | None = None  # why the runs after a producer could not be made
+        # a read before the producer finished shows on (nearly) every run: fewer of those
+        self.produced_repeats = max(2, self.repeats // 4)
 
     def cases(self) -> list[Case]:
         """The contention cases first (many programs sharing locks, partial rows and hot
@@ -111,6 +119,10 @@ class Determinism:
                                                                    "checked for determinism")],
                            reason="every case was refused")
         notes = [self._note_unheld()] if self.unheld else []
+        if self.unproduced:  # the spec asked for these runs: not made is not passed
+            notes.append(self._finding("producer-unavailable", f"the runs after a producer (producer=) could not be "
+                                       f"made: {self.unproduced}; install gpu-gate's GPU extra (CuPy) on the runner"))
+            return Outcome(Status.FAILED, debt + notes, cases=ran)
         if debt:
             return Outcome(Status.FAILED, debt + notes, cases=ran)
         return Outcome(Status.PASSED, notes, cases=ran)
@@ -181,17 +193,24 @@ class Determinism:
 
         found: tuple[str, int, str] | None = None  # the first difference: why, which run, in which setting
         differed: dict[str, int] = {}
+        runs: dict[str, int] = {}
         worst = 0.0
-        settings: list[tuple[str, dict[str, bool]]] = [("alone", {})]
+        settings: list[tuple[str, dict[str, Any], int]] = [("alone", {}, self.repeats)]
         if self.load and self.ctx.device == "cuda":
-            settings.append(("under concurrent load on other streams", {"load": True}))
-            settings.append((FEWER_SMS, {"hold_sms": True}))
-        for when, how in settings:
-            differed[when] = 0
-            for i in range(self.repeats):
+            settings.append(("under concurrent load on other streams", {"load": True}, self.repeats))
+            settings.append((FEWER_SMS, {"hold_sms": True}, self.repeats))
+        produced = self._produced_settings()
+        settings += produced
+        for when, how, repeats in settings:
+            differed[when], runs[when] = 0, repeats
+            for i in range(repeats):
                 rep = cand.call(case, upstream, compare_held=True, **how)
                 if isinstance(rep.held_sms, str):  # no CuPy, say: these runs would be runs alone
                     self.unheld = rep.held_sms
+                    del differed[when]
+                    break
+                if isinstance(rep.produced, str):
+                    self.unproduced = rep.produced
                     del differed[when]
                     break
                 if rep.status != "ok":
@@ -212,12 +231,33 @@ class Determinism:
         if found is None:
             return None
         why, i, when = found
-        tally = " and ".join(f"{n} of {self.repeats} runs {w}" for w, n in differed.items())
-        f = self._finding("nondeterministic", f"{why} (first in run {i + 2} of {self.repeats + 1}, {when}; "
-                                              f"differed from the first run in {tally}; the worst run is off the "
-                                              f"reference by up to {worst:.3g}; case {case.describe()})", case)
-        f.details.update({"runs_differed": differed, "repeats": self.repeats, "worst_error": worst})
+        tally = " and ".join(f"{n} of {runs[w]} runs {w}" for w, n in differed.items())
+        early = {w for w, *_ in produced}
+        if all(n == 0 or w in early for w, n in differed.items()):
+            names = ", ".join(repr(n) for n in self.spec.producer)
+            f = self._finding("read-before-producer", f"{why} (in the runs where a kernel writes {names} just before "
+                                                      f"the call: {tally}; never alone or under load). The kernel "
+                                                      f"reads {names} before the kernel that writes them has finished: "
+                                                      f"with programmatic dependent launch, wait for it first "
+                                                      f"(tl.extra.cuda.gdc_wait() in Triton, "
+                                                      f"cudaGridDependencySynchronize() in CUDA); on a stream of its "
+                                                      f"own, make that stream wait for the caller's "
+                                                      f"(side.wait_stream(torch.cuda.current_stream())); worst run off "
+                                                      f"the reference by up to {worst:.3g}; case {case.describe()}",
+                              case)
+        else:
+            f = self._finding("nondeterministic", f"{why} (first in run {i + 2} of {runs[when] + 1}, {when}; "
+                                                  f"differed from the first run in {tally}; the worst run is off the "
+                                                  f"reference by up to {worst:.3g}; case {case.describe()})", case)
+        f.details.update({"runs_differed": differed, "repeats": self.repeats, "runs": runs, "worst_error": worst})
         return f
+
+    def _produced_settings(self) -> list[tuple[str, dict[str, Any], int]]:
+        if not self.spec.producer or self.ctx.device != "cuda":
+            return []
+        names = ", ".join(repr(n) for n in self.spec.producer)
+        return [(PRODUCED_ON_STREAM.format(names=names), {"produce": "stream", "producer": self.spec.producer}, self.produced_repeats),
+                (PRODUCED_ON_EVENT.format(names=names), {"produce": "event", "producer": self.spec.producer}, self.produced_repeats)]
 
 
 def _error(out: Any, ref: Any) -> float:

@@ -9,6 +9,13 @@ the timing:
   threads' stores may still be in flight when the next program takes the lock. (Triton 3.6
   compiles ``tl.atomic_xchg(lock, 0)`` right after the ``st.global``s unless the kernel has a
   ``tl.debug_barrier()``; nvcc puts nothing between a block's stores and ``atomicExch``.)
+- the same kind for a flag: a store (or an atomic exchange) to memory that the kernel's programs
+  poll in a loop (``ld.volatile``/``ld.acquire``/an atomic on the same parameter's buffer, inside a
+  loop), after the block's global stores with no block barrier between them; a flag written
+  without release semantics (a plain store, a relaxed exchange) needs a fence (``membar``/``fence``)
+  after the stores as well. The programs that see the flag may
+  read the partial results before they land (a split-K or "last block" reduction, a stream-K
+  fix-up, a producer/consumer queue).
 - ``global-scatter-without-atomics``: a plain load and store of the same global address computed
   from a value loaded from global memory (an index): two programs with the same index lose one
   update. A note: the determinism check is where it shows, with Zipf-skewed indices.
@@ -29,6 +36,9 @@ _LOC = re.compile(r"^\s*\.loc\s+(\d+)\s+(\d+)\s+\d+(?:.*inlined_at\s+(\d+)\s+(\d
 _INSN = re.compile(r"^\s*(?:@!?%\w+\s+)?([a-z][\w.]*)\s*(.*?);")
 _REG = re.compile(r"%[\w]+")
 _BARRIER = re.compile(r"^(?:bar|barrier)\.(?!warp)")
+_FENCE = re.compile(r"^(?:membar|fence)\.")
+_LABEL = re.compile(r"^\s*([$\w]+):")
+_BRANCH = re.compile(r"^\s*(?:@!?%\w+\s+)?bra(?:\.uni)?\s+([$\w]+)\s*;")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,6 +48,9 @@ class Hit:
     file: str | None
     line: int | None
     excerpt: str  # the PTX from the store to the release (or the load and the store)
+    flag: bool = False  # a flag that other programs poll, not a lock
+    barrier: bool = False  # (a flag) a block barrier came between the stores and the flag
+    fence: bool = True  # (a flag) a fence came between them, or the flag store releases by itself
 
     @property
     def location(self) -> str:
@@ -87,6 +100,8 @@ def _kernels(ptx: str) -> tuple[dict[int, str], dict[str, list[_Insn]]]:
             continue
         elif m := _LOC.match(line):
             loc = (int(m.group(3)), int(m.group(4))) if m.group(3) else (int(m.group(1)), int(m.group(2)))
+        elif m := _LABEL.match(line):
+            current.append(_Insn(":label", m.group(1), raw.strip(), loc))
         elif m := _INSN.match(line):
             current.append(_Insn(m.group(1), m.group(2), raw.strip(), loc))
     return files, kernels
@@ -120,6 +135,7 @@ def lint(ptx: str) -> list[Hit]:
     hits: list[Hit] = []
     for name, insns in kernels.items():
         hits += _lock_releases(name, insns, files)
+        hits += _flag_releases(name, insns, files)
         hits += _scatters(name, insns, files)
     return hits
 
@@ -146,6 +162,111 @@ def _lock_releases(name: str, insns: list[_Insn], files: dict[int, str]) -> list
         elif _is_global_store(i):
             last_store = n
     return hits
+
+
+def _loops(insns: list[_Insn]) -> list[tuple[int, int]]:
+    """(label, branch) index pairs of the backward branches: the loops, in program order."""
+    labels = {i.args: n for n, i in enumerate(insns) if i.op == ":label"}
+    out = []
+    for n, i in enumerate(insns):
+        if i.op.startswith("bra") and (m := _BRANCH.match(i.text)) and labels.get(m.group(1), n + 1) < n:
+            out.append((labels[m.group(1)], n))
+    return out
+
+
+def _params(reg_or_addr: str, defs: dict[str, _Insn]) -> set[str]:
+    """The kernel parameters an address (a register, or ``[%rd + 4]``) is computed from."""
+    out: set[str] = set()
+    seen: set[str] = set()
+    todo = _REG.findall(reg_or_addr)
+    while todo:
+        reg = todo.pop()
+        if reg in seen:
+            continue
+        seen.add(reg)
+        d = defs.get(reg)
+        if d is None:
+            continue
+        if d.op.startswith("ld.param"):
+            out.update(re.findall(r"\[\s*([\w$]+)", d.operands[-1]))
+            continue
+        if d.op.startswith("ld."):
+            continue  # a value loaded from memory: an index, not where the buffer is
+        todo += [r for op in d.operands[1:] for r in _REG.findall(op)]
+    return out
+
+
+def _address(i: _Insn) -> str | None:
+    """The address operand of a store, load or atomic."""
+    ops = i.operands
+    if i.op.startswith(("st.", "red.")):
+        return ops[0] if ops else None
+    if i.op.startswith(("ld.", "atom.")):
+        return ops[1] if len(ops) > 1 else None
+    return None
+
+
+def _is_poll(i: _Insn) -> bool:
+    if ".shared" in i.op or ".local" in i.op or ".param" in i.op or ".const" in i.op:
+        return False
+    return (i.op.startswith("ld.") and any(s in i.op for s in (".volatile", ".acquire", ".relaxed"))) \
+        or i.op.startswith("atom.")
+
+
+def _flag_releases(name: str, insns: list[_Insn], files: dict[int, str]) -> list[Hit]:
+    defs: dict[str, _Insn] = {}
+    for i in insns:
+        ops = i.operands
+        if ops and ops[0].startswith("%") and not i.op.startswith(("st.", "red.", ":label")):
+            for reg in _REG.findall(ops[0]):
+                defs.setdefault(reg, i)
+    loops = _loops(insns)
+    polled: dict[str, list[tuple[int, int]]] = {}  # parameter -> the loops that poll its buffer
+    for lo, hi in loops:
+        for i in insns[lo:hi]:
+            if _is_poll(i) and (addr := _address(i)):
+                for p in _params(addr, defs):
+                    polled.setdefault(p, []).append((lo, hi))
+    if not polled:
+        return []
+    consts = _constants(insns)
+    hits = []
+    last_store: int | None = None
+    fenced = False
+    for n, i in enumerate(insns):
+        if _BARRIER.match(i.op):
+            last_store = None
+            continue
+        if _FENCE.match(i.op):
+            fenced = True
+            continue
+        store = _is_global_store(i)
+        exch = i.op.startswith("atom.") and ".exch" in i.op and ".shared" not in i.op
+        if not (store or exch):
+            continue
+        addr = _address(i) or ""
+        flags = {p for p in _params(addr, defs) if p in polled}
+        if not flags:
+            last_store, fenced = (n, False) if store else (last_store, fenced)
+            continue
+        in_poll = any(lo <= n < hi for p in flags for lo, hi in polled[p])
+        if in_poll or (exch and _is_release(i, consts)):
+            continue  # taking a lock, or releasing one (the lock check's)
+        released = ".release" in i.op or ".acq_rel" in i.op  # orders this thread's stores by itself
+        if last_store is not None:
+            file, line = _where(i, files)
+            excerpt = "\n".join(x.text for x in insns[last_store:n + 1] if x.op != ":label")
+            hits.append(Hit("lock-release-without-barrier", name, file, line, excerpt, flag=True,
+                            fence=released or fenced))
+        elif not (released or fenced) and _stored_before(insns, n):
+            file, line = _where(i, files)
+            hits.append(Hit("lock-release-without-barrier", name, file, line, i.text, flag=True, barrier=True,
+                            fence=False))
+    return hits
+
+
+def _stored_before(insns: list[_Insn], n: int) -> bool:
+    return any(_is_global_store(i) for i in insns[:n])
 
 
 def _scatters(name: str, insns: list[_Insn], files: dict[int, str]) -> list[Hit]:

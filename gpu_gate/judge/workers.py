@@ -63,7 +63,8 @@ def spec_from_description(d: dict[str, Any]) -> Spec:
                 tolerance=Tolerance(**d["tolerance"]), devices=tuple(d["devices"]),
                 checks=tuple(d["checks"]) if d.get("checks") is not None else None, module=str(d["module"]),
                 file=str(d["file"]), line=int(d["line"]), accumulate=d.get("accumulate"),
-                mutates={str(k): str(v) for k, v in (d.get("mutates") or {}).items()})
+                mutates={str(k): str(v) for k, v in (d.get("mutates") or {}).items()},
+                producer=tuple(str(n) for n in d.get("producer") or ()))
 
 
 @dataclasses.dataclass
@@ -82,6 +83,7 @@ class CallReport:
     watch: list[tuple[list[int], bytes, bytes]] = dataclasses.field(default_factory=list)
     side_streams: int = 0
     held_sms: bool | str | None = None  # with hold_sms: True, or why the SMs could not be held
+    produced: bool | str | None = None  # with produce: True, or why the producer could not run
 
 
 def _check(reply: dict[str, Any], what: str) -> None:
@@ -143,12 +145,14 @@ class Candidate:
     def _send_call(self, case: Case, upstream: dict[str, Any] | None, *, inputs: Materialized | None = None,
                    refill: Materialized | None = None, relocate: bool = False, hold: bool = False,
                    early: bool = False, load: bool = False, compare_held: bool = False,
-                   plain: dict[str, str] | None = None, hold_sms: bool = False) -> None:
+                   plain: dict[str, str] | None = None, hold_sms: bool = False, produce: str | None = None,
+                   producer: Sequence[str] = ()) -> None:
         self.case = case.id
         blobs: wire.Blobs = []
         header: dict[str, Any] = {"op": "call", "dims": case.dims, "grad_layout": case.grad_layout, "hold": hold,
                                   "early": early, "load": load, "compare_held": compare_held, "relocate": relocate,
-                                  "plain": plain, "hold_sms": hold_sms, "exact": self.exact,
+                                  "plain": plain, "hold_sms": hold_sms, "exact": self.exact, "produce": produce,
+                                  "producer": list(producer),
                                   "upstream": wire.encode_dict(upstream, blobs) if upstream is not None else None}
         if inputs is not None:
             header["inputs"] = {k: {"buffer": wire.encode_tensor(g.buffer, blobs), "geometry": geometry(g)}
@@ -200,7 +204,8 @@ class Candidate:
             watch=[(list(w["shape"]), bytes(got[int(w["head"]["blob"])]), bytes(got[int(w["tail"]["blob"])]))
                    for w in reply.get("watch") or []],
             side_streams=int(reply.get("side_streams") or 0),
-            held_sms=reply.get("held_sms") if isinstance(reply.get("held_sms"), (bool, str)) else None)
+            held_sms=reply.get("held_sms") if isinstance(reply.get("held_sms"), (bool, str)) else None,
+            produced=reply.get("produced") if isinstance(reply.get("produced"), (bool, str)) else None)
 
     def release(self) -> None:
         """Let the worker drop the outputs it holds. Cleanup: a worker already lost (the error

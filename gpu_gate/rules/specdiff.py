@@ -9,7 +9,8 @@ from .change import Direction, RuleChange
 from .specrules import UNREAD, SpecRules
 
 _DEFAULT_DEVICES = ["cuda", "cpu"]
-_CHECKED_KEYS = {"tolerance", "dims", "inputs", "checks", "grads", "deterministic", "devices", "reference", "mutates"}
+_CHECKED_KEYS = {"tolerance", "dims", "inputs", "checks", "grads", "deterministic", "devices", "reference", "mutates",
+                 "producer"}
 
 
 class Context:
@@ -38,6 +39,7 @@ def compare(base: SpecRules, head: SpecRules, ctx: Context) -> list[RuleChange]:
     _lists(base, head, add)
     _reference(base, head, add)
     _mutates(base, head, add)
+    _producer(base, head, add)
     for key in sorted((set(base.keywords) | set(head.keywords)) - _CHECKED_KEYS):
         if base.shape(key) != head.shape(key):
             add("changed", f"{key}= changed", key)
@@ -46,7 +48,8 @@ def compare(base: SpecRules, head: SpecRules, ctx: Context) -> list[RuleChange]:
     return out
 
 
-_RULE_KEYS = ("tolerance", "dims", "inputs", "checks", "grads", "devices", "params", "deterministic", "mutates")
+_RULE_KEYS = ("tolerance", "dims", "inputs", "checks", "grads", "devices", "params", "deterministic", "mutates",
+              "producer")
 
 
 def rules_from_modified_modules(head: SpecRules, ctx: Context) -> list[RuleChange]:
@@ -248,6 +251,28 @@ def _mutates(base: SpecRules, head: SpecRules, add: Add) -> None:
     gone = sorted(str(k) for k in old if k not in new)
     if gone:
         add("tightened", f"inputs no longer allowed to be written in place: {', '.join(gone)}", "mutates")
+
+
+def _producer(base: SpecRules, head: SpecRules, add: Add) -> None:
+    """``producer=`` names inputs another kernel writes just before the call: one no longer named
+    is no longer checked for a read before its producer finished (weakened)."""
+    def names(v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    old, new = names(base.literal("producer", [])), names(head.literal("producer", []))
+    if old is UNREAD or new is UNREAD or not isinstance(old, (list, tuple)) or not isinstance(new, (list, tuple)):
+        if base.shape("producer") != head.shape("producer"):
+            add("weakened", "producer= changed and is not a literal list, so gpu-gate cannot tell which inputs are "
+                            "still written by a producer before the call", "producer")
+        return
+    gone = [str(n) for n in old if n not in new]
+    if gone:
+        add("weakened", f"inputs no longer written by a producer just before the call (producer=): "
+                        f"{', '.join(gone)}", "producer")
+    added = [str(n) for n in new if n not in old]
+    if added and not gone:
+        add("tightened", f"inputs now written by a producer just before the call (producer=): {', '.join(added)}",
+            "producer")
 
 
 def _lists(base: SpecRules, head: SpecRules, add: Add) -> None:

@@ -116,7 +116,8 @@ def describe(spec: Spec) -> dict[str, Any]:
             "tolerance": dataclasses.asdict(spec.tolerance), "devices": list(spec.devices),
             "checks": list(spec.checks) if spec.checks is not None else None, "module": spec.module,
             "file": spec.file, "line": spec.line, "accumulate": spec.accumulate,
-            "params": sorted(spec.params), "mutates": dict(spec.mutates)}
+            "params": sorted(spec.params), "mutates": dict(spec.mutates),
+            "producer": list(spec.producer)}
 
 
 class ReferenceServer:

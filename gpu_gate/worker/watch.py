@@ -17,11 +17,14 @@ class OutputWatch:
     """Collects the guarded outputs a candidate allocates with ``gg.empty`` during one call.
 
     ``exact``: under compute-sanitizer, ``gg.empty`` allocates exactly the tensor's bytes, with no
-    guard band, so that the tool sees a write past its end (a guard band would hide it)."""
+    guard band, so that the tool sees a write past its end (a guard band would hide it).
+    ``quiet``: ``gg.empty`` is a plain ``torch.empty``, launching no fill: nothing of gpu-gate's
+    comes between a producer kernel and the candidate's (see gpu_gate.worker.producer)."""
 
-    def __init__(self, exact: bool = False) -> None:
+    def __init__(self, exact: bool = False, quiet: bool = False) -> None:
         self.outputs: list[Guarded] = []
         self.exact = exact
+        self.quiet = quiet
 
     def __enter__(self) -> OutputWatch:
         _active.watch = self
@@ -39,7 +42,7 @@ def guarded_empty(shape: tuple[Any, ...], *, dtype: Any = None, device: Any = No
     shape = tuple(int(s) for s in shape)
     dtype = dtype or torch.get_default_dtype()
     watch: OutputWatch | None = getattr(_active, "watch", None)
-    if watch is None:
+    if watch is None or watch.quiet:
         return torch.empty(shape, dtype=dtype, device=device)
     if watch.exact:
         return torch.empty(shape, dtype=dtype, device=device).fill_(poison_value(dtype))
@@ -68,10 +71,14 @@ class SideStreams:
     result finished later on an unordered side stream differs every time, instead of only when
     the scheduler happens to run late. A candidate that orders its streams correctly loses a
     few milliseconds and nothing else.
+
+    ``delay=False``: the streams are counted, and nothing is queued on them (a producer's runs,
+    where the sleep would let the producer finish before a candidate's unordered stream reads).
     """
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str, delay: bool = True) -> None:
         self.device = device
+        self.delay = delay
         self.used: set[int] = set()
         self._undo: list[Any] = []
         self._launching_on: Any = None
@@ -83,13 +90,14 @@ class SideStreams:
 
         if not hasattr(torch.cuda, "_sleep"):
             return self
+        sleep = torch.cuda._sleep if self.delay else (lambda cycles: None)
         caller = torch.cuda.current_stream()
         set_stream = torch.cuda.set_stream
 
         def switched(stream: Any) -> None:
             if stream is not None and getattr(stream, "stream_id", None) != caller.stream_id:
                 self.used.add(int(stream.stream_id))
-                torch.cuda._sleep(SIDE_STREAM_DELAY_CYCLES)  # queued on the stream just made current
+                sleep(SIDE_STREAM_DELAY_CYCLES)  # queued on the stream just made current
 
         def watched_set_stream(stream: Any) -> None:
             set_stream(stream)
@@ -106,7 +114,7 @@ class SideStreams:
             current = torch.cuda.current_stream()
             set_stream(target)
             try:
-                torch.cuda._sleep(SIDE_STREAM_DELAY_CYCLES)
+                sleep(SIDE_STREAM_DELAY_CYCLES)
             finally:
                 set_stream(current)
 
@@ -120,7 +128,7 @@ class SideStreams:
                 sid = kwargs.get("stream_id", args[0] if args else None)
                 if sid is not None and sid != caller.stream_id and sid not in self.used:
                     self.used.add(int(sid))
-                    torch.cuda._sleep(SIDE_STREAM_DELAY_CYCLES)  # queued on the stream just made current
+                    sleep(SIDE_STREAM_DELAY_CYCLES)  # queued on the stream just made current
                 return result
 
             torch._C._cuda_setStream = watched_raw

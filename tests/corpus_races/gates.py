@@ -1,11 +1,13 @@
 """Specs a careful user writes for the kernels of tt_locks.py: a layer-norm-style dW (the sum
-over rows of dy * x) accumulated into GROUPS partial rows under spin locks, and an embedding
-gradient scattered by token ids."""
+over rows of dy * x) accumulated into GROUPS partial rows under spin locks, an embedding
+gradient scattered by token ids, and an RMSNorm (tt_pdl.py) whose input the previous layer's
+kernel writes just before it runs."""
 import torch
 import triton
 
 import gpu_gate as gg
 import tt_locks as K
+import tt_pdl as K_PDL
 
 GROUPS = 32
 
@@ -58,3 +60,60 @@ def embedding_grad_store(ids, g):
 @gg.spec(name="embedding_grad_atomic", tolerance=gg.Tolerance(baseline_factor=4.0), **EMB)
 def embedding_grad_atomic(ids, g):
     return _embedding_grad(K.embedding_grad_atomic, ids, g)
+
+
+# An RMSNorm whose input is the previous layer's output (producer=["x"]): launched with
+# programmatic dependent launch, or on a stream of the wrapper's own.
+RMS = dict(
+    dims={"rows": gg.Dim(1, 4096), "cols": gg.Dim(1, 8192, reduction=True)},
+    inputs={"x": gg.Tensor(("rows", "cols"), dtypes=["float32", "bfloat16"]), "w": gg.Tensor(("cols",), dtype="like:x")},
+    reference=lambda x, w: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
+                            ).to(x.dtype),
+    producer=["x"],
+)
+
+
+def _rms(kernel, x, w, pdl=True):
+    x, w = x.contiguous(), w.contiguous()
+    y = torch.empty_like(x)
+    rows, cols = x.shape
+    kernel[(rows,)](x, w, y, x.stride(0), cols, 1e-6, BLOCK=triton.next_power_of_2(cols), launch_pdl=pdl)
+    return y
+
+
+@gg.spec(name="rms_pdl_reads_early", **RMS)
+def rms_pdl_reads_early(x, w):
+    return _rms(K_PDL.rms_norm_reads_early, x, w)
+
+
+@gg.spec(name="rms_pdl_waits", **RMS)
+def rms_pdl_waits(x, w):
+    return _rms(K_PDL.rms_norm_waits, x, w)
+
+
+@gg.spec(name="rms_pdl_waits_unproduced", **{k: v for k, v in RMS.items() if k != "producer"})
+def rms_pdl_waits_unproduced(x, w):
+    """The same, its spec without producer=: what the runs after a producer cost."""
+    return _rms(K_PDL.rms_norm_waits, x, w)
+
+
+def _on_own_stream(x, w, wait):
+    side = torch.cuda.Stream()
+    if wait:
+        side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = _rms(K_PDL.rms_norm_waits, x, w, pdl=False)
+    torch.cuda.current_stream().wait_stream(side)
+    y.record_stream(torch.cuda.current_stream())
+    return y
+
+
+@gg.spec(name="rms_own_stream_unordered", **RMS)
+def rms_own_stream_unordered(x, w):
+    """Its own stream, which never waits for the caller's: reads x whenever it gets to it."""
+    return _on_own_stream(x, w, wait=False)
+
+
+@gg.spec(name="rms_own_stream_ordered", **RMS)
+def rms_own_stream_ordered(x, w):
+    return _on_own_stream(x, w, wait=True)

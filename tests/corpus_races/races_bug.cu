@@ -20,3 +20,38 @@ extern "C" __global__ void embedding_grad(const long long* ids, const float* g, 
         gw[r * dim + d] = gw[r * dim + d] + g[i * dim + d];
     }
 }
+
+
+// A "last block" reduction: every block writes its partial sums and raises its flag; block 0
+// waits for every flag, then adds the partials up. The flag goes up right after the stores: no
+// __syncthreads(), no __threadfence().
+extern "C" __global__ void block_sums_flag(const float* x, float* partial, int* ready, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    partial[i] = i < n ? x[i] : 0.0f;
+    if (threadIdx.x == 0) atomicExch(&ready[blockIdx.x], 1);
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int b = 0; b < gridDim.x; ++b) {
+            while (((volatile int*)ready)[b] == 0) {}
+            for (int t = 0; t < blockDim.x; ++t) s += partial[b * blockDim.x + t];
+        }
+        *out = s;
+    }
+}
+
+// The same with the barrier, and a plain store for the flag with no fence: the block's stores are
+// done, but nothing makes them visible to other blocks before the flag.
+extern "C" __global__ void block_sums_plain_flag(const float* x, float* partial, int* ready, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    partial[i] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    if (threadIdx.x == 0) ((volatile int*)ready)[blockIdx.x] = 1;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int b = 0; b < gridDim.x; ++b) {
+            while (((volatile int*)ready)[b] == 0) {}
+            for (int t = 0; t < blockDim.x; ++t) s += partial[b * blockDim.x + t];
+        }
+        *out = s;
+    }
+}

@@ -22,3 +22,21 @@ extern "C" __global__ void embedding_grad(const long long* ids, const float* g, 
     int i = blockIdx.x, d = threadIdx.x;
     if (i < n && d < dim) atomicAdd(&gw[ids[i] * dim + d], g[i * dim + d]);
 }
+
+
+// The flag after a fence and a barrier: every thread's partial is visible before it goes up.
+extern "C" __global__ void block_sums_flag(const float* x, float* partial, int* ready, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    partial[i] = i < n ? x[i] : 0.0f;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) ((volatile int*)ready)[blockIdx.x] = 1;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        float s = 0.0f;
+        for (int b = 0; b < gridDim.x; ++b) {
+            while (((volatile int*)ready)[b] == 0) {}
+            for (int t = 0; t < blockDim.x; ++t) s += partial[b * blockDim.x + t];
+        }
+        *out = s;
+    }
+}

@@ -57,3 +57,43 @@ def test_what_the_contention_cases_cost(tmp_path: Path, monkeypatch: pytest.Monk
         times[contention] = time.monotonic() - t
         assert r.status is Status.PASSED
     print(f"\ndeterminism job, dw spec: {times[False]:.1f}s without contention cases, {times[True]:.1f}s with")
+
+
+@pytest.mark.parametrize("seed", range(5))
+@pytest.mark.parametrize("bug, twin", [("rms_pdl_reads_early", "rms_pdl_waits"),
+                                       ("rms_own_stream_unordered", "rms_own_stream_ordered")])
+def test_reads_before_the_producer_finished_are_caught_and_twins_pass(bug: str, twin: str, seed: int, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """producer=["x"]: a kernel of gpu-gate's writes x just before the repeats. The kernel that
+    reads x before gdc_wait() under programmatic dependent launch, and the wrapper whose stream
+    never waits for the caller's, read the fill there; their twins never do."""
+    from gpu_gate.checks.determinism import PRODUCED_ON_EVENT, PRODUCED_ON_STREAM
+
+    t = time.monotonic()
+    r = determinism(bug, seed, tmp_path, monkeypatch)
+    print(f"\n{bug} seed {seed}: {r.status.value} in {time.monotonic() - t:.1f}s: "
+          f"{[f.message[:200] for f in r.findings]}")
+    assert r.status is Status.FAILED and {f.kind for f in r.findings} == {"read-before-producer"}, r.findings
+    tally = r.findings[0].details["runs_differed"]
+    print(f"{bug} seed {seed}: runs that differed: {tally}")
+    names = "'x'"
+    on_stream, on_event = PRODUCED_ON_STREAM.format(names=names), PRODUCED_ON_EVENT.format(names=names)
+    assert tally[on_stream] >= 1
+    if bug == "rms_own_stream_unordered":
+        assert tally[on_event] >= 1
+    t = time.monotonic()
+    ok = determinism(twin, seed, tmp_path, monkeypatch)
+    print(f"{twin} seed {seed}: {ok.status.value} in {time.monotonic() - t:.1f}s")
+    assert ok.status is Status.PASSED, [f.message for f in ok.findings]
+
+
+def test_what_the_producer_runs_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same correct kernel, its spec with producer= and without (gates.rms_pdl_waits_unproduced)."""
+    times = {}
+    for name in ("rms_pdl_waits_unproduced", "rms_pdl_waits"):
+        t = time.monotonic()
+        r = determinism(name, 0, tmp_path, monkeypatch)
+        times[name] = time.monotonic() - t
+        assert r.status is Status.PASSED, [f.message for f in r.findings]
+    print(f"\ndeterminism job, rms spec: {times['rms_pdl_waits_unproduced']:.1f}s without producer=, "
+          f"{times['rms_pdl_waits']:.1f}s with")
