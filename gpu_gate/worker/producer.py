@@ -91,7 +91,8 @@ class Producer:
         with torch.cuda.stream(stream), cupy.cuda.ExternalStream(stream.cuda_stream):
             for dst, src in pairs:
                 dst.fill_(0xFF)
-                self._kernel((BLOCKS,), (THREADS,), (src.data_ptr(), dst.data_ptr(), cupy.uint64(dst.numel()),
+                self._kernel((BLOCKS,), (THREADS,), (cupy.uint64(src.data_ptr()), cupy.uint64(dst.data_ptr()),
+                                                     cupy.uint64(dst.numel()),
                                                      cupy.uint64(wait_ns)))
         if mode == "event":
             caller.wait_event(stream.record_event())
