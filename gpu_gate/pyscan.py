@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import hashlib
 import posixpath
 from collections.abc import Iterable
 
@@ -42,14 +43,31 @@ class ParseError(ValueError):
         super().__init__(f"{file}:{line}: cannot parse Python: {msg}")
 
 
+# Parsed modules by content and name: a run reads the same files several times (the change's
+# import graph, the specs at the head, the result cache's keys), and parsing is most of what a run
+# served from the cache spends. Keyed by a digest of the bytes, so an edited file is parsed again.
+# The trees are shared: nothing may change them.
+_PARSED: dict[tuple[bytes, str], ast.Module] = {}
+_PARSED_MAX = 8192
+
+
 def parse(source: str | bytes, filename: str) -> ast.Module:
     """Parse a module (bytes honour a PEP 263 coding line); raise :class:`ParseError`."""
+    data = source.encode("utf-8", "surrogatepass") if isinstance(source, str) else bytes(source)
+    key = (hashlib.blake2b(data, digest_size=16, person=b"str" if isinstance(source, str) else b"bytes").digest(),
+           filename)
+    tree = _PARSED.get(key)
+    if tree is not None:
+        return tree
     try:
-        return ast.parse(source, filename=filename)
+        tree = ast.parse(source, filename=filename)
     except SyntaxError as exc:
         raise ParseError(filename, exc.lineno or 1, exc.msg) from None
     except ValueError as exc:  # NUL bytes, undecodable text
         raise ParseError(filename, 1, str(exc)) from None
+    if len(_PARSED) < _PARSED_MAX:
+        _PARSED[key] = tree
+    return tree
 
 
 def import_aliases(tree: ast.Module) -> dict[str, str]:
@@ -150,12 +168,20 @@ def _import_roots(files: frozenset[str]) -> list[str]:
 
 def imported_names(tree: ast.Module, module_path: str) -> set[str]:
     """Absolute dotted names a module imports (relative imports resolved against its path)."""
+    memo: dict[str, frozenset[str]] = tree.__dict__.setdefault("_gg_imported", {})
+    if module_path not in memo:
+        memo[module_path] = frozenset(_imported_names(tree, module_path))
+    return set(memo[module_path])
+
+
+def _imported_names(tree: ast.Module, module_path: str) -> set[str]:
     package = _package_of(module_path)
     names: set[str] = set()
-    for node in ast.walk(tree):
+    imports, literals, _ = _read(tree)
+    for node in imports:
         if isinstance(node, ast.Import):
             names.update(a.name for a in node.names)
-        elif isinstance(node, ast.ImportFrom):
+        else:
             base = _absolute(node.module, node.level, package)
             if base is None:
                 continue
@@ -163,11 +189,30 @@ def imported_names(tree: ast.Module, module_path: str) -> set[str]:
                 names.add(base)
             # `from pkg import x` may name a submodule x; a miss is harmless.
             names.update(f"{base}.{a.name}" if base else a.name for a in node.names if a.name != "*")
-        elif isinstance(node, ast.Call):
-            literal = _import_module_literal(node)
-            if literal:
-                names.add(literal)
-    return names
+    return names | literals
+
+
+def _read(tree: ast.Module) -> tuple[list[ast.Import | ast.ImportFrom], frozenset[str], frozenset[str]]:
+    """One walk of a module, kept on it: its import statements, the modules it imports by a literal
+    name (``importlib.import_module("a.b")``), and its string constants."""
+    memo = tree.__dict__.get("_gg_read")
+    if memo is None:
+        imports: list[ast.Import | ast.ImportFrom] = []
+        literals: set[str] = set()
+        strings: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant):
+                if isinstance(node.value, str):
+                    strings.add(node.value)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                imports.append(node)
+            elif isinstance(node, ast.Call):
+                literal = _import_module_literal(node)
+                if literal:
+                    literals.add(literal)
+        memo = (imports, frozenset(literals), frozenset(strings))
+        tree.__dict__["_gg_read"] = memo
+    return memo  # type: ignore[no-any-return]
 
 
 def module_imports(source: str | bytes | ast.Module, module_path: str, index: ModuleIndex) -> set[str]:
@@ -207,4 +252,4 @@ def _import_module_literal(call: ast.Call) -> str | None:
 
 
 def string_literals(tree: ast.Module) -> set[str]:
-    return {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    return set(_read(tree)[2])

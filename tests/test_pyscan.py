@@ -181,3 +181,23 @@ def test_resolve_relative_then_include_dirs() -> None:
     assert cudascan.resolve_include("common.cuh", "csrc/k/k.cu", ["include"], files) == "include/common.cuh"
     assert cudascan.resolve_include("../k/a.cuh", "csrc/k/k.cu", [], files) == "csrc/k/a.cuh"
     assert cudascan.resolve_include("cuda_runtime.h", "csrc/k/k.cu", ["include"], files) is None
+
+
+def test_a_module_is_parsed_once_per_content_and_an_edit_is_parsed_again() -> None:
+    """A run reads the same modules several times (the change, the specs at the head, the cache's
+    keys): the same bytes under the same name give the same tree, read once; an edited file, or
+    the same bytes under another name (relative imports differ), is read afresh."""
+    src = b"from . import ops\nimport importlib\nm = importlib.import_module('pkg.extra')\nK = 'k.cu'\n"
+    a = pyscan.parse(src, "pkg/mod.py")
+    assert pyscan.parse(src, "pkg/mod.py") is a
+    assert pyscan.parse(src, "other/mod.py") is not a
+    edited = pyscan.parse(src.replace(b"ops", b"kernels"), "pkg/mod.py")
+    assert edited is not a
+    assert pyscan.imported_names(a, "pkg/mod.py") == {"pkg", "pkg.ops", "importlib", "pkg.extra"}
+    assert pyscan.imported_names(edited, "pkg/mod.py") == {"pkg", "pkg.kernels", "importlib", "pkg.extra"}
+    assert pyscan.imported_names(a, "lib/pkg/mod.py") == {"lib.pkg", "lib.pkg.ops", "importlib", "pkg.extra"}
+    assert pyscan.string_literals(a) == {"pkg.extra", "k.cu"}
+    # str and bytes of the same text are both fine, and the results are the caller's to change
+    names = pyscan.imported_names(pyscan.parse(src.decode(), "pkg/mod.py"), "pkg/mod.py")
+    names.add("x")
+    assert "x" not in pyscan.imported_names(a, "pkg/mod.py")
