@@ -64,9 +64,38 @@ def _out(repo: Path | str, *args: str) -> str:
     return res.stdout.strip()
 
 
+# Answers about commits named by their full object id never change (git's objects are immutable):
+# a run asks several of them more than once (the tree of the head for the policy, the change, the
+# specs and the result cache's keys), and each question is two processes. Kept for the process.
+_ANSWERS: dict[tuple[str, tuple[str, ...]], bytes] = {}
+_ANSWERS_MAX_BYTES = 256 << 20
+_answered_bytes = 0
+
+
+def _immutable(args: list[str]) -> bool:
+    """``ls-tree`` of one commit, or ``diff`` of two, each given by its full object id."""
+    if not args or args[0] not in ("ls-tree", "diff") or "--end-of-options" not in args:
+        return False
+    revs = args[args.index("--end-of-options") + 1:]
+    revs = revs[:revs.index("--")] if "--" in revs else revs
+    return len(revs) == (2 if args[0] == "diff" else 1) and all(_looks_like_sha(r) for r in revs)
+
+
 def _capture(repo: Path | str, args: Iterable[str], input: bytes | None = None) -> bytes:
     """Run git with stdout sent to a file and return all of it, unbounded and undecoded."""
+    global _answered_bytes
     args = list(args)
+    key = (os.path.realpath(repo), tuple(args)) if input is None and _immutable(args) else None
+    if key is not None and key in _ANSWERS:
+        return _ANSWERS[key]
+    data = _capture_now(repo, args, input)
+    if key is not None and _answered_bytes + len(data) <= _ANSWERS_MAX_BYTES:
+        _ANSWERS[key] = data
+        _answered_bytes += len(data)
+    return data
+
+
+def _capture_now(repo: Path | str, args: list[str], input: bytes | None) -> bytes:
     with tempfile.TemporaryDirectory(prefix="gpu-gate-git-") as tmp:
         out = Path(tmp) / "stdout"
         # `sh -c 'exec "$@" >"$0"' FILE git ...`: the arguments are passed as
@@ -353,12 +382,16 @@ def show(repo: Path | str, rev: str, path: str) -> bytes:
 
 
 def read_blobs(repo: Path | str, oids: Iterable[str]) -> dict[str, bytes]:
-    """Contents of many blobs with ONE ``git cat-file --batch``."""
-    wanted = list(dict.fromkeys(oids))
+    """Contents of many blobs with ONE ``git cat-file --batch``. A blob's id is a digest of its
+    bytes: those read once are kept for the process, within a bound."""
+    global _blob_bytes
+    asked = list(dict.fromkeys(oids))
+    known = {o: _BLOBS[o] for o in asked if o in _BLOBS}
+    wanted = [o for o in asked if o not in known]
     if not wanted:
-        return {}
+        return known
     raw = _capture(repo, ["cat-file", "--batch"], input="".join(f"{o}\n" for o in wanted).encode())
-    blobs: dict[str, bytes] = {}
+    blobs: dict[str, bytes] = known
     pos = 0
     for oid in wanted:
         eol = raw.index(b"\n", pos)
@@ -369,7 +402,15 @@ def read_blobs(repo: Path | str, oids: Iterable[str]) -> dict[str, bytes]:
         size = int(header[2])
         blobs[oid] = raw[pos:pos + size]
         pos += size + 1
+        if header[1] == b"blob" and _looks_like_sha(oid) and _blob_bytes + size <= _BLOBS_MAX_BYTES:
+            _BLOBS[oid] = blobs[oid]
+            _blob_bytes += size
     return blobs
+
+
+_BLOBS: dict[str, bytes] = {}
+_BLOBS_MAX_BYTES = 256 << 20
+_blob_bytes = 0
 
 
 class Snapshot:

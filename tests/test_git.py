@@ -265,3 +265,40 @@ def test_changed_lines_are_the_head_side_of_each_hunk(repo: GitRepo) -> None:
     got = git.changed_lines(repo.path, base, None, ["k/a.py", "k/loose.py"])
     assert got == {"k/a.py": want["k/a.py"], "k/loose.py": [(1, 2)]}
     assert git.changed_lines(repo.path, base, "HEAD", []) == {}
+
+
+def test_answers_about_commits_are_kept_and_the_work_tree_is_read_afresh(repo: GitRepo,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A commit named by its full id never changes: its tree and its diffs are read once per
+    process. A branch, a short id or the work tree may change under the run, and are asked again."""
+    first = git.resolve(repo.path, "HEAD")
+    repo.commit("second", {"b.txt": "b\n"})
+    second = git.resolve(repo.path, "HEAD")
+    calls: list[list[str]] = []
+    real = git._capture_now
+
+    def counted(r, args, input):  # type: ignore[no-untyped-def]
+        calls.append(list(args))
+        return real(r, args, input)
+
+    monkeypatch.setattr(git, "_capture_now", counted)
+    for _ in range(2):
+        assert "b.txt" in git.list_tree(repo.path, second)
+        assert [c.path for c in git.diff(repo.path, first, second)] == ["b.txt"]
+    assert sum(c[0] == "ls-tree" for c in calls) == 1 and sum(c[0] == "diff" for c in calls) == 2
+    calls.clear()
+    for _ in range(2):
+        git.list_tree(repo.path, "HEAD")
+        git.list_tree(repo.path, second[:12])
+    assert sum(c[0] == "ls-tree" for c in calls) == 4
+    calls.clear()
+    (repo.path / "b.txt").write_text("edited\n")
+    assert [c.path for c in git.diff(repo.path, second, None)] == ["b.txt"]
+    (repo.path / "c.txt").write_text("new\n")
+    assert sorted(c.path for c in git.diff(repo.path, second, None)) == ["b.txt", "c.txt"]
+    assert sum(c[0] == "diff" for c in calls) == 4
+    # blobs are content-addressed: read once
+    oid = git.list_tree(repo.path, second)["b.txt"]
+    calls.clear()
+    assert git.read_blobs(repo.path, [oid]) == {oid: b"b\n"} == git.read_blobs(repo.path, [oid])
+    assert sum(c[0] == "cat-file" for c in calls) <= 1
