@@ -37,12 +37,12 @@ def double(x):
 HONEST = "def double(x):\n    return x * 2\n"
 
 
-def _run(root: Path, kern: str) -> JobResult:
+def _run(root: Path, kern: str, spec: str = SPEC) -> JobResult:
     (root / "lib").mkdir(parents=True)
     (root / "lib" / "__init__.py").write_text("")
     (root / "lib" / "kern.py").write_text(textwrap.dedent(kern))
     (root / "gate").mkdir()
-    (root / "gate" / "double_gate.py").write_text(SPEC)
+    (root / "gate" / "double_gate.py").write_text(spec)
     job = Job(id="determinism:gate/double_gate.py::double_gate", check="determinism", level="required",
               kernels=(), spec=SpecRef("gate/double_gate.py", "double_gate"), seed=3,
               options={"repeats": 8, "contention": False})
@@ -64,3 +64,35 @@ def test_the_finding_counts_the_runs_that_differed(tmp_path: Path) -> None:
 def test_a_deterministic_kernel_passes(tmp_path: Path) -> None:
     r = _run(tmp_path / "ok", HONEST)
     assert r.status is Status.PASSED, [f.message for f in r.findings]
+
+
+def test_the_settings_each_case_is_repeated_in() -> None:
+    """Alone everywhere; on a GPU, under load and on fewer SMs; with the caller's stream held back
+    only for a candidate that used streams of its own (the other settings delay those); after a
+    producer only where the spec names one, with fewer runs. On the CPU: alone only."""
+    from gpu_gate.checks.determinism import (CALLER_LATE, FEWER_SMS, PRODUCED_ON_EVENT, PRODUCED_ON_STREAM,
+                                             repeat_settings)
+
+    def names(*args) -> list[tuple[str, int]]:  # type: ignore[no-untyped-def]
+        return [(w, n) for w, _, n in repeat_settings(*args)]
+
+    load = "under concurrent load on other streams"
+    assert names("cpu", True, 8, ("x",), True) == [("alone", 8)]
+    assert names("cuda", True, 8, (), False) == [("alone", 8), (load, 8), (FEWER_SMS, 8)]
+    assert names("cuda", True, 8, (), True) == [("alone", 8), (load, 8), (FEWER_SMS, 8), (CALLER_LATE, 8)]
+    assert names("cuda", False, 8, (), True) == [("alone", 8)]
+    got = repeat_settings("cuda", True, 8, ("x", "w"), False)
+    assert [(w, n) for w, _, n in got][3:] == [(PRODUCED_ON_STREAM.format(names="'x', 'w'"), 2),
+                                               (PRODUCED_ON_EVENT.format(names="'x', 'w'"), 2)]
+    assert got[3][1] == {"produce": "stream", "producer": ("x", "w")} and got[4][1]["produce"] == "event"
+    assert [n for *_, n in repeat_settings("cuda", False, 16, ("x",), False)] == [16, 4, 4]
+
+
+def test_a_spec_with_a_producer_runs_on_the_cpu_without_one(tmp_path: Path) -> None:
+    """No GPU, no producer kernel: the determinism check runs its repeats alone, as for any spec,
+    and says nothing of producers (on a GPU runner the producer runs; see tests/gpu/test_races_gpu.py)."""
+    spec = SPEC.replace("reference=lambda x: x * 2)", "reference=lambda x: x * 2, producer=['x'])")
+    assert "producer=['x']" in spec
+    r = _run(tmp_path / "produced", HONEST, spec=spec)
+    assert r.status is Status.PASSED, [f.message for f in r.findings]
+    assert not r.findings

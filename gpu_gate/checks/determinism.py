@@ -1,9 +1,11 @@
 """The determinism check: each case runs R times alone, then R times while background
 kernels load the GPU on other streams, then R times with most SMs held. Outputs must agree
 within tolerance; bitwise only where the spec declares ``deterministic=True`` (fp32 atomics
-legitimately vary). A spec with ``producer=`` has its named inputs written by a kernel just
-before a few more runs, on the caller's stream and on another one (see
-gpu_gate.worker.producer): a kernel that reads them before its producer finished differs there."""
+legitimately vary). A candidate that uses streams of its own is also repeated with the caller's
+stream held back, so that its work there runs in the other order. A spec with ``producer=`` has
+its named inputs written by a kernel just before a few more runs, on the caller's stream and on
+another one (see gpu_gate.worker.producer): a kernel that reads them before its producer
+finished differs there."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -20,6 +22,7 @@ CASES = 4
 FEWER_SMS = "with three quarters of the SMs held by another kernel"  # see gpu_gate.worker.hold_sms
 PRODUCED_ON_STREAM = "right after a kernel that writes {names} on the caller's stream"  # gpu_gate.worker.producer
 PRODUCED_ON_EVENT = "after a kernel that writes {names} on another stream, ordered by an event"
+CALLER_LATE = "with the caller's stream held back, so that the candidate's other streams run first"
 DEFAULT_CONTENTION_GIB = 4.0  # one contention case, at most; a third of the free GPU memory at most
 
 
@@ -54,8 +57,6 @@ class Determinism:
         self.load = bool(job.options.get("concurrent_load", True))
         self.unheld: str | None = None  # why the runs on fewer SMs could not be made
         self.unproduced: str | None = None  # why the runs after a producer could not be made
-        # a read before the producer finished shows on (nearly) every run: fewer of those
-        self.produced_repeats = max(2, self.repeats // 4)
 
     def cases(self) -> list[Case]:
         """The contention cases first (many programs sharing locks, partial rows and hot
@@ -180,12 +181,12 @@ class Determinism:
                 return "refused"  # the equivalence check reports it
             first = rep.outputs
             ref, base, envelope = r.ref.truth(case, first)
-            return self._repeat(cand, case, upstream, first, ref, base, envelope)
+            return self._repeat(cand, case, upstream, first, ref, base, envelope, rep.side_streams > 0)
         finally:
             cand.release()
 
     def _repeat(self, cand: Any, case: Case, upstream: Any, first: dict[str, Any], ref: dict[str, Any],
-                base: dict[str, Any], envelope: dict[str, Any]) -> Finding | None:
+                base: dict[str, Any], envelope: dict[str, Any], side_streams: bool = False) -> Finding | None:
         """Every repeat runs, alone and then under load, even after one differs: the finding says how
         many of them differed in each setting and how far the worst landed from the reference (a
         race that fires once in eight runs and one that fires every time read differently)."""
@@ -195,12 +196,8 @@ class Determinism:
         differed: dict[str, int] = {}
         runs: dict[str, int] = {}
         worst = 0.0
-        settings: list[tuple[str, dict[str, Any], int]] = [("alone", {}, self.repeats)]
-        if self.load and self.ctx.device == "cuda":
-            settings.append(("under concurrent load on other streams", {"load": True}, self.repeats))
-            settings.append((FEWER_SMS, {"hold_sms": True}, self.repeats))
-        produced = self._produced_settings()
-        settings += produced
+        settings = repeat_settings(self.ctx.device, self.load, self.repeats, self.spec.producer, side_streams)
+        produced = [x for x in settings if "produce" in x[1]]
         for when, how, repeats in settings:
             differed[when], runs[when] = 0, repeats
             for i in range(repeats):
@@ -246,18 +243,39 @@ class Determinism:
                                                       f"the reference by up to {worst:.3g}; case {case.describe()}",
                               case)
         else:
+            hint = ("; only with the caller's stream held back: work on another stream reads what the caller's "
+                    "stream writes without waiting for it (make that stream wait first: "
+                    "side.wait_stream(torch.cuda.current_stream()))"
+                    if all(n == 0 or w == CALLER_LATE for w, n in differed.items()) else "")
             f = self._finding("nondeterministic", f"{why} (first in run {i + 2} of {runs[when] + 1}, {when}; "
                                                   f"differed from the first run in {tally}; the worst run is off the "
-                                                  f"reference by up to {worst:.3g}; case {case.describe()})", case)
+                                                  f"reference by up to {worst:.3g}; case {case.describe()}{hint})",
+                              case)
         f.details.update({"runs_differed": differed, "repeats": self.repeats, "runs": runs, "worst_error": worst})
         return f
 
-    def _produced_settings(self) -> list[tuple[str, dict[str, Any], int]]:
-        if not self.spec.producer or self.ctx.device != "cuda":
-            return []
-        names = ", ".join(repr(n) for n in self.spec.producer)
-        return [(PRODUCED_ON_STREAM.format(names=names), {"produce": "stream", "producer": self.spec.producer}, self.produced_repeats),
-                (PRODUCED_ON_EVENT.format(names=names), {"produce": "event", "producer": self.spec.producer}, self.produced_repeats)]
+
+def repeat_settings(device: str, load: bool, repeats: int, producer: tuple[str, ...], side_streams: bool
+                    ) -> list[tuple[str, dict[str, Any], int]]:
+    """The settings a case is repeated in, in order: (what the finding calls it, how the worker is
+    asked to run, how many runs). Alone always; on a GPU, under load and on fewer SMs; with the
+    caller's stream held back where the candidate used streams of its own (every other setting
+    delays those: the launch order the other way round); after a producer where the spec names one
+    (fewer runs: a read before the producer finished shows on nearly every one)."""
+    settings: list[tuple[str, dict[str, Any], int]] = [("alone", {}, repeats)]
+    if device != "cuda":
+        return settings
+    if load:
+        settings.append(("under concurrent load on other streams", {"load": True}, repeats))
+        settings.append((FEWER_SMS, {"hold_sms": True}, repeats))
+        if side_streams:
+            settings.append((CALLER_LATE, {"hold_caller": True}, repeats))
+    if producer:
+        names = ", ".join(repr(n) for n in producer)
+        few = max(2, repeats // 4)
+        settings.append((PRODUCED_ON_STREAM.format(names=names), {"produce": "stream", "producer": producer}, few))
+        settings.append((PRODUCED_ON_EVENT.format(names=names), {"produce": "event", "producer": producer}, few))
+    return settings
 
 
 def _error(out: Any, ref: Any) -> float:

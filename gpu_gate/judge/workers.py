@@ -146,13 +146,13 @@ class Candidate:
                    refill: Materialized | None = None, relocate: bool = False, hold: bool = False,
                    early: bool = False, load: bool = False, compare_held: bool = False,
                    plain: dict[str, str] | None = None, hold_sms: bool = False, produce: str | None = None,
-                   producer: Sequence[str] = ()) -> None:
+                   producer: Sequence[str] = (), hold_caller: bool = False) -> None:
         self.case = case.id
         blobs: wire.Blobs = []
         header: dict[str, Any] = {"op": "call", "dims": case.dims, "grad_layout": case.grad_layout, "hold": hold,
                                   "early": early, "load": load, "compare_held": compare_held, "relocate": relocate,
                                   "plain": plain, "hold_sms": hold_sms, "exact": self.exact, "produce": produce,
-                                  "producer": list(producer),
+                                  "producer": list(producer), "hold_caller": hold_caller,
                                   "upstream": wire.encode_dict(upstream, blobs) if upstream is not None else None}
         if inputs is not None:
             header["inputs"] = {k: {"buffer": wire.encode_tensor(g.buffer, blobs), "geometry": geometry(g)}

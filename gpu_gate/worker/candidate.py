@@ -44,6 +44,7 @@ class CandidateServer:
         self.stale: list[Any] = []  # input buffers the case moved away from (kept alive, poisoned)
         self._holder = SmHolder()
         self._producer = Producer()
+        self._peak_bytes = 0  # the most the candidate allocated in one unhindered call (CUDA)
         self._last_run_s = 0.0
         self._pools_off = False  # CuPy's memory pools, turned off for the first call under a tool
 
@@ -126,11 +127,20 @@ class CandidateServer:
             names = [str(n) for n in header.get("producer") or ()]
             pairs = [(self.inputs[n].buffer, self.snapshots[n]) for n in names if n in self.inputs]
             produced = self._producer.write(pairs, produce, 2 * self._last_run_s)
-        quiet = bool(produced)  # nothing of gpu-gate's between the producer and the candidate
+        late = bool(header.get("hold_caller")) and self.device == "cuda" and not produce
+        if late:
+            # The other order: the candidate's other streams run first, its caller's stream after (see
+            # _hold_caller); memory it allocates comes from blocks filled with 0xFF, so a read of
+            # what the caller's stream has not written yet reads NaN, not the last run's values.
+            _poison_cache(self._peak_bytes)
+        quiet = bool(produced) or late  # nothing of gpu-gate's between the producer and the candidate
         start = time.monotonic()
+        before = _allocated(self.device)
         try:
             with OutputWatch(exact, quiet=quiet) as watch, SideStreams(self.device, delay=not quiet) as streams, \
                     _no_fill(quiet):
+                if late:
+                    _hold_caller(self._last_run_s)
                 outs = call_with_grads(self.spec, self.spec.fn, tensors, kwargs_for(self.spec, dims), upstream,
                                        str(header.get("grad_layout") or "contiguous"))
             early = ({k: wire.plain(v).clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
@@ -149,8 +159,9 @@ class CandidateServer:
                                  "run_s": run_s, "compile_s": compile_seconds()}
         if held is not None:
             reply["held_sms"] = held if held else str(self._holder.why_not)
-        elif not produce:
+        elif not produce and not late:
             self._last_run_s = run_s  # how long the SMs are held next time (three times an unhindered run)
+            self._peak_bytes = max(self._peak_bytes, _peak(self.device) - before)
         if produce:
             reply["produced"] = True if produced else str(self._producer.why_not or "not on this device")
         reply["early"] = {k: wire.encode_tensor(e, out) for k, e in early.items()
@@ -231,6 +242,57 @@ def _same(a: Any, b: Any) -> bool:
     if not a.numel():
         return True
     return bool(torch.equal(wire.flat_bytes(a), wire.flat_bytes(b)))
+
+
+HOLD_CALLER_MIN_S = 0.002
+HOLD_CALLER_MAX_S = 0.1
+POISON_SMALL_BLOCKS = 8  # 1 MiB tensors: the caching allocator's small pool serves what is under it
+
+
+def _allocated(device: str) -> int:
+    if device != "cuda":
+        return 0
+    import torch
+
+    torch.cuda.reset_peak_memory_stats()
+    return int(torch.cuda.memory_allocated())
+
+
+def _peak(device: str) -> int:
+    if device != "cuda":
+        return 0
+    import torch
+
+    return int(torch.cuda.max_memory_allocated())
+
+
+def _hold_caller(last_run_s: float) -> None:
+    """Queue a sleep on the caller's stream, about twice an unhindered call long: what the
+    candidate queues there runs late, and what it queues on its other streams (never delayed in
+    this setting) runs first. Work on another stream that reads what the caller's stream writes,
+    without waiting for it, then reads it before it is written."""
+    import torch
+
+    seconds = min(HOLD_CALLER_MAX_S, max(HOLD_CALLER_MIN_S, 2 * last_run_s))
+    clock_hz = 2.0e9  # cycles; a faster or slower clock changes how long, not whether
+    torch.cuda._sleep(int(seconds * clock_hz))
+
+
+def _poison_cache(nbytes: int) -> None:
+    """Give torch's caching allocator free blocks filled with 0xFF (NaN in every float dtype), as
+    large as the candidate's own allocations were, so that what it allocates next starts as NaN
+    rather than as the last call's values (identical on every repeat: a read of unwritten memory
+    would pass). Done before the call, and waited for."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    blocks = [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(POISON_SMALL_BLOCKS - 1)]
+    blocks.append(torch.empty(max(int(nbytes), 2 << 20), dtype=torch.uint8, device="cuda"))
+    for b in blocks:
+        b.fill_(0xFF)
+    torch.cuda.synchronize()
+    del blocks
 
 
 @contextlib.contextmanager

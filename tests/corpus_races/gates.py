@@ -117,3 +117,36 @@ def rms_own_stream_unordered(x, w):
 @gg.spec(name="rms_own_stream_ordered", **RMS)
 def rms_own_stream_ordered(x, w):
     return _on_own_stream(x, w, wait=True)
+
+
+# A GELU computed in two steps on two streams: the caller's stream writes the tanh term, a stream
+# of the wrapper's own multiplies by it. Unordered, the second step reads the first's buffer
+# whenever it gets to it: right as long as the other stream is the slower one.
+GELU = dict(
+    dims={"n": gg.Dim(1, 1 << 20)},
+    inputs={"x": gg.Tensor(("n",), dtypes=["float32"])},
+    reference=lambda x: torch.nn.functional.gelu(x, approximate="tanh"),
+)
+
+
+def _two_streams(x, wait):
+    inner = torch.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))  # on the caller's stream
+    side = torch.cuda.Stream()
+    if wait:
+        side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        y = 0.5 * x * (1.0 + inner)
+    torch.cuda.current_stream().wait_stream(side)
+    y.record_stream(torch.cuda.current_stream())
+    inner.record_stream(side)
+    return y
+
+
+@gg.spec(name="gelu_streams_unordered", **GELU)
+def gelu_streams_unordered(x):
+    return _two_streams(x, wait=False)
+
+
+@gg.spec(name="gelu_streams_ordered", **GELU)
+def gelu_streams_ordered(x):
+    return _two_streams(x, wait=True)

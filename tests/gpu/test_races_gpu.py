@@ -97,3 +97,19 @@ def test_what_the_producer_runs_cost(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert r.status is Status.PASSED, [f.message for f in r.findings]
     print(f"\ndeterminism job, rms spec: {times['rms_pdl_waits_unproduced']:.1f}s without producer=, "
           f"{times['rms_pdl_waits']:.1f}s with")
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_stream_that_reads_before_the_callers_stream_wrote_is_caught_and_its_twin_passes(
+        seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every other setting delays the wrapper's own stream, which hides its missing wait; with the
+    caller's stream held back, the second step reads a buffer the first has not written yet."""
+    from gpu_gate.checks.determinism import CALLER_LATE
+
+    r = determinism("gelu_streams_unordered", seed, tmp_path, monkeypatch)
+    print(f"\ngelu_streams_unordered seed {seed}: {r.status.value}: {[f.message[:300] for f in r.findings]}")
+    assert r.status is Status.FAILED and {f.kind for f in r.findings} == {"nondeterministic"}, r.findings
+    tally = r.findings[0].details["runs_differed"]
+    assert tally[CALLER_LATE] >= 1 and "side.wait_stream" in r.findings[0].message, tally
+    ok = determinism("gelu_streams_ordered", seed, tmp_path, monkeypatch)
+    assert ok.status is Status.PASSED, [f.message for f in ok.findings]
