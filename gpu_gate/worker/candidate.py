@@ -287,8 +287,12 @@ def _poison_cache(nbytes: int) -> None:
 
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
-    blocks = [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(POISON_SMALL_BLOCKS - 1)]
-    blocks.append(torch.empty(max(int(nbytes), 2 << 20), dtype=torch.uint8, device="cuda"))
+    blocks = []
+    try:
+        blocks = [torch.empty(1 << 20, dtype=torch.uint8, device="cuda") for _ in range(POISON_SMALL_BLOCKS)]
+        blocks.append(torch.empty(max(int(nbytes), 2 << 20), dtype=torch.uint8, device="cuda"))
+    except torch.cuda.OutOfMemoryError:
+        pass  # as much as fits: the candidate needs the rest
     for b in blocks:
         b.fill_(0xFF)
     torch.cuda.synchronize()
