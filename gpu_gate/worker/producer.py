@@ -64,7 +64,9 @@ class Producer:
             import torch
 
             self._kernel = cupy.RawKernel(SOURCE, "gg_produce")
-            self._kernel.compile()
+            compile_now = getattr(self._kernel, "compile", None)  # else on its first launch
+            if compile_now is not None:
+                compile_now()
             self._side = torch.cuda.Stream()  # type: ignore[no-untyped-call]
         except Exception as exc:  # noqa: BLE001 - no CuPy, no NVRTC: the runs are skipped, and said so
             self._kernel = None
@@ -88,12 +90,19 @@ class Producer:
         stream = caller if mode == "stream" else self._side
         if mode == "event":
             stream.wait_stream(caller)  # the inputs' last writes are the caller's
-        with torch.cuda.stream(stream), cupy.cuda.ExternalStream(stream.cuda_stream):
+        try:
+            with torch.cuda.stream(stream), cupy.cuda.ExternalStream(stream.cuda_stream):
+                for dst, src in pairs:
+                    dst.fill_(0xFF)
+                    self._kernel((BLOCKS,), (THREADS,), (cupy.uint64(src.data_ptr()), cupy.uint64(dst.data_ptr()),
+                                                         cupy.uint64(dst.numel()), cupy.uint64(wait_ns)))
+        except Exception as exc:  # noqa: BLE001 - the kernel did not launch: the inputs go back as they were
+            torch.cuda.synchronize()
             for dst, src in pairs:
-                dst.fill_(0xFF)
-                self._kernel((BLOCKS,), (THREADS,), (cupy.uint64(src.data_ptr()), cupy.uint64(dst.data_ptr()),
-                                                     cupy.uint64(dst.numel()),
-                                                     cupy.uint64(wait_ns)))
+                dst.copy_(src)
+            torch.cuda.synchronize()
+            self.why_not = f"the producer kernel did not launch ({type(exc).__name__}: {exc})"
+            return False
         if mode == "event":
             caller.wait_event(stream.record_event())
             for dst, src in pairs:
