@@ -126,3 +126,32 @@ def test_an_exchange_to_one_after_stores_is_an_acquire_not_a_release() -> None:
 """
     hits = ptxlint.lint(ptx)
     assert [(h.kind, h.line) for h in hits] == [("lock-release-without-barrier", 5)]
+
+
+def test_putting_a_flag_down_is_not_raising_it() -> None:
+    """A kernel that clears its ready flags (to 0) after other stores, then polls them, publishes
+    nothing by the clear: no finding. Raising the same flag (to 1) there is one."""
+    ptx = """
+.file 1 "k.cu"
+.visible .entry clears(.param .u64 clears_param_0, .param .u64 clears_param_1)
+{
+    ld.param.u64 %rd1, [clears_param_0];
+    ld.param.u64 %rd2, [clears_param_1];
+    cvta.to.global.u64 %rd3, %rd1;
+    cvta.to.global.u64 %rd4, %rd2;
+    .loc 1 3 5
+    st.global.f32 [%rd3], %f1;
+    mov.u32 %r1, VALUE;
+    .loc 1 4 5
+    st.global.u32 [%rd4], %r1;
+$L__BB0_1:
+    .loc 1 5 5
+    ld.volatile.global.u32 %r2, [%rd4];
+    setp.eq.s32 %p1, %r2, 0;
+    @%p1 bra $L__BB0_1;
+}
+"""
+    assert ptxlint.lint(ptx.replace("VALUE", "0")) == []
+    hits = ptxlint.lint(ptx.replace("VALUE", "1"))
+    assert [(h.kind, h.line, h.flag, h.barrier, h.fence) for h in hits] == [
+        ("lock-release-without-barrier", 4, True, False, False)]

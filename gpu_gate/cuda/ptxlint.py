@@ -252,6 +252,8 @@ def _flag_releases(name: str, insns: list[_Insn], files: dict[int, str]) -> list
         in_poll = any(lo <= n < hi for p in flags for lo, hi in polled[p])
         if in_poll or (exch and _is_release(i, consts)):
             continue  # taking a lock, or releasing one (the lock check's)
+        if store and _stores_zero(i, consts):
+            continue  # a flag put back down (reset before use): nothing is published by it
         released = ".release" in i.op or ".acq_rel" in i.op  # orders this thread's stores by itself
         if last_store is not None:
             file, line = _where(i, files)
@@ -263,6 +265,12 @@ def _flag_releases(name: str, insns: list[_Insn], files: dict[int, str]) -> list
             hits.append(Hit("lock-release-without-barrier", name, file, line, i.text, flag=True, barrier=True,
                             fence=False))
     return hits
+
+
+def _stores_zero(i: _Insn, consts: dict[str, str]) -> bool:
+    ops = i.operands
+    value = ops[-1].strip("{} ") if ops else ""
+    return consts.get(value, value) in ("0", "0x0", "0x00000000", "0U")
 
 
 def _stored_before(insns: list[_Insn], n: int) -> bool:
