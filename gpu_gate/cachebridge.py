@@ -71,6 +71,19 @@ def environment_fingerprint(gpus: tuple[str, ...], sanitizer: str | None = None)
     return env
 
 
+def carried_by_commit(repo: Path, directory: Path, head: str | None = None) -> str | None:
+    """``directory``, relative to the repository, when the checked-out commit (``head``, by default
+    HEAD) has files in it: then what is in it was written by whoever wrote the commit."""
+    try:
+        rel = directory.resolve().relative_to(repo.resolve()).as_posix()
+    except ValueError:
+        return None  # outside the repository: the commit cannot carry it
+    head = head or git.resolve(repo, "HEAD")
+    prefix = rel.rstrip("/") + "/"
+    tracked = git.list_tree(repo, head) if head else {}
+    return rel if any(p.startswith(prefix) for p in tracked) else None
+
+
 class JobCache:
     def __init__(self, policy: Policy, repo: Path, directory: Path | None, gpus: tuple[str, ...] = ()) -> None:
         self.repo = repo
@@ -90,14 +103,7 @@ class JobCache:
                               f"{self.refused} (entries must come from gpu-gate's own runs, never from the tree)")
 
     def _committed_entries(self) -> str | None:
-        """The cache directory, relative to the repository, when the checked-out commit has files in it."""
-        try:
-            rel = self.cache.dir.resolve().relative_to(self.repo.resolve()).as_posix()
-        except ValueError:
-            return None  # outside the repository: the commit cannot carry it
-        prefix = rel.rstrip("/") + "/"
-        tracked = git.list_tree(self.repo, self.head) if self.head else {}
-        return rel if any(p.startswith(prefix) for p in tracked) else None
+        return carried_by_commit(self.repo, self.cache.dir, self.head)
 
     def _deps(self, job: Job) -> set[str]:
         deps: set[str] = set()

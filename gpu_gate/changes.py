@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import cudascan, git, kernelscan, pyscan
+from . import cudascan, git, kernelscan, pyscan, scancache
 from .findings import Finding, Severity
 from .git import FileChange
 from .record import ChangedKernel
@@ -306,7 +306,9 @@ class ImportGraph:
         self.index = pyscan.ModuleIndex(snap.files)
         self.errors: list[Finding] = []  # modules that do not parse
         self.direct: dict[str, set[str]] = {}
-        self.trees: dict[str, Any] = {}
+        self.trees = _Trees()
+        self._c_strings: dict[str, frozenset[str]] = {}
+        self.store = scancache.active  # what earlier runs read (see gpu_gate.scancache)
 
     def closure(self, start: str) -> set[str]:
         """Repository files ``start`` imports, directly or not (``start`` itself excluded)."""
@@ -354,10 +356,48 @@ class ImportGraph:
     def _scan(self, path: str, source: bytes | None) -> set[str]:
         if source is None:
             return set()
-        try:
-            tree = pyscan.parse(source, path)
-        except pyscan.ParseError as err:
-            self.errors.append(parse_error_finding(err))
-            return set()
-        self.trees[path] = tree
-        return pyscan.module_imports(tree, path, self.index)
+        known = self.store.get(source, path) if self.store is not None else None
+        if known is not None:
+            names, self._c_strings[path] = known
+            self.trees.later(path, source)  # parsed if someone asks for the tree (a spec file)
+        else:
+            try:
+                tree = pyscan.parse(source, path)
+            except pyscan.ParseError as err:
+                self.errors.append(parse_error_finding(err))
+                return set()
+            self.trees[path] = tree
+            names = frozenset(pyscan.imported_names(tree, path))
+            self._c_strings[path] = frozenset(s for s in pyscan.string_literals(tree) if _names_c_file(s))
+            if self.store is not None:
+                self.store.put(source, path, names, self._c_strings[path])
+        files = {f for name in names for f in self.index.module_files(name)}
+        files.discard(path)
+        return files
+
+    def c_strings(self, module: str) -> frozenset[str]:
+        """The string constants of a loaded module that could name a C/CUDA file."""
+        return self._c_strings.get(module, frozenset())
+
+
+def _names_c_file(s: str) -> bool:
+    return cudascan.is_c_source(s) and "\n" not in s
+
+
+class _Trees(dict[str, Any]):
+    """Parsed modules by path; those read from the scan store are parsed when first asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._sources: dict[str, bytes] = {}
+
+    def later(self, path: str, source: bytes) -> None:
+        self._sources[path] = source
+
+    def get(self, path: str, default: Any = None) -> Any:  # type: ignore[override]
+        if path not in self and path in self._sources:
+            try:
+                self[path] = pyscan.parse(self._sources.pop(path), path)
+            except pyscan.ParseError:
+                return default  # parsed before with the same bytes: not reached
+        return super().get(path, default)

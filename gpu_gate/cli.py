@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from . import cli_output as out
+from . import scancache
 from .errors import GateError
 from .exitcodes import ExitCode
 
@@ -136,6 +137,7 @@ def _make_plan(args: argparse.Namespace) -> tuple[Path, LoadedPolicy, Plan]:
     repo = _repo(args)
     base, head = _refs(repo, args)
     choice = _policy_in_force(repo, args, base, head)
+    scancache.active = _scan_store(choice.loaded.policy, repo, args)  # until main() returns
     plan = build_plan(repo, base, head, choice.loaded, launch_store=_cache_dir(choice.loaded.policy, repo, args),
                       every_spec=getattr(args, "all_specs", False), only=getattr(args, "spec", None) or ())
     # --all (a nightly run) lists the repository's debt: every spec by absolute rules, no base's code
@@ -148,6 +150,22 @@ def _cache_dir(policy: Any, repo: Path, args: argparse.Namespace) -> Path | None
         return None
     given = getattr(args, "cache_dir", None)
     return Path(given) if given else repo / policy.cache.dir
+
+
+def _scan_store(policy: Any, repo: Path, args: argparse.Namespace) -> Any:
+    """What earlier runs read of the repository's modules (gpu_gate.scancache), beside the result
+    cache and under its rule: none without a cache, none in a directory the commit carries."""
+    from .cachebridge import carried_by_commit
+
+    directory = _cache_dir(policy, repo, args)
+    if directory is None:
+        return None
+    try:
+        if carried_by_commit(repo, directory):
+            return None
+    except GateError:
+        return None  # no commit checked out: nothing to trust it against
+    return scancache.ScanStore(directory / "scan")
 
 
 def _say_head(plan: Plan, args: argparse.Namespace) -> None:
@@ -608,7 +626,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return ExitCode.USAGE_ERROR
-    with out.session(args.level, json_stdout=_json_on_stdout(args), colour=args.color):
+    with out.session(args.level, json_stdout=_json_on_stdout(args), colour=args.color), scancache.using(None):
         return _run(args)
 
 

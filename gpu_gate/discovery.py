@@ -13,7 +13,7 @@ import posixpath
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from . import cudascan, git, pyscan
+from . import git, pyscan
 from .changes import ChangeSet, ImportGraph, PolicyLike, match, matcher
 from .findings import Finding, Severity
 
@@ -155,14 +155,9 @@ class _CReferences:
         return frozenset(refs)
 
     def _scan(self, module: str) -> frozenset[str]:
-        tree = self.graph.trees.get(module)
-        if tree is None:
-            return frozenset()
         here = posixpath.dirname(module)
         refs: set[str] = set()
-        for s in pyscan.string_literals(tree):
-            if not cudascan.is_c_source(s) or "\n" in s:
-                continue
+        for s in self.graph.c_strings(module):
             for cand in (posixpath.normpath(s.lstrip("/")), posixpath.normpath(posixpath.join(here, s))):
                 if cand in self.files:
                     refs.add(cand)
