@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Iterator
 
 _ENTRY = re.compile(r"^\s*\.(?:visible\s+)?\.?entry\s+([\w$]+)")
 _FILE = re.compile(r'^\s*\.file\s+(\d+)\s+"([^"]+)"')
@@ -174,11 +175,12 @@ def _loops(insns: list[_Insn]) -> list[tuple[int, int]]:
     return out
 
 
-def _params(reg_or_addr: str, defs: dict[str, _Insn]) -> set[str]:
-    """The kernel parameters an address (a register, or ``[%rd + 4]``) is computed from."""
-    out: set[str] = set()
+def _origins(regs: list[str], defs: dict[str, _Insn]) -> Iterator[tuple[str, _Insn]]:
+    """The loads that registers are computed from, walking back through their definitions (each
+    register once): (the loaded register, its load). A load is where a walk stops: what it read
+    is a value, not an address computed from the registers before it."""
     seen: set[str] = set()
-    todo = _REG.findall(reg_or_addr)
+    todo = list(regs)
     while todo:
         reg = todo.pop()
         if reg in seen:
@@ -187,13 +189,17 @@ def _params(reg_or_addr: str, defs: dict[str, _Insn]) -> set[str]:
         d = defs.get(reg)
         if d is None:
             continue
-        if d.op.startswith("ld.param"):
-            out.update(re.findall(r"\[\s*([\w$]+)", d.operands[-1]))
-            continue
         if d.op.startswith("ld."):
-            continue  # a value loaded from memory: an index, not where the buffer is
+            yield reg, d
+            continue
         todo += [r for op in d.operands[1:] for r in _REG.findall(op)]
-    return out
+
+
+def _params(reg_or_addr: str, defs: dict[str, _Insn]) -> set[str]:
+    """The kernel parameters an address (a register, or ``[%rd + 4]``) is computed from (not a
+    value loaded from memory: an index is not where the buffer is)."""
+    return {name for _, d in _origins(_REG.findall(reg_or_addr), defs) if d.op.startswith("ld.param")
+            for name in re.findall(r"\[\s*([\w$]+)", d.operands[-1])}
 
 
 def _address(i: _Insn) -> str | None:
@@ -304,19 +310,4 @@ def _scatters(name: str, insns: list[_Insn], files: dict[int, str]) -> list[Hit]
 def _from_loaded(regs: list[str], defs: dict[str, _Insn], loaded: set[str]) -> bool:
     """Whether an address register is computed from a value loaded from global memory (not
     from the address of a load: ``ld.global %r, [%rd]`` makes ``%r`` loaded, not ``%rd``)."""
-    seen: set[str] = set()
-    todo = list(regs)
-    while todo:
-        reg = todo.pop()
-        if reg in seen:
-            continue
-        seen.add(reg)
-        d = defs.get(reg)
-        if d is None:
-            continue
-        if reg in loaded and d.op.startswith("ld.") and ".global" in d.op:
-            return True
-        if d.op.startswith("ld."):
-            continue  # a parameter or another state space
-        todo += [r for op in d.operands[1:] for r in _REG.findall(op)]
-    return False
+    return any(reg in loaded and ".global" in d.op for reg, d in _origins(regs, defs))
