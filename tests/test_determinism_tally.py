@@ -96,3 +96,18 @@ def test_a_spec_with_a_producer_runs_on_the_cpu_without_one(tmp_path: Path) -> N
     r = _run(tmp_path / "produced", HONEST, spec=spec)
     assert r.status is Status.PASSED, [f.message for f in r.findings]
     assert not r.findings
+
+
+def test_without_a_gpu_the_producer_says_why_it_cannot_run() -> None:
+    """The producer kernel needs CuPy and a CUDA device: here it declines, with the reason the
+    job's `producer-unavailable` finding carries, and asks for no mode it does not know."""
+    import pytest
+
+    from gpu_gate.worker.producer import Producer
+
+    p = Producer()
+    with pytest.raises(ValueError, match="unknown producer mode 'later'"):
+        p.write([], "later", 0.001)
+    assert p.write([], "stream", 0.001) is False
+    assert p.why_not and p.why_not.startswith("no producer kernel (")
+    assert p.write([], "event", 0.001) is False  # and keeps declining, without trying again
