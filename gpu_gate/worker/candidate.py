@@ -250,12 +250,17 @@ POISON_SMALL_BLOCKS = 8  # 1 MiB tensors: the caching allocator's small pool ser
 
 
 def _allocated(device: str) -> int:
+    """torch's allocated bytes now, its peak reset (0 where it keeps no such count: another
+    allocator backend, no CUDA)."""
     if device != "cuda":
         return 0
     import torch
 
-    torch.cuda.reset_peak_memory_stats()
-    return int(torch.cuda.memory_allocated())
+    try:
+        torch.cuda.reset_peak_memory_stats()
+        return int(torch.cuda.memory_allocated())
+    except Exception:  # noqa: BLE001 - a bookkeeping aid for the held-caller runs, never a reason to fail
+        return 0
 
 
 def _peak(device: str) -> int:
@@ -263,7 +268,10 @@ def _peak(device: str) -> int:
         return 0
     import torch
 
-    return int(torch.cuda.max_memory_allocated())
+    try:
+        return int(torch.cuda.max_memory_allocated())
+    except Exception:  # noqa: BLE001 - see _allocated
+        return 0
 
 
 def _hold_caller(last_run_s: float) -> None:
