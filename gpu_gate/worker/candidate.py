@@ -132,7 +132,10 @@ class CandidateServer:
             # The other order: the candidate's other streams run first, its caller's stream after (see
             # _hold_caller); memory it allocates comes from blocks filled with 0xFF, so a read of
             # what the caller's stream has not written yet reads NaN, not the last run's values.
-            _poison_cache(self._peak_bytes)
+            try:
+                _poison_cache(self._peak_bytes)
+            except Exception:  # noqa: BLE001 - an amplifier that could not be set up; the run still runs
+                pass
         quiet = bool(produced) or late  # nothing of gpu-gate's between the producer and the candidate
         start = time.monotonic()
         before = _allocated(self.device)
@@ -281,9 +284,12 @@ def _hold_caller(last_run_s: float) -> None:
     without waiting for it, then reads it before it is written."""
     import torch
 
+    sleep = getattr(torch.cuda, "_sleep", None)
+    if sleep is None:
+        return  # no way to hold the stream: these runs are runs alone
     seconds = min(HOLD_CALLER_MAX_S, max(HOLD_CALLER_MIN_S, 2 * last_run_s))
     clock_hz = 2.0e9  # cycles; a faster or slower clock changes how long, not whether
-    torch.cuda._sleep(int(seconds * clock_hz))
+    sleep(int(seconds * clock_hz))
 
 
 def _poison_cache(nbytes: int) -> None:
