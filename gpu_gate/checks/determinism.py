@@ -56,6 +56,7 @@ class Determinism:
         self.repeats = max(2, int(job.options.get("repeats") or 8))
         self.load = bool(job.options.get("concurrent_load", True))
         self.unheld: str | None = None  # why the runs on fewer SMs could not be made
+        self.unheld_caller: str | None = None  # why the runs with the caller's stream held back could not be
         self.unproduced: str | None = None  # why the runs after a producer could not be made
 
     def cases(self) -> list[Case]:
@@ -119,7 +120,8 @@ class Determinism:
             return Outcome(Status.ERROR, [self._finding("refused", "the candidate refused every case: nothing was "
                                                                    "checked for determinism")],
                            reason="every case was refused")
-        notes = [self._note_unheld()] if self.unheld else []
+        notes = [self._note_unheld(FEWER_SMS, self.unheld)] if self.unheld else []
+        notes += [self._note_unheld(CALLER_LATE, self.unheld_caller)] if self.unheld_caller else []
         if self.unproduced:  # the spec asked for these runs: not made is not passed
             notes.append(self._finding("producer-unavailable", f"the runs after a producer (producer=) could not be "
                                        f"made: {self.unproduced}; install gpu-gate's GPU extra (CuPy) on the runner"))
@@ -128,13 +130,13 @@ class Determinism:
             return Outcome(Status.FAILED, debt + notes, cases=ran)
         return Outcome(Status.PASSED, notes, cases=ran)
 
-    def _note_unheld(self) -> Finding:
+    def _note_unheld(self, setting: str, why: str) -> Finding:
         import dataclasses
 
         from ..findings import Severity
 
-        f = self._finding("amplifier-unavailable", f"the repeats on fewer SMs did not run: {self.unheld} (the "
-                                                   f"repeats alone and under load did)")
+        f = self._finding("amplifier-unavailable", f"the repeats {setting} did not run: {why} (the repeats alone "
+                                                   f"and under load did)")
         return dataclasses.replace(f, severity=Severity.NOTE)
 
     def _against_base(self, case: Case, finding: Finding) -> Finding:
@@ -204,6 +206,10 @@ class Determinism:
                 rep = cand.call(case, upstream, compare_held=True, **how)
                 if isinstance(rep.held_sms, str):  # no CuPy, say: these runs would be runs alone
                     self.unheld = rep.held_sms
+                    del differed[when]
+                    break
+                if isinstance(rep.held_caller, str):
+                    self.unheld_caller = rep.held_caller
                     del differed[when]
                     break
                 if isinstance(rep.produced, str):

@@ -84,6 +84,7 @@ class CallReport:
     side_streams: int = 0
     held_sms: bool | str | None = None  # with hold_sms: True, or why the SMs could not be held
     produced: bool | str | None = None  # with produce: True, or why the producer could not run
+    held_caller: bool | str | None = None  # with hold_caller: True, or why the caller's stream was not held
 
 
 def _check(reply: dict[str, Any], what: str) -> None:
@@ -205,7 +206,8 @@ class Candidate:
                    for w in reply.get("watch") or []],
             side_streams=int(reply.get("side_streams") or 0),
             held_sms=reply.get("held_sms") if isinstance(reply.get("held_sms"), (bool, str)) else None,
-            produced=reply.get("produced") if isinstance(reply.get("produced"), (bool, str)) else None)
+            produced=reply.get("produced") if isinstance(reply.get("produced"), (bool, str)) else None,
+            held_caller=reply.get("held_caller") if isinstance(reply.get("held_caller"), (bool, str)) else None)
 
     def release(self) -> None:
         """Let the worker drop the outputs it holds. Cleanup: a worker already lost (the error

@@ -128,22 +128,23 @@ class CandidateServer:
             pairs = [(self.inputs[n].buffer, self.snapshots[n]) for n in names if n in self.inputs]
             produced = self._producer.write(pairs, produce, 2 * self._last_run_s)
         late = bool(header.get("hold_caller")) and self.device == "cuda" and not produce
+        unlate: str | None = None  # why the caller's stream could not be held back
         if late:
             # The other order: the candidate's other streams run first, its caller's stream after (see
             # _hold_caller); memory it allocates comes from blocks filled with 0xFF, so a read of
             # what the caller's stream has not written yet reads NaN, not the last run's values.
             try:
                 _poison_cache(self._peak_bytes)
-            except Exception:  # noqa: BLE001 - an amplifier that could not be set up; the run still runs
-                pass
+            except Exception as exc:  # noqa: BLE001 - an amplifier that could not be set up: said so
+                unlate = f"the freed memory could not be filled ({type(exc).__name__}: {exc})"
         quiet = bool(produced) or late  # nothing of gpu-gate's between the producer and the candidate
         start = time.monotonic()
         before = _allocated(self.device)
         try:
             with OutputWatch(exact, quiet=quiet) as watch, SideStreams(self.device, delay=not quiet) as streams, \
                     _no_fill(quiet):
-                if late:
-                    _hold_caller(self._last_run_s)
+                if late and not _hold_caller(self._last_run_s):
+                    unlate = unlate or "this torch cannot queue a sleep on a stream (torch.cuda._sleep)"
                 outs = call_with_grads(self.spec, self.spec.fn, tensors, kwargs_for(self.spec, dims), upstream,
                                        str(header.get("grad_layout") or "contiguous"))
             early = ({k: wire.plain(v).clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
@@ -167,6 +168,8 @@ class CandidateServer:
             self._peak_bytes = max(self._peak_bytes, _peak(self.device) - before)
         if produce:
             reply["produced"] = True if produced else str(self._producer.why_not or "not on this device")
+        if late:
+            reply["held_caller"] = unlate or True
         reply["early"] = {k: wire.encode_tensor(e, out) for k, e in early.items()
                           if not _same(e, outs.get(k))}
         same = [k for k in outs if self.held is not None and _same(outs[k], self.held_copy.get(k))]
@@ -277,7 +280,7 @@ def _peak(device: str) -> int:
         return 0
 
 
-def _hold_caller(last_run_s: float) -> None:
+def _hold_caller(last_run_s: float) -> bool:
     """Queue a sleep on the caller's stream, about twice an unhindered call long: what the
     candidate queues there runs late, and what it queues on its other streams (never delayed in
     this setting) runs first. Work on another stream that reads what the caller's stream writes,
@@ -286,10 +289,11 @@ def _hold_caller(last_run_s: float) -> None:
 
     sleep = getattr(torch.cuda, "_sleep", None)
     if sleep is None:
-        return  # no way to hold the stream: these runs are runs alone
+        return False  # no way to hold the stream: these runs would be runs alone
     seconds = min(HOLD_CALLER_MAX_S, max(HOLD_CALLER_MIN_S, 2 * last_run_s))
     clock_hz = 2.0e9  # cycles; a faster or slower clock changes how long, not whether
     sleep(int(seconds * clock_hz))
+    return True
 
 
 def _poison_cache(nbytes: int) -> None:
