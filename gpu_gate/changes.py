@@ -371,9 +371,7 @@ class ImportGraph:
             self._c_strings[path] = frozenset(s for s in pyscan.string_literals(tree) if _names_c_file(s))
             if self.store is not None:
                 self.store.put(source, path, names, self._c_strings[path])
-        files = {f for name in names for f in self.index.module_files(name)}
-        files.discard(path)
-        return files
+        return pyscan.files_of(names, path, self.index)
 
     def c_strings(self, module: str) -> frozenset[str]:
         """The string constants of a loaded module that could name a C/CUDA file."""

@@ -218,9 +218,13 @@ def _read(tree: ast.Module) -> tuple[list[ast.Import | ast.ImportFrom], frozense
 def module_imports(source: str | bytes | ast.Module, module_path: str, index: ModuleIndex) -> set[str]:
     """Repository files (``.py``) that this module imports directly."""
     tree = source if isinstance(source, ast.Module) else parse(source, module_path)
-    files: set[str] = set()
-    for name in imported_names(tree, module_path):
-        files.update(index.module_files(name))
+    return files_of(imported_names(tree, module_path), module_path, index)
+
+
+def files_of(names: Iterable[str], module_path: str, index: ModuleIndex) -> set[str]:
+    """Repository files (``.py``) that the dotted ``names`` a module imports resolve to, the
+    module itself left out."""
+    files = {f for name in names for f in index.module_files(name)}
     files.discard(module_path)
     return files
 
