@@ -252,9 +252,36 @@ def _kernels_summary(plan: Plan) -> str:
             f"{len(plan.selected)} spec(s) run")
 
 
+def worker_python(given: str | None) -> Path | None:
+    """``--worker-python``, checked without running it: what a setup command left in its venv (a
+    ``.pth`` file, ``sitecustomize``) would run in gpu-gate's own process. The workers run gpu-gate's
+    worker code and the runner's torch with it, so it must be a venv of this very Python version."""
+    if not given:
+        return None
+    path = Path(os.path.abspath(given))  # not resolved: a venv's python is a link to its base's
+    hint = "pass the python of the venv that setup made (the setup step's worker-python output)"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise GateError(f"--worker-python {given}: no executable file there", hint=hint)
+    cfg = path.parent.parent / "pyvenv.cfg"
+    if not cfg.is_file():
+        raise GateError(f"--worker-python {given}: not the interpreter of a virtual environment (no {cfg})", hint=hint)
+    fields: dict[str, str] = {}
+    for line in cfg.read_text(errors="replace").splitlines():
+        key, eq, value = line.partition("=")
+        if eq:
+            fields[key.strip()] = value.strip()
+    version = (fields.get("version") or fields.get("version_info") or "").split(".")[:2]
+    mine = [str(sys.version_info[0]), str(sys.version_info[1])]
+    if version != mine:
+        raise GateError(f"--worker-python {given}: its venv is Python {'.'.join(version) or '(unknown)'}, gpu-gate runs "
+                        f"with {'.'.join(mine)}", hint="make the venv from the interpreter gpu-gate runs with")
+    return path
+
+
 def cmd_check(args: argparse.Namespace) -> int:
     from .pipeline import check
 
+    args.worker_python = worker_python(getattr(args, "worker_python", None))
     if args.plan and (args.spec or args.all_specs):
         raise GateError("--spec and --all choose what to plan; a plan file is already chosen",
                         hint="pass them to `gpu-gate plan`, or drop --plan")
@@ -527,6 +554,8 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--keep-job-dirs", action="store_true", help="keep each job's directory (logs, sanitizer XML)")
     c.add_argument("--work-dir", default=os.environ.get("GPU_GATE_WORK_DIR"),
                    help="where job directories are made (default: $GPU_GATE_WORK_DIR, else the system temp dir)")
+    c.add_argument("--worker-python", help="the interpreter of the workers (never of the judge): the python of the venv "
+                   "that a sandboxed setup installed the repository into (default: gpu-gate's own)")
     c.add_argument("--github", action="store_true", default=None, help="post the PR comment and check run")
     add_publish_args(c)
     c.set_defaults(func=cmd_check)

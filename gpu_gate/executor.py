@@ -70,6 +70,9 @@ class ExecOptions:
     base_root: Path | None = None  # the base's work tree, for jobs that also run the base's code (differential)
     # Triton kernels the base's code compiled in earlier runs (see compiled_store): in the result cache
     kernel_store: Path | None = None
+    # The interpreter the workers run with (never the judge): the venv that the sandboxed `setup` installed
+    # the repository into (gpu_gate.github.setup_sandbox). None: this interpreter
+    worker_python: Path | None = None
 
 
 class RunControl:
@@ -278,9 +281,10 @@ def worker_argv(opts: ExecOptions, job_file: Path, result_file: Path | None, *, 
         flags += ["-X", f"pycache_prefix={opts.pycache}"]
     else:
         flags.append("-B")
+    python = str(opts.worker_python) if opts.worker_python is not None else sys.executable
     if role is not None:
-        return [sys.executable, "-I", *flags, "-c", _WORKER_BOOT, str(job_file), str(fd), role]
-    return [sys.executable, "-I", *flags, "-c", _BOOT, str(job_file), str(result_file)]
+        return [python, "-I", *flags, "-c", _WORKER_BOOT, str(job_file), str(fd), role]
+    return [python, "-I", *flags, "-c", _BOOT, str(job_file), str(result_file)]
 
 
 # Where gpu-gate is not installed in site-packages (run from a source tree through PYTHONPATH,
@@ -313,6 +317,10 @@ def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Av
     own = sandbox.gate_package_dir()
     if not any(h == own or h in own.parents for h in covered[:-1]):
         keep.append(own)
+    if opts.worker_python is not None:  # the workers' venv, read-only, unless it holds a hidden directory
+        venv = Path(os.path.realpath(Path(opts.worker_python).parent.parent))
+        if not any(h == venv or venv in h.parents for h in covered[:-1]):
+            keep.append(venv)
     if opts.pycache is not None:
         keep.append(opts.pycache)
     return sandbox.Layout(repo=opts.repo_root, jobdir=workdir, hide=tuple(hide), readonly=tuple(keep),

@@ -273,7 +273,8 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
                                work_root=work_root, pycache=pycache, sandbox_mode=policy.runner.sandbox,
                                sandbox=box, hide=(Path(args.out).resolve(), *([cache.cache.dir] if cache else [])),
                                base_root=base_tree,
-                               kernel_store=cache.cache.dir / "compiled" if cache else None)
+                               kernel_store=cache.cache.dir / "compiled" if cache else None,
+                               worker_python=getattr(args, "worker_python", None))
             with cancel_on_signals(control):
                 results = execute(todo, opts, progress, control)
     if control.reason:

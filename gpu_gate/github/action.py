@@ -56,6 +56,7 @@ class Inputs:
     extra_args: tuple[str, ...] = ()
     artifact: str = ""
     gpu: bool = True
+    worker_python: str = ""  # the venv that the sandboxed setup installed into (the setup step's output)
     token: str = dataclasses.field(default="", repr=False)
 
     @classmethod
@@ -72,7 +73,8 @@ class Inputs:
                    shards=get("SHARDS"), results=get("RESULTS"), plan=get("PLAN"),
                    comment_mode=get("COMMENT_MODE") or "sticky", pr=get("PR"), sha=get("SHA"),
                    extra_args=tuple(shlex.split(get("EXTRA_ARGS"))), artifact=get("ARTIFACT"),
-                   gpu=get("GPU").lower() not in ("false", "0", "no"), token=env.get("GG_TOKEN", ""))
+                   gpu=get("GPU").lower() not in ("false", "0", "no"), worker_python=get("WORKER_PYTHON"),
+                   token=env.get("GG_TOKEN", ""))
 
 
 def _opt(flag: str, value: str) -> list[str]:
@@ -125,7 +127,8 @@ def run_check(inp: Inputs, outputs: dict[str, str], run: Runner) -> int:
     for warning in credentials.warnings(inp.workspace):
         print(f"::warning title=gpu-gate::{warning}", flush=True)
     argv = ["check", *_selection(inp), "--out", str(inp.out), *_opt("--shard", inp.shard),
-            *_opt("--plan", inp.plan), *([] if inp.gpu else ["--cpu"]), *inp.extra_args]
+            *_opt("--plan", inp.plan), *([] if inp.gpu else ["--cpu"]), *_opt("--worker-python", inp.worker_python),
+            *inp.extra_args]
     with _group("gpu-gate check"), _token_env(os.environ, None):
         return run(argv)
 
