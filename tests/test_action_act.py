@@ -577,11 +577,13 @@ def leak_repo(tmp_path: Path, gh: FakeGitHub) -> tuple[Path, Path, Path, str]:
          "run": 'echo "$SPY_DIR" >> "$GITHUB_PATH"'},
         {"id": "gate", "uses": "./.gpu-gate-action", "continue-on-error": True,
          "with": {"python": python, "gpu": "false", "artifact": "",
-                  "setup": "python -m gate.secret_search > \"$GG_SPY_OUT/setup.txt\"\n"
-                           "python -c 'import sys; print(sys.executable)' >> \"$GG_SPY_OUT/setup.txt\""}},
+                  # setup writes the workspace only (it is sandboxed): the next step copies what it found
+                  "setup": "python -m gate.secret_search > gg-setup.txt\n"
+                           "python -c 'import sys; print(sys.executable)' >> gg-setup.txt"}},
         {"name": "record outputs", "if": "always()", "shell": "bash",
          "env": {"VERDICT": "${{ steps.gate.outputs.verdict }}", "REPORT_DIR": "${{ steps.gate.outputs.report-dir }}"},
-         "run": 'cp "$REPORT_DIR/results.json" "$GG_SPY_OUT/results.json"; echo "$VERDICT" > "$GG_SPY_OUT/verdict"'},
+         "run": 'cp "$REPORT_DIR/results.json" "$GG_SPY_OUT/results.json"; echo "$VERDICT" > "$GG_SPY_OUT/verdict"; '
+                'cp gg-setup.txt "$GG_SPY_OUT/setup.txt"'},
     ]
     job = {"runs-on": ["self-hosted", "gpu"], "permissions": {"contents": "read", "checks": "write",
                                                                "pull-requests": "write"},
@@ -615,8 +617,8 @@ def test_check_mode_leaves_no_token_where_the_changes_code_runs_on_the_runners_i
     down what it was given; the token still reaches the publishing step (comment and check run posted).
 
     Install: the runner's interpreter has torch but not gpu-gate; the action copies gpu-gate from its
-    checkout for it, says what torch it found, runs setup with that interpreter as `python`, and the
-    spec (which imports torch and gpu_gate) runs there.
+    checkout for it, says what torch it found, runs setup sandboxed with a venv made from that
+    interpreter as `python`, and the spec (which imports torch and gpu_gate) runs in that venv's python.
     """
     repo, event, spy_out, canary = leak_repo
     res = run_act(repo, event, gh, "leak.yml", tmp_path / "run", tmp_path / "home")
@@ -644,7 +646,9 @@ def test_check_mode_leaves_no_token_where_the_changes_code_runs_on_the_runners_i
                             )["jobs"]["gate"]["steps"][2]["with"]["python"]
     assert f"from the action's checkout, for {python}" in log, log[-6000:]
     assert "torch 2." in log and "torch.cuda.is_available() = False" in log, "the interpreter check says what it found"
-    assert setup[1] == python, "setup's `python` is the runner's interpreter"
+    assert setup[1].endswith("/gpu-gate-setup/bin/python") and setup[1] != python, \
+        "setup's `python` is its own venv's, made from the runner's interpreter"
+    assert "setup: sandboxed by bubblewrap" in log, "setup ran in its sandbox"
 
 
 def test_a_forks_commit_reaches_the_gpu_jobs_only_after_a_maintainer_approved_that_commit(

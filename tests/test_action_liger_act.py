@@ -185,7 +185,8 @@ def test_liger_shaped_pr_red_on_a_broken_wrapper_then_green_on_the_fix_under_act
 
     Install: the runner's interpreter has neither gpu-gate nor fusekit before the first run; the
     spec could import fusekit (whose ``__init__`` reads its installed version) only because
-    ``setup:`` installed it into that interpreter.
+    ``setup:`` installed it, sandboxed, into a venv of its own made from that interpreter, whose
+    python the workers run with; the runner's interpreter still lacks it afterwards.
     """
     repo, python, base = liger_repo
     original = (repo / KERNEL_FILE).read_text()
@@ -209,7 +210,9 @@ def test_liger_shaped_pr_red_on_a_broken_wrapper_then_green_on_the_fix_under_act
     assert (outputs["VERDICT"], outputs["EXIT_CODE"]) == ("failed", "1"), log[-8000:]
     assert red.returncode != 0 and "gpu-gate failed (exit code 1)" in log, "the job itself is red"
     assert "Successfully installed fusekit-0.1.0" in log, "setup ran pip install -e . in the job"
-    assert probe(python, tmp_path) == "installed 0.1.0 0.1.0", "setup installed fusekit into the runner's python"
+    assert "setup: sandboxed by bubblewrap" in log, "setup ran in its sandbox"
+    assert probe(python, tmp_path) == "missing ModuleNotFoundError", \
+        "setup installed fusekit into a venv of its own: the runner's python (gpu-gate's judge) is untouched"
 
     job = equivalence(tmp_path / "run1")
     assert job["spec"] == SPEC_ID and job["status"] == "failed", job
