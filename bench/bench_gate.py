@@ -106,8 +106,10 @@ def another_change(repo: Path, head: str, kernel: str = "src/liger_kernel/ops/ge
     return git(repo, "rev-parse", "HEAD")
 
 
-def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | None = None) -> dict[str, object]:
-    """One gate; with ``cache``, that result cache (read and written), else none."""
+def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | None = None,
+             keep: Path | None = None) -> dict[str, object]:
+    """One gate; with ``cache``, that result cache (read and written), else none; ``keep``: a
+    directory where its results.json is copied (numbered, one per gate)."""
     out = repo / ".gpu-gate" / "out"
     env = {**os.environ, "PYTHONPATH": str(gate_path)}
     caching = ["--cache-dir", str(cache)] if cache else ["--no-cache"]
@@ -115,6 +117,10 @@ def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | No
     p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", base, "--head", head, *caching],
                        cwd=repo, env=env, capture_output=True, text=True)
     wall = time.perf_counter() - t
+    if keep is not None and (out / "results.json").is_file():
+        keep.mkdir(parents=True, exist_ok=True)
+        n = len(list(keep.glob("results-*.json")))
+        (keep / f"results-{n}.json").write_bytes((out / "results.json").read_bytes())
     try:
         results = json.loads((out / "results.json").read_text())["results"]
     except (OSError, ValueError, KeyError):
@@ -140,7 +146,7 @@ def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | No
 
 
 def time_gates(repo: Path, base: str, head: str, paths: list[Path], tmp: Path, repeats: int, cached_rerun: bool,
-               warm_head: Callable[[], str] | None = None) -> None:
+               warm_head: Callable[[], str] | None = None, keep: Path | None = None) -> None:
     """Time the gate of each source tree in ``paths`` on ``base..head``, ``repeats`` times, and print
     one JSON line per tree. ``cached_rerun``: each timed gate writes a fresh result cache and runs
     again on it (``cached_rerun_s``); ``warm_head``: then a new head from it is gated on the same
@@ -149,7 +155,7 @@ def time_gates(repo: Path, base: str, head: str, paths: list[Path], tmp: Path, r
         runs = []
         for i in range(repeats):
             cache = tmp / f"cache-{k}-{i}" if cached_rerun else None
-            run = one_gate(repo, base, head, path.resolve(), cache)
+            run = one_gate(repo, base, head, path.resolve(), cache, keep)
             if cache is not None:
                 again = one_gate(repo, base, head, path.resolve(), cache)
                 run["cached_rerun_s"], run["cached_rerun_exit"] = again["wall_s"], again["exit"]
@@ -178,6 +184,8 @@ def main() -> int:
     ap.add_argument("--cached-rerun", action="store_true",
                     help="each timed gate writes a fresh result cache, and the same gate runs again on it (nothing "
                          "changed): its wall time is cached_rerun_s")
+    ap.add_argument("--keep-results", type=Path, default=None,
+                    help="copy each timed gate's results.json here (results-N.json)")
     args = ap.parse_args()
     paths = args.gate_path or [Path(__file__).resolve().parents[1]]
     with tempfile.TemporaryDirectory() as tmp:
@@ -186,7 +194,7 @@ def main() -> int:
             if args.declare_inplace else GEGLU
         repo, base, head = scratch(args.liger.resolve(), args.commit, Path(tmp), args.change, policy, spec)
         warm = (lambda: another_change(repo, head)) if args.warm_rerun else None
-        time_gates(repo, base, head, paths, Path(tmp), args.repeats, args.cached_rerun, warm)
+        time_gates(repo, base, head, paths, Path(tmp), args.repeats, args.cached_rerun, warm, args.keep_results)
     return 0
 
 

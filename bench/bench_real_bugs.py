@@ -114,6 +114,8 @@ def main() -> int:
     ap.add_argument("--gate-path", default=str(Path(__file__).resolve().parent.parent), help="gpu-gate source tree")
     ap.add_argument("--keep", help="keep the scratch repositories and reports here")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU (Triton's interpreter): a dry run of the flow")
+    ap.add_argument("--runs", choices=("all", "pr", "nightly"), default="all",
+                    help="pr: only the two pull-request runs; nightly: only the two --all runs")
     args = ap.parse_args()
     libraries = dict(r.split("=", 1) for r in args.repo)
     bugs = args.bug or [b for b, d in BUGS.items() if d["library"] in libraries]
@@ -129,6 +131,8 @@ def main() -> int:
                 ("fixed, --all", shas["F"], ["--all", "--spec", spec], 0),
                 ("the fix as a PR", shas["F"], ["--base", shas["S"], "--head", shas["F"]], 0),
                 ("the bug back as a PR", shas["R"], ["--base", shas["F"], "--head", shas["R"]], 1)]
+        if args.runs != "all":
+            runs = [r for r in runs if ("PR" in r[0]) == (args.runs == "pr")]
         for name, checkout, gate_args, expected in runs:
             res = gate(Path(args.gate_path), repo, checkout, gate_args + (["--cpu"] if args.cpu else []),
                        where / name.replace(" ", "_").replace(",", ""))

@@ -86,7 +86,7 @@ def copy_package(action: Path, site: Path) -> None:
 def install_deps(python: str, reqs: list[str], deps: Path) -> None:
     print(f"{python} lacks {', '.join(reqs)}: installing them into {deps} from the package index", flush=True)
     res = subprocess.run([python, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                          "--no-warn-script-location", "--target", str(deps), *reqs], timeout=900)
+                          "--no-warn-script-location", "--no-cache-dir", "--target", str(deps), *reqs], timeout=900)
     if res.returncode != 0:
         raise SystemExit(f"::error title=gpu-gate::could not install {', '.join(reqs)} for {python}: bake them into "
                          "the runner image (runner/Dockerfile does) or give the runner access to a package index")
