@@ -332,3 +332,15 @@ def test_the_sanitizer_jobs_run_the_bases_code_too(make_repo) -> None:  # type: 
     differential = {j["check"]: "base_commit" in j["options"] for j in plan["jobs"]}
     assert differential == {"equivalence": True, "memcheck": True, "racecheck": True, "compile": False}, differential
     assert len({j["options"].get("base_commit") for j in plan["jobs"] if j["check"] != "compile"}) == 1
+
+
+def test_far_worse_than_a_base_that_fails_too_is_new_and_says_so(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The base is off by 0.1%, the head by 10%: both fail the tolerance, but the head's failure is
+    this change's doing (regression_factor), and the report does not claim the base passes."""
+    r = _repo(make_repo, "def row_sum(x):\n    return (x.double().sum(-1) * 1.001).to(x.dtype)\n")
+    _pr(r, "def row_sum(x):\n    return (x.double().sum(-1) * 1.1).to(x.dtype)\n")
+    code, text, results = _check(r)
+    assert code == 1, text
+    assert "mismatch" in _changes(results).get("new", set()), _findings(results)
+    assert "(new: the base's code fails this case too, far less)" in text
+    assert "(new: the base's code passes this case)" not in text

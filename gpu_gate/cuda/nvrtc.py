@@ -232,7 +232,7 @@ def _torch_if_loaded() -> Any:
     return sys.modules.get("torch")
 
 
-def _cupy_view(cupy: Any, stream: Any) -> Any:
+def cupy_stream(cupy: Any, stream: Any) -> Any:
     """A CuPy stream object for a torch stream: through the CUDA stream protocol where both
     sides have it, else ``ExternalStream`` (deprecated in newer CuPy, same stream)."""
     from_external = getattr(cupy.cuda.Stream, "from_external", None)
@@ -261,7 +261,7 @@ class _as_cupy_stream:
         if stream is None:
             return
         if hasattr(stream, "cuda_stream") and not isinstance(stream, cupy.cuda.Stream):
-            stream = _cupy_view(cupy, stream)
+            stream = cupy_stream(cupy, stream)
         if self._stream is not None:  # the candidate chose this stream: the harness may delay it
             from ..worker.watch import before_launch
 

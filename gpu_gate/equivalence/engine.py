@@ -320,7 +320,9 @@ class CaseRunner:
                                            dtype=str(hc.details.get("dtype") or "float32")), "new"))
                 continue
             # the head already fails here; if the base fails too, it fails far less: this change's doing
-            out = [marked(dataclasses.replace(f, message=f"{f.message}\n({what})"), "new")
+            out = [marked(dataclasses.replace(f, message=f"{f.message}\n({what})",
+                                              details={**f.details, "base_fails_less": f.details.get("change")
+                                                       == "pre-existing"}), "new")
                    if f.details.get("output") == name and f.kind == "mismatch" else f for f in out]
         return out
 

@@ -235,7 +235,8 @@ def _blocking_line(item: Item) -> str:
         return f"- {escape(first_line(item.reason, 300))}"
     target = f" {code(f.spec)}" if f.spec else ""
     if f.details.get("change") == "new":
-        target += " (new: the base's code passes this case)"
+        target += (" (new: the base's code fails this case too, far less)" if f.details.get("base_fails_less")
+                   else " (new: the base's code passes this case)")
     where = f" — {code(f.location)}" if f.location else ""
     return f"- **{escape(f.check)}**{target}: {escape(first_line(item.reason, 300))}{where}"
 

@@ -68,7 +68,9 @@ class SmHolder:
             return False
         import cupy
 
+        from ..cuda.nvrtc import cupy_stream
+
         ns = int(min(MAX_HOLD_S, max(MIN_HOLD_S, seconds)) * 1e9)
-        with cupy.cuda.ExternalStream(self._stream.cuda_stream):
+        with cupy_stream(cupy, self._stream):
             self._kernel((self.blocks,), (32,), (cupy.uint64(ns),), shared_mem=self.smem)
         return True

@@ -85,13 +85,15 @@ class Producer:
         import cupy
         import torch
 
+        from ..cuda.nvrtc import cupy_stream
+
         wait_ns = int(min(MAX_WAIT_S, max(MIN_WAIT_S, seconds)) * 1e9)
         caller = torch.cuda.current_stream()
         stream = caller if mode == "stream" else self._side
         if mode == "event":
             stream.wait_stream(caller)  # the inputs' last writes are the caller's
         try:
-            with torch.cuda.stream(stream), cupy.cuda.ExternalStream(stream.cuda_stream):
+            with torch.cuda.stream(stream), cupy_stream(cupy, stream):
                 for dst, src in pairs:
                     dst.fill_(0xFF)
                     self._kernel((BLOCKS,), (THREADS,), (cupy.uint64(src.data_ptr()), cupy.uint64(dst.data_ptr()),
