@@ -285,8 +285,11 @@ class Equivalence:
     def _summarize(self, results: list[Any], refusals: list[Any]) -> list[Finding]:
         findings: list[Finding] = []
         groups: dict[tuple[str, str, str], list[Finding]] = {}
+        from ..equivalence.engine import chance_debt
+
+        chance = self.runner.chance_at_base
         for r in results:
-            for f in r.findings:
+            for f in chance_debt(r.findings, chance):
                 what = str(f.details.get("output", f.details.get("input", "")))
                 groups.setdefault((str(f.details.get("change", "")), f.kind, what), []).append(f)
         shrinking = self.job.options.get("shrink", True) and not self.job.case and not self.sanitized

@@ -62,6 +62,7 @@ def _finding(spec_id: str, case: Case, kind: str, message: str, repro: str, seve
 WRONG_VALUES = frozenset({"mismatch", "nan", "nonfinite", "constant-output"})
 # Results that differ between runs on the same values: a second run, or the same values elsewhere.
 VARIES = frozenset({"unstable", "address-dependent"})
+CHANCE_KEYS = frozenset({"varies", "unordered-stream"})  # failure_key kinds of the BY_CHANCE failures
 
 
 def failure_key(f: Finding) -> tuple[str, str]:
@@ -69,6 +70,21 @@ def failure_key(f: Finding) -> tuple[str, str]:
     they show) and the output (or input)."""
     kind = "wrong-values" if f.kind in WRONG_VALUES else "varies" if f.kind in VARIES else f.kind
     return kind, str(f.details.get("output", f.details.get("input", "")))
+
+
+def chance_debt(findings: list[Finding], chance_at_base: set[tuple[str, str]]) -> list[Finding]:
+    """A failure that shows by chance (two runs that differ, late work on another stream), new on
+    its case, is the repository's debt when the base's code showed the same kind on the same output
+    on another case of the job: whether it shows on a given case is luck, whether the code has it
+    is not. Called once every case has run, so that the order of the cases does not matter."""
+    out = []
+    for f in findings:
+        key = failure_key(f)
+        if f.details.get("change") == "new" and f.kind in BY_CHANCE and key in chance_at_base:
+            f = marked(f, "pre-existing", "the base's code shows the same on other cases of this job (it shows by "
+                                          "chance, so not on every case)")
+        out.append(f)
+    return out
 
 
 def marked(f: Finding, change: str, note: str | None = None) -> Finding:
@@ -103,6 +119,9 @@ class CaseRunner:
         self.base = base  # the base's code, in a differential run
         self.base_lost: str | None = None  # why the base stopped answering, from which case on
         self.base_refused: list[str] = []  # the cases the base's code refused, and why
+        # failures that show by chance (BY_CHANCE) the base's code showed, on any case of the job, by
+        # failure_key: a property of the code, not of the case it happened to show on
+        self.chance_at_base: set[tuple[str, str]] = set()
         self.regression_factor = regression_factor
         self.inputs_s = 0.0  # time spent building the cases' inputs (the judge's own work)
 
@@ -272,6 +291,7 @@ class CaseRunner:
             wanted -= found
             if not wanted:
                 break
+        self.chance_at_base |= {key for key in at_base if key[0] in CHANCE_KEYS}
         findings = [(marked(f, "pre-existing" if old_debt(f) else "new")
                      if f.severity is Severity.ERROR else f) for f in result.findings]
         findings = self._regressions(case, repro, result.comparisons, bres.comparisons, findings,
