@@ -281,7 +281,11 @@ def worker_argv(opts: ExecOptions, job_file: Path, result_file: Path | None, *, 
         flags += ["-X", f"pycache_prefix={opts.pycache}"]
     else:
         flags.append("-B")
-    python = str(opts.worker_python) if opts.worker_python is not None else sys.executable
+    # The reference computes the truth: it runs with gpu-gate's own interpreter, which the setup
+    # commands could not write, never with their venv (a .pth file planted there runs at start-up).
+    # It imports the spec with the repository's modules stubbed, so it needs nothing setup installed.
+    trusted = role == "reference"
+    python = str(opts.worker_python) if opts.worker_python is not None and not trusted else sys.executable
     if role is not None:
         return [python, "-I", *flags, "-c", _WORKER_BOOT, str(job_file), str(fd), role]
     return [python, "-I", *flags, "-c", _BOOT, str(job_file), str(result_file)]

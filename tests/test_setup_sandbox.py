@@ -9,6 +9,7 @@ action's install step does, so that the attacks that succeed unsandboxed write o
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -25,6 +26,7 @@ from gpu_gate.executor import ExecOptions, execute
 from gpu_gate.findings import Status
 from gpu_gate.github import install, setup_sandbox
 from gpu_gate.jobs import Job, SpecRef
+from gpu_gate.pythonpath import python_path
 
 ROOT = Path(__file__).resolve().parent.parent
 BWRAP, WHY_NOT = setup_sandbox.probe_bwrap()
@@ -319,6 +321,8 @@ def test_worker_python_is_the_workers_interpreter_never_the_judges(tmp_path: Pat
     assert executor.worker_argv(opts, tmp_path / "in.json", None, role="candidate", fd=3)[:2] == \
         [str(tmp_path / "venv" / "bin" / "python"), "-I"]
     assert executor.judge_argv(opts, tmp_path / "in.json", tmp_path / "out.json")[0] == sys.executable
+    # the reference computes the truth: gpu-gate's own interpreter, as the judge
+    assert executor.worker_argv(opts, tmp_path / "in.json", None, role="reference", fd=3)[0] == sys.executable
     box = sandbox.Available("bwrap", "bwrap", "test")
     layout = executor._layout(opts, None, tmp_path / "jobs" / "w", box)
     assert (tmp_path / "venv").resolve() in layout.readonly
@@ -352,18 +356,28 @@ def tiny(x):
 """
 
 
+def tiny_job(ws: Path) -> Job:
+    """The equivalence job a plan makes for the spec: its sys.path from the pyproject.toml, as gpu-gate
+    reads it (src/ first), so that the reference finds the package's sources to stand in for."""
+    return Job(id="equivalence:gate/tiny_gate.py::tiny", check="equivalence", level="required", kernels=(),
+               spec=SpecRef("gate/tiny_gate.py", "tiny"), options={"cases": 2, "growth": False, "shrink": False},
+               python_path=python_path((ws / "pyproject.toml").read_bytes(), None))
+
+
 @needs_bwrap
 def test_a_spec_imports_what_setup_installed_through_the_worker_python(ws: Path, tmp_path: Path) -> None:
     """End to end: setup (sandboxed, run by this interpreter) installs the package into its venv; the
-    sandboxed workers import it with that venv's python; without it they cannot."""
+    sandboxed workers import it with that venv's python; without it they cannot (the package reads its
+    own installed version, as real ones do: its sources alone on sys.path do not import)."""
     runner = Runner.__new__(Runner)  # this interpreter, gpu-gate as installed here
     runner.gate_site = sandbox.gate_package_dir().parent
+    (ws / "src" / "tinypkg" / "__init__.py").write_text("from importlib.metadata import version\n\n"
+                                                         "X = 1 if version('tinypkg') else 0\n")
     res = setup(runner, ws, PIP_INSTALL, python=sys.executable)
     assert res.returncode == 0, log(res)
     (ws / "gate").mkdir()
     (ws / "gate" / "tiny_gate.py").write_text(SPEC)
-    job = Job(id="equivalence:gate/tiny_gate.py::tiny", check="equivalence", level="required", kernels=(),
-              spec=SpecRef("gate/tiny_gate.py", "tiny"), options={"cases": 2, "growth": False, "shrink": False})
+    job = tiny_job(ws)
     box = sandbox.Available("bwrap", shutil.which("bwrap"), "bwrap")
     common = {"repo_root": ws, "gpus": (), "timeout_s": 180, "sandbox": box, "hide": (ws / ".gpu-gate" / "cache",)}
     (with_venv,) = execute([job], ExecOptions(**common, worker_python=tmp_path / "setup-venv" / "bin" / "python"))
@@ -371,3 +385,41 @@ def test_a_spec_imports_what_setup_installed_through_the_worker_python(ws: Path,
     (without,) = execute([job], ExecOptions(**common))
     assert without.status is not Status.PASSED
     assert "tinypkg" in " ".join([without.reason or "", *(f.message for f in without.findings)])
+
+
+# A .pth file setup plants in its venv runs in every process of that venv. Planted here: 2 becomes 3
+# in every multiplication, so a kernel that multiplies by 3 where the reference says 2 would match a
+# reference computed in the venv.
+PLANTED = ("import torch; torch.Tensor.__mul__ = lambda a, b, _m=torch.Tensor.__mul__: _m(a, 3 if "
+           "isinstance(b, int) and b == 2 else b)\n")
+TRIPLES = SPEC.replace("return x * 2 * tinypkg.X", "return x * 3 * tinypkg.X")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("planted", [True, False], ids=["planted-pth", "twin"])
+def test_the_reference_never_runs_in_the_setup_venv(ws: Path, tmp_path: Path, planted: bool) -> None:
+    """The attack: setup plants a .pth in its venv that rewrites torch for every process started
+    with the venv's python. The workers that run the code under review use that python; the
+    reference does not, so the wrong kernel still fails. The twin: without the .pth, the same setup
+    and the correct kernel pass."""
+    runner = Runner.__new__(Runner)
+    runner.gate_site = sandbox.gate_package_dir().parent
+    plant = f" && printf %s {shlex.quote(PLANTED)} > \"$(python -c 'import site; print(site.getsitepackages()[0])')/zz_planted.pth\""
+    res = setup(runner, ws, PIP_INSTALL + (plant if planted else ""), python=sys.executable)
+    assert res.returncode == 0, log(res)
+    venv_python = tmp_path / "setup-venv" / "bin" / "python"
+    probe = subprocess.run([str(venv_python), "-I", "-c", "import torch; print((torch.ones(1) * 2).item())"],
+                           capture_output=True, text=True)
+    assert probe.stdout.strip() == ("3.0" if planted else "2.0"), probe.stderr  # the .pth does run in the venv
+    (ws / "gate").mkdir()
+    (ws / "gate" / "tiny_gate.py").write_text(TRIPLES if planted else SPEC)
+    job = tiny_job(ws)
+    box = sandbox.Available("bwrap", shutil.which("bwrap"), "bwrap")
+    opts = ExecOptions(repo_root=ws, gpus=(), timeout_s=180, sandbox=box, hide=(ws / ".gpu-gate" / "cache",),
+                       worker_python=venv_python)
+    (result,) = execute([job], opts)
+    if planted:
+        assert result.status is Status.FAILED, (result.reason, [f.message for f in result.findings])
+        assert any(f.kind == "mismatch" for f in result.findings), [f.message for f in result.findings]
+    else:
+        assert result.status is Status.PASSED, (result.reason, [f.message for f in result.findings])
