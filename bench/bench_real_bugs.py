@@ -1,6 +1,7 @@
 """Real kernel bugs from public libraries, judged as a merge gate judges them.
 
-    python bench/bench_real_bugs.py --repo liger=PATH [--bug L8 ...] [--gate-path DIR] [--keep DIR]
+    python bench/bench_real_bugs.py --repo liger=PATH [--bug L8 ...] [--runs all|pr|nightly] [--gate-path DIR]
+                                    [--keep DIR] [--cpu]
 
 For each bug (the list below, from the project's corpus of real bugs: a buggy commit and the commit
 that fixed it), a scratch repository gets the library's sources at the buggy commit, a gate spec
