@@ -148,3 +148,34 @@ def test_a_launched_specialization_is_compiled_for_each_arch_with_its_resources(
     assert {f["details"]["arch"] for f in errors} == {"sm_80", "sm_90"}
     assert all(f["severity"] == "error" and "_small_only, as the cases launched it (BLOCK=128)" in f["message"]
                and "BLOCK too large" in f["message"] for f in errors)
+
+
+def test_compiles_side_by_side_report_as_one_after_another(root: Path) -> None:
+    """The launched specializations compile on several threads; the rows and the errors come out in
+    the order of the launches and archs, the same as compiled one at a time."""
+    out = _python("""
+        import json, sys
+        from pathlib import Path
+        sys.path.insert(0, sys.argv[1])
+        from gpu_gate.checks import compile_launched as cl
+        from gpu_gate.cuda.tritonlaunch import Launch
+        from tlib import kern
+        sig = {"x_ptr": "*fp16", "out_ptr": "*fp16", "n_cols": "i32", "stride": "i32", "alpha": "fp32"}
+        launches = [("tlib/kern.py", Launch("kern.py", "_scale_kernel", {"BLOCK": b}, sig, {"num_warps": 4},
+                                            fn=kern._scale_kernel)) for b in (64, 256, 1024, 4096)]
+        launches.insert(2, ("tlib/kern.py", Launch("kern.py", "_small_only", {"BLOCK": 128},
+                                                   {"x_ptr": "*fp32", "n": "i32"}, {}, fn=kern._small_only)))
+        runs = {}
+        for threads in (1, 8):
+            cl.MAX_THREADS = threads
+            findings, rows = cl.compile_launched(launches, {"archs": ["sm_80", "sm_90"], "level": "required"})
+            runs[threads] = {"findings": [(f.kind, f.details.get("arch"), f.message) for f in findings], "rows": rows}
+        print(json.dumps(runs))
+        """, root, interpret=False)
+    runs = json.loads(out)
+    assert runs["1"] == runs["8"]
+    rows = runs["8"]["rows"]
+    assert [(x["constexprs"]["BLOCK"], x["arch"]) for x in rows] == \
+        [(b, a) for b in (64, 256, 1024, 4096) for a in ("sm_80", "sm_90")]
+    assert [(k, a) for k, a, _ in runs["8"]["findings"] if k == "compile-error"] == \
+        [("compile-error", "sm_80"), ("compile-error", "sm_90")]
