@@ -154,16 +154,25 @@ class ModuleIndex:
 
 
 def _import_roots(files: frozenset[str]) -> list[str]:
-    """Directories that hold top-level packages: the repo root, then e.g. ``src``."""
+    """Directories that may hold top-level packages: the repo root, then e.g. ``src``.
+
+    The parent of the outermost regular package (one with ``__init__.py``), and every directory
+    above it: the top of a package may be a namespace package without ``__init__.py`` (PEP 420;
+    Liger-Kernel's ``src/liger_kernel`` until late 2024), so ``src/liger_kernel/ops/__init__.py``
+    is ``liger_kernel.ops`` under ``src``. A root that holds no such module path finds nothing, so
+    the extra ones only add files that exist."""
     roots: set[str] = set()
     for f in files:
         if posixpath.basename(f) != "__init__.py":
             continue
         pkg = posixpath.dirname(f)
         parent = posixpath.dirname(pkg)
-        if posixpath.join(parent, "__init__.py") not in files:
+        if posixpath.join(parent, "__init__.py") in files:
+            continue
+        while parent and parent not in roots:
             roots.add(parent)
-    return [""] + sorted(r for r in roots if r)
+            parent = posixpath.dirname(parent)
+    return [""] + sorted(roots)
 
 
 def imported_names(tree: ast.Module, module_path: str) -> set[str]:

@@ -201,3 +201,26 @@ def test_a_module_is_parsed_once_per_content_and_an_edit_is_parsed_again() -> No
     names = pyscan.imported_names(pyscan.parse(src.decode(), "pkg/mod.py"), "pkg/mod.py")
     names.add("x")
     assert "x" not in pyscan.imported_names(a, "pkg/mod.py")
+
+
+# A namespace package at the top (no __init__.py: PEP 420), a regular package inside it, src layout:
+# Liger-Kernel's tree until late 2024.
+NAMESPACE_FILES = ["src/nslib/ops/__init__.py", "src/nslib/ops/jsd.py", "src/nslib/ops/fused_jsd.py",
+                   "src/nslib/ops/utils.py", "src/nslib/transformers/__init__.py", "gate/jsd_gate.py"]
+
+
+def test_a_namespace_package_at_the_top_resolves() -> None:
+    index = ModuleIndex(NAMESPACE_FILES)
+    assert pyscan.module_imports("from nslib.ops.fused_jsd import F\n", "gate/jsd_gate.py", index) == {
+        "src/nslib/ops/__init__.py", "src/nslib/ops/fused_jsd.py"}
+    assert pyscan.module_imports("from nslib.ops.jsd import k\nfrom .utils import m\n", "src/nslib/ops/fused_jsd.py",
+                                 index) == {"src/nslib/ops/__init__.py", "src/nslib/ops/jsd.py", "src/nslib/ops/utils.py"}
+
+
+def test_extra_roots_find_only_what_exists() -> None:
+    """``src/nslib`` is a root candidate too; a name that lies under none of the roots still resolves to
+    nothing, and a regular package's own parent stays a root as before."""
+    index = ModuleIndex(NAMESPACE_FILES)
+    assert index.roots == ["", "src", "src/nslib"]
+    assert pyscan.module_imports("import nslib.missing\nimport torch\n", "gate/jsd_gate.py", index) == set()
+    assert ModuleIndex(FILES).roots == ["", "src"]

@@ -351,3 +351,23 @@ def test_a_wrong_python_path_names_the_key(make_repo) -> None:  # type: ignore[n
     p = gate("check", "--base", "main", "--head", "feature", "--no-cache", cwd=r.path)
     assert p.returncode == 1, p.stdout
     assert "No module named 'liger'" in p.stdout and "set `python_path: [src]` in .gpu-gate.yml" in p.stdout, p.stdout
+
+
+# --- a namespace package at the top (PEP 420), src layout: Liger-Kernel's tree until late 2024 ----
+
+def test_a_wrapper_change_in_a_namespace_package_selects_its_spec(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """``src/nslib`` has no ``__init__.py``; ``nslib.ops`` is a regular package inside it. The spec
+    imports the wrapper by its dotted name: a change to the wrapper reaches the spec (it used to be
+    an uncovered kernel with no job at all)."""
+    spec = RMS_SPEC.replace("from lib.ops import rmsnorm", "from nslib.ops.ops import rmsnorm")
+    r = make_repo("proj", {".gpu-gate.yml": POLICY + "python_path: [src]\n", "src/nslib/ops/__init__.py": "",
+                           "src/nslib/ops/kernels.py": (CORPUS / "kernels.py").read_text(),
+                           "src/nslib/ops/ops.py": OPS, "gate/rms_gate.py": spec})
+    r.branch("feature")
+    r.commit("assume a unit column stride", {"src/nslib/ops/ops.py": OPS.replace("x2.stride(1), y.stride(0)",
+                                                                                 "1, y.stride(0)")})
+    p = gate("check", "--base", "main", "--head", "feature", cwd=r.path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert "spec gate/rms_gate.py::rmsnorm_gate: imports src/nslib/ops/ops.py, changed" in p.stdout
+    assert "FAIL    equivalence gate/rms_gate.py::rmsnorm_gate" in p.stdout
+    assert "no gate spec covers" not in p.stdout
