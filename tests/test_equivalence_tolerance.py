@@ -212,3 +212,65 @@ def test_exact_operations_are_left_exact() -> None:
     exact = [x.amax(-1), x[idx], x.t().contiguous(), torch.where(x > 0, x, -x), x.clone(), x.max(-1).values]
     assert all(torch.equal(a, b) for a, b in zip(outs, exact))
     assert not torch.equal(noisy, x) and ((noisy - x).abs() <= 2 * 2.0**-24 * x.abs()).all()
+
+
+# --- the same zero gradient in bfloat16, with the intermediate stored in bfloat16 ---------------
+# As torch's own bfloat16 autograd and fused kernels such as Liger-Kernel's cross entropy do: the
+# gradient of the logits is stored in bfloat16, then summed in fp32. The true gradient of the shift
+# is 0, so torch's own bfloat16 result is off by "1e12" relative to it, and the yardstick falls back
+# to torch in float32: without the rounding of the stored intermediate, a correct kernel failed
+# (seen on an H100 on Liger-Kernel's fix for #1298, a pull request the gate called a regression).
+
+SHIFT_BF16 = """
+    def reference(x, b):
+        return torch.log_softmax(x + b, -1)
+
+    def make(error):
+        class Shift(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, x, b):
+                y = torch.log_softmax((x + b).float(), -1)
+                ctx.save_for_backward(y)
+                return y.to(x.dtype)
+
+            @staticmethod
+            def backward(ctx, g):
+                (y,) = ctx.saved_tensors
+                g = g.float()
+                gx = (g - y.exp() * g.sum(-1, keepdim=True)).to(torch.bfloat16)  # stored in bf16
+                gb = gx.float().sum(-1, keepdim=True)  # summed in fp32
+                return gx, (gb + error * gx.float().abs().sum(-1, keepdim=True)).to(torch.bfloat16)
+
+        return Shift
+
+    STORED = make(0.0)
+    # wrong by 5% of the terms' magnitude: many times what storing them in bf16 can do
+    OFF = make(0.05)
+    DECL = dict(dims={"rows": gg.Dim(1, 64), "classes": gg.Dim(2, 4096, reduction=True)},
+                inputs={"x": gg.Tensor(("rows", "classes"), dtypes=["bfloat16"]),
+                        "b": gg.Tensor(("rows", 1), dtype="like:x")},
+                reference=reference, grads=["x", "b"])
+
+    @gg.spec(name="shift_stored_bf16", **DECL)
+    def shift_stored_bf16(x, b):
+        return STORED.apply(x, b)
+
+    @gg.spec(name="shift_off_bf16", **DECL)
+    def shift_off_bf16(x, b):
+        return OFF.apply(x, b)
+"""
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_zero_gradient_from_terms_stored_in_bf16_passes(seed: int, tmp_path: Path) -> None:
+    root = _with_corpus(tmp_path, SHIFT_BF16)
+    r = run(root, "gate_spec.py", "shift_stored_bf16", seed=seed, cases=16)
+    assert r.status is Status.PASSED, "\n".join(errors(r))
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_a_zero_gradient_in_bf16_wrong_by_more_than_its_storage_fails(seed: int, tmp_path: Path) -> None:
+    root = _with_corpus(tmp_path, SHIFT_BF16)
+    r = run(root, "gate_spec.py", "shift_off_bf16", seed=seed, cases=16)
+    bad = [f for f in r.findings if f.kind == "mismatch"]
+    assert r.status is Status.FAILED and bad and all(f.details["output"] == "grad:b" for f in bad), "\n".join(errors(r))

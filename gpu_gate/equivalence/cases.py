@@ -53,7 +53,7 @@ class Case:
     def dtype(self) -> str:
         """The first float input's dtype: how a case is labelled in reports."""
         for c in self.inputs.values():
-            if c.dtype.startswith("float"):
+            if c.dtype.startswith(("float", "bfloat")):
                 return c.dtype
         return "float32"
 

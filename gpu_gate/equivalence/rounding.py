@@ -146,7 +146,7 @@ class RoundingNoise:
     ``u_elem``: unit roundoff of the kernel's elementwise arithmetic; ``u_acc``: of its
     accumulations. Deterministic given ``seed``."""
 
-    def __init__(self, u_elem: float, u_acc: float, seed: int, device: Any) -> None:
+    def __init__(self, u_elem: float, u_acc: float, seed: int, device: Any, u_store: float = 0.0) -> None:
         from torch.utils._python_dispatch import TorchDispatchMode
 
         import torch
@@ -157,7 +157,7 @@ class RoundingNoise:
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 return outer.dispatch(self, func, args, kwargs or {})
 
-        self.u_elem, self.u_acc = u_elem, u_acc
+        self.u_elem, self.u_acc, self.u_store = u_elem, u_acc, u_store
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(seed)
         self.mode = _Mode()
@@ -218,8 +218,21 @@ class RoundingNoise:
             n = _terms(packet, args, out)
             root = n.sqrt() if isinstance(n, torch.Tensor) else math.sqrt(n)
             env = ENVELOPE_C * self.u_acc * root * magnitude
+        if self.u_store:
+            env = env + self._stored(func, args, kwargs)
         sign = torch.randint(0, 2, out.shape, generator=self.gen, device=out.device).to(out.dtype) * 2 - 1
         return torch.where(torch.isfinite(env), env * sign, torch.zeros_like(env))
+
+
+    def _stored(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """The rounding of a reduction's terms stored in the data's dtype before they are summed
+        (``u_store``): each term moves by up to ``u_store`` of itself, and the moves need not be
+        independent (bfloat16 values minus a small constant all round back up, by the same amount),
+        so the sum moves by up to ``u_store`` times the sum of the terms' magnitudes (Higham's
+        deterministic bound). It scales with the terms, not the result: where they cancel (a
+        gradient whose true value is 0), a kernel that stores them as torch's own low-precision
+        computation does lands about this far."""
+        return self.u_store * func(*_abs_args(args), **_abs_args(kwargs)).abs()
 
 
 def _scatter_counts(packet: Any, args: tuple[Any, ...], out: Any) -> Any:
@@ -251,19 +264,10 @@ def _walk(packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) 
     import torch
 
     aten = torch.ops.aten
-    x = args[0]
-    if packet not in (aten.sum, aten.mean, aten.nansum, aten.cumsum) or not isinstance(x, torch.Tensor) \
-            or x.dim() == 0:
+    found = _sum_terms(packet, args, kwargs)
+    if found is None:
         return None
-    if packet is aten.cumsum:
-        dims = [int(args[1]) % x.dim()]
-    else:
-        given = args[1] if len(args) > 1 else kwargs.get("dim")
-        dims = sorted({int(d) % x.dim() for d in (given or range(x.dim()))})
-    rest = [d for d in range(x.dim()) if d not in dims]
-    terms = x.permute(*rest, *dims).reshape(*[x.shape[d] for d in rest], -1)
-    if packet is aten.nansum:
-        terms = torch.nan_to_num(terms, nan=0.0)
+    x, dims, rest, terms = found
     partial = terms.cumsum(-1)
     if packet is aten.cumsum:  # each prefix is its own sum
         random_walk = partial.pow(2).cumsum(-1).sqrt()
@@ -283,6 +287,28 @@ def _walk(packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) 
     if packet is aten.cumsum:
         return walk.reshape(*[x.shape[d] for d in rest], x.shape[dims[0]]).movedim(-1, dims[0])
     return walk.reshape(out.shape)
+
+
+def _sum_terms(packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """For a sum, mean or cumsum of one tensor: (the tensor, the reduced dims, the others, its terms
+    with the reduced dims flattened last). None for other operations."""
+    import torch
+
+    aten = torch.ops.aten
+    x = args[0]
+    if packet not in (aten.sum, aten.mean, aten.nansum, aten.cumsum) or not isinstance(x, torch.Tensor) \
+            or x.dim() == 0:
+        return None
+    if packet is aten.cumsum:
+        dims = [int(args[1]) % x.dim()]
+    else:
+        given = args[1] if len(args) > 1 else kwargs.get("dim")
+        dims = sorted({int(d) % x.dim() for d in (given or range(x.dim()))})
+    rest = [d for d in range(x.dim()) if d not in dims]
+    terms = x.permute(*rest, *dims).reshape(*[x.shape[d] for d in rest], -1)
+    if packet is aten.nansum:
+        terms = torch.nan_to_num(terms, nan=0.0)
+    return x, dims, rest, terms
 
 
 def _mostly_repeated(terms: Any) -> Any:

@@ -285,10 +285,15 @@ class Reference:
             return f"raised {reply['raised']}"
         return wire.decode_dict(reply["reference"], blobs, self.device)
 
-    def baseline_fp32(self, case: Case, like: dict[str, Any], salt: int = 0) -> dict[str, Any]:
+    def baseline_fp32(self, case: Case, like: dict[str, Any], salt: int = 0
+                      ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """torch in float32, rounded to each output's dtype; and, for data coarser than the kernel's
+        arithmetic, the rounding envelope of a kernel that stores its intermediates in that dtype."""
         reply, blobs = self._ask({"op": "baseline_fp32", "case": case.token(), "case_id": case.id, "salt": salt,
                                   "like": _dtypes(like)})
-        return wire.decode_dict(reply["baseline"], blobs, self.device)
+        storage = reply.get("storage")
+        return (wire.decode_dict(reply["baseline"], blobs, self.device),
+                wire.decode_dict(storage, blobs, self.device) if storage is not None else None)
 
 
 def _dtypes(like: dict[str, Any]) -> dict[str, str]:

@@ -44,27 +44,37 @@ class ReferenceSide:
         with torch.no_grad():
             return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
 
-    def conditioning(self, m: Materialized, upstream: dict[str, Any] | None) -> dict[str, Any]:
+    def conditioning(self, m: Materialized, upstream: dict[str, Any] | None, *, storage: bool = False
+                     ) -> dict[str, Any]:
         """The float64 reference on inputs moved by up to one ulp of the kernel's arithmetic,
         with the rounding of every operation put back in (see :mod:`gpu_gate.equivalence.rounding`):
         how far a correct kernel computing in that precision, accumulating in the spec's declared
-        dtype in any order, may land from the truth on *these* inputs."""
+        dtype in any order, may land from the truth on *these* inputs. ``storage``: the kernel
+        also stores every intermediate in the data's own dtype (as torch's own bfloat16 or float16
+        computation does), still accumulating as declared."""
         import torch
 
         inputs = perturbed_inputs(self.spec, m, m.case.seed)
         # The dispatch mode is thread-local, and on a GPU autograd runs backward on a device
         # thread of its own: keep backward on this thread, inside the mode.
-        with self.rounding(m), torch.autograd.set_multithreading_enabled(False):
+        with self.rounding(m, storage=storage), torch.autograd.set_multithreading_enabled(False):
             if self.spec.grads:
                 return call_with_grads(self.spec, self.spec.reference, inputs, self.kwargs(m.case), upstream)
             with torch.no_grad():
                 return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
 
-    def rounding(self, m: Materialized) -> RoundingNoise:
+    def rounding(self, m: Materialized, *, storage: bool = False) -> RoundingNoise:
         data = m.case.dtype
         acc = accumulation_dtype(self.spec.accumulate, data)
         device = next(iter(m.tensors.values())).device if m.tensors else self.device
+        if storage:  # every intermediate stored in the data's dtype: each operation, and each sum's terms
+            u = unit_roundoff(data)
+            return RoundingNoise(u, unit_roundoff(acc), m.case.seed * 29 + 5, device, u_store=u)
         return RoundingNoise(unit_roundoff(arithmetic_dtype(data)), unit_roundoff(acc), m.case.seed * 29 + 3, device)
+
+    def stores_lower(self, m: Materialized) -> bool:
+        """Whether the data's dtype is coarser than the kernel's arithmetic (bfloat16, float16, fp8)."""
+        return unit_roundoff(m.case.dtype) > unit_roundoff(arithmetic_dtype(m.case.dtype))
 
     def baseline(self, m: Materialized, upstream: dict[str, Any] | None, like: dict[str, Any]) -> dict[str, Any]:
         """torch in the kernel's dtype; where torch has no kernel for that dtype on this device,
@@ -203,7 +213,12 @@ class ReferenceServer:
             return {"reference": wire.encode_dict(ref, blobs), "baseline": wire.encode_dict(base, blobs),
                     "conditioning": wire.encode_dict(cond, blobs), **self._status()}, blobs
         if op == "baseline_fp32":
-            return {"baseline": wire.encode_dict(self.side.baseline_fp32(m, up, like), blobs), **self._status()}, blobs
+            # where torch's own low-precision result cannot be the yardstick: torch in float32, and the
+            # envelope of a kernel that stores its intermediates in the data's dtype
+            storage = self.side.conditioning(m, up, storage=True) if self.side.stores_lower(m) else None
+            return {"baseline": wire.encode_dict(self.side.baseline_fp32(m, up, like), blobs),
+                    "storage": wire.encode_dict(storage, blobs) if storage is not None else None,
+                    **self._status()}, blobs
         if op == "head_reference":
             return self._head_reference(header, up, blobs)
         return {"error": "protocol", "message": f"unknown request {op!r}"}, []
