@@ -21,6 +21,10 @@ float64, forward and backward):
 - everything exact in floating point (views, copies, indexing, max, comparisons, where) is
   left alone: perturbing a max would break the equalities a reference relies on.
 
+With ``u_store`` (the storage envelope, asked for where torch's own low-precision result is
+unusable as a yardstick): every elementwise result moves by the data dtype's roundoff, and each
+reduction also by ``u_store x A``, the rounding of its terms stored in the data's dtype.
+
 Because ``A`` is the magnitude of the terms, not of the result, a value whose true value is 0
 because large terms cancel (a gradient that sums to zero) gets an envelope the size of the
 rounding of those terms, instead of the 0 a result-relative floor gives it. And because the
