@@ -575,8 +575,9 @@ def leak_repo(tmp_path: Path, gh: FakeGitHub) -> tuple[Path, Path, Path, str]:
          "with": {"persist-credentials": False}},
         {"name": "put the spy nvcc first on PATH", "shell": "bash", "env": {"SPY_DIR": str(spy_dir)},
          "run": 'echo "$SPY_DIR" >> "$GITHUB_PATH"'},
+        # a result cache directory, so that gpu-gate probes the toolchain (nvcc --version) for its keys
         {"id": "gate", "uses": "./.gpu-gate-action", "continue-on-error": True,
-         "with": {"python": python, "gpu": "false", "artifact": "",
+         "with": {"python": python, "gpu": "false", "artifact": "", "cache-dir": ".gpu-gate/cache",
                   # setup writes the workspace only (it is sandboxed): the next step copies what it found
                   "setup": "python -m gate.secret_search > gg-setup.txt\n"
                            "python -c 'import sys; print(sys.executable)' >> gg-setup.txt"}},

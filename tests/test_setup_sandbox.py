@@ -423,3 +423,42 @@ def test_the_reference_never_runs_in_the_setup_venv(ws: Path, tmp_path: Path, pl
         assert any(f.kind == "mismatch" for f in result.findings), [f.message for f in result.findings]
     else:
         assert result.status is Status.PASSED, (result.reason, [f.message for f in result.findings])
+
+
+# --- a result cache that only the policy names is never read in a workflow ----------------------
+# The setup step protects the cache directory the workflow gives (cache-dir, or .gpu-gate/cache with
+# cache: "true"). A directory that only the base policy names (cache: {dir: .ggc}) is writable by
+# setup, which could plant passing entries there; the check then runs with --no-cache.
+
+
+def _cache_settings(tmp_path: Path, cache: str, cache_dir: str) -> str:
+    import yaml
+
+    step = next(s for s in yaml.safe_load((ROOT / "action.yml").read_text())["runs"]["steps"] if s.get("id") == "cache")
+    out = tmp_path / "github_output"
+    out.write_text("")
+    env = {**os.environ, "GG_PY": sys.executable, "GG_MODE": "check", "GG_CACHE": cache, "GG_CACHE_DIR": cache_dir,
+           "GG_EXTRA_ARGS": "", "GITHUB_OUTPUT": str(out)}
+    subprocess.run(["bash", "-c", step["run"]], env=env, check=True)
+    text = out.read_text()
+    return text.split("extra-args<<GPU_GATE_EOF\n", 1)[1].split("GPU_GATE_EOF", 1)[0].strip()
+
+
+def test_without_a_cache_directory_the_action_checks_with_no_cache(tmp_path: Path) -> None:
+    assert _cache_settings(tmp_path, "false", "") == "--no-cache"
+
+
+def test_a_cache_directory_the_workflow_gives_is_used(tmp_path: Path) -> None:
+    """The twins: the directory the setup step protects is the one the check uses."""
+    assert _cache_settings(tmp_path, "true", "") == "--cache-dir .gpu-gate/cache"
+    assert _cache_settings(tmp_path, "false", "gg cache") == "--cache-dir 'gg cache'"
+
+
+def test_the_reusable_workflow_checks_with_no_cache_without_its_directory() -> None:
+    import yaml
+
+    jobs = yaml.safe_load((ROOT / ".github" / "workflows" / "gate.yml").read_text())["jobs"]
+    run = next(s["run"] for j in jobs.values() for s in j.get("steps", []) if "gpu_gate.cli check" in s.get("run", ""))
+    assert 'cache=(--no-cache)' in run and 'cache=(--cache-dir "$GG_CACHE_DIR")' in run and '"${cache[@]}"' in run
+    setup = next(s["run"] for j in jobs.values() for s in j.get("steps", []) if "setup_sandbox" in s.get("run", ""))
+    assert '--readonly "${GG_CACHE_DIR:-.gpu-gate/cache}"' in setup
