@@ -268,10 +268,19 @@ def _walk(packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) 
     import torch
 
     aten = torch.ops.aten
-    found = _sum_terms(packet, args, kwargs)
-    if found is None:
+    x = args[0]
+    if packet not in (aten.sum, aten.mean, aten.nansum, aten.cumsum) or not isinstance(x, torch.Tensor) \
+            or x.dim() == 0:
         return None
-    x, dims, rest, terms = found
+    if packet is aten.cumsum:
+        dims = [int(args[1]) % x.dim()]
+    else:
+        given = args[1] if len(args) > 1 else kwargs.get("dim")
+        dims = sorted({int(d) % x.dim() for d in (given or range(x.dim()))})
+    rest = [d for d in range(x.dim()) if d not in dims]
+    terms = x.permute(*rest, *dims).reshape(*[x.shape[d] for d in rest], -1)
+    if packet is aten.nansum:
+        terms = torch.nan_to_num(terms, nan=0.0)
     partial = terms.cumsum(-1)
     if packet is aten.cumsum:  # each prefix is its own sum
         random_walk = partial.pow(2).cumsum(-1).sqrt()
@@ -291,28 +300,6 @@ def _walk(packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) 
     if packet is aten.cumsum:
         return walk.reshape(*[x.shape[d] for d in rest], x.shape[dims[0]]).movedim(-1, dims[0])
     return walk.reshape(out.shape)
-
-
-def _sum_terms(packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """For a sum, mean or cumsum of one tensor: (the tensor, the reduced dims, the others, its terms
-    with the reduced dims flattened last). None for other operations."""
-    import torch
-
-    aten = torch.ops.aten
-    x = args[0]
-    if packet not in (aten.sum, aten.mean, aten.nansum, aten.cumsum) or not isinstance(x, torch.Tensor) \
-            or x.dim() == 0:
-        return None
-    if packet is aten.cumsum:
-        dims = [int(args[1]) % x.dim()]
-    else:
-        given = args[1] if len(args) > 1 else kwargs.get("dim")
-        dims = sorted({int(d) % x.dim() for d in (given or range(x.dim()))})
-    rest = [d for d in range(x.dim()) if d not in dims]
-    terms = x.permute(*rest, *dims).reshape(*[x.shape[d] for d in rest], -1)
-    if packet is aten.nansum:
-        terms = torch.nan_to_num(terms, nan=0.0)
-    return x, dims, rest, terms
 
 
 def _mostly_repeated(terms: Any) -> Any:
