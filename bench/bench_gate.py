@@ -106,6 +106,24 @@ def another_change(repo: Path, head: str, kernel: str = "src/liger_kernel/ops/ge
     return git(repo, "rev-parse", "HEAD")
 
 
+def _run_timed(argv: list[str], cwd: Path, env: dict[str, str], t0: float
+               ) -> tuple[subprocess.CompletedProcess[str], list[tuple[float, str]]]:
+    """Run the gate, and note when each line of what it prints arrived (seconds since ``t0``): the
+    time before the first job, between the jobs and after the last, seen from outside."""
+    timeline: list[tuple[float, str]] = []
+    lines: list[str] = []
+    with subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          bufsize=1) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.strip() and not line.startswith((" ", "\t")):
+                timeline.append((round(time.perf_counter() - t0, 2), line.strip()[:100]))
+        rc = proc.wait()
+    text = "".join(lines)
+    return subprocess.CompletedProcess(argv, rc, text, ""), timeline
+
+
 def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | None = None,
              keep: Path | None = None) -> dict[str, object]:
     """One gate; with ``cache``, that result cache (read and written), else none; ``keep``: a
@@ -114,8 +132,8 @@ def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | No
     env = {**os.environ, "PYTHONPATH": str(gate_path)}
     caching = ["--cache-dir", str(cache)] if cache else ["--no-cache"]
     t = time.perf_counter()
-    p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", base, "--head", head, *caching],
-                       cwd=repo, env=env, capture_output=True, text=True)
+    p, timeline = _run_timed([sys.executable, "-m", "gpu_gate.cli", "check", "--base", base, "--head", head, *caching],
+                             repo, env, t)
     wall = time.perf_counter() - t
     if keep is not None and (out / "results.json").is_file():
         keep.mkdir(parents=True, exist_ok=True)
@@ -141,7 +159,7 @@ def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | No
     eq = jobs.get("equivalence")
     timing = next(((r.get("extra") or {}).get("timing") for r in results if r["check"] == "equivalence"), None)
     return {"wall_s": round(wall, 1), "exit": p.returncode, "jobs": jobs, "changes": changes,
-            "equivalence_timing": timing,
+            "timeline": timeline, "equivalence_timing": timing,
             "equivalence_cases_per_s": round(eq[2] / eq[0], 2) if eq and eq[0] else None}
 
 
@@ -165,6 +183,10 @@ def time_gates(repo: Path, base: str, head: str, paths: list[Path], tmp: Path, r
                     run["warm_rerun"] = {key: warm[key] for key in ("wall_s", "exit", "jobs", "equivalence_timing")}
             runs.append(run)
         walls = [float(r["wall_s"]) for r in runs]  # type: ignore[arg-type]
+        for r in runs:  # the first run's timeline, readable: where the time outside the jobs went
+            for at, line in r["timeline"][:40]:  # type: ignore[index]
+                print(f"  {at:7.2f}s  {line}", file=sys.stderr)
+            break
         print(json.dumps({"gate": str(path), "median_wall_s": statistics.median(walls), "runs": runs}))
 
 

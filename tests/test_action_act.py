@@ -158,7 +158,10 @@ def run_act(repo: Path, event: Path, gh: FakeGitHub, workflow: str, out: Path, h
     cache = cache or out / "actions-cache"
     secrets = out / "secrets.env"  # not on act's command line: a spec may read /proc/*/cmdline too
     secrets.write_text(f"GITHUB_TOKEN={gh.token}\n")
-    argv = [ACT, "pull_request", "-W", f".github/workflows/{workflow}", "-e", str(event),
+    # One job at a time: act 0.2.89 can crash (a Go panic in its remote-action `pre` stage) when two
+    # jobs prepare the same action at once, which the fan-out's shards do. GitHub runs them in
+    # parallel; nothing the workflows promise depends on that.
+    argv = [ACT, "pull_request", "-W", f".github/workflows/{workflow}", "-e", str(event), "--concurrent-jobs", "1",
             "-P", "self-hosted=-self-hosted", "-P", "ubuntu-latest=-self-hosted", "-P", "gpu=-self-hosted",
             "--env", f"GITHUB_API_URL={gh.url}", "--env", "GITHUB_REPOSITORY=octo/kernels",
             "--env", f"GITHUB_RUN_ID={run[0]}", "--env", f"GITHUB_RUN_ATTEMPT={run[1]}",
