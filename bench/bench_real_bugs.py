@@ -32,8 +32,20 @@ import tarfile
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent / "real_bugs"
+
+# library -> what its scratch repository takes from it: ``keep``, the top-level paths (packaging
+# and the package; a library's tests and data are not what the gate judges); ``policy``, the file
+# under real_bugs/ beside the specs; ``hollow``, package ``__init__`` files emptied in the scratch
+# tree. Some libraries' top-level ``__init__`` imports every model they ship, and with them
+# dependencies (transformers, compiled extensions) that a GPU machine without network access lacks;
+# emptied, the kernel's own module and the modules it imports are the library's own, unchanged. The
+# fix's diff never touches a hollowed file (the benchmark checks).
+LIBRARIES: dict[str, dict[str, Any]] = {
+    "liger": {"keep": ["src", "pyproject.toml", "setup.py", "setup.cfg"], "policy": "policy.yml", "hollow": []},
+}
 
 # id -> the library, the buggy and the fixing commit, the spec, what the bug is
 BUGS = {
@@ -63,26 +75,32 @@ def git(repo: Path, *args: str, input: str | None = None, strip: bool = True) ->
 def scratch(library: Path, bug: dict[str, str], where: Path) -> dict[str, str]:
     """The scratch repository with commits S, F and R (see the module's docstring); their shas.
 
-    It holds the library's packaging and ``src/`` only, taken from the buggy commit, and the fix's
-    diff of ``src/``: a library's tests and data (large files a mirror may not even hold) are not
-    what the gate judges."""
+    It holds what ``LIBRARIES`` keeps of the library, taken from the buggy commit (its ``hollow``
+    files emptied), and the fix's diff of those paths."""
     repo = where / "repo"
     repo.mkdir(parents=True)
     lib = ["--git-dir", str(library)]
+    config = LIBRARIES[bug["library"]]
     top = git(repo, *lib, "ls-tree", "--name-only", bug["buggy"]).splitlines()
-    keep = [p for p in ("src", "pyproject.toml", "setup.py", "setup.cfg") if p in top]
+    keep = [p for p in config["keep"] if p in top]
     archive = subprocess.run(["git", "-c", "safe.directory=*", *lib, "archive", "--format=tar", bug["buggy"], *keep],
                              check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(repo, filter="data")
+    hollow: list[str] = list(config["hollow"])
+    for path in hollow:
+        (repo / path).write_text("# emptied by the benchmark: it imports what the GPU machine lacks\n")
     git(repo, "init", "-q", "-b", "buggy")
     (repo / "gate").mkdir(exist_ok=True)
     shutil.copy(HERE / bug["spec"], repo / "gate" / bug["spec"])
-    shutil.copy(HERE / "policy.yml", repo / ".gpu-gate.yml")
+    shutil.copy(HERE / str(config["policy"]), repo / ".gpu-gate.yml")
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", f"the library at {bug['buggy'][:12]}, a gpu-gate spec and a policy")
     shas = {"S": git(repo, "rev-parse", "HEAD")}
-    fix = git(repo, *lib, "diff", "--binary", bug["buggy"], bug["fix"], "--", "src", strip=False)
+    fix = git(repo, *lib, "diff", "--binary", bug["buggy"], bug["fix"], "--", *keep, strip=False)
+    touched = set(git(repo, *lib, "diff", "--name-only", bug["buggy"], bug["fix"], "--", *keep).splitlines())
+    if touched & set(hollow):
+        raise SystemExit(f"{bug['library']}: the fix changes a hollowed file ({sorted(touched & set(hollow))})")
     git(repo, "checkout", "-q", "-b", "fixed")
     git(repo, "apply", "--index", "-", input=fix)
     git(repo, "commit", "-q", "-m", f"the fix, {bug['fix'][:12]}")
