@@ -45,10 +45,33 @@ HERE = Path(__file__).resolve().parent / "real_bugs"
 # fix's diff never touches a hollowed file (the benchmark checks).
 LIBRARIES: dict[str, dict[str, Any]] = {
     "liger": {"keep": ["src", "pyproject.toml", "setup.py", "setup.cfg"], "policy": "policy.yml", "hollow": []},
+    "fla": {"keep": ["fla", "pyproject.toml", "setup.py"], "policy": "policy_fla.yml", "hollow": ["fla/__init__.py"]},
+    "mamba": {"keep": ["mamba_ssm", "pyproject.toml", "setup.py"], "policy": "policy_mamba.yml",
+              "hollow": ["mamba_ssm/__init__.py"]},
+    "lightllm": {"keep": ["lightllm", "setup.py"], "policy": "policy_lightllm.yml",
+                 "hollow": ["lightllm/__init__.py", "lightllm/models/__init__.py"]},
 }
 
 # id -> the library, the buggy and the fixing commit, the spec, what the bug is
 BUGS = {
+    "FL2": {"library": "fla", "buggy": "21287b7a60279b9c339eb94d281d3ac9789fce8a",
+            "fix": "bd67d11782696e4ff54ee6cb411483621ed3d93d", "spec": "fla_rotary_gate.py",
+            "bug": "flash-linear-attention #967: rotary leaves masked-out rows of its empty_like output unwritten"},
+    "FL3": {"library": "fla", "buggy": "3adcb3c50a9e78c6ef6d173543305b1d5ef8fa4c",
+            "fix": "674f0852131332ddf0a7e9ef2fa7b3614e7331fc", "spec": "fla_norm_gate_linear_gate.py",
+            "bug": "flash-linear-attention #1071: the recomputed y is stored before the gate, dW off by silu(g)"},
+    "FL5": {"library": "fla", "buggy": "6d80721f74bfd49b229cb4112dacf21237f27989",
+            "fix": "b67113b41e4730f8d598c284381142c6b78a2fbc", "spec": "fla_kda_recurrent_gate.py",
+            "bug": "flash-linear-attention #1135: fused recurrent KDA loads g unmasked"},
+    "M1": {"library": "mamba", "buggy": "74729d0f6d9c2096407eda5562393ab70960a3f6",
+           "fix": "a6a1dae6efbf804c9944a0c2282b437deb4886d8", "spec": "mamba_chunk_state_gate.py",
+           "bug": "mamba #746: dB misses tl.exp on the decay scale when seq_idx is given"},
+    "M2": {"library": "mamba", "buggy": "bda9af39e9f558af64efdb1a4605880246bd5bed",
+           "fix": "442fab4b1fd5226c1b5939b37d91ede430b5d1ae", "spec": "mamba_chunk_scan_gate.py",
+           "bug": "mamba #537: start_n + offs_n*stride where (start_n + offs_n)*stride was meant"},
+    "LL5": {"library": "lightllm", "buggy": "fb1ebf0f1e4281cd4e6544092e6c345a11e7c197",
+            "fix": "178c2d6e2831ad452a2c9551de37910858f334c7", "spec": "lightllm_phi3_rotary_gate.py",
+            "bug": "LightLLM #1460: phi3 rotary loads cos/sin unmasked past the rotary dim"},
     "L8": {"library": "liger", "buggy": "c899cc725066fa7d0c2f508ad3b775f3f9951a9b",
            "fix": "d7c78df1455cac50205ad4a9b9ac50c5d144ba0f", "spec": "liger_rope_gate.py",
            "bug": "Liger-Kernel #477: _triton_rope ignores the batch dimension of cos/sin"},
