@@ -11,23 +11,12 @@ import json
 import os
 import subprocess
 import sys
-import sysconfig
-import venv
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from test_github_install import runner_python  # noqa: E402 - the CPU tests' runner interpreter
+
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def runner_python(tmp_path: Path) -> str:
-    """A runner's interpreter: this one's packages (the CUDA torch among them) through a .pth file,
-    but not gpu-gate, whatever put it on this interpreter's path."""
-    env_dir = tmp_path / "runner-venv"
-    venv.EnvBuilder(with_pip=False).create(env_dir)
-    python = str(env_dir / "bin" / "python")
-    site = subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    Path(site, "runner-stack.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-    return python
 
 
 def run(python: str, pythonpath: str, *args: str, cwd: Path, timeout: int) -> subprocess.CompletedProcess[str]:
@@ -38,7 +27,7 @@ def run(python: str, pythonpath: str, *args: str, cwd: Path, timeout: int) -> su
 
 
 def test_the_runners_cuda_torch_runs_the_gate_through_the_actions_install(tmp_path: Path) -> None:
-    python = runner_python(tmp_path)
+    python = runner_python(tmp_path, with_packages=True)  # the CUDA torch, not gpu-gate
     lacks = run(python, "", "-c", "import gpu_gate", cwd=tmp_path, timeout=60)
     assert lacks.returncode != 0, "the runner's python must lack gpu-gate, as on a fresh runner"
 
