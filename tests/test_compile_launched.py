@@ -1,7 +1,8 @@
 """The Triton specializations a spec's cases launch: recorded where Triton launches them
-(gpu_gate/cuda/tritonlaunch.py), listed in the equivalence job's result, and compiled for the
-policy's architectures with their resources (gpu_gate/checks/compile_launched.py; on a GPU the
-equivalence job does this, tests/gpu/test_compile_launched_gpu.py).
+(gpu_gate/cuda/tritonlaunch.py), listed in the equivalence job's result, compiled for the
+policy's architectures with their resources by the candidate's worker (gpu_gate/worker/specializations.py)
+and judged by the judge (gpu_gate/checks/compile_launched.py); on a GPU the equivalence job does this
+(tests/gpu/test_tolerance_gpu.py).
 
 Triton decides at import time whether kernels are interpreted, so what runs under
 TRITON_INTERPRET=1 runs in a subprocess."""
@@ -17,6 +18,9 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("triton")
+
+from gpu_gate.checks import compile_launched  # noqa: E402
+from gpu_gate.findings import Severity  # noqa: E402
 
 KERNELS = '''\
 import torch
@@ -124,30 +128,49 @@ def test_the_equivalence_job_lists_the_launches_of_the_specs_kernels(root: Path)
 
 
 def test_a_launched_specialization_is_compiled_for_each_arch_with_its_resources(root: Path) -> None:
+    """The worker compiles and reports facts; the judge makes them findings at the compile check's level."""
     out = _python("""
         import json, sys
         from pathlib import Path
         sys.path.insert(0, sys.argv[1])
-        from gpu_gate.checks.compile_launched import compile_launched
+        from gpu_gate.worker.specializations import compile_launched
         from gpu_gate.cuda.tritonlaunch import Launch
         from tlib import kern
         sig = {"x_ptr": "*fp16", "out_ptr": "*fp16", "n_cols": "i32", "stride": "i32", "alpha": "fp32"}
         ok = Launch("kern.py", "_scale_kernel", {"BLOCK": 1024}, sig, {"num_warps": 4}, fn=kern._scale_kernel)
         big = Launch("kern.py", "_small_only", {"BLOCK": 128}, {"x_ptr": "*fp32", "n": "i32"}, {},
                      fn=kern._small_only)
-        findings, rows = compile_launched([("tlib/kern.py", ok), ("tlib/kern.py", big)],
-                                          {"archs": ["sm_80", "sm_90"], "level": "required"})
-        print(json.dumps({"findings": [f.to_json() for f in findings], "rows": rows}))
+        print(json.dumps(compile_launched([("tlib/kern.py", ok), ("tlib/kern.py", big)], ["sm_80", "sm_90"])))
         """, root, interpret=False)
-    r = json.loads(out)
-    rows = r["rows"]
+    facts = json.loads(out)
+    assert {e["arch"] for e in facts["errors"]} == {"sm_80", "sm_90"} and facts["not_compiled"] == 0
+    assert all(isinstance(r["registers"], int) for r in facts["rows"]), "facts only: no findings from the worker"
+    findings, rows = compile_launched.judge(facts, {"archs": ["sm_80", "sm_90"], "level": "required"})
     assert {(x["kernel"], x["arch"]) for x in rows} == {("_scale_kernel", "sm_80"), ("_scale_kernel", "sm_90")}
     assert all(x["registers"] > 0 and x["constexprs"] == {"BLOCK": 1024} for x in rows)
     assert all({"spill_store", "spill_load", "shared_bytes"} <= set(x) for x in rows)
-    errors = [f for f in r["findings"] if f["kind"] == "compile-error"]
-    assert {f["details"]["arch"] for f in errors} == {"sm_80", "sm_90"}
-    assert all(f["severity"] == "error" and "_small_only, as the cases launched it (BLOCK=128)" in f["message"]
-               and "BLOCK too large" in f["message"] for f in errors)
+    errors = [f for f in findings if f.kind == "compile-error"]
+    assert {f.details["arch"] for f in errors} == {"sm_80", "sm_90"}
+    assert all(f.severity is Severity.ERROR and "_small_only, as the cases launched it (BLOCK=128)" in f.message
+               and "BLOCK too large" in f.message for f in errors)
+    advisory, _ = compile_launched.judge(facts, {"archs": ["sm_90"], "level": "advisory"})
+    assert {f.severity for f in advisory if f.kind == "compile-error"} == {Severity.WARNING}
+    limited, _ = compile_launched.judge(facts, {"level": "required", "max_local_bytes": -1,
+                                                "resources_level": "required"})
+    assert [f.kind for f in limited if f.severity is Severity.ERROR].count("local-memory") == len(rows)
+
+
+def test_what_the_worker_reports_is_read_field_by_field() -> None:
+    """The worker is the candidate's process: its answer is checked, and what cannot be read is said,
+    never trusted as a clean compile (a forged 'no errors, no rows' is still only what it says)."""
+    for answer in (None, "ok", {"rows": [{"file": "k.py", "kernel": "k", "arch": "sm_90", "registers": -1}]},
+                   {"errors": [{"file": "k.py", "kernel": "k", "arch": "sm_90", "error": 3}]},
+                   {"rows": [{"kernel": "k", "arch": "sm_90", "registers": 8}]}):
+        findings, rows = compile_launched.judge(answer, {"level": "required"})
+        assert [f.kind for f in findings] == ["launches-unreadable"] and rows == [], answer
+        assert findings[0].severity is Severity.ERROR
+    findings, rows = compile_launched.judge({"rows": [], "errors": [], "not_compiled": 3}, {"level": "required"})
+    assert [(f.kind, f.severity) for f in findings] == [("launches-not-compiled", Severity.NOTE)] and rows == []
 
 
 def test_compiles_side_by_side_report_as_one_after_another(root: Path) -> None:
@@ -157,7 +180,7 @@ def test_compiles_side_by_side_report_as_one_after_another(root: Path) -> None:
         import json, sys
         from pathlib import Path
         sys.path.insert(0, sys.argv[1])
-        from gpu_gate.checks import compile_launched as cl
+        from gpu_gate.worker import specializations as sp
         from gpu_gate.cuda.tritonlaunch import Launch
         from tlib import kern
         sig = {"x_ptr": "*fp16", "out_ptr": "*fp16", "n_cols": "i32", "stride": "i32", "alpha": "fp32"}
@@ -167,9 +190,8 @@ def test_compiles_side_by_side_report_as_one_after_another(root: Path) -> None:
                                                    {"x_ptr": "*fp32", "n": "i32"}, {}, fn=kern._small_only)))
         runs = {}
         for threads in (1, 8):
-            cl.MAX_THREADS = threads
-            findings, rows = cl.compile_launched(launches, {"archs": ["sm_80", "sm_90"], "level": "required"})
-            runs[threads] = {"findings": [(f.kind, f.details.get("arch"), f.message) for f in findings], "rows": rows}
+            sp.MAX_THREADS = threads
+            runs[threads] = sp.compile_launched(launches, ["sm_80", "sm_90"])
         print(json.dumps(runs))
         """, root, interpret=False)
     runs = json.loads(out)
@@ -177,5 +199,4 @@ def test_compiles_side_by_side_report_as_one_after_another(root: Path) -> None:
     rows = runs["8"]["rows"]
     assert [(x["constexprs"]["BLOCK"], x["arch"]) for x in rows] == \
         [(b, a) for b in (64, 256, 1024, 4096) for a in ("sm_80", "sm_90")]
-    assert [(k, a) for k, a, _ in runs["8"]["findings"] if k == "compile-error"] == \
-        [("compile-error", "sm_80"), ("compile-error", "sm_90")]
+    assert [(e["kernel"], e["arch"]) for e in runs["8"]["errors"]] == [("_small_only", "sm_80"), ("_small_only", "sm_90")]

@@ -17,12 +17,12 @@ Options (``job.options``, from the policy):
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from .. import proc
 from ..cuda import nvcc, tritonc
+from ..cuda.archs import DEFAULT_ARCHS, arch_number, normalise_archs
 from . import compiled_races
 from ..cuda.names import triton_kernel_names
 from ..cuda.nvcc import KernelResources
@@ -31,7 +31,6 @@ from ..findings import Finding, Severity, Status
 from ..jobs import Job
 
 CHECK = "compile"
-DEFAULT_ARCHS = ("sm_80", "sm_90")
 CUDA_SUFFIXES = (".cu",)
 HEADER_SUFFIXES = (".cuh", ".h", ".hpp", ".hh", ".inl")
 NO_VALUES = "not-compiled-no-values"  # a Triton kernel whose constexpr or signature values are unknown
@@ -84,19 +83,6 @@ def _resource_row(r: KernelResources) -> dict[str, object]:
     row = {k: getattr(r, k) for k in keys}
     row["symbol"] = r.symbol
     return row
-
-
-def normalise_archs(archs: Iterable[Any]) -> list[str]:
-    """``90``, ``"90"``, ``"sm_90"``, ``"compute_90"`` -> ``"sm_90"`` (``"sm_90a"`` is kept)."""
-    out = []
-    for a in archs:
-        text = str(a).strip().lower().removeprefix("sm_").removeprefix("compute_").removeprefix("sm")
-        out.append(f"sm_{text}")
-    return out
-
-
-def arch_number(arch: str) -> int:
-    return int("".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit()))
 
 
 # --- CUDA -------------------------------------------------------------------

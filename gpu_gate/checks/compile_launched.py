@@ -1,98 +1,88 @@
-"""The compile check of the Triton specializations a spec's cases actually launched.
+"""The compile check of the Triton specializations a spec's cases actually launched: the judge's half.
 
-Real Triton kernels choose their constexprs at the call site, so the compile job, which
-reads kernel files without running them, often knows no values for them ("not compiled:
-no values known"). The equivalence job knows: on a GPU it records every launch (see
-:mod:`gpu_gate.cuda.tritonlaunch`) and, after its cases, compiles each distinct launched
-specialization of the spec's kernel files for the policy's target architectures (the
-compile check's ``archs``, passed in the equivalence job's ``options["compile"]``) and
-reports registers, spills and shared memory, gated by the compile check's limits. It runs
-in the equivalence job because that is where the values exist: jobs are separate processes
-and may run on separate runners.
+Real Triton kernels choose their constexprs at the call site, so the compile job, which reads kernel
+files without running them, often knows no values for them ("not compiled: no values known"). The
+equivalence job knows: on a GPU its candidate worker records every launch and, after the cases,
+compiles each distinct launched specialization of the spec's kernel files for the compile check's
+``archs`` (passed in the equivalence job's ``options["compile"]``; see
+:mod:`gpu_gate.worker.specializations`). The worker answers with facts: each compiled kernel's
+registers, spills and memory, and each compiler error's text. This module decides what they mean,
+in the judge: a compile error at the compile check's level, resources against its limits. The
+worker's answer is data from the candidate's process, so it is read field by field, and anything
+malformed is said so instead of trusted or dropped.
 """
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 from typing import Any
 
-from ..cuda import tritonc
 from ..cuda.nvcc import KernelResources
-from ..cuda.tritonlaunch import Launch
 from ..findings import Finding, Severity
-from .compile import CHECK, DEFAULT_ARCHS, arch_number, normalise_archs, resource_findings_for
+from .compile import CHECK, resource_findings_for
 
-MAX_COMPILED = 16  # distinct specializations compiled per job (each one costs a compile per arch)
-# Compiles at once: Triton's passes and ptxas run outside the GIL for most of their time. Measured on
-# two cores, 16 compiles took 6.7 s one after another and 3.7 s on four threads; on an H100 runner
-# this step was 6 s of the Liger GEGLU equivalence job, the last thing it does.
-MAX_THREADS = 8
+ROW_INTS = ("registers", "spill_store", "spill_load", "local_bytes", "shared_bytes", "constant_bytes", "barriers")
+WHERE = ("file", "kernel", "arch")
 
 
-def repo_launches(launches: list[Launch], repo_root: Path, kernels: tuple[str, ...]) -> list[tuple[str, Launch]]:
-    """(repo-relative file, launch) for the launches of the repository's own kernels; only
-    the job's kernel files when it names any (the spec's changed kernels)."""
-    root = repo_root.resolve()
-    out = []
-    for launch in launches:
-        try:
-            rel = Path(launch.file).resolve().relative_to(root).as_posix()
-        except ValueError:
-            continue  # a kernel of a library (torch's own Triton code, say): not under review
-        if not kernels or rel in kernels:
-            out.append((rel, launch))
-    return out
-
-
-def compile_launched(launches: list[tuple[str, Launch]], options: dict[str, Any]) -> tuple[list[Finding], list[dict[str, Any]]]:
-    """Compile each launched specialization for the policy's archs: findings and resource rows."""
-    archs = normalise_archs(options.get("archs") or DEFAULT_ARCHS)
+def judge(compiled: Any, options: dict[str, Any] | None) -> tuple[list[Finding], list[dict[str, Any]]]:
+    """Findings and resource rows (for the report) from the worker's ``compile`` answer; ``options``:
+    the compile check's settings."""
+    options = options or {}
     severity = Severity.ERROR if options.get("level", "required") == "required" else Severity.WARNING
+    if not isinstance(compiled, dict):
+        what = "no answer, though the cases launched specializations" if compiled is None else "not an object"
+        return [_malformed(what, severity)], []
     findings: list[Finding] = []
     resources: list[KernelResources] = []
     rows: list[dict[str, Any]] = []
-    compilable = [(rel, launch) for rel, launch in launches if launch.fn is not None]
-    configs = [(rel, launch, tritonc.launched_config(launch.fn, launch.constexprs, launch.signature, launch.options))
-               for rel, launch in compilable[:MAX_COMPILED]]
-    tasks = [(rel, launch, config, arch) for rel, launch, config in configs for arch in archs]
-
-    def build(task: tuple[str, Launch, tritonc.TritonConfig, str]) -> tritonc.TritonBuild | Exception:
-        _, launch, config, arch = task
-        try:
-            return tritonc.compile_kernel(launch.fn, config, arch_number(arch))
-        except Exception as exc:  # noqa: BLE001 - Triton raises many types for a compile error
-            return exc
-
-    threads = max(1, min(MAX_THREADS, len(tasks), len(os.sched_getaffinity(0))))
-    with ThreadPoolExecutor(threads) as pool:
-        builds = list(pool.map(build, tasks))  # in the order of the tasks: the report does not depend on timing
-    if threads > 1:  # a failure is reported only if it fails alone too: never one of compiling side by side
-        builds = [build(task) if isinstance(built, Exception) else built for task, built in zip(tasks, builds)]
-    for (rel, launch, _, arch), built in zip(tasks, builds):
-        if isinstance(built, Exception):
-            findings.append(_error(rel, launch, arch, built, severity))
+    for raw in _list(compiled.get("errors")):
+        where = _where(raw)
+        if where is None or not isinstance(raw.get("error"), str):
+            findings.append(_malformed(f"an error entry is malformed: {str(raw)[:200]}", severity))
             continue
-        for r in built.resources:
-            named = KernelResources(launch.function, r.symbol, arch, r.registers, r.spill_store, r.spill_load,
-                                    r.local_bytes, r.shared_bytes, r.constant_bytes, r.barriers)
-            resources.append(named)
-            rows.append({"file": rel, "kernel": launch.function, "arch": arch, "constexprs": launch.constexprs,
-                         "signature": launch.signature, "launches": launch.count, "registers": r.registers,
-                         "spill_store": r.spill_store, "spill_load": r.spill_load, "local_bytes": r.local_bytes,
-                         "shared_bytes": r.shared_bytes})
-    if len(compilable) > MAX_COMPILED:
-        findings.append(Finding(CHECK, "launches-not-compiled", f"{len(compilable) - MAX_COMPILED} more launched "
-                                f"Triton specializations were not compiled (at most {MAX_COMPILED} per job)",
-                                Severity.NOTE))
+        findings.append(_error(where, raw, severity))
+    for raw in _list(compiled.get("rows")):
+        where = _where(raw)
+        values = {k: raw.get(k, 0) for k in ROW_INTS}
+        if where is None or not all(type(v) is int and v >= 0 for v in values.values()):
+            findings.append(_malformed(f"a resource row is malformed: {str(raw)[:200]}", severity))
+            continue
+        symbol = raw["symbol"] if isinstance(raw.get("symbol"), str) else where["kernel"]
+        resources.append(KernelResources(where["kernel"], symbol, where["arch"], **values))
+        rows.append({**where, "constexprs": _dict(raw.get("constexprs")), "signature": _dict(raw.get("signature")),
+                     "launches": raw.get("launches") if type(raw.get("launches")) is int else 0,
+                     **{k: values[k] for k in ("registers", "spill_store", "spill_load", "local_bytes",
+                                               "shared_bytes")}})
+    skipped = compiled.get("not_compiled", 0)
+    if type(skipped) is int and skipped > 0:
+        findings.append(Finding(CHECK, "launches-not-compiled", f"{skipped} more launched Triton specializations "
+                                f"were not compiled (at most a fixed number per job)", Severity.NOTE))
     return findings + resource_findings_for(options, resources), rows
 
 
-def _error(rel: str, launch: Launch, arch: str, exc: Exception, severity: Severity) -> Finding:
-    text = str(exc).strip().splitlines()
-    first = next((t.strip() for t in reversed(text) if t.strip()), type(exc).__name__)
-    values = ", ".join(f"{k}={v}" for k, v in launch.constexprs.items())
-    return Finding(CHECK, "compile-error", f"{rel}: Triton kernel {launch.function}, as the cases launched it "
-                   f"({values}), does not compile for {arch}: {first}", severity, file=rel,
-                   details={"arch": arch, "constexprs": launch.constexprs, "signature": launch.signature,
+def _list(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    return dict(value) if isinstance(value, dict) else {}
+
+
+def _where(raw: dict[str, Any]) -> dict[str, str] | None:
+    where = {k: raw.get(k) for k in WHERE}
+    return where if all(isinstance(v, str) and v for v in where.values()) else None  # type: ignore[return-value]
+
+
+def _error(where: dict[str, str], raw: dict[str, Any], severity: Severity) -> Finding:
+    text = raw["error"].strip().splitlines()
+    first = next((t.strip() for t in reversed(text) if t.strip()), "compile error")
+    constexprs = _dict(raw.get("constexprs"))
+    values = ", ".join(f"{k}={v}" for k, v in constexprs.items())
+    return Finding(CHECK, "compile-error", f"{where['file']}: Triton kernel {where['kernel']}, as the cases launched "
+                   f"it ({values}), does not compile for {where['arch']}: {first}", severity, file=where["file"],
+                   details={"arch": where["arch"], "constexprs": constexprs, "signature": _dict(raw.get("signature")),
                             "error": "\n".join(text[:40])})
+
+
+def _malformed(what: str, severity: Severity) -> Finding:
+    return Finding(CHECK, "launches-unreadable", f"the candidate's worker answered the compile of the launched "
+                   f"specializations with data gpu-gate cannot read ({what}): they count as not compiled", severity)

@@ -209,18 +209,21 @@ class Equivalence:
     def _launches(self, extra: dict[str, Any]) -> list[Finding]:
         """The Triton specializations the cases launched (``extra["specializations"]``); on a GPU, each
         one of the spec's kernel files compiled for the compile check's archs, with its resources
-        (``extra["launch_resources"]``; see :mod:`gpu_gate.checks.compile_launched`). The candidate
-        worker recorded and compiled them: the launches exist only in its process."""
+        (``extra["launch_resources"]``). The candidate worker recorded and compiled them (the launches
+        exist only in its process) and reports what came out; :mod:`gpu_gate.checks.compile_launched`
+        decides what that means."""
         settings = self.job.options.get("compile")
         wanted = self.ctx.device == "cuda" and not self.sanitized and not self.job.case and isinstance(settings, dict)
         done = self.workers.finish(settings if wanted else None)
         if done.get("specializations"):
             extra["specializations"] = done["specializations"]
         compiled = done.get("compile")
-        if not wanted or not isinstance(compiled, dict):
+        if not wanted or (compiled is None and not done.get("specializations")):
             return []
-        extra["launch_resources"] = compiled.get("rows") or []
-        return [Finding.from_json(f) for f in compiled.get("findings") or []]
+        from .compile_launched import judge
+
+        findings, extra["launch_resources"] = judge(compiled, settings)
+        return findings
 
     def _run_cases(self, cases: list[Any], results: list[Any], refusals: list[Any], notes: list[Finding]) -> None:
         for i, case in enumerate(cases):

@@ -124,19 +124,19 @@ class Worker:
 
     def _finish(self, header: dict[str, Any]) -> dict[str, Any]:
         """What the candidate launched: the repository's kernels (coverage) and the Triton
-        specializations, compiled for the policy's archs where asked (see checks/compile_launched)."""
+        specializations, compiled for the policy's archs where asked (see worker/specializations)."""
         if self._recorders is None or self.job is None:
             return {}
         coverage, specializations = self._recorders[1], self._recorders[2]
-        from ..checks.compile_launched import compile_launched, repo_launches
+        from ..cuda.archs import DEFAULT_ARCHS, normalise_archs
+        from .specializations import compile_launched, repo_launches
 
         mine = repo_launches(specializations.launches if specializations else [], self.repo_root, self.job.kernels)
         reply: dict[str, Any] = {"launches": coverage.to_json(),
                                  "specializations": [{**launch.to_json(), "file": rel} for rel, launch in mine]}
         settings = header.get("compile")
         if mine and isinstance(settings, dict) and self.device == "cuda":
-            findings, rows = compile_launched(mine, settings)
-            reply["compile"] = {"findings": [f.to_json() for f in findings], "rows": rows}
+            reply["compile"] = compile_launched(mine, normalise_archs(settings.get("archs") or DEFAULT_ARCHS))
         return reply
 
 

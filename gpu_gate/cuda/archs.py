@@ -1,0 +1,21 @@
+"""GPU architecture names as a policy writes them (``90``, ``"sm_90"``, ``"compute_90"``) and as the
+compilers take them."""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+DEFAULT_ARCHS = ("sm_80", "sm_90")
+
+
+def normalise_archs(archs: Iterable[Any]) -> list[str]:
+    """``90``, ``"90"``, ``"sm_90"``, ``"compute_90"`` -> ``"sm_90"`` (``"sm_90a"`` is kept)."""
+    out = []
+    for a in archs:
+        text = str(a).strip().lower().removeprefix("sm_").removeprefix("compute_").removeprefix("sm")
+        out.append(f"sm_{text}")
+    return out
+
+
+def arch_number(arch: str) -> int:
+    return int("".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit()))

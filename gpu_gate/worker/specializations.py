@@ -1,0 +1,81 @@
+"""In the candidate's worker: compile the Triton specializations the cases launched, for the compile
+check's architectures, and report what came out, as facts.
+
+Real Triton kernels choose their constexprs at the call site, so the compile job, which reads kernel
+files without running them, often knows no values for them. The equivalence job's candidate worker
+does: it recorded every launch (see :mod:`gpu_gate.cuda.tritonlaunch`), and the launched ``JITFunction``
+objects exist only in its process. So it compiles them here, after the cases, and answers with the
+resources of each compiled kernel and the text of each compiler error. What they mean (an error's
+severity, a resource over the policy's limits) is the judge's decision, in
+:mod:`gpu_gate.checks.compile_launched`; nothing here imports it.
+"""
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from ..cuda import tritonc
+from ..cuda.archs import arch_number
+from ..cuda.tritonlaunch import Launch
+
+MAX_COMPILED = 16  # distinct specializations compiled per job (each one costs a compile per arch)
+# Compiles at once: Triton's passes and ptxas run outside the GIL for most of their time. Measured on
+# two cores, 16 compiles took 6.7 s one after another and 3.7 s on four threads; on an H100 runner
+# this step was 6 s of the Liger GEGLU equivalence job, the last thing it does.
+MAX_THREADS = 8
+ERROR_LINES = 40
+
+
+def repo_launches(launches: list[Launch], repo_root: Path, kernels: tuple[str, ...]) -> list[tuple[str, Launch]]:
+    """(repo-relative file, launch) for the launches of the repository's own kernels; only
+    the job's kernel files when it names any (the spec's changed kernels)."""
+    root = repo_root.resolve()
+    out = []
+    for launch in launches:
+        try:
+            rel = Path(launch.file).resolve().relative_to(root).as_posix()
+        except ValueError:
+            continue  # a kernel of a library (torch's own Triton code, say): not under review
+        if not kernels or rel in kernels:
+            out.append((rel, launch))
+    return out
+
+
+def compile_launched(launches: list[tuple[str, Launch]], archs: list[str]) -> dict[str, Any]:
+    """Compile each launched specialization for each of ``archs`` (normalised, ``sm_90``):
+    ``{"rows": [...], "errors": [...], "not_compiled": n}``, rows and errors in the order of the
+    launches and the archs, whatever the threads' timing."""
+    compilable = [(rel, launch) for rel, launch in launches if launch.fn is not None]
+    configs = [(rel, launch, tritonc.launched_config(launch.fn, launch.constexprs, launch.signature, launch.options))
+               for rel, launch in compilable[:MAX_COMPILED]]
+    tasks = [(rel, launch, config, arch) for rel, launch, config in configs for arch in archs]
+
+    def build(task: tuple[str, Launch, tritonc.TritonConfig, str]) -> tritonc.TritonBuild | Exception:
+        _, launch, config, arch = task
+        try:
+            return tritonc.compile_kernel(launch.fn, config, arch_number(arch))
+        except Exception as exc:  # noqa: BLE001 - Triton raises many types for a compile error
+            return exc
+
+    threads = max(1, min(MAX_THREADS, len(tasks), len(os.sched_getaffinity(0))))
+    with ThreadPoolExecutor(threads) as pool:
+        builds = list(pool.map(build, tasks))  # in the order of the tasks: the report does not depend on timing
+    if threads > 1:  # a failure is reported only if it fails alone too: never one of compiling side by side
+        builds = [build(task) if isinstance(built, Exception) else built for task, built in zip(tasks, builds)]
+    rows: list[dict[str, Any]] = []
+    errors: list[dict[str, Any]] = []
+    for (rel, launch, _, arch), built in zip(tasks, builds):
+        where = {"file": rel, "kernel": launch.function, "arch": arch, "constexprs": launch.constexprs,
+                 "signature": launch.signature}
+        if isinstance(built, Exception):
+            text = str(built).strip().splitlines() or [type(built).__name__]
+            errors.append({**where, "error": "\n".join(text[:ERROR_LINES])})
+            continue
+        for r in built.resources:
+            rows.append({**where, "symbol": r.symbol, "launches": launch.count, "registers": r.registers,
+                         "spill_store": r.spill_store, "spill_load": r.spill_load, "local_bytes": r.local_bytes,
+                         "shared_bytes": r.shared_bytes, "constant_bytes": r.constant_bytes,
+                         "barriers": r.barriers})
+    return {"rows": rows, "errors": errors, "not_compiled": max(0, len(compilable) - MAX_COMPILED)}
