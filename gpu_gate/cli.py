@@ -448,7 +448,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .demo import run_demo
 
     passed_on = [{0: "-q", 2: "-v"}[out.level()]] if out.level() != out.Level.NORMAL else []
-    return run_demo(Path(args.out), gpu=args.gpu, flags=[*passed_on, "--color", "always" if out.colour() else "never"])
+    return run_demo(Path(args.out), main, gpu=args.gpu, flags=[*passed_on, "--color", "always" if out.colour() else "never"])
 
 
 def cmd_init(args: argparse.Namespace) -> int:

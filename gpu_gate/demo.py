@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from . import proc
@@ -54,11 +54,11 @@ def build_repo(dest: Path) -> Path:
     return dest
 
 
-def run_demo(where: Path, *, gpu: bool = False, flags: Sequence[str] = ()) -> int:
+def run_demo(where: Path, check: Callable[[list[str]], int], *, gpu: bool = False, flags: Sequence[str] = ()) -> int:
     """Build the example in ``where``/repo, gate it with the reports in ``where``/reports, and keep both:
-    the paths printed at the end are there to be opened. ``flags``: -q/-v/--color for the inner check."""
+    the paths printed at the end are there to be opened. ``check``: the command line's entry point,
+    which runs ``gpu-gate check``; ``flags``: -q/-v/--color for it."""
     from . import cli_output as out
-    from .cli import main
     from .errors import GateError
     from .record import RunRecord
     from .report.console import paint
@@ -71,7 +71,7 @@ def run_demo(where: Path, *, gpu: bool = False, flags: Sequence[str] = ()) -> in
     reports = where / "reports"
     out.say(f"demo repository: {repo}")
     out.say("changes on branch 'feature': kernels/axpby.py (refactor, correct), kernels/rmsnorm.py (planted bug)\n")
-    code = main(["check", "--repo", str(repo), "--base", "main", "--head", "feature", "--out", str(reports),
+    code = check(["check", "--repo", str(repo), "--base", "main", "--head", "feature", "--out", str(reports),
                  "--no-cache", *flags, *([] if gpu else ["--cpu"])])
     record = RunRecord.read(reports / "results.json")
     by_kernel = {k.path: [r for r in record.results if k.path in r.kernels and r.level == "required"]

@@ -33,20 +33,10 @@ from typing import Any
 
 from . import compiled_store, proc, sandbox
 from .checks import CHECKS, SANITIZER_TOOLS
+from .checks.outcome import WrapContext
 from .findings import Finding, JobResult, Severity, Status
 from .jobs import Job
 from .rules.judging import base_commit
-
-
-@dataclasses.dataclass(frozen=True)
-class WrapContext:
-    """What a wrapping check (compute-sanitizer) needs to know in the executor."""
-
-    repo_root: Path
-    has_gpu: bool
-    sanitizer_path: str | None
-    timeout_s: float
-    env: dict[str, str]
 
 
 @dataclasses.dataclass(frozen=True)

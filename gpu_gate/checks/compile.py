@@ -26,7 +26,7 @@ from ..cuda.archs import DEFAULT_ARCHS, arch_number, normalise_archs
 from . import compiled_races
 from ..cuda.names import triton_kernel_names
 from ..cuda.nvcc import KernelResources
-from ..cuda.outcome import Context, make_outcome
+from .outcome import Context, make_outcome
 from ..findings import Finding, Severity, Status
 from ..jobs import Job
 

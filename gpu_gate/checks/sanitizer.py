@@ -23,7 +23,7 @@ from typing import Any
 
 from ..cuda import sanitizer as cs
 from ..cuda.names import kernel_names_in_file
-from ..cuda.outcome import Context, WrapContext, make_outcome
+from .outcome import Context, WrapContext, make_outcome
 from ..findings import Finding, Severity, Status
 from ..jobs import Job
 from ..proc import ProcResult
