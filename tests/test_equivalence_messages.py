@@ -114,6 +114,10 @@ def test_a_kernel_the_interpreter_cannot_run_is_not_run_with_the_traceback(tmp_p
     (f,) = [f for f in findings if f["kind"] == "interpreter-unsupported"]
     assert "Traceback" in f["message"] and "_tanh_kernel" in f["details"]["traceback"]
     assert "libdevice" in f["details"]["traceback"]
+    # where: the kernel's line that the interpreter stopped at, not the wrapper's launch
+    source = (tmp_path / "gate_spec.py").read_text().splitlines()
+    assert f["file"] == "gate_spec.py" and "libdevice.tanh(" in source[f["line"] - 1], (f["file"], f["line"])
+    assert f"at gate_spec.py:{f['line']}:" in f["message"].splitlines()[0]
 
 
 @pytest.mark.slow

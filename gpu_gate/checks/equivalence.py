@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import shlex
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding, Severity, Status
@@ -25,6 +27,30 @@ REPLAY_CASES = 3  # passed cases run again at the end of the job, in plain tenso
 SENSITIVITY_EVERY = 4  # the input-sensitivity probe runs on every 4th case (the canonical one included)
 
 
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in ')
+_CHAINED = re.compile(r"^(The above exception was the direct cause of the following exception:|"
+                      r"During handling of the above exception, another exception occurred:)$", re.M)
+
+
+def innermost_repo_frame(trace: str, repo_root: Any) -> tuple[str, int] | None:
+    """(repo-relative file, line) of the innermost frame inside the repository of the first error
+    in ``trace`` (Python prints a chain's root cause first): the kernel's line where the Triton
+    interpreter stopped, not the wrapper's launch. None when no frame is in the repository."""
+    root = Path(repo_root).resolve()
+    for section in _CHAINED.split(trace)[::2]:
+        found = None
+        for line in section.splitlines():
+            m = _FRAME.match(line)
+            if m:
+                try:
+                    found = (Path(m.group(1)).resolve().relative_to(root).as_posix(), int(m.group(2)))
+                except ValueError:
+                    continue
+        if found:
+            return found
+    return None
 
 
 def repro_command(job: Job, check: str = "equivalence") -> str:
@@ -271,11 +297,14 @@ class Equivalence:
         canonical = r0.case.id == "c0000" and not self.job.case
         head = ("the spec could not run under the Triton interpreter" if canonical else
                 f"{len(self.unsupported)} of {total} cases could not run under the Triton interpreter")
+        where = innermost_repo_frame(r0.trace or "", self.ctx.repo_root)
+        at = f" at {where[0]}:{where[1]}" if where else ""
         return Finding(check="equivalence", kind="interpreter-unsupported",
                        severity=Severity.NOTE if canonical else Severity.WARNING, spec=self.spec_id, case=r0.case.id,
+                       file=where[0] if where else None, line=where[1] if where else None,
                        repro=self.runner.repro_cmd.format(token=r0.case.token()),
-                       message=f"{head} (no GPU here): {r0.unsupported}; first case {r0.case.describe()}. They run on "
-                               f"a GPU.\n" + "\n".join((r0.trace or "").rstrip().splitlines()[-TRACE_LINES:]),
+                       message=f"{head} (no GPU here){at}: {r0.unsupported}; first case {r0.case.describe()}. They run "
+                               f"on a GPU.\n" + "\n".join((r0.trace or "").rstrip().splitlines()[-TRACE_LINES:]),
                        details={"unsupported_cases": len(self.unsupported), "traceback": r0.trace,
                                 "case": r0.case.describe(), "token": r0.case.token()})
 
