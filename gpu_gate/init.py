@@ -10,10 +10,12 @@ green check that checked nothing. An existing file is never overwritten without 
 from __future__ import annotations
 
 import dataclasses
+import json
 import keyword
 import posixpath
 import re
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 
 from . import cli_output as out
@@ -40,11 +42,12 @@ class FoundKernel:
 
 def run_init(repo: Path, *, specs_dir: str, kernel: str | None, force: bool) -> int:
     specs_dir = _clean_dir(specs_dir)
-    policy_text = starter_policy(specs_dir)
+    found = find_kernels(repo)
+    support = support_dirs(found)
+    policy_text = starter_policy(specs_dir, support)
     _write(repo, ".gpu-gate.yml", policy_text, force, what="the starter policy",
            exists_as=[n for n in POLICY_NAMES if (repo / n).exists()])
-    found = find_kernels(repo)
-    target = _pick(repo, found, kernel)
+    target = _pick(repo, found, kernel, support)
     if target is not None:
         rel = f"{specs_dir}/{_stem(target.path)}_gate.py"
         _write(repo, rel, spec_skeleton(repo, target, rel), force,
@@ -91,7 +94,38 @@ def _first_kernel(path: str, source: bytes) -> FoundKernel | None:
     return FoundKernel(path, names[0].name, names[0].line, "cuda") if names else None
 
 
-def _pick(repo: Path, found: list[FoundKernel], wanted: str | None) -> FoundKernel | None:
+# Directories whose kernels serve the library's tests, benchmarks, examples or docs: a change there is
+# not a change to a kernel the library ships, so the starter policy leaves them out where it finds any.
+SUPPORT_DIRS = ("tests", "test", "benchmarks", "benchmark", "bench", "examples", "example", "docs")
+
+
+def support_dirs(found: list[FoundKernel]) -> list[str]:
+    """``dir/**`` for each directory of ``SUPPORT_DIRS`` (the outermost on each path) that holds a
+    kernel file found, in path order."""
+    out: list[str] = []
+    for k in found:
+        parts = k.path.split("/")[:-1]
+        at = next((i for i, part in enumerate(parts) if part.lower() in SUPPORT_DIRS), None)
+        if at is not None:
+            glob = "/".join(parts[:at + 1]) + "/**"
+            if glob not in out:
+                out.append(glob)
+    return out
+
+
+def _rank(repo: Path, k: FoundKernel) -> tuple[int, int, str]:
+    """The kernel a new user most likely wants a spec for first: one of the library's own Python
+    packages (a directory with ``__init__.py``) before a C source, before a loose script; Triton
+    first within each; then by path."""
+    if k.path.endswith(".py"):
+        tier = 0 if (repo / posixpath.dirname(k.path) / "__init__.py").is_file() else 2
+    else:
+        tier = 1
+    return tier, 0 if k.language == "triton" else 1, k.path
+
+
+def _pick(repo: Path, found: list[FoundKernel], wanted: str | None,
+          support: Sequence[str] = ()) -> FoundKernel | None:
     if wanted is not None:
         rel = posixpath.normpath(wanted)
         match = next((k for k in found if k.path == rel), None)
@@ -103,12 +137,17 @@ def _pick(repo: Path, found: list[FoundKernel], wanted: str | None) -> FoundKern
         out.say("no kernel found in this repository: no spec skeleton written (docs/specs.md shows how to write one)")
         return None
     covered = _covered(repo, found)
-    todo = [k for k in found if k.path not in covered]
+    aside = matcher(list(support), [])
+    todo = sorted((k for k in found if k.path not in covered and not aside(k.path)), key=lambda k: _rank(repo, k))
     if not todo:
         out.say(f"every kernel file found ({len(found)}) is covered by a gate spec: no spec skeleton written")
         return None
-    if len(found) > 1:
-        out.say(f"{len(found)} kernel files found, {len(todo)} not covered by a spec; writing a skeleton for "
+    if support:
+        out.say(f"the starter policy leaves out the kernels of {', '.join(support)}: a change there is not a change "
+                f"to a kernel the library ships")
+    shipped = [k for k in found if not aside(k.path)]
+    if len(shipped) > 1:
+        out.say(f"{len(shipped)} kernel files found, {len(todo)} not covered by a spec; writing a skeleton for "
                 f"{todo[0].path} (choose another with --kernel PATH)")
     return todo[0]
 
@@ -123,11 +162,14 @@ def _covered(repo: Path, found: list[FoundKernel]) -> set[str]:
 
 # --- what is written --------------------------------------------------------------------------
 
-def starter_policy(specs_dir: str) -> str:
-    """The starter policy, proven valid by the loader that will read it (strict: no unknown key)."""
+def starter_policy(specs_dir: str, support: Sequence[str] = ()) -> str:
+    """The starter policy, proven valid by the loader that will read it (strict: no unknown key);
+    ``support``: globs of the directories whose kernels it leaves out (see ``support_dirs``)."""
     from .policy import load_policy
 
-    text = POLICY.format(specs_glob=f"{specs_dir}/**/*_gate.py")
+    excludes = json.dumps(["third_party/**", *support])
+    note = ("  # tests, benchmarks and examples: not kernels the library ships" if support else "")
+    text = POLICY.format(specs_glob=f"{specs_dir}/**/*_gate.py", excludes=excludes, excludes_note=note)
     with tempfile.TemporaryDirectory(prefix="gpu-gate-init-") as tmp:
         (Path(tmp) / ".gpu-gate.yml").write_text(text)
         load_policy(Path(tmp), Path(tmp) / ".gpu-gate.yml", strict=True)  # a PolicyError here is gpu-gate's bug

@@ -11,7 +11,7 @@ version: 1
 # parsing them: Triton, CuTe DSL, cuTile, TileLang, Numba CUDA, Warp, Helion, CuPy JIT).
 kernels:
   include: ["**/*.cu", "**/*.cuh", "**/*.py"]
-  exclude: ["third_party/**"]
+  exclude: {excludes}{excludes_note}
 
 # Where the gate specs live: Python files that say how to call a kernel and what it must equal.
 specs: ["{specs_glob}"]

@@ -192,3 +192,24 @@ def test_no_kernel_no_repository_and_a_wrong_kernel(make_repo, tmp_path: Path) -
     nogit = gate("init", cwd=outside)
     assert nogit.returncode == 2 and nogit.stderr.startswith("gpu-gate: error: not a git repository")
     assert not (outside / ".gpu-gate.yml").exists()
+
+
+def test_a_library_shaped_like_flash_attention_gets_its_own_kernel_and_no_test_kernels(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """A scratch script at a directory that sorts first, a C++ header kernel, a package Triton kernel
+    and kernels that only the tests use: the skeleton is for the package's Triton kernel, and the
+    starter policy leaves the tests' kernels out, so a change to them is not an uncovered kernel."""
+    r = make_repo("fa", {"AI/repro_scratch.py": TRITON, "csrc/norm/ln_kernels.cuh": CUDA,
+                         "fa_lib/__init__.py": "", "fa_lib/ops/__init__.py": "", "fa_lib/ops/rotary.py": TRITON,
+                         "tests/ops/test_rotary.py": TRITON, "benchmarks/bench_rotary.py": TRITON})
+    p = gate("init", cwd=r.path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "writing a skeleton for fa_lib/ops/rotary.py" in p.stdout, p.stdout
+    assert "3 kernel files found, 3 not covered by a spec" in p.stdout, p.stdout
+    policy = (r.path / ".gpu-gate.yml").read_text()
+    assert 'exclude: ["third_party/**", "benchmarks/**", "tests/**"]' in policy, policy
+    assert gate("validate-policy", "--strict", cwd=r.path).returncode == 0
+    r.commit("init")
+    r.branch("feature")
+    r.commit("edit the tests' kernel", {"tests/ops/test_rotary.py": TRITON.replace("* 2.0", "* 3.0")})
+    plan = json.loads(gate("plan", "--base", "main", cwd=r.path).stdout)
+    assert plan["kernels"] == [] and not [f for f in plan.get("findings", []) if f["kind"] == "uncovered"], plan
