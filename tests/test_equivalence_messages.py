@@ -135,6 +135,56 @@ def test_cases_the_interpreter_cannot_run_are_a_warning_and_the_rest_are_judged(
     assert 0 < int(r["cases"]) < 8  # type: ignore[call-overload]
 
 
+AUTOTUNED_SPEC = """
+    import triton
+    import triton.language as tl
+
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 64}), triton.Config({"BLOCK": 128}),
+                              triton.Config({"BLOCK": 256})], key=["n"])
+    @triton.jit
+    def _scale_kernel(x_ptr, out_ptr, n, FACTOR: tl.constexpr, BLOCK: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        m = offs < n
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * FACTOR, mask=m)
+
+
+    def scale(x, factor):
+        x = x.contiguous()
+        out = torch.empty_like(x)
+        _scale_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel(), FACTOR=factor)
+        return out
+
+
+    @gg.spec(dims={"n": gg.Dim(1, 1000)}, inputs={"x": gg.Tensor(("n",), dtypes=["float32"])},
+             reference=lambda x: x * 2)
+    def double_gate(x):
+        return scale(x, 2.0)
+
+
+    @gg.spec(dims={"n": gg.Dim(1, 1000)}, inputs={"x": gg.Tensor(("n",), dtypes=["float32"])},
+             reference=lambda x: x * 2)
+    def wrong_gate(x):
+        return scale(x, 3.0)
+"""
+
+
+@pytest.mark.slow
+def test_an_autotuned_kernel_runs_under_the_interpreter_and_is_judged(tmp_path: Path) -> None:
+    """Without a GPU the autotuner has no driver to time its configs with: it raised before the
+    kernel started, and the job said the kernel refused its first case (a failure that blocks).
+    Now the first config runs untimed, the kernel is judged on its values, and the job says so."""
+    pytest.importorskip("triton")
+    write_spec(tmp_path, AUTOTUNED_SPEC)
+    good = _interpreted(tmp_path, "double_gate")
+    assert good["status"] == "passed", good["findings"]
+    (note,) = [f for f in good["findings"] if f["kind"] == "interpreter-autotune"]  # type: ignore[union-attr]
+    assert note["severity"] == "note" and "_scale_kernel ran their first config" in note["message"]
+    bad = _interpreted(tmp_path, "wrong_gate")
+    assert bad["status"] == "failed"
+    assert [f["kind"] for f in bad["findings"] if f["severity"] == "error"] == ["mismatch"], bad["findings"]
+
+
 # --- no streams on the CPU -----------------------------------------------------------------
 
 

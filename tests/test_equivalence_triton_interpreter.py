@@ -18,11 +18,12 @@ from gpu_gate.findings import JobResult, Severity, Status
 
 ROOT = Path(__file__).parent / "gpu" / "corpus_triton"
 
-PAIRS = [  # bug, twin, the finding kinds that must name the bug
+PAIRS = [  # bug, twin, the finding kinds that must name the bug ("a|b": either)
     ("tt_rowsum_bf16_acc", "tt_rowsum_fp32_acc", {"error-growth"}),
     ("tt_embedding_store", "tt_embedding_atomic", {"mismatch"}),
     ("tt_layernorm_padded_variance", "tt_layernorm_masked_variance", {"mismatch"}),
-    ("tt_rmsnorm_packed_rows", "tt_rmsnorm_row_stride", {"mismatch"}),
+    # rows read at the packed offset: other rows' data (mismatch) or, past the storage, the guard band (NaN)
+    ("tt_rmsnorm_packed_rows", "tt_rmsnorm_row_stride", {"mismatch|nan"}),
     ("tt_bias_skips_tail", "tt_bias_masks_tail", {"nan"}),
     ("tt_gelu_cached", "tt_gelu", {"cached-output"}),
     ("tt_gelu_writes_input", "tt_gelu", {"input-modified"}),
@@ -63,7 +64,8 @@ def test_triton_bug_caught_and_twin_passes_in_the_interpreter(interpreted: dict[
                                                               twin: str, kinds: set[str]) -> None:
     r = interpreted[bug]
     found = {f.kind for f in r.findings if f.severity is Severity.ERROR}
-    assert r.status is Status.FAILED and kinds <= found, [f.message for f in r.findings]
+    missing = [k for k in kinds if not set(k.split("|")) & found]
+    assert r.status is Status.FAILED and not missing, [f.message for f in r.findings]
     t = interpreted[twin]
     bad = [f"{f.kind}: {f.message}" for f in t.findings if f.severity is not Severity.NOTE]
     assert t.status is Status.PASSED and not bad, "\n".join(bad)

@@ -243,13 +243,20 @@ class Equivalence:
         done = self.workers.finish(settings if wanted else None)
         if done.get("specializations"):
             extra["specializations"] = done["specializations"]
+        notes = []
+        untimed = done.get("untimed_autotune")
+        if isinstance(untimed, list) and untimed and all(isinstance(n, str) for n in untimed):
+            names = ", ".join(n[:80] for n in untimed[:10])
+            notes.append(self._note("interpreter-autotune", f"under the Triton interpreter (no GPU), the autotuned "
+                                    f"kernels {names} ran their first config, untimed; a GPU runs the config the "
+                                    f"autotuner picks"))
         compiled = done.get("compile")
         if not wanted or (compiled is None and not done.get("specializations")):
-            return []
+            return notes
         from .compile_launched import judge
 
         findings, extra["launch_resources"] = judge(compiled, settings)
-        return findings
+        return notes + findings
 
     def _run_cases(self, cases: list[Any], results: list[Any], refusals: list[Any], notes: list[Finding]) -> None:
         for i, case in enumerate(cases):

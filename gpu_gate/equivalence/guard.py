@@ -3,6 +3,14 @@ hold a canary byte pattern. Writes past a tensor's end change the canary. The ju
 buffers and reads their guard bytes back; the candidate's worker rebuilds them around the same
 bytes (:func:`guarded_from`). What watches the candidate while it runs is the worker's
 (:mod:`gpu_gate.worker.watch`).
+
+The canary is the two bytes ``FF 7F`` repeated from the buffer's first byte. Read as any float
+type, at any element boundary (buffers and storage start at even offsets), that is a NaN: a kernel
+that reads past its input's end gets NaN, which survives a multiplication by zero (an unmasked load
+whose lanes a masked operand zeroes), where a small number would vanish. A single byte cannot do
+both: ``0xFF`` is also what a kernel writes as NaN or -1 (such a write would leave it unchanged),
+and the earlier ``0xA5`` reads as -2.9e-16 in float32. A kernel writing a canonical NaN
+(``7FC00000``) or -1 (``FF...FF``) changes this pattern.
 """
 from __future__ import annotations
 
@@ -10,7 +18,20 @@ import dataclasses
 from typing import Any
 
 GUARD_BYTES = 4096  # a multiple of 256 keeps every view 256-byte aligned
-CANARY = 0xA5
+CANARY = bytes([0xFF, 0x7F])  # repeated from the buffer's first byte
+
+
+def canary_bytes(n: int, phase: int = 0) -> bytes:
+    """``n`` bytes of the canary, starting at a byte whose index in its buffer has parity ``phase``."""
+    return (CANARY * (n // 2 + 2))[phase % 2:phase % 2 + n]
+
+
+def _canary_tensor(n: int, phase: int, device: Any) -> Any:
+    """The canary as a uint8 tensor on ``device``, made there (a buffer may be gigabytes)."""
+    import torch
+
+    pair = torch.tensor(list(CANARY), dtype=torch.uint8, device=device)
+    return pair.repeat(n // 2 + 1)[phase % 2:phase % 2 + n].contiguous()
 
 
 
@@ -24,7 +45,9 @@ class Guarded:
     def guards_intact(self) -> bool:
         head = self.buffer[:GUARD_BYTES]
         tail = self.buffer[GUARD_BYTES + self.nbytes:]  # the padding counts as guard too
-        return bool(((head == CANARY).all() & (tail == CANARY).all()).item())
+        want_head = _canary_tensor(head.numel(), 0, head.device)
+        want_tail = _canary_tensor(tail.numel(), GUARD_BYTES + self.nbytes, tail.device)
+        return bool(((head == want_head).all() & (tail == want_tail).all()).item())
 
     def storage_span(self) -> tuple[int, int]:
         start = self.buffer.data_ptr() + GUARD_BYTES
@@ -59,8 +82,11 @@ def guarded_from(name: str, buf: object, geo: dict[str, object]) -> Guarded:
 
 
 def canary_intact(head: object, tail: object) -> bool:
-    """Whether the guard bytes read back from a buffer still hold the canary."""
-    return all(set(bytes(part)) <= {CANARY} for part in (head, tail))  # type: ignore[call-overload]
+    """Whether the guard bytes read back from a buffer still hold the canary: ``head`` from the
+    buffer's first byte, ``tail`` up to its last (a guarded buffer's length is even, so the tail's
+    first byte has the parity of its length)."""
+    head_b, tail_b = bytes(head), bytes(tail)  # type: ignore[call-overload]
+    return head_b == canary_bytes(len(head_b)) and tail_b == canary_bytes(len(tail_b), len(tail_b))
 
 
 def _storage_elems(shape: tuple[int, ...], stride: tuple[int, ...], offset: int) -> int:
@@ -77,10 +103,8 @@ def guarded_strided(name: str, shape: tuple[int, ...], stride: tuple[int, ...], 
     elems = _storage_elems(shape, stride, offset)
     nbytes = elems * itemsize
     padded = -(-nbytes // 256) * 256
-    buf = torch.full((GUARD_BYTES * 2 + padded,), CANARY, dtype=torch.uint8, device=device)
+    buf = _canary_tensor(GUARD_BYTES * 2 + padded, 0, device)  # the padding after the storage keeps it too
     storage = buf[GUARD_BYTES:GUARD_BYTES + padded]
-    if padded > nbytes:
-        storage[nbytes:].fill_(CANARY)
     flat = storage[:nbytes].view(dtype) if nbytes else torch.empty(0, dtype=dtype, device=device)
     # as_strided takes an absolute storage offset: count from where the storage region starts
     view = flat.as_strided(shape, stride, flat.storage_offset() + offset) if nbytes else \

@@ -75,6 +75,10 @@ class Worker:
                 from .loader import load_spec
 
                 loaded = spec if spec is not None else load_spec(job, self.repo_root, self.workdir)
+                if self.device == "cpu" and "triton.runtime.autotuner" in sys.modules:
+                    from .interpreted import untimed_autotune
+
+                    untimed_autotune()  # no driver to time configs with: each runs its first
                 self.server = CandidateServer(job, self.repo_root, self.device, loaded)
                 self._record_specializations()
         except SpecImportError as exc:
@@ -137,6 +141,10 @@ class Worker:
         settings = header.get("compile")
         if mine and isinstance(settings, dict) and self.device == "cuda":
             reply["compile"] = compile_launched(mine, normalise_archs(settings.get("archs") or DEFAULT_ARCHS))
+        from .interpreted import _AUTOTUNED
+
+        if _AUTOTUNED:
+            reply["untimed_autotune"] = list(_AUTOTUNED)
         return reply
 
 

@@ -25,7 +25,7 @@ PAIRS = [  # bug, twin, the finding kinds that must name the bug
     ("cu_rowsum_bf16_acc", "cu_rowsum_fp32_acc", {"error-growth"}),
     ("cu_embedding_store", "cu_embedding_atomic", {"mismatch"}),
     ("cu_layernorm_padded_variance", "cu_layernorm_masked_variance", {"mismatch"}),
-    ("cu_rmsnorm_packed_rows", "cu_rmsnorm_row_stride", {"mismatch"}),
+    ("cu_rmsnorm_packed_rows", "cu_rmsnorm_row_stride", {"mismatch|nan"}),  # other rows' data, or the guard band's NaN
     ("cu_bias_skips_tail", "cu_bias_masks_tail", {"nan"}),
     ("cu_gelu_cached", "cu_gelu", {"cached-output"}),
     ("cu_gelu_writes_input", "cu_gelu", {"input-modified"}),
@@ -59,7 +59,8 @@ run = functools.partial(run_corpus, ROOT)
 @pytest.mark.parametrize(("bug", "twin", "kinds"), PAIRS, ids=[p[0] for p in PAIRS])
 def test_cuda_bug_is_caught_on_the_gpu(bug: str, twin: str, kinds: set[str], seed: int, tmp_path: Path) -> None:
     r = run(bug, tmp_path, seed)
-    assert r.status is Status.FAILED and kinds <= errors(r), [f.message for f in r.findings]
+    missing = [k for k in kinds if not set(k.split("|")) & errors(r)]  # "a|b": either
+    assert r.status is Status.FAILED and not missing, [f.message for f in r.findings]
 
 
 @pytest.mark.parametrize("seed", SEEDS)

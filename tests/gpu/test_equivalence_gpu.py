@@ -25,7 +25,7 @@ PAIRS = [  # bug, twin, the finding kinds that must name the bug
     ("tt_rowsum_bf16_acc", "tt_rowsum_fp32_acc", {"error-growth"}),
     ("tt_embedding_store", "tt_embedding_atomic", {"mismatch"}),
     ("tt_layernorm_padded_variance", "tt_layernorm_masked_variance", {"mismatch"}),
-    ("tt_rmsnorm_packed_rows", "tt_rmsnorm_row_stride", {"mismatch"}),
+    ("tt_rmsnorm_packed_rows", "tt_rmsnorm_row_stride", {"mismatch|nan"}),  # other rows' data, or the guard band's NaN
     ("tt_bias_skips_tail", "tt_bias_masks_tail", {"nan"}),
     ("tt_gelu_cached", "tt_gelu", {"cached-output"}),
     ("tt_gelu_writes_input", "tt_gelu", {"input-modified"}),
@@ -54,7 +54,8 @@ run = functools.partial(run_corpus, ROOT)
 @pytest.mark.parametrize(("bug", "twin", "kinds"), PAIRS, ids=[p[0] for p in PAIRS])
 def test_triton_bug_is_caught_on_the_gpu(bug: str, twin: str, kinds: set[str], seed: int, tmp_path: Path) -> None:
     r = run(bug, tmp_path, seed)
-    assert r.status is Status.FAILED and kinds <= errors(r), [f.message for f in r.findings]
+    missing = [k for k in kinds if not set(k.split("|")) & errors(r)]  # "a|b": either
+    assert r.status is Status.FAILED and not missing, [f.message for f in r.findings]
 
 
 @pytest.mark.parametrize("seed", SEEDS)
