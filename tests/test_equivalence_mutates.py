@@ -106,3 +106,50 @@ def test_mutates_must_name_inputs() -> None:
                  mutates={"z": "out"})
         def bad(x):  # pragma: no cover - never called
             return x
+
+
+# A kernel that rotates (here: doubles) its input in place, row by row, as LightLLM's rotary does to q
+# and k: each program writes its own row's addresses.
+INPLACE_ROWS = """
+def double_rows_(x):
+    for r in range(x.shape[0]):  # one program per row
+        x[r].copy_(x[r] * 2)
+    return x
+
+
+@gg.spec(dims={"rows": gg.Dim(1, 16), "n": gg.Dim(1, 300)},
+         inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float32"]), "w": gg.Tensor(("rows", "n"), dtype="like:x")},
+         reference=lambda x, w: {"out": x * 2, "wx": w * x}, mutates={"x": "out"})
+def double_rows_gate(x, w):
+    wx = w * x
+    return {"out": double_rows_(x), "wx": wx}
+"""
+
+
+def test_an_input_written_in_place_never_gets_a_layout_whose_elements_share_memory(tmp_path: Path) -> None:
+    """An expanded input (every row at the same addresses) written in place row by row doubles one
+    row as many times as there are rows: a false failure of a correct kernel, on an input that no
+    caller can hand an in-place kernel (torch refuses such writes). The input that is only read
+    still gets every layout."""
+    from gpu_gate.equivalence.cases import ScheduleOptions, schedule
+    from gpu_gate.spec import specs_in_module
+    import importlib.util
+
+    (tmp_path / "gate_spec.py").write_text(HEADER + textwrap.dedent(INPLACE_ROWS))
+    loader = importlib.util.spec_from_file_location("inplace_rows_spec", tmp_path / "gate_spec.py")
+    assert loader is not None and loader.loader is not None
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    (spec,) = specs_in_module(module.__name__)
+    layouts = {"x": set(), "w": set()}
+    for seed in range(8):
+        for case in schedule(spec, ScheduleOptions(cases=24, seed=seed, dtypes=None, max_case_bytes=1 << 20)):
+            for name in layouts:
+                layouts[name].add(case.inputs[name].layout)
+    assert "expanded" not in layouts["x"] and {"transposed", "sliced"} <= layouts["x"], layouts
+    assert "expanded" in layouts["w"], layouts
+    for seed in (0, 1, 2):
+        job = Job(id="j", check="equivalence", level="required", kernels=(), spec=SpecRef("gate_spec.py", "double_rows_gate"),
+                  options={"cases": 16, "shrink": False, "growth": False}, seed=seed)
+        r = run_job(job, Context(repo_root=tmp_path, device="cpu", workdir=tmp_path))
+        assert r.status is Status.PASSED, [f"{f.kind}: {f.message}" for f in r.findings]

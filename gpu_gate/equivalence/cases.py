@@ -268,7 +268,10 @@ def _pick(options: tuple[str, ...], rng: random.Random, turn: int | None) -> str
 
 
 def _float_choice(inp: Tensor, dtype: str, rng: random.Random, canonical: bool, opts: ScheduleOptions,
-                  turn: int | None) -> InputChoice:
+                  turn: int | None, written: bool = False) -> InputChoice:
+    """``written``: the kernel writes this input in place (``mutates=``), so it never gets a layout
+    whose elements share memory (``expanded``): writing one such element writes the others, which
+    torch itself refuses, and no caller can pass it to an in-place kernel."""
     dists = narrowed(inp.dists, opts.dists, DEFAULT_FLOAT_DISTS)
     dist = ("normal" if "normal" in dists else dists[0]) if canonical else _pick(dists, rng, turn)
     param = 0.0
@@ -279,6 +282,8 @@ def _float_choice(inp: Tensor, dtype: str, rng: random.Random, canonical: bool, 
     layout = "contiguous"
     if not canonical:
         options = narrowed(inp.layouts, opts.layouts, LAYOUTS)
+        if written:
+            options = tuple(o for o in options if o != "expanded") or ("contiguous",)
         strided = tuple(o for o in options if o != "contiguous") or options
         if turn is not None and turn < len(strided):
             layout = strided[turn]
@@ -306,7 +311,7 @@ def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random,
             continue
         dtype = _dtype_for(spec, name, primary, chosen)
         chosen[name] = dtype
-        inputs[name] = _float_choice(inp, dtype, rng, canonical, opts, turn)
+        inputs[name] = _float_choice(inp, dtype, rng, canonical, opts, turn, written=name in spec.mutates)
     if not fixed:
         dims = _fit_budget(spec, dims, inputs, budget, long_dim)
     inputs = {k: dataclasses.replace(c, layout=applicable(c.layout, _shape(spec.inputs[k].shape, dims)))
