@@ -103,6 +103,9 @@ class _Scanner:
         return Scan(tuple(kernels), tuple(self._gpu_uses()))
 
     def _decorators(self, fn: ast.FunctionDef | ast.AsyncFunctionDef) -> None:
+        """One kernel per function, at its topmost kernel decorator (where Python says the function
+        starts), however many it stacks: ``@triton.autotune`` over ``@triton.jit`` is one kernel."""
+        found = False
         for dec in fn.decorator_list:
             call = dec if isinstance(dec, ast.Call) else None
             if call is not None:
@@ -114,8 +117,9 @@ class _Scanner:
             verdict = lang.when(call)
             if verdict is not None:
                 self.consumed.add(id(call.func if call is not None else dec))
-            if verdict:
+            if verdict and not found:
                 self._add(Kernel(fn.name, dec.lineno, lang.name, qual))
+                found = True
 
     def _call(self, call: ast.Call) -> None:
         applied: ast.expr | None = None

@@ -156,3 +156,21 @@ def test_a_syntax_error_is_a_parse_error() -> None:
 ])
 def test_messages_name_the_gpu_module(src: str, modules: list[str]) -> None:
     assert scan(src).gpu_modules == modules
+
+
+def test_a_kernel_with_stacked_decorators_is_one_kernel_at_its_first_line() -> None:
+    """``@triton.autotune`` over ``@triton.heuristics`` over ``@triton.jit`` is one kernel, at the
+    topmost decorator (where Python says the function starts): the report listed it once per
+    decorator."""
+    src = textwrap.dedent('''
+        import triton
+        import triton.language as tl
+
+        @triton.autotune(configs=[triton.Config({"BLOCK": 64})], key=["n"])
+        @triton.heuristics({"EVEN": lambda args: args["n"] % 64 == 0})
+        @triton.jit
+        def _k(x_ptr, n, BLOCK: tl.constexpr, EVEN: tl.constexpr):
+            pass
+        ''')
+    kernels = kernelscan.scan(src, "k.py").kernels
+    assert [(k.name, k.line) for k in kernels] == [("_k", 5)]
