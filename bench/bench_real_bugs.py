@@ -45,7 +45,8 @@ HERE = Path(__file__).resolve().parent / "real_bugs"
 # fix's diff never touches a hollowed file (the benchmark checks).
 LIBRARIES: dict[str, dict[str, Any]] = {
     "liger": {"keep": ["src", "pyproject.toml", "setup.py", "setup.cfg"], "policy": "policy.yml", "hollow": []},
-    "fla": {"keep": ["fla", "pyproject.toml", "setup.py"], "policy": "policy_fla.yml", "hollow": ["fla/__init__.py"]},
+    "fla": {"keep": ["fla", "pyproject.toml", "setup.py"], "policy": "policy_fla.yml",
+            "hollow": ["fla/__init__.py", "fla/ops/__init__.py", "fla/ops/kda/__init__.py"]},
     "mamba": {"keep": ["mamba_ssm", "pyproject.toml", "setup.py"], "policy": "policy_mamba.yml",
               "hollow": ["mamba_ssm/__init__.py"]},
     "lightllm": {"keep": ["lightllm", "setup.py"], "policy": "policy_lightllm.yml",
@@ -95,7 +96,7 @@ def git(repo: Path, *args: str, input: str | None = None, strip: bool = True) ->
     return out.strip() if strip else out
 
 
-def scratch(library: Path, bug: dict[str, str], where: Path) -> dict[str, str]:
+def scratch(library: Path, bug: dict[str, str], where: Path, cpu: bool = False) -> dict[str, str]:
     """The scratch repository with commits S, F and R (see the module's docstring); their shas.
 
     It holds what ``LIBRARIES`` keeps of the library, taken from the buggy commit (its ``hollow``
@@ -112,11 +113,17 @@ def scratch(library: Path, bug: dict[str, str], where: Path) -> dict[str, str]:
         tar.extractall(repo, filter="data")
     hollow: list[str] = list(config["hollow"])
     for path in hollow:
-        (repo / path).write_text("# emptied by the benchmark: it imports what the GPU machine lacks\n")
+        # the package's version stays: its modules may import it (fla's utils do)
+        kept = [line for line in (repo / path).read_text().splitlines() if line.startswith("__version__")]
+        (repo / path).write_text("# emptied by the benchmark: it imports what the GPU machine lacks\n"
+                                 + "".join(f"{line}\n" for line in kept))
     git(repo, "init", "-q", "-b", "buggy")
     (repo / "gate").mkdir(exist_ok=True)
     shutil.copy(HERE / bug["spec"], repo / "gate" / bug["spec"])
-    shutil.copy(HERE / str(config["policy"]), repo / ".gpu-gate.yml")
+    policy = (HERE / str(config["policy"])).read_text()
+    if cpu:  # a dry run: the checks that need a GPU are "not run", which must not hide red from green
+        policy += "not_run: warn\n"
+    (repo / ".gpu-gate.yml").write_text(policy)
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "-m", f"the library at {bug['buggy'][:12]}, a gpu-gate spec and a policy")
     shas = {"S": git(repo, "rev-parse", "HEAD")}
@@ -138,7 +145,7 @@ def scratch(library: Path, bug: dict[str, str], where: Path) -> dict[str, str]:
 def gate(gate_path: Path, repo: Path, checkout: str, args: list[str], out: Path) -> dict[str, object]:
     """One ``gpu-gate check`` with ``args`` at ``checkout``, its reports in ``out``."""
     git(repo, "checkout", "-q", checkout)
-    env = {**os.environ, "PYTHONPATH": str(gate_path)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(gate_path), os.environ.get("PYTHONPATH")]))}
     start = time.monotonic()
     p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", *args, "--no-cache", "--out", str(out)],
                        cwd=repo, env=env, capture_output=True, text=True, timeout=1200)
@@ -169,7 +176,7 @@ def main() -> int:
     for bug_id in bugs:
         bug = BUGS[bug_id]
         where = root / bug_id
-        shas = scratch(Path(libraries[bug["library"]]), bug, where)
+        shas = scratch(Path(libraries[bug["library"]]), bug, where, cpu=args.cpu)
         repo = Path(shas["repo"])
         spec = f"gate/{bug['spec']}"
         runs = [("buggy, --all", shas["S"], ["--all", "--spec", spec], 1),
