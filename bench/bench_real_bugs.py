@@ -1,7 +1,10 @@
 """Real kernel bugs from public libraries, judged as a merge gate judges them.
 
-    python bench/bench_real_bugs.py --repo liger=PATH [--bug L8 ...] [--runs all|pr|nightly] [--gate-path DIR]
-                                    [--keep DIR] [--cpu]
+    python bench/bench_real_bugs.py --repo liger=PATH [--repo fla=PATH --repo mamba=PATH --repo lightllm=PATH]
+                                    [--bug L8 ...] [--runs all|pr|nightly] [--gate-path DIR] [--keep DIR] [--cpu]
+
+Each PATH is a clone (bare or not) of Liger-Kernel, flash-linear-attention, mamba or LightLLM that
+holds the bugs' commits.
 
 For each bug (the list below, from the project's corpus of real bugs: a buggy commit and the commit
 that fixed it), a scratch repository gets the library's sources at the buggy commit, a gate spec
