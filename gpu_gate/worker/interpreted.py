@@ -20,6 +20,11 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
+def untimed() -> list[str]:
+    """The kernels whose configs were not timed so far, in the order first seen."""
+    return list(_AUTOTUNED)
+
+
 def untimed_autotune() -> list[str]:
     """Patch the autotuner of the Triton that this process imports, once; the list of kernels it
     has not timed so far (filled as they launch)."""

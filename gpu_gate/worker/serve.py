@@ -141,10 +141,10 @@ class Worker:
         settings = header.get("compile")
         if mine and isinstance(settings, dict) and self.device == "cuda":
             reply["compile"] = compile_launched(mine, normalise_archs(settings.get("archs") or DEFAULT_ARCHS))
-        from .interpreted import _AUTOTUNED
+        from .interpreted import untimed
 
-        if _AUTOTUNED:
-            reply["untimed_autotune"] = list(_AUTOTUNED)
+        if untimed():
+            reply["untimed_autotune"] = untimed()
         return reply
 
 
