@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -27,6 +28,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_selection import git  # noqa: E402
+
+# The base the benchmark gates by default: Liger-Kernel's main on 2026-08-21 (geglu.py unchanged since
+# 91ae44a). A fixed commit, so that timings of different sessions gate the same code.
+LIGER_COMMIT = "ead96b618e5c67bddc6a6e9bcb99bfe6b5ab661c"
 
 POLICY = """\
 version: 1
@@ -64,7 +69,13 @@ def scratch(liger: Path, commit: str, where: Path, change: str = "comment", poli
             spec: str = GEGLU) -> tuple[Path, str, str]:
     """Base: ``commit`` plus the policy and the spec; head: the base with ``change`` made to geglu.py."""
     repo = where / "liger"
-    git(where, "clone", "-q", "--no-checkout", str(liger), str(repo))
+    # The scratch borrows the clone's objects (no copy, and a shallow clone that lacks a blob outside
+    # the package, as slim clones of large repositories do, still serves the commits it has).
+    objects = Path(git(liger, "rev-parse", "--path-format=absolute", "--git-common-dir")) / "objects"
+    git(where, "init", "-q", str(repo))
+    (repo / ".git" / "objects" / "info" / "alternates").write_text(f"{objects}\n")
+    if (objects.parent / "shallow").exists():
+        shutil.copy(objects.parent / "shallow", repo / ".git" / "shallow")
     env = {**os.environ, "GIT_INDEX_FILE": str(where / "index")}
 
     def run(*a: str) -> str:
@@ -201,7 +212,7 @@ def time_gates(repo: Path, base: str, head: str, paths: list[Path], tmp: Path, r
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--liger", type=Path, required=True, help="a Liger-Kernel clone (work tree or bare)")
-    ap.add_argument("--commit", default="small", help="the base commit (default: one with geglu.py)")
+    ap.add_argument("--commit", default=LIGER_COMMIT, help=f"the base commit (default: {LIGER_COMMIT[:12]}, Liger-Kernel main on 2026-08-21)")
     ap.add_argument("--gate-path", type=Path, action="append", help="a gpu-gate source tree to time (repeatable)")
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--change", choices=sorted(CHANGES), default="comment", help="what the head changes in geglu.py")

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import compiled_store, proc, sandbox
+from . import bytecode, compiled_store, proc, sandbox
 from .checks import CHECKS, SANITIZER_TOOLS
 from .checks.outcome import WrapContext
 from .findings import Finding, JobResult, Severity, Status
@@ -730,10 +730,11 @@ def installed_without_bytecode(package: str = "torch") -> bool:
 
 
 @contextlib.contextmanager
-def shared_bytecode(work_root: Path | None = None) -> Iterator[Path | None]:
+def shared_bytecode(work_root: Path | None = None, store: Path | None = None) -> Iterator[Path | None]:
     """A bytecode directory for one run's interpreters (PYTHONPYCACHEPREFIX), made only where torch
     was installed without bytecode, and removed afterwards; None where it is not needed or there is
-    no room for it (each interpreter then compiles what it imports, as without it)."""
+    no room for it (each interpreter then compiles what it imports, as without it). It starts from
+    ``store``, the bytecode kept from earlier runs (see gpu_gate.bytecode), where one is given."""
     if not installed_without_bytecode():
         yield None
         return
@@ -743,9 +744,16 @@ def shared_bytecode(work_root: Path | None = None) -> Iterator[Path | None]:
         yield None
         return
     try:
-        # Filled here, by the gate, with no repository code: jobs see it read-only.
-        proc.run([sys.executable, "-I", "-X", f"pycache_prefix={pycache}", "-c", "import torch"],
-                 cwd=pycache, env=proc.scrubbed_env(), timeout=900)
+        if store is not None:
+            bytecode.seed(store, pycache)
+        import importlib.util
+
+        torch_spec = importlib.util.find_spec("torch")
+        origin = torch_spec.origin if torch_spec is not None else None
+        if not origin or not bytecode.fresh(bytecode.prefixed(pycache, origin), origin):
+            # Filled here, by the gate, with no repository code: jobs see it read-only.
+            proc.run([sys.executable, "-I", "-X", f"pycache_prefix={pycache}", "-c", "import torch"],
+                     cwd=pycache, env=proc.scrubbed_env(), timeout=900)
         yield pycache
     finally:
         shutil.rmtree(pycache, ignore_errors=True)

@@ -126,6 +126,7 @@ def run_job(job: Job, ctx: Context) -> JobResult:
     start = time.monotonic()
     info = CHECKS[job.check]
     launched: dict[str, Any] | None = None
+    uncompiled: Any = None
     try:
         outcome = _run_check(info, job, ctx)
         why = judging.signature_broke(job, outcome.findings)
@@ -137,7 +138,8 @@ def run_job(job: Job, ctx: Context) -> JobResult:
         if ctx.workers is not None and outcome.status in (Status.PASSED, Status.FAILED):
             outcome.findings += _isolation_note(job, ctx)
             try:
-                launched = ctx.workers.finish().get("launches")
+                finished = ctx.workers.finish()
+                launched, uncompiled = finished.get("launches"), finished.get("uncompiled")
             except Exception:  # noqa: BLE001 - a worker lost at the end: no coverage record, nothing else lost
                 launched = None
     finally:
@@ -145,6 +147,10 @@ def run_job(job: Job, ctx: Context) -> JobResult:
     if job.spec is not None and outcome.status in (Status.PASSED, Status.FAILED) and isinstance(launched, dict):
         # What the spec really launched: the judge's coverage map (gpu_gate.coverage).
         outcome.extra["launches"] = launched
+    if isinstance(uncompiled, list) and uncompiled:
+        # What the worker imported without bytecode: the gate may compile the runner's own files
+        # among them for later runs (gpu_gate.bytecode), and drops this from the result.
+        outcome.extra["bytecode_missing"] = [f for f in uncompiled[:50_000] if isinstance(f, str)]
     return JobResult(
         job_id=job.id, check=job.check, status=outcome.status, level=job.level,
         spec=job.spec.id if job.spec else None, kernels=job.kernels, findings=outcome.findings,

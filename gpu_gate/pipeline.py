@@ -18,6 +18,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from . import bytecode
 from . import cli_output as out
 from .errors import GateError
 from .exitcodes import ExitCode
@@ -238,8 +239,11 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
     colour = out.colour()
     work_root = Path(args.work_dir) if args.work_dir else None
     # Shared bytecode only for jobs that run: filling it imports torch (seconds), which a run served
-    # from the cache does not wait for.
-    with (shared_bytecode(work_root) if todo else contextlib.nullcontext(None)) as pycache:
+    # from the cache does not wait for. It starts from what earlier runs kept (gpu_gate.bytecode),
+    # where the sandbox keeps jobs from writing to it and the workers run the gate's interpreter.
+    worker_python = getattr(args, "worker_python", None)
+    store = bytecode.store_dir(cache.cache.dir) if cache and box.protects_files and not worker_python else None
+    with (shared_bytecode(work_root, store) if todo else contextlib.nullcontext(None)) as pycache:
         # The doctor runs only when jobs are about to use the GPU (a run served from the cache does
         # not wait for it); its torch probe compiles the bytecode the jobs then share.
         unfit: list[Any] = []
@@ -277,6 +281,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
                                worker_python=getattr(args, "worker_python", None))
             with cancel_on_signals(control):
                 results = execute(todo, opts, progress, control)
+        _keep_bytecode(results, store if pycache is not None else None, (repo, base_tree, work_root))
     if control.reason:
         record.plan_findings.append(interrupted_finding(control.reason))
     if cache:
@@ -286,6 +291,26 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
     if end:
         say(end)
     return cached + results
+
+
+def _keep_bytecode(results: list[Any], store: Path | None, forbidden: Sequence[Path | None]) -> None:
+    """Compile into the bytecode store the runner's own modules that the jobs imported without
+    bytecode (what each worker said; see gpu_gate.bytecode), and drop those lists from the results."""
+    named: list[Any] = []
+    for r in results:
+        extra = getattr(r, "extra", None)
+        if isinstance(extra, dict):
+            listed = extra.pop("bytecode_missing", None)
+            named += listed if isinstance(listed, list) else []
+    if store is None or not named:
+        return
+    banned = [p for p in forbidden if p is not None] + [store]
+    files = bytecode.admissible(named, roots=bytecode.library_roots(), forbidden=banned)
+    if files:
+        took = time.monotonic()
+        bytecode.compile_into(store, files)
+        say(f"bytecode: kept {len(files)} module(s) of the runner's Python for later runs "
+            f"({time.monotonic() - took:.1f}s)")
 
 
 def _progress(line: str, result: Any) -> None:

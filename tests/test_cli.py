@@ -315,7 +315,7 @@ def test_a_run_served_from_the_cache_does_not_prepare_for_jobs(make_repo, monkey
     filled: list[object] = []
 
     @contextlib.contextmanager
-    def recording(work_root: object = None):  # type: ignore[no-untyped-def]
+    def recording(work_root: object = None, store: object = None):  # type: ignore[no-untyped-def]
         filled.append(work_root)
         yield None
 

@@ -206,8 +206,9 @@ class RunnerSettings(_Frozen):
     run_timeout_minutes: float = Field(default=120.0, gt=0, description="timeout of the whole gate")
     gpus: Literal["all"] | int = Field(default="all", description="GPUs to use on a runner: all, or a count")
     fail_fast: bool = Field(default=False, description="stop at the first blocking failure")
-    jobs_per_gpu: int = Field(default=4, ge=1, le=16, description=(
-        "jobs sharing one GPU at once; a job starts only when the GPU has the free memory it needs"))
+    jobs_per_gpu: int = Field(default=8, ge=1, le=16, description=(
+        "jobs sharing one GPU at once; a job starts only when the GPU has the free memory it needs. Each job "
+        "runs two or three processes: on a runner with fewer than two CPU cores per job, lower it"))
     health: RunnerHealth = Field(default_factory=RunnerHealth, description="what a GPU must show before jobs run on it")
     sandbox: Literal["required", "auto", "off"] = Field(default="auto", description=(
         "run every job in a sandbox (bubblewrap, else unshare): required: no job runs without one; auto: use one "

@@ -145,6 +145,9 @@ class Worker:
 
         if untimed():
             reply["untimed_autotune"] = untimed()
+        from ..bytecode import uncompiled_modules
+
+        reply["uncompiled"] = uncompiled_modules(self.repo_root)  # the gate keeps their bytecode (see bytecode)
         return reply
 
 
