@@ -158,7 +158,8 @@ def gate(gate_path: Path, repo: Path, checkout: str, args: list[str], out: Path)
                      for r in results.get("results", []) for f in r["findings"]
                      if f["severity"] == "error" or f["details"].get("change") == "fixed"})
     notes = [f["message"] for r in results.get("results", []) for f in r["findings"] if f["kind"] == "differential"]
-    return {"exit": p.returncode, "wall_s": round(wall, 1), "findings": errors, "differential": notes,
+    jobs = {r["check"]: [round(r.get("duration_s") or 0.0, 1), r.get("cases") or 0] for r in results.get("results", [])}
+    return {"exit": p.returncode, "wall_s": round(wall, 1), "jobs": jobs, "findings": errors, "differential": notes,
             "tail": (p.stdout + p.stderr)[-1500:] if p.returncode not in (0, 1) else ""}
 
 
@@ -172,7 +173,8 @@ def main() -> int:
     ap.add_argument("--runs", choices=("all", "pr", "nightly"), default="all",
                     help="pr: only the two pull-request runs; nightly: only the two --all runs")
     args = ap.parse_args()
-    libraries = dict(r.split("=", 1) for r in args.repo)
+    # a relative path names a clone from here, not from the scratch repository git runs in
+    libraries = {name: str(Path(path).resolve()) for name, path in (r.split("=", 1) for r in args.repo)}
     bugs = args.bug or [b for b, d in BUGS.items() if d["library"] in libraries]
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="real-bugs-"))
     table = []

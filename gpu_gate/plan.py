@@ -114,6 +114,8 @@ def _spec_jobs(policy: Policy, specs: list[discovery.SpecInfo], cov: dict[str, l
 
 def _options(policy: Policy, name: str, chk: Any) -> dict[str, Any]:
     opts = dict(chk.options())
+    if name != "compile":  # every check that runs the candidate: how its autotuned kernels pick configs
+        opts["autotune"] = policy.autotune
     if name == "equivalence" and policy.checks.compile.level != "off":
         # on a GPU, equivalence compiles the Triton specializations its cases launch (compile_launched)
         opts["compile"] = {**policy.checks.compile.options(), "level": policy.checks.compile.level}

@@ -178,11 +178,86 @@ def test_an_autotuned_kernel_runs_under_the_interpreter_and_is_judged(tmp_path: 
     write_spec(tmp_path, AUTOTUNED_SPEC)
     good = _interpreted(tmp_path, "double_gate")
     assert good["status"] == "passed", good["findings"]
-    (note,) = [f for f in good["findings"] if f["kind"] == "interpreter-autotune"]  # type: ignore[union-attr]
-    assert note["severity"] == "note" and "_scale_kernel ran their first config" in note["message"]
+    (note,) = [f for f in good["findings"] if f["kind"] == "autotune-untimed"]  # type: ignore[union-attr]
+    assert note["severity"] == "note" and "_scale_kernel ran their configs in turn" in note["message"]
     bad = _interpreted(tmp_path, "wrong_gate")
     assert bad["status"] == "failed"
     assert [f["kind"] for f in bad["findings"] if f["severity"] == "error"] == ["mismatch"], bad["findings"]
+
+
+ONE_BAD_CONFIG_SPEC = """
+    import triton
+    import triton.language as tl
+
+
+    @triton.autotune(configs=[triton.Config({"BLOCK": 64, "TAIL": True}), triton.Config({"BLOCK": 128, "TAIL": True}),
+                              triton.Config({"BLOCK": 256, "TAIL": TAIL_OF_THE_LAST})], key=["n"])
+    @triton.jit
+    def _scale_kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr, TAIL: tl.constexpr):
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        # without TAIL, the last block stops at a whole multiple of 16: the tail stays unwritten
+        m = offs < n if TAIL else offs < (n // 16) * 16
+        tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=m) * 2.0, mask=m)
+
+
+    def scale(x):
+        x = x.contiguous()
+        out = torch.zeros_like(x)
+        _scale_kernel[lambda meta: (triton.cdiv(x.numel(), meta["BLOCK"]),)](x, out, x.numel())
+        return out
+
+
+    @gg.spec(dims={"n": gg.Dim(1, 1000)}, inputs={"x": gg.Tensor(("n",), dtypes=["float32"])},
+             reference=lambda x: x * 2)
+    def scale_gate(x):
+        return scale(x)
+"""
+
+
+@pytest.mark.slow
+def test_every_config_of_an_autotuned_kernel_is_reached_by_the_cases(tmp_path: Path) -> None:
+    """The attack: of three configs, the last one drops the tail of its last block. Run as before
+    (the first config for every key, as the interpreter's tie-break did), the gate passed it; a
+    timed autotuner runs it only where it happens to win. Configs taken in turn, the cases reach
+    it. The twin with three right configs passes."""
+    pytest.importorskip("triton")
+    write_spec(tmp_path, ONE_BAD_CONFIG_SPEC.replace("TAIL_OF_THE_LAST", "False"))
+    bad = _interpreted(tmp_path, "scale_gate")
+    assert bad["status"] == "failed", bad["findings"]
+    assert "mismatch" in {f["kind"] for f in bad["findings"] if f["severity"] == "error"}  # type: ignore[union-attr]
+    write_spec(tmp_path, ONE_BAD_CONFIG_SPEC.replace("TAIL_OF_THE_LAST", "True"))
+    good = _interpreted(tmp_path, "scale_gate")
+    assert good["status"] == "passed", good["findings"]
+
+
+def test_configs_are_taken_in_turn_per_kernel_and_only_timed_when_the_policy_says(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """The patched autotuner, driven as Triton drives it: prune, then "time" each pruned config
+    in order; the least score wins. Each new key of a kernel takes the next config; two kernels
+    keep their own turns; ``timed`` on a GPU leaves the autotuner alone."""
+    autotuner = pytest.importorskip("triton.runtime.autotuner")
+    from gpu_gate.worker import autotune
+
+    Autotuner = autotuner.Autotuner
+    monkeypatch.setattr(Autotuner, "_bench", Autotuner._bench)
+    monkeypatch.setattr(Autotuner, "prune_configs", lambda self, kwargs: list(self.configs))
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    assert autotune.take_in_turn("timed") == [] and not getattr(Autotuner._bench, "_gpu_gate_untimed", False)
+    autotune.take_in_turn("rotate")
+    assert getattr(Autotuner._bench, "_gpu_gate_untimed", False)
+
+    class Fake:  # the parts of an Autotuner the patch reads
+        def __init__(self, name: str, configs: list[str]) -> None:
+            self.configs, self.base_fn = configs, type(name, (), {"__name__": name})
+
+    def pick(t: Fake) -> str:
+        pruned = Autotuner.prune_configs(t, {})
+        timings = {c: Autotuner._bench(t, config=c) for c in pruned}
+        return min(timings, key=timings.get)
+
+    a, b = Fake("_a_kernel", ["a0", "a1", "a2"]), Fake("_b_kernel", ["b0", "b1"])
+    assert [pick(a) for _ in range(4)] == ["a0", "a1", "a2", "a0"]
+    assert [pick(b) for _ in range(3)] == ["b0", "b1", "b0"]
+    assert {"_a_kernel", "_b_kernel"} <= set(autotune.untimed())
 
 
 # --- no streams on the CPU -----------------------------------------------------------------

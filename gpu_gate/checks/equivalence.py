@@ -247,9 +247,12 @@ class Equivalence:
         untimed = done.get("untimed_autotune")
         if isinstance(untimed, list) and untimed and all(isinstance(n, str) for n in untimed):
             names = ", ".join(n[:80] for n in untimed[:10])
-            notes.append(self._note("interpreter-autotune", f"under the Triton interpreter (no GPU), the autotuned "
-                                    f"kernels {names} ran their first config, untimed; a GPU runs the config the "
-                                    f"autotuner picks"))
+            why = ("under the Triton interpreter (no GPU), which cannot time them" if self.ctx.device != "cuda"
+                   else "as the policy says (autotune: rotate)")
+            notes.append(self._note("autotune-untimed", f"the autotuned kernels {names} ran their configs in turn, "
+                                    f"untimed, {why}: each new key took the next config of its list, so the cases "
+                                    f"reach every config; in production the autotuner times them and runs the "
+                                    f"fastest for each key"))
         compiled = done.get("compile")
         if not wanted or (compiled is None and not done.get("specializations")):
             return notes

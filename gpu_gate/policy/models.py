@@ -258,6 +258,11 @@ class Policy(_Frozen):
     rule_changes: Literal["fail", "warn"] = Field(default="fail", description=(
         "a change that weakens the rules (this policy or a spec's reference, tolerance, dims, dtypes or checks); "
         "read from the base's policy: fail blocks the merge, warn reports it"))
+    autotune: Literal["rotate", "timed"] = Field(default="rotate", description=(
+        "Triton's @triton.autotune under the gate: rotate: each new key takes the next config of the kernel's "
+        "list, untimed, so the cases reach every config and the base and the head run the same one (only the "
+        "config that runs is compiled); timed: the autotuner compiles and times every config, as in production "
+        "(slow: every fuzzed size is a new key). Without a GPU, configs are always taken in turn"))
     checks: Checks = Checks()
     cuda: CudaSettings = CudaSettings()
     runner: RunnerSettings = RunnerSettings()

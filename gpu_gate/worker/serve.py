@@ -75,10 +75,11 @@ class Worker:
                 from .loader import load_spec
 
                 loaded = spec if spec is not None else load_spec(job, self.repo_root, self.workdir)
-                if self.device == "cpu" and "triton.runtime.autotuner" in sys.modules:
-                    from .interpreted import untimed_autotune
+                if "triton.runtime.autotuner" in sys.modules:
+                    from .autotune import take_in_turn
 
-                    untimed_autotune()  # no driver to time configs with: each runs its first
+                    # autotuned kernels: each new key takes the next config, untimed (see worker/autotune)
+                    take_in_turn(str(job.options.get("autotune") or "rotate"))
                 self.server = CandidateServer(job, self.repo_root, self.device, loaded)
                 self._record_specializations()
         except SpecImportError as exc:
@@ -141,7 +142,7 @@ class Worker:
         settings = header.get("compile")
         if mine and isinstance(settings, dict) and self.device == "cuda":
             reply["compile"] = compile_launched(mine, normalise_archs(settings.get("archs") or DEFAULT_ARCHS))
-        from .interpreted import untimed
+        from .autotune import untimed
 
         if untimed():
             reply["untimed_autotune"] = untimed()
