@@ -238,10 +238,17 @@ def test_configs_are_taken_in_turn_per_kernel_and_only_timed_when_the_policy_say
     from gpu_gate.worker import autotune
 
     Autotuner = autotuner.Autotuner
-    monkeypatch.setattr(Autotuner, "_bench", Autotuner._bench)
+    ran: list[str] = []
+
+    def timed(self, *args, config=None, **meta):  # type: ignore[no-untyped-def]
+        """Triton's own timing, as a GPU answers it: a config too large for the GPU scores inf."""
+        ran.append(config)
+        return [float("inf")] * 3 if config.endswith("big") else [5.0, 4.0, 6.0]
+
+    monkeypatch.setattr(Autotuner, "_bench", timed)
     monkeypatch.setattr(Autotuner, "prune_configs", lambda self, kwargs: list(self.configs))
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    assert autotune.take_in_turn("timed") == [] and not getattr(Autotuner._bench, "_gpu_gate_untimed", False)
+    assert autotune.take_in_turn("timed") == [] and Autotuner._bench is timed
     autotune.take_in_turn("rotate")
     assert getattr(Autotuner._bench, "_gpu_gate_untimed", False)
 
@@ -254,10 +261,18 @@ def test_configs_are_taken_in_turn_per_kernel_and_only_timed_when_the_policy_say
         timings = {c: Autotuner._bench(t, config=c) for c in pruned}
         return min(timings, key=timings.get)
 
-    a, b = Fake("_a_kernel", ["a0", "a1", "a2"]), Fake("_b_kernel", ["b0", "b1"])
-    assert [pick(a) for _ in range(4)] == ["a0", "a1", "a2", "a0"]
+    # on a GPU: only the config whose turn it is runs (timed once, as the autotuner would); one that
+    # does not fit passes the turn to the next
+    a, b = Fake("_a_kernel", ["a0", "a1big", "a2"]), Fake("_b_kernel", ["b0", "b1"])
+    assert [pick(a) for _ in range(4)] == ["a0", "a2", "a2", "a0"]
+    assert ran == ["a0", "a1big", "a2", "a2", "a0"]
     assert [pick(b) for _ in range(3)] == ["b0", "b1", "b0"]
-    assert {"_a_kernel", "_b_kernel"} <= set(autotune.untimed())
+    # without a GPU nothing is timed
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    ran.clear()
+    c = Fake("_c_kernel", ["c0", "c1big", "c2"])
+    assert [pick(c) for _ in range(3)] == ["c0", "c1big", "c2"] and ran == []
+    assert {"_a_kernel", "_b_kernel", "_c_kernel"} <= set(autotune.untimed())
 
 
 # --- no streams on the CPU -----------------------------------------------------------------

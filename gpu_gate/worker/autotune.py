@@ -9,12 +9,12 @@ timing also decides *which* config a case runs, by the noise of a shared GPU, so
 and the head's could run different configs on the same case, and a config that is wrong at some
 sizes (mamba #537: BLOCK_N larger than BLOCK_M) would be run only where it happens to win.
 
-``rotate``: no config is timed. Each new key of a kernel takes the next config of its (pruned)
-list, in order: the cases of one job reach every config the kernel offers, the same way in the
-base's worker and the head's (they run the same cases in the same order), and only the config that
-runs is compiled. A config's ``pre_hook`` still runs before its launch; the timing runs, which
-call the kernel again on the same buffers, are gone (``reset_to_zero`` and ``restore_value`` exist
-to undo them).
+``rotate``: each new key of a kernel takes the next config of its (pruned) list, in order: the
+cases of one job reach every config the kernel offers, the same way in the base's worker and the
+head's (they run the same cases in the same order), and only that config is compiled and run. On a
+GPU it runs once through the autotuner's own timing, hooks included, so that a config that does not
+fit the GPU or does not compile is passed over as the autotuner passes it over (mamba's chunked
+scan lists configs too large for some sizes); the turn then goes to the next config.
 
 Without a GPU (Triton's interpreter) there is no driver to time with, and the autotuner raised
 ``RuntimeError: 0 active drivers`` before the kernel started: configs are taken in turn there
@@ -50,7 +50,7 @@ def take_in_turn(mode: str = "rotate") -> list[str]:
         return _TAKEN
     if getattr(Autotuner._bench, "_gpu_gate_untimed", False):
         return _TAKEN
-    prune = Autotuner.prune_configs
+    prune, timed = Autotuner.prune_configs, Autotuner._bench
 
     def prune_configs(self: Any, *args: Any, **kwargs: Any) -> Any:
         # A new key: the autotuner prunes, then "times" each pruned config in list order.
@@ -67,9 +67,20 @@ def take_in_turn(mode: str = "rotate") -> list[str]:
         if name not in _TAKEN:
             _TAKEN.append(name)
         state = self.__dict__.setdefault("_gpu_gate_turn", {"keys": 0, "at": 0, "pick": 0})
-        score = 0.0 if state["at"] == state["pick"] else 1.0  # the least wins
+        at = state["at"]
         state["at"] += 1
-        return [score, score, score]
+        if at != state["pick"]:
+            return [1.0, 1.0, 1.0]  # the least wins: not this one
+        if interpreting():
+            return [0.0, 0.0, 0.0]
+        # On a GPU the config whose turn it is runs as the autotuner would run it (its hooks, one
+        # timing): a config that does not fit the GPU (shared memory, registers) or does not compile
+        # scores inf there, as in production, and the turn passes to the next config of the list.
+        score = timed(self, *args, config=config, **meta)
+        if not all(isinstance(v, (int, float)) and v < float("inf") for v in score):
+            state["pick"] += 1
+            return [float("inf")] * 3
+        return [0.0, 0.0, 0.0]
 
     _bench._gpu_gate_untimed = True  # type: ignore[attr-defined]
     Autotuner.prune_configs = prune_configs  # type: ignore[method-assign]
