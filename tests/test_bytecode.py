@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from gpu_gate import bytecode, pipeline
+# the compiled-kernel store's scratch project: a policy with only equivalence, a spec of row sums
+from test_compiled_store import POLICY, SPEC
 
 
 def _library(tmp: Path) -> tuple[Path, Path]:
@@ -116,36 +118,6 @@ def test_the_pipeline_keeps_what_workers_named_and_drops_the_lists_from_the_resu
     assert results[0].extra == {}
     assert not bytecode.prefixed(store, str(lib / "heavy" / "__init__.py")).exists()
 
-
-POLICY = """\
-version: 1
-kernels: {include: ["csrc/**/*.cu"]}
-specs: ["gate/**/*_gate.py"]
-not_run: warn
-checks:
-  compile: off
-  determinism: off
-  memcheck: off
-  racecheck: off
-  synccheck: off
-  initcheck: off
-  equivalence: {cases: 2, growth: false, shrink: false, seed: 7}
-"""
-
-SPEC = """\
-import torch
-import gpu_gate as gg
-from mylib.ops import row_sum
-
-
-@gg.spec(dims={"rows": gg.Dim(1, 8), "n": gg.Dim(1, 16)},
-         inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float32"])},
-         reference=lambda x: x.sum(-1),
-         covers=["csrc/rows.cu"],
-         devices=["cuda", "cpu"])
-def row_sum_gate(x):
-    return row_sum(x)
-"""
 
 OPS = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype)\n"
 
