@@ -169,6 +169,8 @@ def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | No
                 print(f"  {r['check']}: {f['message'][:300]}", file=sys.stderr)
     eq = jobs.get("equivalence")
     timing = next(((r.get("extra") or {}).get("timing") for r in results if r["check"] == "equivalence"), None)
+    # the determinism job's: its load, and each case's repeats on the head's and the base's code
+    det = next(((r.get("extra") or {}).get("timing") for r in results if r["check"] == "determinism"), None)
     # what the equivalence job ran: the number of cases, each dim's range, the dtypes (a faster gate
     # must not have bought its time with fewer or smaller cases)
     coverage = next(((r.get("extra") or {}).get("coverage") for r in results if r["check"] == "equivalence"), None)
@@ -178,7 +180,7 @@ def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | No
                "dims": {d: [v.get("min"), v.get("max"), v.get("distinct")] for d, v in (coverage.get("dims") or {}).items()},
                "dtypes": {name: v.get("dtype") for name, v in (coverage.get("inputs") or {}).items() if "dtype" in v}}
     return {"wall_s": round(wall, 1), "exit": p.returncode, "jobs": jobs, "changes": changes,
-            "timeline": timeline, "equivalence_timing": timing, "equivalence_ran": ran,
+            "timeline": timeline, "equivalence_timing": timing, "determinism_timing": det, "equivalence_ran": ran,
             "equivalence_cases_per_s": round(eq[2] / eq[0], 2) if eq and eq[0] else None}
 
 

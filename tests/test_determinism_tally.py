@@ -64,6 +64,10 @@ def test_the_finding_counts_the_runs_that_differed(tmp_path: Path) -> None:
 def test_a_deterministic_kernel_passes(tmp_path: Path) -> None:
     r = _run(tmp_path / "ok", HONEST)
     assert r.status is Status.PASSED, [f.message for f in r.findings]
+    # where the job's time went: the spec's import, then each case's repeats (the head's code here)
+    timing = r.extra["timing"]
+    assert timing["load_s"] > 0 and timing["total_s"] >= sum(c[2] for c in timing["cases"])
+    assert len(timing["cases"]) == r.cases and {c[1] for c in timing["cases"]} == {"head"}
 
 
 def test_the_settings_each_case_is_repeated_in() -> None:

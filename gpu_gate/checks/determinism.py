@@ -89,6 +89,28 @@ class Determinism:
         return gpu_budget(int(free), cap)
 
     def run(self) -> Outcome:
+        """The check, with where its time went (``extra["timing"]``: importing the spec in the
+        workers, then each case's repeats on the head's code and, where it was asked, the base's)."""
+        import time
+
+        self.timing: dict[str, Any] = {"load_s": round(float(getattr(self.eq.workers, "load_s", 0.0) or 0.0), 2),
+                                       "cases": []}
+        start = time.monotonic()
+        out = self._run()
+        self.timing["total_s"] = round(time.monotonic() - start, 2)
+        out.extra.setdefault("timing", self.timing)
+        return out
+
+    def _timed_case(self, case: Case, cand: Any, side: str) -> Finding | str | None:
+        import time
+
+        start = time.monotonic()
+        try:
+            return self._case(case, cand)
+        finally:
+            self.timing["cases"].append([case.id, side, round(time.monotonic() - start, 2), case.describe()[:120]])
+
+    def _run(self) -> Outcome:
         from ..equivalence.engine import ContextLost, SpecBroken
         from ..judge.workers import WorkerDied
         from ..harness import Outcome
@@ -97,7 +119,7 @@ class Determinism:
         debt: list[Finding] = []  # nondeterminism the base's code shows on the same case too
         try:
             for case in self.cases():
-                finding = self._case(case, self.runner.candidate)
+                finding = self._timed_case(case, self.runner.candidate, "head")
                 if isinstance(finding, str):  # refused: the equivalence check reports it
                     continue
                 ran += 1
@@ -149,7 +171,7 @@ class Determinism:
         if base is None:
             return finding
         try:
-            again = self._case(case, base)
+            again = self._timed_case(case, base, "base")
         except (BaseLost, ContextLost) as exc:
             self.runner.base, self.runner.base_lost = None, f"{exc} (case {case.id})"
             return finding
