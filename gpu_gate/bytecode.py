@@ -31,8 +31,11 @@ import site
 import subprocess
 import sys
 import sysconfig
+import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 MAX_FILES = 50_000  # the most files one run adds to the store
 MAX_FILE_BYTES = 16 << 20
@@ -107,7 +110,66 @@ def admissible(files: Iterable[object], *, roots: list[Path], forbidden: Iterabl
     return sorted(out)
 
 
-def compile_into(store: Path, files: list[str], python: str | None = None) -> int:
+class Keeper:
+    """The gate's side during a run: as each job ends, takes what its worker named (and drops it
+    from the job's result), and compiles the admissible files into the store on a thread of its own,
+    beside the jobs still running. ``store`` None: the lists are dropped, nothing is kept."""
+
+    def __init__(self, store: Path | None, forbidden: Iterable[Path | None]) -> None:
+        self.store = store
+        self.forbidden = [p for p in forbidden if p is not None] + ([store] if store is not None else [])
+        self.seen: set[str] = set()
+        self.kept = 0
+        self.busy_s = 0.0
+        self._todo: list[list[str]] = []
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._roots: list[Path] | None = None
+
+    def take(self, result: Any) -> None:
+        extra = getattr(result, "extra", None)
+        listed = extra.pop("bytecode_missing", None) if isinstance(extra, dict) else None
+        if self.store is None or not isinstance(listed, list) or not listed:
+            return
+        with self._lock:  # jobs end on the executor's threads
+            if self._roots is None:
+                self._roots = library_roots()
+            files = [f for f in admissible(listed, roots=self._roots, forbidden=self.forbidden) if f not in self.seen]
+            if not files:
+                return
+            self.seen.update(files)
+            self._todo.append(files)
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._work, name="gpu-gate-bytecode", daemon=True)
+                self._thread.start()
+
+    def _work(self) -> None:
+        assert self.store is not None
+        while True:
+            with self._lock:
+                if not self._todo:
+                    self._thread = None
+                    return
+                files = self._todo.pop(0)
+            start = time.monotonic()
+            # beside the jobs still running: a few processes, not one per core
+            self.kept += compile_into(self.store, files, jobs=max(1, (os.cpu_count() or 4) // 4))
+            self.busy_s += time.monotonic() - start
+
+    def finish(self) -> tuple[int, float]:
+        """Wait for what is being compiled; how many files were kept, and the seconds waited here."""
+        start = time.monotonic()
+        while True:
+            with self._lock:
+                thread = self._thread
+            if thread is None:
+                return self.kept, time.monotonic() - start
+            thread.join(COMPILE_TIMEOUT_S)
+            if thread.is_alive():
+                return self.kept, time.monotonic() - start
+
+
+def compile_into(store: Path, files: list[str], python: str | None = None, jobs: int = 0) -> int:
     """Compile ``files`` into the store (``compileall`` with the store as the bytecode prefix, in a
     process of its own, reading the file list from its input). How many were asked for; 0 when
     the compiler did not run."""
@@ -117,7 +179,7 @@ def compile_into(store: Path, files: list[str], python: str | None = None) -> in
     try:
         # -B: the compiler's own imports write nothing into the store
         subprocess.run([python or sys.executable, "-I", "-B", "-X", f"pycache_prefix={store}", "-m", "compileall",
-                        "-q", "-j", "0", "-i", "-"], input="\n".join(files) + "\n", text=True,
+                        "-q", "-j", str(jobs), "-i", "-"], input="\n".join(files) + "\n", text=True,
                        capture_output=True, timeout=COMPILE_TIMEOUT_S, check=False)
     except (OSError, subprocess.TimeoutExpired):
         return 0

@@ -259,7 +259,10 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
             _progress(progress_line(r, i, len(jobs), 0.0, colour), r)
         offset = len(cached)
 
+        keeper = bytecode.Keeper(store if pycache is not None else None, (repo, base_tree, work_root))
+
         def progress(r: Any, done: int, total: int, elapsed: float) -> None:
+            keeper.take(r)  # the modules its worker imported without bytecode, compiled beside the other jobs
             _progress(progress_line(r, done + offset, total + offset, elapsed, colour), r)
 
         if unfit:
@@ -281,7 +284,12 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
                                worker_python=getattr(args, "worker_python", None))
             with cancel_on_signals(control):
                 results = execute(todo, opts, progress, control)
-        _keep_bytecode(results, store if pycache is not None else None, (repo, base_tree, work_root))
+        for r in results:  # a job the progress line did not come through for
+            keeper.take(r)
+        kept, waited = keeper.finish()
+        if kept:
+            say(f"bytecode: kept {kept} module(s) of the runner's Python for later runs "
+                f"({keeper.busy_s:.1f}s beside the jobs, {waited:.1f}s after them)")
     if control.reason:
         record.plan_findings.append(interrupted_finding(control.reason))
     if cache:
@@ -291,26 +299,6 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
     if end:
         say(end)
     return cached + results
-
-
-def _keep_bytecode(results: list[Any], store: Path | None, forbidden: Sequence[Path | None]) -> None:
-    """Compile into the bytecode store the runner's own modules that the jobs imported without
-    bytecode (what each worker said; see gpu_gate.bytecode), and drop those lists from the results."""
-    named: list[Any] = []
-    for r in results:
-        extra = getattr(r, "extra", None)
-        if isinstance(extra, dict):
-            listed = extra.pop("bytecode_missing", None)
-            named += listed if isinstance(listed, list) else []
-    if store is None or not named:
-        return
-    banned = [p for p in forbidden if p is not None] + [store]
-    files = bytecode.admissible(named, roots=bytecode.library_roots(), forbidden=banned)
-    if files:
-        took = time.monotonic()
-        bytecode.compile_into(store, files)
-        say(f"bytecode: kept {len(files)} module(s) of the runner's Python for later runs "
-            f"({time.monotonic() - took:.1f}s)")
 
 
 def _progress(line: str, result: Any) -> None:

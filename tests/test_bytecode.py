@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_gate import bytecode, pipeline
+from gpu_gate import bytecode
 # the compiled-kernel store's scratch project: a policy with only equivalence, a spec of row sums
 from test_compiled_store import POLICY, SPEC
 
@@ -99,24 +99,28 @@ def test_the_gate_compiles_only_the_runners_own_files_a_worker_names(tmp_path: P
                                forbidden=[repo]) == []
 
 
-def test_the_pipeline_keeps_what_workers_named_and_drops_the_lists_from_the_results(tmp_path: Path,
-                                                                                    monkeypatch, capsys) -> None:
+def test_the_keeper_compiles_what_workers_named_beside_the_jobs_and_drops_the_lists(tmp_path: Path,
+                                                                                     monkeypatch) -> None:
     lib, repo = _library(tmp_path)
     monkeypatch.setattr(bytecode, "library_roots", lambda: [lib.resolve()])
-    results = [types.SimpleNamespace(extra={"bytecode_missing": [str(lib / "heavy" / "part.py"),
-                                                                 str(repo / "pkg" / "__init__.py")], "x": 1}),
-               types.SimpleNamespace(extra={"bytecode_missing": "not a list"}), types.SimpleNamespace(extra={})]
+    part, init = str(lib / "heavy" / "part.py"), str(lib / "heavy" / "__init__.py")
     store = tmp_path / "store"
-    pipeline._keep_bytecode(results, store, (repo, None, None))
+    keeper = bytecode.Keeper(store, (repo, None))
+    results = [types.SimpleNamespace(extra={"bytecode_missing": [part, str(repo / "pkg" / "__init__.py")], "x": 1}),
+               types.SimpleNamespace(extra={"bytecode_missing": "not a list"}), types.SimpleNamespace(extra={}),
+               types.SimpleNamespace(extra={"bytecode_missing": [part, init]})]  # part again: compiled once
+    for r in results:
+        keeper.take(r)
+    kept, _ = keeper.finish()
+    assert kept == 2
     assert all("bytecode_missing" not in r.extra for r in results) and results[0].extra == {"x": 1}
-    assert bytecode.fresh(bytecode.prefixed(store, str(lib / "heavy" / "part.py")), str(lib / "heavy" / "part.py"))
+    assert bytecode.fresh(bytecode.prefixed(store, part), part) and bytecode.fresh(bytecode.prefixed(store, init), init)
     assert not bytecode.prefixed(store, str(repo / "pkg" / "__init__.py")).exists()
-    assert "kept 1 module(s)" in capsys.readouterr().out
     # no store (jobs ran unsandboxed, or no result cache): the lists still go, nothing is compiled
-    results = [types.SimpleNamespace(extra={"bytecode_missing": [str(lib / "heavy" / "__init__.py")]})]
-    pipeline._keep_bytecode(results, None, (repo,))
-    assert results[0].extra == {}
-    assert not bytecode.prefixed(store, str(lib / "heavy" / "__init__.py")).exists()
+    results = [types.SimpleNamespace(extra={"bytecode_missing": [init]})]
+    keeper = bytecode.Keeper(None, (repo,))
+    keeper.take(results[0])
+    assert keeper.finish()[0] == 0 and results[0].extra == {}
 
 
 OPS = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype)\n"
