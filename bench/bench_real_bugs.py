@@ -158,8 +158,12 @@ def gate(gate_path: Path, repo: Path, checkout: str, args: list[str], out: Path)
                      for r in results.get("results", []) for f in r["findings"]
                      if f["severity"] == "error" or f["details"].get("change") == "fixed"})
     notes = [f["message"] for r in results.get("results", []) for f in r["findings"] if f["kind"] == "differential"]
+    # what each blocking finding said, first line: a refusal or a crash says why only there
+    said = sorted({f"{f['check']}/{f['kind']}: {f['message'].splitlines()[0][:300]}"
+                   for r in results.get("results", []) for f in r["findings"] if f["severity"] == "error"})
     jobs = {r["check"]: [round(r.get("duration_s") or 0.0, 1), r.get("cases") or 0] for r in results.get("results", [])}
     return {"exit": p.returncode, "wall_s": round(wall, 1), "jobs": jobs, "findings": errors, "differential": notes,
+            "said": said[:12],
             "tail": (p.stdout + p.stderr)[-1500:] if p.returncode not in (0, 1) else ""}
 
 
