@@ -118,7 +118,7 @@ class Keeper:
     def __init__(self, store: Path | None, forbidden: Iterable[Path | None]) -> None:
         self.store = store
         self.forbidden = [p for p in forbidden if p is not None] + ([store] if store is not None else [])
-        self.seen: set[str] = set()
+        self.named: set[str] = set()  # every name a worker gave, judged once
         self.kept = 0
         self.busy_s = 0.0
         self._todo: list[list[str]] = []
@@ -134,10 +134,11 @@ class Keeper:
         with self._lock:  # jobs end on the executor's threads
             if self._roots is None:
                 self._roots = library_roots()
-            files = [f for f in admissible(listed, roots=self._roots, forbidden=self.forbidden) if f not in self.seen]
+            fresh = [f for f in listed if isinstance(f, str) and f not in self.named]
+            self.named.update(fresh)
+            files = admissible(fresh, roots=self._roots, forbidden=self.forbidden)
             if not files:
                 return
-            self.seen.update(files)
             self._todo.append(files)
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._work, name="gpu-gate-bytecode", daemon=True)

@@ -150,7 +150,9 @@ def run_job(job: Job, ctx: Context) -> JobResult:
     if isinstance(uncompiled, list) and uncompiled:
         # What the worker imported without bytecode: the gate may compile the runner's own files
         # among them for later runs (gpu_gate.bytecode), and drops this from the result.
-        outcome.extra["bytecode_missing"] = [f for f in uncompiled[:50_000] if isinstance(f, str)]
+        from .bytecode import MAX_FILES
+
+        outcome.extra["bytecode_missing"] = [f for f in uncompiled[:MAX_FILES] if isinstance(f, str)]
     return JobResult(
         job_id=job.id, check=job.check, status=outcome.status, level=job.level,
         spec=job.spec.id if job.spec else None, kernels=job.kernels, findings=outcome.findings,

@@ -281,7 +281,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
                                sandbox=box, hide=(Path(args.out).resolve(), *([cache.cache.dir] if cache else [])),
                                base_root=base_tree,
                                kernel_store=cache.cache.dir / "compiled" if cache else None,
-                               worker_python=getattr(args, "worker_python", None))
+                               worker_python=worker_python)
             with cancel_on_signals(control):
                 results = execute(todo, opts, progress, control)
         for r in results:  # a job the progress line did not come through for

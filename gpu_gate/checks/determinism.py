@@ -58,6 +58,7 @@ class Determinism:
         self.unheld: str | None = None  # why the runs on fewer SMs could not be made
         self.unheld_caller: str | None = None  # why the runs with the caller's stream held back could not be
         self.unproduced: str | None = None  # why the runs after a producer could not be made
+        self.timing: dict[str, Any] = {"cases": []}  # where the job's time went (see run)
 
     def cases(self) -> list[Case]:
         """The contention cases first (many programs sharing locks, partial rows and hot
@@ -93,8 +94,7 @@ class Determinism:
         workers, then each case's repeats on the head's code and, where it was asked, the base's)."""
         import time
 
-        self.timing: dict[str, Any] = {"load_s": round(float(getattr(self.eq.workers, "load_s", 0.0) or 0.0), 2),
-                                       "cases": []}
+        self.timing["load_s"] = round(float(getattr(self.eq.workers, "load_s", 0.0) or 0.0), 2)
         start = time.monotonic()
         out = self._run()
         self.timing["total_s"] = round(time.monotonic() - start, 2)

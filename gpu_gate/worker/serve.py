@@ -144,8 +144,9 @@ class Worker:
             reply["compile"] = compile_launched(mine, normalise_archs(settings.get("archs") or DEFAULT_ARCHS))
         from .autotune import untimed
 
-        if untimed():
-            reply["untimed_autotune"] = untimed()
+        taken = untimed()
+        if taken:
+            reply["untimed_autotune"] = taken
         from ..bytecode import uncompiled_modules
 
         reply["uncompiled"] = uncompiled_modules(self.repo_root)  # the gate keeps their bytecode (see bytecode)
