@@ -199,9 +199,10 @@ def time_gates(repo: Path, base: str, head: str, paths: list[Path], tmp: Path, r
                 again = one_gate(repo, base, head, path.resolve(), cache)
                 run["cached_rerun_s"], run["cached_rerun_exit"] = again["wall_s"], again["exit"]
                 if warm_head is not None:
-                    warm = one_gate(repo, base, warm_head(), path.resolve(), cache)
+                    warm = one_gate(repo, base, warm_head(), path.resolve(), cache, keep)
                     git(repo, "checkout", "-q", head)
-                    run["warm_rerun"] = {key: warm[key] for key in ("wall_s", "exit", "jobs", "equivalence_timing")}
+                    run["warm_rerun"] = {key: warm[key] for key in ("wall_s", "exit", "jobs", "equivalence_timing",
+                                                                    "determinism_timing", "timeline")}
             runs.append(run)
         walls = [float(r["wall_s"]) for r in runs]  # type: ignore[arg-type]
         for r in runs:  # the first run's timeline, readable: where the time outside the jobs went
