@@ -174,8 +174,9 @@ def main() -> int:
     ap.add_argument("--gate-path", default=str(Path(__file__).resolve().parent.parent), help="gpu-gate source tree")
     ap.add_argument("--keep", help="keep the scratch repositories and reports here")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU (Triton's interpreter): a dry run of the flow")
-    ap.add_argument("--runs", choices=("all", "pr", "nightly"), default="all",
-                    help="pr: only the two pull-request runs; nightly: only the two --all runs")
+    ap.add_argument("--runs", choices=("all", "pr", "nightly", "fix", "back"), default="all",
+                    help="pr: only the two pull-request runs; nightly: only the two --all runs; fix: only the fix "
+                         "as a PR; back: only the bug back as a PR")
     args = ap.parse_args()
     # a relative path names a clone from here, not from the scratch repository git runs in
     libraries = {name: str(Path(path).resolve()) for name, path in (r.split("=", 1) for r in args.repo)}
@@ -192,8 +193,10 @@ def main() -> int:
                 ("fixed, --all", shas["F"], ["--all", "--spec", spec], 0),
                 ("the fix as a PR", shas["F"], ["--base", shas["S"], "--head", shas["F"]], 0),
                 ("the bug back as a PR", shas["R"], ["--base", shas["F"], "--head", shas["R"]], 1)]
-        if args.runs != "all":
+        if args.runs in ("pr", "nightly"):
             runs = [r for r in runs if ("PR" in r[0]) == (args.runs == "pr")]
+        elif args.runs != "all":
+            runs = [r for r in runs if r[0] == {"fix": "the fix as a PR", "back": "the bug back as a PR"}[args.runs]]
         for name, checkout, gate_args, expected in runs:
             res = gate(Path(args.gate_path), repo, checkout, gate_args + (["--cpu"] if args.cpu else []),
                        where / name.replace(" ", "_").replace(",", ""))

@@ -71,8 +71,10 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace
     else:
         for sid, why in sorted(record.selected.items()):
             say(f"spec {sid}: {'; '.join(why)}")
+        start = time.monotonic()
         with _head_checkout(repo, plan.head) as tree, _base_checkout(repo, plan.base, jobs, record) as base_tree:
-            record.results = _run_jobs(jobs, tree, policy, gpus, args, record, base_tree)
+            ready = {"trees": time.monotonic() - start}
+            record.results = _run_jobs(jobs, tree, policy, gpus, args, record, base_tree, ready)
             record.places = _places(record, tree)
         _remember_launches(plan, record, cache_dir)
     return finish(record, loaded, Path(args.out), args)
@@ -219,13 +221,25 @@ def _base_checkout(repo: Path, base: str | None, jobs: Sequence[Any], record: An
 
 
 def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], args: argparse.Namespace,
-              record: Any, base_tree: Path | None = None) -> list[Any]:
+              record: Any, base_tree: Path | None = None, ready: dict[str, float] | None = None) -> list[Any]:
+    """``ready``: how long each step before the first job took (the work trees, so far): the run says
+    where the time before its first job went."""
     from . import sandbox
     from .executor import (ExecOptions, RunControl, cancel_on_signals, execute, interrupted_finding,
                            sandbox_findings, shared_bytecode)
     from .report.console import gha_group, progress_line
 
+    ready = dict(ready or {})
+    lap = time.monotonic()
+
+    def step(name: str) -> None:
+        nonlocal lap
+        now = time.monotonic()
+        ready[name] = ready.get(name, 0.0) + now - lap
+        lap = now
+
     box = sandbox.choose(policy.runner.sandbox)
+    step("sandbox")
     record.plan_findings += sandbox_findings(box, policy.runner.sandbox)
     control = RunControl()
     cache = _cache(policy, repo, args, gpus)
@@ -233,6 +247,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
     for j in jobs:
         hit = cache.lookup(j) if cache else None
         (cached.append(hit) if hit is not None else todo.append(j))
+    step("result cache")
     start, end = gha_group(f"gpu-gate: {len(jobs)} jobs") if _in_actions() else ("", "")
     if start:
         say(start)
@@ -246,15 +261,19 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
     with (shared_bytecode(work_root, store) if todo else contextlib.nullcontext(None)) as pycache:
         # The doctor runs only when jobs are about to use the GPU (a run served from the cache does
         # not wait for it); its torch probe compiles the bytecode the jobs then share.
+        step("bytecode")
         unfit: list[Any] = []
         if gpus and todo:
             vetted = _vet_runner(gpus, pycache, policy, todo)
+            step("doctor")
             unfit = vetted.blocking
             record.plan_findings += vetted.blocking + vetted.excluded
             if vetted.usable:
                 gpus = tuple(vetted.usable)
+        took = ", ".join(f"{k} {v:.1f}s" for k, v in ready.items() if v >= 0.05)
         say(("not running" if unfit else "running") + f" {len(todo)} jobs" +
-            (f" ({len(cached)} cached)" if cached else "") + (f" on {len(gpus)} GPU(s)" if gpus else " on the CPU"))
+            (f" ({len(cached)} cached)" if cached else "") + (f" on {len(gpus)} GPU(s)" if gpus else " on the CPU") +
+            (f" (ready in {sum(ready.values()):.1f}s: {took})" if todo and took else ""))
         for i, r in enumerate(cached, 1):
             _progress(progress_line(r, i, len(jobs), 0.0, colour), r)
         offset = len(cached)

@@ -105,10 +105,28 @@ class Determinism:
         import time
 
         start = time.monotonic()
+        self._parts: dict[str, float] = {}
+        run0, compile0 = float(getattr(cand, "run_s", 0.0)), float(getattr(cand, "compile_s", 0.0))
         try:
             return self._case(case, cand)
         finally:
-            self.timing["cases"].append([case.id, side, round(time.monotonic() - start, 2), case.describe()[:120]])
+            # where the case's time went: the inputs, the first run, the reference, each setting's
+            # repeats; of it, the worker's own count of running the candidate and of compiling
+            parts = {k: round(v, 2) for k, v in self._parts.items()}
+            parts["worker_run_s"] = round(float(getattr(cand, "run_s", 0.0)) - run0, 2)
+            parts["worker_compile_s"] = round(float(getattr(cand, "compile_s", 0.0)) - compile0, 2)
+            self.timing["cases"].append([case.id, side, round(time.monotonic() - start, 2), case.describe()[:120],
+                                         parts])
+
+    def _lap(self, part: str, since: float) -> float:
+        """Add the time since ``since`` to ``part`` of the case's timing; now."""
+        import time
+
+        now = time.monotonic()
+        parts = getattr(self, "_parts", None)
+        if parts is not None:
+            parts[part] = parts.get(part, 0.0) + now - since
+        return now
 
     def _run(self) -> Outcome:
         from ..equivalence.engine import ContextLost, SpecBroken
@@ -194,17 +212,23 @@ class Determinism:
         """``case`` repeated on ``cand``: the head's code, or the base's (a differential run)."""
         from ..equivalence.inputs import materialize
 
+        import time
+
         r = self.runner
+        t = time.monotonic()
         m = materialize(self.spec, case, self.ctx.device)
         upstream = r.ref.upstream(case)
+        t = self._lap("inputs_s", t)
         # The first run's outputs stay in the worker; each repeat is compared with them there,
         # and only the outputs that differ bitwise come back to be judged.
         rep = cand.call(case, upstream, inputs=m, hold=True)
+        t = self._lap("first_run_s", t)
         try:
             if rep.status != "ok":
                 return "refused"  # the equivalence check reports it
             first = rep.outputs
             ref, base, envelope = r.ref.truth(case, first)
+            self._lap("reference_s", t)
             return self._repeat(cand, case, upstream, first, ref, base, envelope, rep.side_streams > 0)
         finally:
             cand.release()
@@ -222,9 +246,13 @@ class Determinism:
         worst = 0.0
         settings = repeat_settings(self.ctx.device, self.load, self.repeats, self.spec.producer, side_streams)
         produced = [x for x in settings if "produce" in x[1]]
+        import time
+
         for when, how, repeats in settings:
             differed[when], runs[when] = 0, repeats
+            lap, t = "repeats_" + next(iter(how), "alone") + "_s", time.monotonic()
             for i in range(repeats):
+                t = self._lap(lap, t)  # the run before
                 rep = cand.call(case, upstream, compare_held=True, **how)
                 if isinstance(rep.held_sms, str):  # no CuPy, say: these runs would be runs alone
                     self.unheld = rep.held_sms
@@ -253,6 +281,7 @@ class Determinism:
                 if bad:
                     differed[when] += 1
                     found = found or (bad, i, when)
+            self._lap(lap, t)
         if found is None:
             return None
         why, i, when = found
