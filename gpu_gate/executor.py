@@ -744,16 +744,19 @@ def shared_bytecode(work_root: Path | None = None, store: Path | None = None) ->
         yield None
         return
     try:
-        if store is not None:
-            bytecode.seed(store, pycache)
         import importlib.util
 
         torch_spec = importlib.util.find_spec("torch")
         origin = torch_spec.origin if torch_spec is not None else None
-        if not origin or not bytecode.fresh(bytecode.prefixed(pycache, origin), origin):
-            # Filled here, by the gate, with no repository code: jobs see it read-only.
-            proc.run([sys.executable, "-I", "-X", f"pycache_prefix={pycache}", "-c", "import torch"],
+        # Filled by the gate, with no repository code: jobs see it read-only. Where a store is kept,
+        # the fill goes there, so that the next run finds torch's bytecode and skips it (seconds).
+        fill = pycache if store is None else store
+        if not origin or not bytecode.fresh(bytecode.prefixed(fill, origin), origin):
+            fill.mkdir(parents=True, exist_ok=True)
+            proc.run([sys.executable, "-I", "-X", f"pycache_prefix={fill}", "-c", "import torch"],
                      cwd=pycache, env=proc.scrubbed_env(), timeout=900)
+        if store is not None:
+            bytecode.seed(store, pycache)
         yield pycache
     finally:
         shutil.rmtree(pycache, ignore_errors=True)

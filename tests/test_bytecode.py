@@ -186,3 +186,39 @@ def test_a_gate_keeps_the_runners_bytecode_and_the_next_run_starts_from_it(make_
     again = [line for line in second[0].splitlines() if line.startswith("bytecode: kept")]
     n_second = int(again[0].split()[2]) if again else 0
     assert n_second < n_first / 10, (n_first, n_second)
+
+
+def test_torchs_bytecode_is_filled_into_the_store_once_and_later_runs_skip_the_fill(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The gate's own fill (``import torch`` with the run's bytecode prefix, before the first job)
+    took 5 to 7 s of every run on an H100 runner: its bytecode was made in the run's directory and
+    thrown away. With a store it is made there, and a later run finds it fresh."""
+    import importlib.util
+    import py_compile
+
+    from gpu_gate import executor
+
+    origin = importlib.util.find_spec("torch").origin  # type: ignore[union-attr]
+    fills: list[str] = []
+
+    def fake_fill(argv: list[str], **_: object) -> object:
+        # the interpreter's own fill, cut to torch's __init__ (what `fresh` looks at)
+        prefix = next(a.split("=", 1)[1] for a in argv if a.startswith("pycache_prefix="))
+        fills.append(prefix)
+        py_compile.compile(origin, cfile=str(bytecode.prefixed(Path(prefix), origin)), doraise=True)
+        return None
+
+    monkeypatch.setattr(executor, "installed_without_bytecode", lambda: True)
+    monkeypatch.setattr(executor.proc, "run", fake_fill)
+    store = tmp_path / "cache" / "bytecode" / "x"
+    with executor.shared_bytecode(tmp_path, store) as first:
+        assert first is not None and bytecode.fresh(bytecode.prefixed(first, origin), origin)
+    assert fills == [str(store)]  # made in the store, by the gate, not in the run's directory
+    with executor.shared_bytecode(tmp_path, store) as second:
+        assert second is not None and bytecode.fresh(bytecode.prefixed(second, origin), origin)
+    assert fills == [str(store)]  # the second run found it: no fill
+    # without a store (no result cache, or jobs that could write through the links) the run's
+    # directory is filled every time, and nothing outlives the run
+    with executor.shared_bytecode(tmp_path, None) as third:
+        assert third is not None and fills[-1] == str(third)
+    assert not third.exists()
