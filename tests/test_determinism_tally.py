@@ -6,6 +6,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from gpu_gate.findings import JobResult, Status
 from gpu_gate.harness import Context, run_job
 from gpu_gate.jobs import Job, SpecRef
@@ -115,3 +117,60 @@ def test_without_a_gpu_the_producer_says_why_it_cannot_run() -> None:
     assert p.write([], "stream", 0.001) is False
     assert p.why_not and p.why_not.startswith("no producer kernel (")
     assert p.write([], "event", 0.001) is False  # and keeps declining, without trying again
+
+
+GRAD_SPEC = """\
+import torch
+import gpu_gate as gg
+from lib.kern import double
+
+@gg.spec(dims={"rows": gg.Dim(1, 32), "n": gg.Dim(1, 64)},
+         inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float64"])},
+         reference=lambda x: x * 2, grads=["x"])
+def double_gate(x):
+    return double(x)
+"""
+
+# A backward that writes its result into the upstream gradient it was given, as fused kernels do to
+# save memory (Liger-Kernel's among them): legitimate, and the same on every run. (In float64 the
+# gradient the candidate gets is the very tensor the worker received: no conversion copies it.)
+IN_PLACE_BACKWARD = """\
+import torch
+
+class Double(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad.mul_(2)
+
+def double(x):
+    return Double.apply(x)
+"""
+
+
+def test_repeats_send_the_upstream_gradient_once_and_each_run_gets_a_fresh_copy(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repeats of a case run on the worker's copy of the upstream gradient (sending a large one
+    with each repeat was most of a contention case's time on an H100). Each run gets a copy of its
+    own: a backward that writes into its upstream gradient must not make the repeats differ."""
+    from gpu_gate import wire
+
+    sent: list[int] = []
+    encode_dict = wire.encode_dict
+
+    def counting(values: dict[str, object], blobs: list[object]) -> dict[str, object]:
+        sent.append(len(values))
+        return encode_dict(values, blobs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wire, "encode_dict", counting)
+    r = _run(tmp_path / "inplace", IN_PLACE_BACKWARD, GRAD_SPEC)
+    assert r.status is Status.PASSED, [f.message for f in r.findings]
+    cases = r.cases
+    assert cases >= 2
+    # one-entry dicts encoded: the judge's gradient for the worker, once per case, and the reference
+    # worker's replies; sent with every repeat, they were 32 for these 3 cases
+    upstream_sends = sent.count(1)
+    assert upstream_sends <= 3 * cases, (upstream_sends, cases)

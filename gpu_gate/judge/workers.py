@@ -106,6 +106,9 @@ class Candidate:
         # themselves (compiles included), and in compiling Triton kernels
         self.run_s = 0.0
         self.compile_s = 0.0
+        # the upstream gradient the worker holds from the last call it answered: (case, the dict sent)
+        self._upstream_held: tuple[str, Any] | None = None
+        self._upstream_pending: tuple[str, Any] | None = None
         # under compute-sanitizer: the worker hands the candidate tensors with no guard band, so
         # that the tool sees every access past a tensor's end (the guard band would absorb it)
         self.exact = False
@@ -148,13 +151,20 @@ class Candidate:
                    early: bool = False, load: bool = False, compare_held: bool = False,
                    plain: dict[str, str] | None = None, hold_sms: bool = False, produce: str | None = None,
                    producer: Sequence[str] = (), hold_caller: bool = False) -> None:
-        self.case = case.id
         blobs: wire.Blobs = []
+        # The same upstream gradient as the last call's, on the same case (the determinism check's
+        # repeats): the worker runs with its copy of it, rather than receiving it again (on an H100, a
+        # 90 MB gradient sent with each of 24 repeats was most of a contention case's 26 s).
+        held = self._upstream_held
+        again = upstream is not None and held is not None and held[0] == case.id and held[1] is upstream
+        self.case = case.id
+        self._upstream_pending = (case.id, upstream)
         header: dict[str, Any] = {"op": "call", "dims": case.dims, "grad_layout": case.grad_layout, "hold": hold,
                                   "early": early, "load": load, "compare_held": compare_held, "relocate": relocate,
                                   "plain": plain, "hold_sms": hold_sms, "exact": self.exact, "produce": produce,
                                   "producer": list(producer), "hold_caller": hold_caller,
-                                  "upstream": wire.encode_dict(upstream, blobs) if upstream is not None else None}
+                                  "upstream": ({"again": True} if again else
+                                               wire.encode_dict(upstream, blobs) if upstream is not None else None)}
         if inputs is not None:
             header["inputs"] = {k: {"buffer": wire.encode_tensor(g.buffer, blobs), "geometry": geometry(g)}
                                 for k, g in inputs.guarded.items()}
@@ -181,9 +191,11 @@ class Candidate:
             raise WorkerDied(f"the candidate's worker died{self._at()}") from exc
 
     def _read_call(self) -> CallReport:
+        self._upstream_held = None  # until the worker answers: then it holds what was sent
         reply, got = self._answer()
         if reply.get("error"):
             _check(reply, "candidate")
+        self._upstream_held = self._upstream_pending
         status = str(reply.get("status") or "refused")
         if status != "ok":
             if status == "fatal":

@@ -41,6 +41,7 @@ class CandidateServer:
         self.held: dict[str, Any] | None = None  # an earlier call's outputs, kept alive on request
         self.held_copy: dict[str, Any] = {}  # and their values then (a static buffer changes under them)
         self._load: Any = None
+        self._upstream: dict[str, Any] | None = None  # the last upstream gradient sent (see Candidate._send_call)
         self.stale: list[Any] = []  # input buffers the case moved away from (kept alive, poisoned)
         self._holder = SmHolder()
         self._producer = Producer()
@@ -98,7 +99,18 @@ class CandidateServer:
         import torch
 
         self._inputs(header, blobs)
-        upstream = wire.decode_dict(header["upstream"], blobs, self.device) if header.get("upstream") else None
+        sent = header.get("upstream")
+        if isinstance(sent, dict) and sent.get("again") is True:
+            # the last call's gradient, again: a copy, as the candidate may write into what it is given
+            if self._upstream is None:
+                return {"error": "protocol", "message": "no upstream gradient is held"}, []
+            upstream: dict[str, Any] | None = {k: v.clone() if isinstance(v, torch.Tensor) else v
+                                               for k, v in self._upstream.items()}
+        elif sent:
+            self._upstream = wire.decode_dict(sent, blobs, self.device)
+            upstream = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in self._upstream.items()}
+        else:
+            upstream = self._upstream = None
         dims = {str(k): int(v) for k, v in (header.get("dims") or {}).items()}
         tensors = {k: g.view for k, g in self.inputs.items()}
         plain = header.get("plain")
