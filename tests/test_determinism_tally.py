@@ -174,3 +174,38 @@ def test_repeats_send_the_upstream_gradient_once_and_each_run_gets_a_fresh_copy(
     # worker's replies; sent with every repeat, they were 32 for these 3 cases
     upstream_sends = sent.count(1)
     assert upstream_sends <= 3 * cases, (upstream_sends, cases)
+
+
+# Uses its input's memory as scratch (fused kernels do, Liger-Kernel's GEGLU backward among them):
+# each run must start from the case's inputs again, and what the call wrote is not sent back.
+SCRATCH_INPUT = """\
+import torch
+
+def double(x):
+    out = x * 2
+    x.fill_(7.0)
+    return out
+"""
+
+
+def test_repeats_start_from_the_inputs_again_and_do_not_send_them_back(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from gpu_gate import wire
+
+    buffers: list[int] = []
+    encode_tensor = wire.encode_tensor
+
+    def counting(t: object, blobs: list[object]) -> dict[str, object]:
+        if isinstance(t, torch.Tensor) and t.dtype == torch.uint8:  # an input's guarded buffer
+            buffers.append(t.numel())
+        return encode_tensor(t, blobs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(wire, "encode_tensor", counting)
+    r = _run(tmp_path / "scratch", SCRATCH_INPUT)
+    # every repeat ran on the case's own inputs (not on the 7s the run before left): no difference
+    assert r.status is Status.PASSED, [f.message for f in r.findings]
+    # each case's buffer: sent to the worker once, and back once from the first run; with every
+    # repeat's buffer sent back too, it was 10 per case
+    assert len(buffers) <= 2 * r.cases, (len(buffers), r.cases)

@@ -253,7 +253,10 @@ class Determinism:
             lap, t = "repeats_" + next(iter(how), "alone") + "_s", time.monotonic()
             for i in range(repeats):
                 t = self._lap(lap, t)  # the run before
-                rep = cand.call(case, upstream, compare_held=True, **how)
+                # what the call wrote into its inputs is put back in the worker, not sent: only the
+                # outputs are compared here (a backward that reuses its inputs' memory, as Liger's
+                # GEGLU does, would send both inputs back with every repeat)
+                rep = cand.call(case, upstream, compare_held=True, inputs_back=False, **how)
                 if isinstance(rep.held_sms, str):  # no CuPy, say: these runs would be runs alone
                     self.unheld = rep.held_sms
                     del differed[when]

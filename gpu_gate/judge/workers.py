@@ -150,7 +150,9 @@ class Candidate:
                    refill: Materialized | None = None, relocate: bool = False, hold: bool = False,
                    early: bool = False, load: bool = False, compare_held: bool = False,
                    plain: dict[str, str] | None = None, hold_sms: bool = False, produce: str | None = None,
-                   producer: Sequence[str] = (), hold_caller: bool = False) -> None:
+                   producer: Sequence[str] = (), hold_caller: bool = False, inputs_back: bool = True) -> None:
+        """``inputs_back=False``: the worker puts back the inputs the call wrote without sending
+        them (``inputs_changed`` names them only)."""
         blobs: wire.Blobs = []
         # The same upstream gradient as the last call's, on the same case (the determinism check's
         # repeats): the worker runs with its copy of it, rather than receiving it again (on an H100, a
@@ -162,7 +164,7 @@ class Candidate:
         header: dict[str, Any] = {"op": "call", "dims": case.dims, "grad_layout": case.grad_layout, "hold": hold,
                                   "early": early, "load": load, "compare_held": compare_held, "relocate": relocate,
                                   "plain": plain, "hold_sms": hold_sms, "exact": self.exact, "produce": produce,
-                                  "producer": list(producer), "hold_caller": hold_caller,
+                                  "producer": list(producer), "hold_caller": hold_caller, "inputs_back": inputs_back,
                                   "upstream": ({"again": True} if again else
                                                wire.encode_dict(upstream, blobs) if upstream is not None else None)}
         if inputs is not None:
@@ -213,7 +215,7 @@ class Candidate:
             same_as_held=frozenset(reply.get("same_as_held") or ()), where=dict(reply.get("where") or {}),
             held_where=dict(reply.get("held_where") or {}), input_spans=dict(reply.get("input_spans") or {}),
             inputs_changed={k: wire.decode_tensor(m, got, self.device)
-                            for k, m in (reply.get("inputs_changed") or {}).items()},
+                            for k, m in (reply.get("inputs_changed") or {}).items() if not m.get("held")},
             watch=[(list(w["shape"]), bytes(got[int(w["head"]["blob"])]), bytes(got[int(w["tail"]["blob"])]))
                    for w in reply.get("watch") or []],
             side_streams=int(reply.get("side_streams") or 0),

@@ -196,25 +196,26 @@ class CandidateServer:
             reply["inputs_changed"] = {}
         elif exact:
             reply["input_spans"] = {k: list(_span(t)) for k, t in tensors.items()}
-            reply["inputs_changed"] = self._changed_inputs(out)
+            reply["inputs_changed"] = self._changed_inputs(out, header.get("inputs_back") is not False)
         else:
             reply["input_spans"] = {k: list(g.storage_span()) for k, g in self.inputs.items()}
-            reply["inputs_changed"] = self._changed_inputs(out)
+            reply["inputs_changed"] = self._changed_inputs(out, header.get("inputs_back") is not False)
         reply["watch"] = [_guard_bytes(g, out) for g in watch.outputs]
         if header.get("hold"):
             self.held = outs
             self.held_copy = {k: wire.plain(v).clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
         return reply, out
 
-    def _changed_inputs(self, out: wire.Blobs) -> dict[str, Any]:
+    def _changed_inputs(self, out: wire.Blobs, send: bool = True) -> dict[str, Any]:
         """The input buffers (guards included) the call wrote, as they were after it; each is put
-        back for the next call."""
+        back for the next call. ``send=False``: put back, and only named (the judge does not look
+        at them: a repeat of the determinism check)."""
         import torch
 
-        changed = {}
+        changed: dict[str, Any] = {}
         for name, g in self.inputs.items():
             if not torch.equal(g.buffer, self.snapshots[name]):
-                changed[name] = wire.encode_tensor(g.buffer, out)
+                changed[name] = wire.encode_tensor(g.buffer, out) if send else {"tensor": False, "held": True}
                 g.buffer.copy_(self.snapshots[name])
         return changed
 
