@@ -125,6 +125,8 @@ class Equivalence:
         self.deadline = min(ctx.deadline, time.monotonic() + float(o.get("time_budget_s") or 300))
         self.phases: dict[str, float] = {}
         self.replayed: list[str] = []  # the cases run again at the end, in plain tensors
+        self.ahead_started: dict[str, str] = {}  # compiling ahead, per side: "started", or why not
+        self.ahead_done: dict[str, Any] = {}  # what the head's sibling said it did
 
     @property
     def spec_id(self) -> str:
@@ -178,6 +180,7 @@ class Equivalence:
         thresholds: list[Finding] = []
         replays: list[Finding] = []
         try:
+            self._compile_ahead(cases)
             with self._timed("cases"):
                 self._run_cases(cases, results, refusals, notes)
             want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
@@ -241,6 +244,9 @@ class Equivalence:
         settings = self.job.options.get("compile")
         wanted = self.ctx.device == "cuda" and not self.sanitized and not self.job.case and isinstance(settings, dict)
         done = self.workers.finish(settings if wanted else None)
+        ahead = done.get("ahead")
+        if isinstance(ahead, dict):  # the head's worker's sibling, as it says: for the timing report only
+            self.ahead_done = {str(k): v for k, v in ahead.items() if isinstance(v, (int, float, bool))}
         if done.get("specializations"):
             extra["specializations"] = done["specializations"]
         notes = []
@@ -451,6 +457,24 @@ class Equivalence:
         with self._timed("shrink"):
             return shrink(self.runner, self.spec, finding, deadline)
 
+    def _compile_ahead(self, cases: list[Any]) -> None:
+        """On a GPU, have the head's and the base's workers compile the schedule's Triton kernels
+        ahead, each in a process beside it (see gpu_gate.worker.ahead): the cases then find most
+        of them compiled. Not under compute-sanitizer (the tool would follow the process, and the
+        dry runs read memory no kernel wrote), nor for one case (a repro). Decides nothing."""
+        from ..judge.workers import BaseLost
+
+        if self.ctx.device != "cuda" or self.sanitized or self.job.case or not self.workers.uses_triton:
+            return
+        for side, worker in (("head", self.workers.candidate), ("base", self.workers.base)):
+            if worker is None:
+                continue
+            try:
+                why = worker.ahead(cases)
+            except BaseLost:
+                continue  # the base's next call finds it gone, and says so
+            self.ahead_started[side] = why or "started"
+
     @contextlib.contextmanager
     def _timed(self, phase: str) -> Iterator[None]:
         start = time.monotonic()
@@ -459,13 +483,13 @@ class Equivalence:
         finally:
             self.phases[phase] = self.phases.get(phase, 0.0) + time.monotonic() - start
 
-    def _timing(self) -> dict[str, float]:
+    def _timing(self) -> dict[str, Any]:
         """Where the job's time went, in seconds: the phases (cases, growth sweep, shrinking, the
         compile of the launched specializations) and, across them, the time the judge waited on the
         candidate's worker (its runs, Triton compiles and transfers), on the base's code and on the
         reference beyond what ran beside the candidate, and building the inputs."""
         w = self.workers
-        out = {f"{k}_s": round(v, 2) for k, v in self.phases.items()}
+        out: dict[str, Any] = {f"{k}_s": round(v, 2) for k, v in self.phases.items()}
         out["load_s"] = round(w.load_s, 2)  # the workers' start and spec import, before the first case
         out.update({f"load_{k}": v for k, v in w.load_times.items()})  # the candidate's import of torch, of the spec
         out["candidate_s"] = round(w.candidate.busy_s, 2)
@@ -477,6 +501,8 @@ class Equivalence:
             out["base_s"] = round(w.base.busy_s, 2)  # waiting on the base, beyond what ran beside the head
             out["base_run_s"] = round(w.base.run_s, 2)
             out["base_compile_s"] = round(w.base.compile_s, 2)
+        if self.ahead_started:
+            out["ahead"] = {**self.ahead_started, **{f"head_{k}": v for k, v in self.ahead_done.items()}}
         return out
 
     def _growth_only(self) -> Outcome:

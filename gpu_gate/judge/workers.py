@@ -233,6 +233,12 @@ class Candidate:
         reply, _ = self._ask({"op": "finish", "compile": compile_settings})
         return reply
 
+    def ahead(self, cases: Sequence[Case]) -> str | None:
+        """Have the worker compile the kernels of ``cases`` ahead, beside it (see worker.ahead); why
+        it does not, or None. It decides nothing: the worker's own calls run as they would."""
+        reply, _ = self._ask({"op": "ahead", "cases": [c.token() for c in cases]})
+        return None if reply.get("ok") else str(reply.get("skipped") or reply.get("message") or "no answer")
+
 
 class Reference:
     def __init__(self, channel: Channel, device: str, deadline: float) -> None:

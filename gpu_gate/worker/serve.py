@@ -50,6 +50,9 @@ class Worker:
         self.job: Job | None = None
         self.server: Any = None
         self._recorders: Any = None
+        from .ahead import Ahead
+
+        self.ahead = Ahead()  # the sibling that compiles the cases' kernels ahead (see worker.ahead)
         if role == "candidate":
             self._record()
 
@@ -125,7 +128,17 @@ class Worker:
             return {"error": "protocol", "message": "no spec is loaded"}, []
         if op == "finish":
             return self._finish(header), []
+        if op == "ahead":
+            return self._ahead(header), []
         return self.server.handle(header, blobs)
+
+    def _ahead(self, header: dict[str, Any]) -> dict[str, Any]:
+        """Compile the kernels of the cases named (tokens) in a process beside this one."""
+        if self.role == "reference" or self.job is None:
+            return {"skipped": "only the code under test's workers compile ahead"}
+        tokens = [str(t) for t in header.get("cases") or []][:MAX_AHEAD]
+        threads = max(2, min(8, (os.cpu_count() or 4) // 4))
+        return self.ahead.start(self.job, tokens, self.repo_root, self.workdir, self.device, threads)
 
     def _finish(self, header: dict[str, Any]) -> dict[str, Any]:
         """What the candidate launched: the repository's kernels (coverage) and the Triton
@@ -150,10 +163,12 @@ class Worker:
         from ..bytecode import uncompiled_modules
 
         reply["uncompiled"] = uncompiled_modules(self.repo_root)  # the gate keeps their bytecode (see bytecode)
+        reply["ahead"] = self.ahead.stop()  # what the sibling compiled, for the job's timing report
         return reply
 
 
 _TORCH_IMPORT_S = [0.0]
+MAX_AHEAD = 4096  # cases one request may name
 
 
 def _alive_s() -> float:
@@ -209,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     worker = Worker(role, context, Path(context_file).parent)
     serve(sock, worker)
     sock.close()
+    worker.ahead.stop()  # the sibling never outlives its worker (nor, so, the job)
     # Exit without tearing down the interpreter: a kernel's atexit code or a CUDA context the
     # candidate broke must not hang the exit.
     sys.stdout.flush()

@@ -97,3 +97,15 @@ def test_fp32_atomics_pass_determinism_within_tolerance_but_not_bitwise(tmp_path
     assert strict.status is Status.FAILED and errors(strict) == {"nondeterministic"}
     assert "deterministic=True" in strict.findings[0].message
 
+
+
+def test_the_cases_kernels_are_compiled_ahead_beside_the_worker(tmp_path: Path) -> None:
+    """The head's worker starts a sibling that compiles the schedule's specializations on several
+    threads (gpu_gate.worker.ahead); the job's verdict is the same, and its timing says what the
+    sibling did."""
+    r = run("tt_gelu", tmp_path, 0)
+    assert r.status is Status.PASSED, [f.message for f in r.findings]
+    said = r.extra["timing"]["ahead"]
+    assert said["head"] == "started", said
+    assert said.get("head_finished") is True and said.get("head_cases", 0) >= 1, said
+    assert said.get("head_compiled", 0) >= 1, said

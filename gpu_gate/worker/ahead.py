@@ -1,0 +1,249 @@
+"""Compiling ahead: the Triton kernels a job's cases will launch, compiled on several cores before
+the cases reach them.
+
+A real kernel compiles a new specialization for nearly every size class, dtype and layout the
+cases reach (on an H100, 11 of the 28 s of Liger-Kernel's GEGLU equivalence job), one after the
+other, in the one process that runs the cases. Once the judge has the job's schedule, it sends the
+cases' tokens to the worker (``ahead``); the worker starts a process of its own beside it, in the
+same sandbox, with the same environment, that:
+
+- imports the spec as the worker did, and builds each case's inputs as the judge will
+  (``equivalence.inputs.materialize``, same seed);
+- calls the candidate, forward and backward, with every Triton launch turned into a *warmup*:
+  Triton resolves the specialization and compiles it, on a pool of threads
+  (``triton.runtime._async_compile.AsyncCompileMode``), and launches nothing;
+- writes what it compiled into the worker's own Triton cache directory, where the worker finds it
+  when its case gets there (Triton's cache is keyed by content: the same key is the same binary,
+  whoever compiled it).
+
+It decides nothing. Nothing it does reaches the judge: its outputs are never computed (no kernel
+runs), and the worker's calls run as before, compiling themselves whatever is not there yet. It
+runs the same code as the worker it serves, in the same sandbox and trust: the head's beside the
+head's worker, the base's beside the base's (whose cache is the one kept for later runs, see
+``compiled_store``). What it cannot do it skips: an autotuned kernel (the worker's own runs pick its
+configs), a wrapper that needs values a kernel would have computed (they are whatever memory
+held), a Triton without asynchronous compiling. The worker ends it before it exits itself, so it
+never outlives the job.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from ..jobs import Job
+
+BUDGET_S = 120.0  # the dry runs stop starting cases after this (the compiles they started finish)
+CASE_LIMIT_S = 10.0  # one dry run's wrapper code, at most (an alarm ends a hang)
+MAX_CASE_BYTES = 1 << 30  # larger cases' inputs are not built here (the worker needs the memory)
+
+
+def wanted(device: str) -> str | None:
+    """Why compiling ahead does not apply in this worker (None: it does)."""
+    if device != "cuda":
+        return "no GPU: nothing is compiled"
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        return "Triton's interpreter compiles nothing"
+    if "triton" not in sys.modules:
+        return "the code under test does not use Triton"
+    try:
+        from triton.runtime import _async_compile  # noqa: F401
+    except ImportError:
+        return "this Triton cannot compile asynchronously"
+    return None
+
+
+class Ahead:
+    """The worker's side: starts the process, and ends it."""
+
+    def __init__(self) -> None:
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.dir: Path | None = None
+
+    def start(self, job: Job, tokens: list[str], repo_root: Path, workdir: Path, device: str,
+              threads: int) -> dict[str, Any]:
+        why = wanted(device)
+        if why is not None:
+            return {"skipped": why}
+        if self.proc is not None:
+            return {"skipped": "already compiling ahead"}
+        d = workdir / "ahead"
+        d.mkdir(exist_ok=True)
+        (d / "ahead.json").write_text(json.dumps({"job": job.to_json(), "cases": tokens, "repo_root": str(repo_root),
+                                                  "threads": threads}))
+        argv = [sys.executable, *_interpreter_flags(), "-c", boot(), str(d / "ahead.json")]
+        with open(d / "log.txt", "wb") as log:
+            self.proc = subprocess.Popen(argv, cwd=d, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         env=dict(os.environ))
+        self.dir = d
+        return {"ok": True}
+
+    def stop(self) -> dict[str, Any]:
+        """End the process (if it is still compiling) and say what it did."""
+        if self.proc is None or self.dir is None:
+            return {}
+        if self.proc.poll() is None:
+            self.proc.kill()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(5)
+        self.proc = None
+        try:
+            done = json.loads((self.dir / "done.json").read_text())
+        except (OSError, ValueError):
+            return {"finished": False}
+        return {"finished": True, **{k: v for k, v in done.items() if isinstance(v, (int, float))}}
+
+
+def _interpreter_flags() -> list[str]:
+    """The worker's own interpreter options (``-I``, the bytecode prefix or ``-B``), for its sibling."""
+    orig = list(getattr(sys, "orig_argv", []))
+    if "-c" in orig:
+        return orig[1:orig.index("-c")]
+    return ["-I", "-B"]
+
+
+def _die_with_parent() -> None:
+    """Linux: this process is killed when the worker that started it dies."""
+    with contextlib.suppress(Exception):
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class _Hang(Exception):
+    pass
+
+
+def _alarm(signum: int, frame: Any) -> None:
+    raise _Hang("the dry run took too long")
+
+
+def dry_runs(spec: Any, tokens: list[str], threads: int, budget_s: float = BUDGET_S) -> dict[str, Any]:
+    """Call the candidate on each case with Triton's launches turned into compiles on ``threads``
+    threads; what was started, tried and compiled."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    import torch
+    from triton.runtime._async_compile import AsyncCompileMode
+
+    from ..equivalence.cases import Case
+    from ..equivalence.inputs import materialize
+    from .calling import kwargs_for
+
+    start = time.monotonic()
+    stats: dict[str, Any] = {"cases": 0, "failed": 0, "compiled": 0}
+    signal.signal(signal.SIGALRM, _alarm)
+    with _launches_compile_only() as compiled, ThreadPoolExecutor(max(1, threads)) as pool, \
+            AsyncCompileMode(pool):
+        for token in tokens:
+            if time.monotonic() - start > budget_s:
+                break
+            try:
+                case = Case.from_token(token)
+                if _case_bytes(spec, case) > MAX_CASE_BYTES:
+                    continue
+                signal.alarm(int(CASE_LIMIT_S))
+                m = materialize(spec, case, "cuda")
+                _dry_call(spec, m.tensors, kwargs_for(spec, case.dims), case.grad_layout)
+                stats["cases"] += 1
+            except BaseException as exc:  # noqa: BLE001 - the candidate's code on values no kernel computed
+                if isinstance(exc, (KeyboardInterrupt, SystemExit)):
+                    raise
+                stats["failed"] += 1
+            finally:
+                signal.alarm(0)
+                m = None  # type: ignore[assignment]
+        stats["compiled"] = compiled[0]
+    with contextlib.suppress(Exception):
+        torch.cuda.synchronize()
+    stats["seconds"] = round(time.monotonic() - start, 2)
+    return stats
+
+
+def _case_bytes(spec: Any, case: Any) -> int:
+    from ..equivalence.cases import case_bytes
+
+    try:
+        return int(case_bytes(spec, case.dims, case.inputs))
+    except Exception:  # noqa: BLE001 - unknown: built anyway (the budget of the check applies)
+        return 0
+
+
+def _dry_call(spec: Any, tensors: dict[str, Any], kwargs: dict[str, Any], grad_layout: str) -> None:
+    """The candidate, forward and (where the spec asks for gradients) backward, with zeros for the
+    upstream gradient in the case's layout: the kernels' arguments, as a real call gives them."""
+    import torch
+
+    from .calling import grad_tensor, normalize
+
+    leaves = {g: tensors[g].detach().requires_grad_(True) for g in spec.grads}
+    outs = normalize(spec.fn(**{**tensors, **leaves}, **kwargs))
+    diff = [v for v in outs.values() if isinstance(v, torch.Tensor) and v.requires_grad]
+    if diff and leaves:
+        gos = [grad_tensor(torch.zeros_like(v), v.dtype, grad_layout) for v in diff]
+        torch.autograd.grad(diff, list(leaves.values()), gos, allow_unused=True)
+
+
+@contextlib.contextmanager
+def _launches_compile_only() -> Any:
+    """Every ``JITFunction`` launch becomes a warmup (compiled, not run); an autotuned kernel is
+    skipped (its configs are for the worker's runs to pick). Yields a one-item list: how many
+    specializations were sent to compile."""
+    from triton.runtime.jit import JITFunction
+
+    count = [0]
+    run = JITFunction.run
+
+    def warm(self: Any, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> Any:
+        count[0] += 1
+        return run(self, *args, grid=grid, warmup=True, **kwargs)
+
+    patched: list[tuple[Any, str, Any]] = [(JITFunction, "run", run)]
+    JITFunction.run = warm  # type: ignore[method-assign]
+    with contextlib.suppress(ImportError):
+        from triton.runtime.autotuner import Autotuner
+
+        patched.append((Autotuner, "run", Autotuner.run))
+        Autotuner.run = lambda self, *a, **k: None  # type: ignore[method-assign]
+    try:
+        yield count
+    finally:
+        for cls, name, original in patched:
+            setattr(cls, name, original)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    path = Path(argv[0])
+    _die_with_parent()
+    data = json.loads(path.read_text())
+    job = Job.from_json(data["job"])
+    from .loader import load_spec
+
+    try:
+        spec = load_spec(job, Path(data["repo_root"]), path.parent)
+        stats: dict[str, Any] = dry_runs(spec, [str(t) for t in data.get("cases") or []],
+                                         int(data.get("threads") or 2))
+    except BaseException as exc:  # noqa: BLE001 - said in its log; the worker compiles as before
+        stats = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+    (path.parent / "done.json").write_text(json.dumps(stats))
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def boot() -> str:
+    """The sibling's program: as the worker's (see executor), gpu-gate's own directory at the end of
+    sys.path where it is not installed (``-I`` ignores PYTHONPATH)."""
+    here = str(Path(__file__).resolve().parents[2])
+    return ("import sys, importlib.util\n"
+            f"if importlib.util.find_spec('gpu_gate') is None: sys.path.append({here!r})\n"
+            "from gpu_gate.worker.ahead import main\n"
+            "main()")

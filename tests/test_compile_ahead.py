@@ -1,0 +1,99 @@
+"""Compiling ahead (gpu_gate.worker.ahead): the sibling process a worker starts to compile the
+cases' Triton kernels beside it. Its dry runs need a GPU (tests/gpu); here, what does not: it
+starts with the worker's interpreter and environment, ends with it, says what it did, and leaves
+Triton as it found it."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from gpu_gate.equivalence.cases import Case, InputChoice
+from gpu_gate.jobs import Job, SpecRef
+from gpu_gate.worker import ahead
+
+SPEC = """\
+import torch
+import gpu_gate as gg
+
+@gg.spec(dims={"n": gg.Dim(1, 64)}, inputs={"x": gg.Tensor(("n",), dtypes=["float32"])},
+         reference=lambda x: x * 2)
+def double_gate(x):
+    return x * 2
+"""
+
+
+def _repo(tmp: Path) -> tuple[Path, Job, list[str]]:
+    (tmp / "gate").mkdir(parents=True)
+    (tmp / "gate" / "double_gate.py").write_text(SPEC)
+    job = Job(id="equivalence:gate/double_gate.py::double_gate", check="equivalence", level="required", kernels=(),
+              spec=SpecRef("gate/double_gate.py", "double_gate"), seed=1)
+    case = Case("c0000", 7, {"n": 33}, {"x": InputChoice("float32", "normal", "contiguous")})
+    return tmp, job, [case.token()]
+
+
+def test_not_wanted_without_a_gpu_or_under_the_interpreter(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ahead.wanted("cpu") == "no GPU: nothing is compiled"
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    assert ahead.wanted("cuda") == "Triton's interpreter compiles nothing"
+    assert ahead.Ahead().start(Job(id="x", check="equivalence", level="required", kernels=()), [], Path("."),
+                               Path("."), "cpu", 2) == {"skipped": "no GPU: nothing is compiled"}
+
+
+def test_the_sibling_runs_the_workers_interpreter_says_what_it_did_and_ends_with_it(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, job, tokens = _repo(tmp_path / "repo")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setattr(ahead, "wanted", lambda device: None)
+    a = ahead.Ahead()
+    # the worker's interpreter options go to the sibling (-I: nothing of the repository shadows gpu-gate)
+    monkeypatch.setattr(sys, "orig_argv", [sys.executable, "-I", "-B", "-c", "pass"])
+    assert a.start(job, tokens, repo, work, "cuda", 2) == {"ok": True}
+    assert a.start(job, tokens, repo, work, "cuda", 2) == {"skipped": "already compiling ahead"}
+    proc = a.proc
+    assert proc is not None
+    for _ in range(600):  # without a GPU its dry run fails; it says so, and exits
+        if (work / "ahead" / "done.json").exists():
+            break
+        time.sleep(0.1)
+    done = json.loads((work / "ahead" / "done.json").read_text())
+    # it imported the spec and tried the one case (building its inputs on a GPU there is not)
+    assert done["cases"] == 0 and done["failed"] == 1 and done["compiled"] == 0, done
+    said = a.stop()
+    assert said["finished"] is True and proc.poll() is not None and a.proc is None
+    assert a.stop() == {}
+
+
+def test_a_sibling_still_compiling_is_killed_when_the_worker_stops_it(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, job, tokens = _repo(tmp_path / "repo")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.setattr(ahead, "wanted", lambda device: None)
+    monkeypatch.setattr(ahead, "boot", lambda: "import time; time.sleep(600)")
+    a = ahead.Ahead()
+    a.start(job, tokens, repo, work, "cuda", 2)
+    proc = a.proc
+    assert proc is not None and proc.poll() is None
+    start = time.monotonic()
+    assert a.stop() == {"finished": False}
+    assert proc.poll() is not None and time.monotonic() - start < 5
+    with pytest.raises(ProcessLookupError):
+        os.kill(proc.pid, 0)
+
+
+def test_launches_become_compiles_only_inside_and_triton_is_as_it_was_after() -> None:
+    jit = pytest.importorskip("triton.runtime.jit")
+    autotuner = pytest.importorskip("triton.runtime.autotuner")
+    run, tuned = jit.JITFunction.run, autotuner.Autotuner.run
+    with ahead._launches_compile_only() as count:
+        assert jit.JITFunction.run is not run and autotuner.Autotuner.run is not tuned
+        # an autotuned kernel is left to the worker's own runs: nothing is launched nor picked here
+        assert autotuner.Autotuner.run(object()) is None
+        assert count == [0]
+    assert jit.JITFunction.run is run and autotuner.Autotuner.run is tuned
