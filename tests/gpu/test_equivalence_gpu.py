@@ -101,11 +101,26 @@ def test_fp32_atomics_pass_determinism_within_tolerance_but_not_bitwise(tmp_path
 
 def test_the_cases_kernels_are_compiled_ahead_beside_the_worker(tmp_path: Path) -> None:
     """The head's worker starts a sibling that compiles the schedule's specializations on several
-    threads (gpu_gate.worker.ahead); the job's verdict is the same, and its timing says what the
-    sibling did."""
+    threads (gpu_gate.worker.ahead); the job's verdict is the same, and its timing says so. (A job
+    this small may end before the sibling has imported torch: the worker then ends it.)"""
     r = run("tt_gelu", tmp_path, 0)
     assert r.status is Status.PASSED, [f.message for f in r.findings]
     said = r.extra["timing"]["ahead"]
-    assert said["head"] == "started", said
-    assert said.get("head_finished") is True and said.get("head_cases", 0) >= 1, said
-    assert said.get("head_compiled", 0) >= 1, said
+    assert said["head"] == "started" and "head_finished" in said, said
+
+
+def test_dry_runs_compile_every_cases_kernels(tmp_path: Path) -> None:
+    """The sibling's dry runs: every case of a schedule called with Triton's launches turned into
+    compiles, on four threads; none fails, and each case sent its kernel to compile."""
+    from gpu_gate.equivalence.cases import ScheduleOptions, schedule
+    from gpu_gate.jobs import Job, SpecRef
+    from gpu_gate.worker import ahead
+    from gpu_gate.worker.loader import load_spec
+
+    job = Job(id="equivalence:tt_gelu", check="equivalence", level="required", kernels=(),
+              spec=SpecRef("gates.py", "tt_gelu"), seed=0)
+    spec = load_spec(job, ROOT, tmp_path)
+    cases = schedule(spec, ScheduleOptions.from_options({"cases": 16}, seed=0, budget=64 << 20))
+    stats = ahead.dry_runs(spec, [c.token() for c in cases], threads=4)
+    assert stats["cases"] == len(cases) and stats["failed"] == 0, stats
+    assert stats["compiled"] >= len(cases), stats
