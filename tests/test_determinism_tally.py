@@ -209,3 +209,24 @@ def test_repeats_start_from_the_inputs_again_and_do_not_send_them_back(
     # each case's buffer: sent to the worker once, and back once from the first run; with every
     # repeat's buffer sent back too, it was 10 per case
     assert len(buffers) <= 2 * r.cases, (len(buffers), r.cases)
+
+
+def test_the_reference_is_asked_for_only_when_a_repeat_differs(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """Repeats that all agree bitwise with the first run need no reference; one that differs is
+    judged against it (its tolerance, and how far the worst run landed)."""
+    from gpu_gate.judge import workers
+
+    asked: list[str] = []
+    truth = workers.Reference.truth
+
+    def counting(self: object, case: object, *a: object, **k: object) -> object:
+        asked.append(getattr(case, "id", "?"))
+        return truth(self, case, *a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(workers.Reference, "truth", counting)
+    honest = _run(tmp_path / "honest", HONEST)
+    assert honest.status is Status.PASSED and asked == []
+    bug = _run(tmp_path / "bug", EVERY_OTHER)
+    assert bug.status is Status.FAILED and len(asked) == 1  # once for the case, not once per repeat
+    assert bug.findings[0].details["worst_error"] > 0.4
