@@ -97,3 +97,40 @@ def test_launches_become_compiles_only_inside_and_triton_is_as_it_was_after() ->
         assert autotuner.Autotuner.run(object()) is None
         assert count == [0]
     assert jit.JITFunction.run is run and autotuner.Autotuner.run is tuned
+
+
+def test_started_with_the_worker_for_an_equivalence_job_and_given_the_cases_later(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, job, tokens = _repo(tmp_path / "repo")
+    work = tmp_path / "work"
+    work.mkdir()
+    a = ahead.Ahead()
+    # only for an equivalence job on a GPU, not under compute-sanitizer, not for one case (a repro)
+    for other in (Job(id="r", check="racecheck", level="required", kernels=()),
+                  Job(id="s", check="equivalence", level="required", kernels=(), options={"sanitizer": "memcheck"}),
+                  Job(id="c", check="equivalence", level="required", kernels=(), case=tokens[0])):
+        assert a.early(other, repo, work, "cuda") is False
+    assert a.early(job, repo, work, "cpu") is False and a.proc is None
+    assert a.early(job, repo, work, "cuda") is True
+    proc = a.proc
+    assert proc is not None
+    time.sleep(1.0)
+    assert proc.poll() is None  # importing, then waiting for its cases
+    monkeypatch.setattr(ahead, "wanted", lambda device: None)
+    assert a.start(job, tokens, repo, work, "cuda", 2) == {"ok": True}
+    assert proc.wait(60) == 0
+    done = json.loads((work / "ahead" / "done.json").read_text())
+    assert done["cases"] == 0 and done["failed"] == 1, done  # it got the one case (no GPU here to build it on)
+    assert a.stop()["finished"] is True
+
+
+def test_an_early_sibling_that_is_never_given_cases_ends_with_its_worker(tmp_path: Path) -> None:
+    repo, job, _ = _repo(tmp_path / "repo")
+    work = tmp_path / "work"
+    work.mkdir()
+    a = ahead.Ahead()
+    assert a.early(job, repo, work, "cuda") is True
+    proc = a.proc
+    assert proc is not None
+    said = a.stop()  # the judge never asked (a spec without Triton kernels, say)
+    assert proc.poll() is not None and said.get("finished") in (True, False)

@@ -4,8 +4,9 @@ the cases reach them.
 A real kernel compiles a new specialization for nearly every size class, dtype and layout the
 cases reach (on an H100, 11 of the 28 s of Liger-Kernel's GEGLU equivalence job), one after the
 other, in the one process that runs the cases. Once the judge has the job's schedule, it sends the
-cases' tokens to the worker (``ahead``); the worker starts a process of its own beside it, in the
-same sandbox, with the same environment, that:
+cases' tokens to the worker (``ahead``). A process of the worker's own runs beside it, in the same
+sandbox, with the same environment (started with the worker, for an equivalence job, so that its
+imports overlap the worker's; else when asked); given the cases, it:
 
 - imports the spec as the worker did, and builds each case's inputs as the judge will
   (``equivalence.inputs.materialize``, same seed);
@@ -65,29 +66,58 @@ class Ahead:
     def __init__(self) -> None:
         self.proc: subprocess.Popen[bytes] | None = None
         self.dir: Path | None = None
+        self.sent = False  # the cases were given to it
+
+    def early(self, job: Job, repo_root: Path, workdir: Path, device: str) -> bool:
+        """At the worker's start, for a job that will ask (equivalence, not under a tool): start the
+        sibling now, so that it imports torch and the spec while the worker does; it then waits for
+        the cases (``send``). Whether it was started."""
+        if job.check != "equivalence" or job.options.get("sanitizer") or device != "cuda" \
+                or os.environ.get("TRITON_INTERPRET") == "1" or self.proc is not None or job.case:
+            return False
+        self._spawn(job, repo_root, workdir)
+        return True
 
     def start(self, job: Job, tokens: list[str], repo_root: Path, workdir: Path, device: str,
               threads: int) -> dict[str, Any]:
+        """Compile ``tokens``' kernels: in the sibling started early, or in one started now."""
         why = wanted(device)
         if why is not None:
+            self._close_input()  # a sibling started early exits at the end of its input
             return {"skipped": why}
-        if self.proc is not None:
+        if self.proc is None:
+            self._spawn(job, repo_root, workdir)
+        if self.sent:
             return {"skipped": "already compiling ahead"}
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(json.dumps({"cases": tokens, "threads": threads}).encode() + b"\n")
+            self.proc.stdin.close()
+        except OSError:  # it is gone (a spec that did not import there, say): the worker compiles as before
+            return {"skipped": "the compiling process ended before it was given the cases"}
+        self.sent = True
+        return {"ok": True}
+
+    def _spawn(self, job: Job, repo_root: Path, workdir: Path) -> None:
         d = workdir / "ahead"
         d.mkdir(exist_ok=True)
-        (d / "ahead.json").write_text(json.dumps({"job": job.to_json(), "cases": tokens, "repo_root": str(repo_root),
-                                                  "threads": threads}))
+        (d / "ahead.json").write_text(json.dumps({"job": job.to_json(), "repo_root": str(repo_root)}))
         argv = [sys.executable, *_interpreter_flags(), "-c", boot(), str(d / "ahead.json")]
         with open(d / "log.txt", "wb") as log:
-            self.proc = subprocess.Popen(argv, cwd=d, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+            self.proc = subprocess.Popen(argv, cwd=d, stdin=subprocess.PIPE, stdout=log, stderr=log,
                                          env=dict(os.environ))
         self.dir = d
-        return {"ok": True}
+
+    def _close_input(self) -> None:
+        if self.proc is not None and self.proc.stdin is not None and not self.proc.stdin.closed:
+            with contextlib.suppress(OSError):
+                self.proc.stdin.close()
 
     def stop(self) -> dict[str, Any]:
         """End the process (if it is still compiling) and say what it did."""
         if self.proc is None or self.dir is None:
             return {}
+        self._close_input()
         if self.proc.poll() is None:
             self.proc.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
@@ -229,8 +259,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         spec = load_spec(job, Path(data["repo_root"]), path.parent)
-        stats: dict[str, Any] = dry_runs(spec, [str(t) for t in data.get("cases") or []],
-                                         int(data.get("threads") or 2))
+        # the cases, from the worker once the judge has its schedule; none (end of input): nothing to do
+        line = sys.stdin.readline()
+        asked = json.loads(line) if line.strip() else {}
+        stats: dict[str, Any] = dry_runs(spec, [str(t) for t in asked.get("cases") or []],
+                                         int(asked.get("threads") or 2)) if asked else {"asked": False}
     except BaseException as exc:  # noqa: BLE001 - said in its log; the worker compiles as before
         stats = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     (path.parent / "done.json").write_text(json.dumps(stats))

@@ -61,6 +61,10 @@ class Worker:
         from .loader import SpecImportError
 
         self.job, self.server = job, None
+        if self.role != "reference":
+            # the sibling that will compile the cases' kernels ahead imports torch and the spec now,
+            # beside this process, rather than after the judge has its schedule (see worker.ahead)
+            self.ahead.early(job, self.repo_root, self.workdir, self.device)
         start = time.monotonic()
         try:
             import torch  # noqa: F401 - timed apart from the spec's own imports
