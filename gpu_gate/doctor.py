@@ -123,6 +123,28 @@ def run_doctor(
     ``visible``: the GPUs to examine, as CUDA_VISIBLE_DEVICES names them (indices or UUIDs);
     None: those CUDA_VISIBLE_DEVICES names, or every GPU where it is unset. The GPUs of other
     runners on the same host are none of this runner's business."""
+    exam = examine_gpus(thresholds=thresholds, nvml_lib=nvml_lib, visible=visible)
+    return complete(exam, tool_probe=tool_probe, pycache=pycache, sandbox_probe=sandbox_probe)
+
+
+@dataclasses.dataclass
+class GpuExam:
+    """The first half of the doctor: the GPUs as NVML sees them (fast), before the tools' probes."""
+
+    thresholds: Thresholds
+    problems: list[str]
+    notes: list[str]
+    gpus: list[GpuHealth]
+    driver: str | None
+    cuda: str | None
+    on_host: int
+    tokens: list[str] | None
+
+
+def examine_gpus(*, thresholds: Thresholds | None = None, nvml_lib: Any | None = None,
+                 visible: Sequence[str] | None = None) -> GpuExam:
+    """The GPUs' own health, from NVML: temperature, memory, ECC, other processes. A fraction of a
+    second; the tools' probes (``complete``) take seconds."""
     t = thresholds or Thresholds()
     problems: list[str] = []
     notes: list[str] = []
@@ -142,6 +164,14 @@ def run_doctor(
             g.cuda_id = cuda_id
         if not snap.gpus:
             problems.append(f"{NO_GPU}: the driver is loaded but NVML sees no GPU (is one assigned to this runner?)")
+    return GpuExam(t, problems, notes, gpus, driver, cuda, on_host, tokens)
+
+
+def complete(exam: GpuExam, *, tool_probe: ToolProbe | None = None, pycache: Path | None = None,
+             sandbox_probe: Callable[[], sandbox.Available] | None = None) -> DoctorReport:
+    """The second half: the tools (compute-sanitizer, CUDA through torch and CuPy), and the report."""
+    t, gpus, tokens = exam.thresholds, exam.gpus, exam.tokens
+    problems, notes = list(exam.problems), list(exam.notes)
     has_gpu = bool(gpus)
     tools = tool_probe(has_gpu, t) if tool_probe else collect_tools(has_gpu, t, pycache=pycache, visible=tokens)
     runner_wide = _failed_devices(tools, gpus, tokens)
@@ -157,7 +187,7 @@ def run_doctor(
     elif box.kind == "unshare":
         notes.append("sandbox: unshare only (install bubblewrap for a private /tmp and /dev, and hidden rather than "
                      "read-only report and cache directories)")
-    return DoctorReport(has_gpu, gpus, tools, problems, notes, driver, cuda, on_host, tokens,
+    return DoctorReport(has_gpu, gpus, tools, problems, notes, exam.driver, exam.cuda, exam.on_host, tokens,
                         sandbox=f"{box.kind}: {box.detail}")
 
 

@@ -162,6 +162,73 @@ def _vet_runner(gpus: tuple[str, ...], pycache: Path | None, policy: Any, jobs: 
     return verdict
 
 
+class _DoctorBeside:
+    """The doctor on a one-GPU runner, beside the first jobs: the GPU's own health (NVML:
+    temperature, memory, ECC, other processes) is examined before any job starts, since the jobs'
+    processes would then count as other processes; the tools' probes (compute-sanitizer, CUDA
+    through torch and CuPy: seconds) run on a thread while the jobs start. A runner they find unfit
+    has its jobs cancelled at once, and every job is reported not run, as if none had started: no
+    result from an unfit runner is ever kept or judged."""
+
+    REASON = "the runner failed its health check"
+
+    def __init__(self, gpus: tuple[str, ...], pycache: Path | None, policy: Any, jobs: Sequence[Any],
+                 control: Any) -> None:
+        import threading
+
+        from . import doctor
+
+        self.control = control
+        self.thresholds = health_limits(policy, tools_needed(jobs))
+        self.start = time.monotonic()
+        self.exam = doctor.examine_gpus(thresholds=self.thresholds, visible=gpus)
+        self.pycache = pycache
+        self._verdict: Any = None
+        self.now: Any = None  # a verdict before any job: the GPU itself has a problem
+        if self.exam.problems or any(g.problems for g in self.exam.gpus):
+            self._finish()
+            self.now = self._verdict
+            return
+        self._thread = threading.Thread(target=self._finish, name="gpu-gate-doctor", daemon=True)
+        self._thread.start()
+
+    def _finish(self) -> None:
+        from . import doctor
+        from .findings import Finding, Severity
+
+        try:
+            report = doctor.complete(self.exam, pycache=self.pycache)
+            verdict = doctor.judge_runner(report)
+        except Exception as exc:  # noqa: BLE001 - a doctor that cannot say is not a healthy runner
+            report = None
+            verdict = doctor.RunnerVerdict([], [Finding(check="doctor", kind="infrastructure", severity=Severity.ERROR,
+                                                        message=f"the runner's health check failed: {exc}")], [])
+        took = time.monotonic() - self.start
+        if verdict.blocking:
+            self.control.cancel(self.REASON)
+            say(f"doctor: this runner is unfit, {len(verdict.blocking)} problem(s) in {took:.1f}s; its jobs are "
+                f"stopped and reported not run:")
+            for f in verdict.blocking:
+                say(f"  - {f.message}")
+        elif report is not None:
+            names = ", ".join(sorted({g.name or "unknown GPU" for g in report.gpus if not g.problems}))
+            say(f"doctor: {len(verdict.usable)} GPU(s) healthy ({names}) in {took:.1f}s")
+            for f in verdict.excluded:
+                say(f"doctor: {f.message}")
+        self._verdict = verdict
+
+    def verdict(self) -> Any:
+        from . import doctor
+        from .findings import Finding, Severity
+
+        if self._verdict is None:
+            self._thread.join()
+        if self._verdict is None:  # it could not say: fail closed
+            return doctor.RunnerVerdict([], [Finding(check="doctor", kind="infrastructure", severity=Severity.ERROR,
+                                                     message="the runner's health check did not finish")], [])
+        return self._verdict
+
+
 def _remember_launches(plan: Plan, record: RunRecord, cache_dir: Path | None) -> None:
     """Keep what each spec launched, keyed by the content it ran on, for later plans."""
     from .coverage import LaunchStore
@@ -263,17 +330,26 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
         # not wait for it); its torch probe compiles the bytecode the jobs then share.
         step("bytecode")
         unfit: list[Any] = []
+        beside: _DoctorBeside | None = None
         if gpus and todo:
-            vetted = _vet_runner(gpus, pycache, policy, todo)
+            if len(gpus) == 1:
+                # The GPU's own health before any job; the tools' probes beside the first jobs
+                beside = _DoctorBeside(gpus, pycache, policy, todo, control)
+                vetted = beside.now
+            else:  # several GPUs: which of them run jobs is known before any starts
+                vetted = _vet_runner(gpus, pycache, policy, todo)
             step("doctor")
-            unfit = vetted.blocking
-            record.plan_findings += vetted.blocking + vetted.excluded
-            if vetted.usable:
-                gpus = tuple(vetted.usable)
+            if vetted is not None:
+                beside = None
+                unfit = vetted.blocking
+                record.plan_findings += vetted.blocking + vetted.excluded
+                if vetted.usable:
+                    gpus = tuple(vetted.usable)
         took = ", ".join(f"{k} {v:.1f}s" for k, v in ready.items() if v >= 0.05)
         say(("not running" if unfit else "running") + f" {len(todo)} jobs" +
             (f" ({len(cached)} cached)" if cached else "") + (f" on {len(gpus)} GPU(s)" if gpus else " on the CPU") +
-            (f" (ready in {sum(ready.values()):.1f}s: {took})" if todo and took else ""))
+            (f" (ready in {sum(ready.values()):.1f}s: {took})" if todo and took else "") +
+            ("; the doctor probes the tools beside the first jobs" if beside is not None else ""))
         for i, r in enumerate(cached, 1):
             _progress(progress_line(r, i, len(jobs), 0.0, colour), r)
         offset = len(cached)
@@ -303,13 +379,19 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
                                worker_python=worker_python)
             with cancel_on_signals(control):
                 results = execute(todo, opts, progress, control)
+            if beside is not None:
+                vetted = beside.verdict()
+                record.plan_findings += vetted.blocking + vetted.excluded
+                if vetted.blocking:  # whatever ran, ran on a runner that failed its health check
+                    unfit = vetted.blocking
+                    results = [_not_run_on_unfit_runner(j, unfit) for j in todo]
         for r in results:  # a job the progress line did not come through for
             keeper.take(r)
         kept, waited = keeper.finish()
         if kept:
             say(f"bytecode: kept {kept} module(s) of the runner's Python for later runs "
                 f"({keeper.busy_s:.1f}s beside the jobs, {waited:.1f}s after them)")
-    if control.reason:
+    if control.reason and control.reason != _DoctorBeside.REASON:
         record.plan_findings.append(interrupted_finding(control.reason))
     if cache:
         # Unsandboxed jobs ran (none runs on an unfit runner, or under `required` without a sandbox).

@@ -460,3 +460,45 @@ def test_no_disk_left_for_reports_fails_closed(make_repo, full_fs: Path) -> None
     assert p.returncode == 3
     assert "gpu-gate: PASSED" in p.stdout  # the verdict is still shown
     assert "gpu-gate: error: cannot write report" in p.stderr and "No space left on device" in p.stderr
+
+
+def test_a_runner_the_doctor_fails_beside_the_first_jobs_keeps_no_result(
+        make_repo, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:  # type: ignore[no-untyped-def]
+    """On one GPU the tools' probes run beside the first jobs (seconds saved on every run). When
+    they find the runner unfit after a job has started, the jobs are stopped and every one is
+    reported not run: nothing that ran on an unfit runner is judged or cached."""
+    import contextlib
+    import json as _json
+
+    from gpu_gate import cli, doctor, executor
+
+    work = tmp_path / "work"  # the jobs' directories: a job's appears as it starts
+    work.mkdir()
+    r = _repo(make_repo)
+    healthy = doctor.GpuHealth(0, "Test GPU", None, 80000, 79000, 40, [], {}, {}, {}, [], [], [], cuda_id="0")
+    monkeypatch.setattr(executor, "detect_gpus", lambda: ("0",))
+    monkeypatch.setattr(doctor, "examine_gpus", lambda **_: doctor.GpuExam(doctor.Thresholds(), [], [], [healthy],
+                                                                           "580", "13.0", 1, ["0"]))
+
+    def late_probe(exam: doctor.GpuExam, **_: object) -> doctor.DoctorReport:
+        for _ in range(600):  # the tools' probe answers once a job has started
+            if list(work.rglob("context.json")):
+                started.append(True)
+                break
+            time.sleep(0.1)
+        return doctor.DoctorReport(True, exam.gpus, {}, ["compute-sanitizer not found (install the CUDA toolkit)"],
+                                   [], "580", "13.0", 1, ["0"])
+
+    started: list[bool] = []
+    monkeypatch.setattr(doctor, "complete", late_probe)
+    monkeypatch.chdir(r.path)
+    with contextlib.suppress(SystemExit):
+        cli.main(["check", "--base", "main", "--cache-dir", str(tmp_path / "cache"), "--work-dir", str(work)])
+    assert started, "no job started beside the doctor"
+    results = _json.loads((r.path / ".gpu-gate/out/results.json").read_text())
+    assert all(j["status"] == "not_run" and "health check" in j["reason"] for j in results["results"])
+    blocking = [f for f in results["plan_findings"] if f["check"] == "doctor"]
+    assert blocking and "compute-sanitizer not found" in blocking[0]["message"]
+    assert not [f for f in results["plan_findings"] if f["kind"] == "interrupted"]
+    assert not list((tmp_path / "cache").rglob("*.json")) or not any(
+        "passed" in p.read_text() for p in (tmp_path / "cache").rglob("*.json"))

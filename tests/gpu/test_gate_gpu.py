@@ -199,13 +199,15 @@ def _check(repo: Path, *args: str, env: dict[str, str] | None = None) -> subproc
                           capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
 
 
-def test_doctor_vets_the_gpu_before_jobs_and_a_cached_rerun_skips_it(tmp_path: Path) -> None:
-    """`check` runs the doctor before the first GPU job and says so; a re-run served wholly from the
-    cache starts no job and does not wait for the doctor."""
+def test_doctor_vets_the_gpu_beside_the_first_jobs_and_a_cached_rerun_skips_it(tmp_path: Path) -> None:
+    """On one GPU, `check` examines the GPU before the first job and probes the tools beside it,
+    and says so; a re-run served wholly from the cache starts no job and does not wait for the
+    doctor."""
     repo = _scale_repo(tmp_path, ["scale"])
     first = _check(repo, "--cache-dir", str(tmp_path / "cache"))
     assert first.returncode == 0, first.stdout + first.stderr
-    assert "GPU(s) healthy" in first.stdout and first.stdout.index("doctor:") < first.stdout.index("running 1 jobs")
+    assert "the doctor probes the tools beside the first jobs" in first.stdout
+    assert "GPU(s) healthy" in first.stdout and first.stdout.index("running 1 jobs") < first.stdout.index("doctor:")
     second = _check(repo, "--cache-dir", str(tmp_path / "cache"))
     assert second.returncode == 0, second.stdout + second.stderr
     assert "running 0 jobs (1 cached)" in second.stdout
