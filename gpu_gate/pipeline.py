@@ -186,13 +186,13 @@ class _DoctorBeside:
         self._verdict: Any = None
         self.now: Any = None  # a verdict before any job: the GPU itself has a problem
         if self.exam.problems or any(g.problems for g in self.exam.gpus):
-            self._finish()
+            self._finish(started=False)
             self.now = self._verdict
             return
         self._thread = threading.Thread(target=self._finish, name="gpu-gate-doctor", daemon=True)
         self._thread.start()
 
-    def _finish(self) -> None:
+    def _finish(self, started: bool = True) -> None:
         from . import doctor
         from .findings import Finding, Severity
 
@@ -206,8 +206,8 @@ class _DoctorBeside:
         took = time.monotonic() - self.start
         if verdict.blocking:
             self.control.cancel(self.REASON)
-            say(f"doctor: this runner is unfit, {len(verdict.blocking)} problem(s) in {took:.1f}s; its jobs are "
-                f"stopped and reported not run:")
+            say(f"doctor: this runner is unfit, {len(verdict.blocking)} problem(s) in {took:.1f}s; " +
+                ("its jobs are stopped and reported not run:" if started else "its GPU jobs will not run:"))
             for f in verdict.blocking:
                 say(f"  - {f.message}")
         elif report is not None:
