@@ -49,14 +49,20 @@ def test_contention_races_are_caught_and_twins_pass(bug: str, twin: str, seed: i
     assert ok.status is Status.PASSED, [f.message for f in ok.findings]
 
 
-def test_what_the_contention_cases_cost(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("name", ["dw_lock_barrier", "embedding_grad_atomic", "gelu_streams_ordered"])
+def test_what_the_contention_cases_cost(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The determinism job of a correct kernel with and without its contention cases (the GELU's
+    also repeats with the caller's stream held back: it uses streams of its own), and where the
+    time went (the job's ``extra["timing"]``)."""
     times = {}
     for contention in (False, True):
         t = time.monotonic()
-        r = determinism("dw_lock_barrier", 0, tmp_path, monkeypatch, contention=contention)
+        r = determinism(name, 0, tmp_path / str(contention), monkeypatch, contention=contention)
         times[contention] = time.monotonic() - t
-        assert r.status is Status.PASSED
-    print(f"\ndeterminism job, dw spec: {times[False]:.1f}s without contention cases, {times[True]:.1f}s with")
+        assert r.status is Status.PASSED, [f.message for f in r.findings]
+        cases = r.extra.get("timing", {}).get("cases", [])
+        print(f"\n{name}, contention {contention}: " + "; ".join(f"{c[0]} {c[2]}s" for c in cases))
+    print(f"\ndeterminism job, {name}: {times[False]:.1f}s without contention cases, {times[True]:.1f}s with")
 
 
 @pytest.mark.parametrize("seed", range(5))
