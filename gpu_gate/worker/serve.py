@@ -141,7 +141,7 @@ class Worker:
         if self.role == "reference" or self.job is None:
             return {"skipped": "only the code under test's workers compile ahead"}
         tokens = [str(t) for t in header.get("cases") or []][:MAX_AHEAD]
-        threads = max(2, min(8, (os.cpu_count() or 4) // 4))
+        threads = max(2, min(8, (os.cpu_count() or 4) // 2))
         return self.ahead.start(self.job, tokens, self.repo_root, self.workdir, self.device, threads)
 
     def _finish(self, header: dict[str, Any]) -> dict[str, Any]:
