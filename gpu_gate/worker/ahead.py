@@ -71,7 +71,7 @@ class Ahead:
     def early(self, job: Job, repo_root: Path, workdir: Path, device: str) -> bool:
         """At the worker's start, for a job that will ask (equivalence, not under a tool): start the
         sibling now, so that it imports torch and the spec while the worker does; it then waits for
-        the cases (``send``). Whether it was started."""
+        the cases (``start``). Whether it was started."""
         if job.check != "equivalence" or job.options.get("sanitizer") or device != "cuda" \
                 or os.environ.get("TRITON_INTERPRET") == "1" or self.proc is not None or job.case:
             return False
