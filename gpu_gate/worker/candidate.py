@@ -185,6 +185,11 @@ class CandidateServer:
         reply["early"] = {k: wire.encode_tensor(e, out) for k, e in early.items()
                           if not _same(e, outs.get(k))}
         same = [k for k in outs if self.held is not None and _same(outs[k], self.held_copy.get(k))]
+        # The values to hold, taken now: an output that is an input's memory (a backward that writes
+        # its gradients into its inputs, as Liger's do) changes when the inputs are put back below,
+        # and every repeat would then differ from the held copy, and be sent back whole
+        held_copy = ({k: wire.plain(v).clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
+                     if header.get("hold") else {})
         reply["same_as_held"] = same
         skip = set(same) if header.get("compare_held") else set()
         reply["outputs"] = {k: (wire.encode_value(v, out) if k not in skip else {"tensor": False, "held": True})
@@ -202,8 +207,7 @@ class CandidateServer:
             reply["inputs_changed"] = self._changed_inputs(out, header.get("inputs_back") is not False)
         reply["watch"] = [_guard_bytes(g, out) for g in watch.outputs]
         if header.get("hold"):
-            self.held = outs
-            self.held_copy = {k: wire.plain(v).clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
+            self.held, self.held_copy = outs, held_copy
         return reply, out
 
     def _changed_inputs(self, out: wire.Blobs, send: bool = True) -> dict[str, Any]:
