@@ -147,19 +147,25 @@ def _vet_runner(gpus: tuple[str, ...], pycache: Path | None, policy: Any, jobs: 
     thresholds = health_limits(policy, tools_needed(jobs))
     start = time.monotonic()
     report = run_doctor(thresholds=thresholds, pycache=pycache, visible=gpus)
-    took = time.monotonic() - start
     verdict = judge_runner(report)
+    _say_verdict(report, verdict, time.monotonic() - start)
+    return verdict
+
+
+def _say_verdict(report: Any, verdict: Any, took: float, unfit: str = "its GPU jobs will not run:") -> None:
+    """The doctor's verdict, in the run's log: unfit and why (then ``unfit``: what becomes of the
+    jobs), or the healthy GPUs and any left out."""
     if verdict.blocking:
-        say(f"doctor: this runner is unfit, {len(report.problems)} problem(s) in {took:.1f}s; its GPU jobs will not "
-            f"run:")
-        for problem in report.problems:
-            say(f"  - {problem}")
-        return verdict
+        say(f"doctor: this runner is unfit, {len(verdict.blocking)} problem(s) in {took:.1f}s; {unfit}")
+        for f in verdict.blocking:
+            say(f"  - {f.message}")
+        return
+    if report is None:
+        return
     names = ", ".join(sorted({g.name or "unknown GPU" for g in report.gpus if not g.problems}))
     say(f"doctor: {len(verdict.usable)} GPU(s) healthy ({names}) in {took:.1f}s")
     for f in verdict.excluded:
         say(f"doctor: {f.message}")
-    return verdict
 
 
 class _DoctorBeside:
@@ -203,18 +209,10 @@ class _DoctorBeside:
             report = None
             verdict = doctor.RunnerVerdict([], [Finding(check="doctor", kind="infrastructure", severity=Severity.ERROR,
                                                         message=f"the runner's health check failed: {exc}")], [])
-        took = time.monotonic() - self.start
         if verdict.blocking:
             self.control.cancel(self.REASON)
-            say(f"doctor: this runner is unfit, {len(verdict.blocking)} problem(s) in {took:.1f}s; " +
-                ("its jobs are stopped and reported not run:" if started else "its GPU jobs will not run:"))
-            for f in verdict.blocking:
-                say(f"  - {f.message}")
-        elif report is not None:
-            names = ", ".join(sorted({g.name or "unknown GPU" for g in report.gpus if not g.problems}))
-            say(f"doctor: {len(verdict.usable)} GPU(s) healthy ({names}) in {took:.1f}s")
-            for f in verdict.excluded:
-                say(f"doctor: {f.message}")
+        _say_verdict(report, verdict, time.monotonic() - self.start,
+                     *(["its jobs are stopped and reported not run:"] if started else []))
         self._verdict = verdict
 
     def verdict(self) -> Any:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_gate.cuda.tritonlaunch import Launch
 from gpu_gate.equivalence.cases import Case, InputChoice
 from gpu_gate.jobs import Job, SpecRef
 from gpu_gate.worker import ahead
@@ -134,3 +135,85 @@ def test_an_early_sibling_that_is_never_given_cases_ends_with_its_worker(tmp_pat
     assert proc is not None
     said = a.stop()  # the judge never asked (a spec without Triton kernels, say)
     assert proc.poll() is not None and said.get("finished") in (True, False)
+
+
+def _fake_launch(name: str) -> Launch:
+    return Launch("lib/k.py", name, {"BLOCK": 64}, {"x": "*fp32"}, {"num_warps": 4}, fn=object())
+
+
+def test_the_launches_the_sibling_built_are_taken_and_only_the_rest_compiled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The worker's finish compiles, for the compile check, only what its sibling did not build
+    already (the same launch for the same arch); the report reads the same either way."""
+    from gpu_gate.cuda import tritonc
+    from gpu_gate.cuda.nvcc import KernelResources
+    from gpu_gate.worker import specializations
+
+    compiled: list[tuple[str, int]] = []
+
+    def compile_kernel(fn: object, config: object, cc: int) -> tritonc.TritonBuild:
+        compiled.append((str(config), cc))
+        return tritonc.TritonBuild("k", "", [KernelResources("k", "k", f"sm_{cc}", registers=cc)])
+
+    monkeypatch.setattr(tritonc, "compile_kernel", compile_kernel)
+    monkeypatch.setattr(tritonc, "launched_config", lambda fn, c, s, o: f"config{sorted(c.items())}")
+    a, b = _fake_launch("a"), _fake_launch("b")
+    launches = [("lib/k.py", a), ("lib/k.py", b)]
+    alone = specializations.compile_launched(launches, ["sm_80", "sm_90"])
+    assert len(compiled) == 4
+    compiled.clear()
+    sibling = [{"key": list(a.key), "arch": "sm_90", "name": "k",
+                "resources": [KernelResources("k", "k", "sm_90", registers=90).to_json()]},
+               {"key": list(b.key), "arch": "sm_80", "name": "k",
+                "resources": [KernelResources("k", "k", "sm_80", registers=80).to_json()]}]
+    known = specializations.builds_from_json(json.loads(json.dumps(sibling)))
+    helped = specializations.compile_launched(launches, ["sm_80", "sm_90"], known)
+    assert sorted(cc for _, cc in compiled) == [80, 90], "only a/sm_80 and b/sm_90 were left to compile"
+    assert helped == alone
+
+
+def test_what_the_sibling_built_is_read_field_by_field() -> None:
+    """Its file is the code under test's (the same sandbox as the worker): what does not read is
+    left out, and the worker compiles that itself."""
+    from gpu_gate.worker import specializations
+
+    a = _fake_launch("a")
+    good = {"key": list(a.key), "arch": "sm_90", "name": "k", "resources": [{"kernel": "k", "symbol": "k",
+                                                                            "arch": "sm_90", "registers": 32}]}
+    junk = [3, {"key": list(a.key)}, {"key": 5, "arch": "sm_80", "name": "k", "resources": []},
+            {**good, "arch": "sm_80", "resources": [{"registers": 1}]}]
+    read = specializations.builds_from_json([*junk, good])
+    assert list(read) == [(a.key, "sm_90")] and read[(a.key, "sm_90")].resources[0].registers == 32
+    assert specializations.builds_from_json({"not": "a list"}) == {}
+
+
+def test_the_worker_waits_for_a_sibling_still_building_and_not_for_one_that_hangs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    repo, job, tokens = _repo(tmp_path / "repo")
+    a = _fake_launch("a")
+    built = [{"key": list(a.key), "arch": "sm_90", "name": "k", "resources": []}]
+    finishing = ("import json, pathlib, time\n"
+                 "d = pathlib.Path('.')\n(d / 'building').write_text('')\ntime.sleep(1.5)\n"
+                 f"(d / 'launched.json').write_text({json.dumps(json.dumps(built))})\n")
+    for program, wait_s, expected in ((finishing, 30.0, [(a.key, "sm_90")]),
+                                      ("import pathlib, time\npathlib.Path('building').write_text('')\n"
+                                       "time.sleep(600)\n", 1.0, [])):
+        work = tmp_path / f"work{wait_s}"
+        work.mkdir()
+        monkeypatch.setattr(ahead, "boot", lambda program=program: program)
+        sib = ahead.Ahead()
+        assert sib.early(job, repo, work, "cuda", builds=True) is True
+        while not (work / "ahead" / "building").exists():
+            time.sleep(0.05)
+        start = time.monotonic()
+        assert list(sib.builds(wait_s)) == expected
+        assert time.monotonic() - start < wait_s + 5
+        sib.stop()
+    # a sibling that never started building (still in its dry runs): not waited for
+    monkeypatch.setattr(ahead, "boot", lambda: "import time; time.sleep(600)")
+    sib = ahead.Ahead()
+    work = tmp_path / "work_dry"
+    work.mkdir()
+    sib.early(job, repo, work, "cuda", builds=True)
+    start = time.monotonic()
+    assert sib.builds(30.0) == {} and time.monotonic() - start < 2
+    sib.stop()

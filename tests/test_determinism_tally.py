@@ -4,6 +4,7 @@ workers, on the CPU (the runs under load on other streams need a GPU)."""
 from __future__ import annotations
 
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -211,10 +212,12 @@ def test_repeats_start_from_the_inputs_again_and_do_not_send_them_back(
     assert len(buffers) <= 2 * r.cases, (len(buffers), r.cases)
 
 
-def test_the_reference_is_asked_for_only_when_a_repeat_differs(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """Repeats that all agree bitwise with the first run need no reference; one that differs is
-    judged against it (its tolerance, and how far the worst run landed)."""
+FETCH_S = 0.4  # how long each fetch of the reference takes in the tests below
+
+
+@pytest.fixture
+def truths_asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The cases the determinism check asked the reference for (each fetch made FETCH_S slower)."""
     from gpu_gate.judge import workers
 
     asked: list[str] = []
@@ -222,14 +225,25 @@ def test_the_reference_is_asked_for_only_when_a_repeat_differs(tmp_path: Path,
 
     def counting(self: object, case: object, *a: object, **k: object) -> object:
         asked.append(getattr(case, "id", "?"))
+        time.sleep(FETCH_S)
         return truth(self, case, *a, **k)  # type: ignore[arg-type]
 
     monkeypatch.setattr(workers.Reference, "truth", counting)
+    return asked
+
+
+def test_the_reference_is_asked_for_only_when_a_repeat_differs(tmp_path: Path, truths_asked: list[str]) -> None:
+    """Repeats that all agree bitwise with the first run need no reference; one that differs is
+    judged against it (its tolerance, and how far the worst run landed). Its fetch is timed as a
+    part of its own, not also in the repeats' part."""
     honest = _run(tmp_path / "honest", HONEST)
-    assert honest.status is Status.PASSED and asked == []
+    assert honest.status is Status.PASSED and truths_asked == []
     bug = _run(tmp_path / "bug", EVERY_OTHER)
-    assert bug.status is Status.FAILED and len(asked) == 1  # once for the case, not once per repeat
+    assert bug.status is Status.FAILED and len(truths_asked) == 1  # once for the case, not once per repeat
     assert bug.findings[0].details["worst_error"] > 0.4
+    parts = next(c[4] for c in bug.extra["timing"]["cases"] if c[4].get("reference_s"))
+    repeats = sum(v for k, v in parts.items() if k.startswith("repeats_"))
+    assert parts["reference_s"] >= FETCH_S and repeats < FETCH_S, parts
 
 
 MUL_SPEC = """\
@@ -268,22 +282,11 @@ def mul(a, b):
 """
 
 
-def test_outputs_that_are_the_inputs_memory_repeat_as_the_same(tmp_path: Path,
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_outputs_that_are_the_inputs_memory_repeat_as_the_same(tmp_path: Path, truths_asked: list[str]) -> None:
     """The first run's outputs are held as they came out, before the worker puts the inputs back:
     held after, the gradients written into the inputs were held as the inputs' old values, every
     repeat of a deterministic kernel "differed", was sent back whole and judged against the
     reference (on an H100, Liger's GEGLU: 0.3 s per repeat and the reference on every case)."""
-    from gpu_gate.judge import workers
-
-    asked: list[str] = []
-    truth = workers.Reference.truth
-
-    def counting(self: object, case: object, *a: object, **k: object) -> object:
-        asked.append(getattr(case, "id", "?"))
-        return truth(self, case, *a, **k)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(workers.Reference, "truth", counting)
     r = _run(tmp_path / "grads_in_inputs", GRADS_IN_INPUTS, MUL_SPEC)
     assert r.status is Status.PASSED, [f.message for f in r.findings]
-    assert asked == [], asked  # every repeat was bitwise the first run: nothing to judge
+    assert truths_asked == [], truths_asked  # every repeat was bitwise the first run: nothing to judge

@@ -118,6 +118,11 @@ class Determinism:
             self.timing["cases"].append([case.id, side, round(time.monotonic() - start, 2), case.describe()[:120],
                                          parts])
 
+    def _took_fetched(self) -> float:
+        """The time the reference's fetch took since last asked (it has a part of its own)."""
+        took, self._fetched_s = getattr(self, "_fetched_s", 0.0), 0.0
+        return took
+
     def _lap(self, part: str, since: float) -> float:
         """Add the time since ``since`` to ``part`` of the case's timing; now."""
         import time
@@ -237,7 +242,7 @@ class Determinism:
                 if not truth:
                     start = time.monotonic()
                     truth.append(r.ref.truth(case, first))
-                    self._lap("reference_s", start)
+                    self._fetched_s = self._lap("reference_s", start) - start  # not the repeat's lap too
                 return truth[0]
 
             return self._repeat(cand, case, upstream, first, reference, rep.side_streams > 0)
@@ -263,7 +268,7 @@ class Determinism:
             differed[when], runs[when] = 0, repeats
             lap, t = "repeats_" + next(iter(how), "alone") + "_s", time.monotonic()
             for i in range(repeats):
-                t = self._lap(lap, t)  # the run before
+                t = self._lap(lap, t + self._took_fetched())  # the run before
                 # what the call wrote into its inputs is put back in the worker, not sent: only the
                 # outputs are compared here (a backward that reuses its inputs' memory, as Liger's
                 # GEGLU does, would send both inputs back with every repeat)
@@ -298,7 +303,7 @@ class Determinism:
                 if bad:
                     differed[when] += 1
                     found = found or (bad, i, when)
-            self._lap(lap, t)
+            self._lap(lap, t + self._took_fetched())
         if found is None:
             return None
         why, i, when = found

@@ -126,7 +126,7 @@ class Equivalence:
         self.phases: dict[str, float] = {}
         self.replayed: list[str] = []  # the cases run again at the end, in plain tensors
         self.ahead_started: dict[str, str] = {}  # compiling ahead, per side: "started", or why not
-        self.ahead_done: dict[str, Any] = {}  # what the head's sibling said it did
+        self.ahead_done: dict[str, dict[str, Any]] = {}  # per side, what its sibling said it did
 
     @property
     def spec_id(self) -> str:
@@ -241,12 +241,17 @@ class Equivalence:
         (``extra["launch_resources"]``). The candidate worker recorded and compiled them (the launches
         exist only in its process) and reports what came out; :mod:`gpu_gate.checks.compile_launched`
         decides what that means."""
+        from ..judge.workers import BaseLost
+
         settings = self.job.options.get("compile")
         wanted = self.ctx.device == "cuda" and not self.sanitized and not self.job.case and isinstance(settings, dict)
+        if self.workers.base is not None and "base" in self.ahead_started:
+            with contextlib.suppress(BaseLost):  # first: its cores are the head's compile's
+                self.ahead_done["base"] = self.workers.base.ahead_done()
         done = self.workers.finish(settings if wanted else None)
         ahead = done.get("ahead")
         if isinstance(ahead, dict):  # the head's worker's sibling, as it says: for the timing report only
-            self.ahead_done = {str(k): v for k, v in ahead.items() if isinstance(v, (int, float, bool))}
+            self.ahead_done["head"] = {str(k): v for k, v in ahead.items() if isinstance(v, (int, float, bool))}
         if done.get("specializations"):
             extra["specializations"] = done["specializations"]
         notes = []
@@ -502,7 +507,8 @@ class Equivalence:
             out["base_run_s"] = round(w.base.run_s, 2)
             out["base_compile_s"] = round(w.base.compile_s, 2)
         if self.ahead_started:
-            out["ahead"] = {**self.ahead_started, **{f"head_{k}": v for k, v in self.ahead_done.items()}}
+            out["ahead"] = {**self.ahead_started, **{f"{side}_{k}": v for side, done in self.ahead_done.items()
+                                                     for k, v in done.items()}}
         return out
 
     def _growth_only(self) -> Outcome:

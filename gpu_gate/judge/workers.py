@@ -233,6 +233,13 @@ class Candidate:
         reply, _ = self._ask({"op": "finish", "compile": compile_settings})
         return reply
 
+    def ahead_done(self) -> dict[str, Any]:
+        """End the worker's compiling sibling; what it says it did (timing only, never a verdict)."""
+        reply, _ = self._ask({"op": "ahead_done"})
+        ahead = reply.get("ahead")
+        return {str(k): v for k, v in ahead.items() if isinstance(v, (int, float, bool))} \
+            if isinstance(ahead, dict) else {}
+
     def ahead(self, cases: Sequence[Case]) -> str | None:
         """Have the worker compile the kernels of ``cases`` ahead, beside it (see worker.ahead); why
         it does not, or None. It decides nothing: the worker's own calls run as they would."""

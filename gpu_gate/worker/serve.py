@@ -64,7 +64,7 @@ class Worker:
         if self.role != "reference":
             # the sibling that will compile the cases' kernels ahead imports torch and the spec now,
             # beside this process, rather than after the judge has its schedule (see worker.ahead)
-            self.ahead.early(job, self.repo_root, self.workdir, self.device)
+            self.ahead.early(job, self.repo_root, self.workdir, self.device, builds=self.role == "candidate")
         start = time.monotonic()
         try:
             import torch  # noqa: F401 - timed apart from the spec's own imports
@@ -134,6 +134,8 @@ class Worker:
             return self._finish(header), []
         if op == "ahead":
             return self._ahead(header), []
+        if op == "ahead_done":  # the sibling ends: what it compiled, for the job's timing report
+            return {"ahead": self.ahead.stop()}, []
         return self.server.handle(header, blobs)
 
     def _ahead(self, header: dict[str, Any]) -> dict[str, Any]:
@@ -142,7 +144,8 @@ class Worker:
             return {"skipped": "only the code under test's workers compile ahead"}
         tokens = [str(t) for t in header.get("cases") or []][:MAX_AHEAD]
         threads = max(2, min(8, (os.cpu_count() or 4) // 2))
-        return self.ahead.start(self.job, tokens, self.repo_root, self.workdir, self.device, threads)
+        return self.ahead.start(self.job, tokens, self.repo_root, self.workdir, self.device, threads,
+                                builds=self.role == "candidate")
 
     def _finish(self, header: dict[str, Any]) -> dict[str, Any]:
         """What the candidate launched: the repository's kernels (coverage) and the Triton
@@ -158,7 +161,9 @@ class Worker:
                                  "specializations": [{**launch.to_json(), "file": rel} for rel, launch in mine]}
         settings = header.get("compile")
         if mine and isinstance(settings, dict) and self.device == "cuda":
-            reply["compile"] = compile_launched(mine, normalise_archs(settings.get("archs") or DEFAULT_ARCHS))
+            # the sibling compiled most of them beside the cases (see worker.ahead); the rest are compiled here
+            reply["compile"] = compile_launched(mine, normalise_archs(settings.get("archs") or DEFAULT_ARCHS),
+                                                self.ahead.builds())
         from .autotune import untimed
 
         taken = untimed()

@@ -11,6 +11,7 @@ severity, a resource over the policy's limits) is the judge's decision, in
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -43,23 +44,33 @@ def repo_launches(launches: list[Launch], repo_root: Path, kernels: tuple[str, .
     return out
 
 
-def compile_launched(launches: list[tuple[str, Launch]], archs: list[str]) -> dict[str, Any]:
+Built = dict[tuple[tuple[str, ...], str], tritonc.TritonBuild]  # (launch key, arch) -> what came out
+
+
+def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known: Built | None = None
+                     ) -> dict[str, Any]:
     """Compile each launched specialization for each of ``archs`` (normalised, ``sm_90``):
     ``{"rows": [...], "errors": [...], "not_compiled": n}``, rows and errors in the order of the
-    launches and the archs, whatever the threads' timing."""
+    launches and the archs, whatever the threads' timing. ``known``: builds already made for the same
+    launch and arch (by the worker's compiling sibling, see :mod:`.ahead`), taken as they are."""
     compilable = [(rel, launch) for rel, launch in launches if launch.fn is not None]
     configs = [(rel, launch, tritonc.launched_config(launch.fn, launch.constexprs, launch.signature, launch.options))
                for rel, launch in compilable[:MAX_COMPILED]]
     tasks = [(rel, launch, config, arch) for rel, launch, config in configs for arch in archs]
+    known = known or {}
 
     def build(task: tuple[str, Launch, tritonc.TritonConfig, str]) -> tritonc.TritonBuild | Exception:
         _, launch, config, arch = task
+        done = known.get((launch.key, arch))
+        if done is not None:
+            return done
         try:
             return tritonc.compile_kernel(launch.fn, config, arch_number(arch))
         except Exception as exc:  # noqa: BLE001 - Triton raises many types for a compile error
             return exc
 
-    threads = max(1, min(MAX_THREADS, len(tasks), len(os.sched_getaffinity(0))))
+    threads = max(1, min(MAX_THREADS, len(tasks) - sum((t[1].key, t[3]) in known for t in tasks),
+                         len(os.sched_getaffinity(0))))
     with ThreadPoolExecutor(threads) as pool:
         builds = list(pool.map(build, tasks))  # in the order of the tasks: the report does not depend on timing
     if threads > 1:  # a failure is reported only if it fails alone too: never one of compiling side by side
@@ -79,3 +90,41 @@ def compile_launched(launches: list[tuple[str, Launch]], archs: list[str]) -> di
                          "shared_bytes": r.shared_bytes, "constant_bytes": r.constant_bytes,
                          "barriers": r.barriers})
     return {"rows": rows, "errors": errors, "not_compiled": max(0, len(compilable) - MAX_COMPILED)}
+
+
+def build_ahead(launches: list[tuple[str, Launch]], archs: list[str], threads: int) -> list[dict[str, Any]]:
+    """In the compiling sibling (see :mod:`.ahead`): compile the launches its dry runs made, for
+    ``archs``, as :func:`compile_launched` would, so that the worker's ``finish`` finds them built.
+    Only what compiled is listed (a failure is compiled again, and reported, by the worker)."""
+    compilable = [launch for _, launch in launches if launch.fn is not None][:2 * MAX_COMPILED]
+    tasks = [(launch, arch) for launch in compilable for arch in archs]
+
+    def build(task: tuple[Launch, str]) -> dict[str, Any] | None:
+        launch, arch = task
+        try:
+            config = tritonc.launched_config(launch.fn, launch.constexprs, launch.signature, launch.options)
+            built = tritonc.compile_kernel(launch.fn, config, arch_number(arch))
+        except Exception:  # noqa: BLE001 - the worker compiles it again and reports the error
+            return None
+        return {"key": list(launch.key), "arch": arch, "name": built.name,
+                "resources": [r.to_json() for r in built.resources]}
+
+    with ThreadPoolExecutor(max(1, min(threads, len(tasks) or 1))) as pool:
+        return [b for b in pool.map(build, tasks) if b is not None]
+
+
+def builds_from_json(data: Any) -> Built:
+    """The sibling's builds, read back field by field; what does not read is left out (compiled
+    again by the worker)."""
+    from ..cuda.nvcc import KernelResources
+
+    out: Built = {}
+    fields = {f.name for f in dataclasses.fields(KernelResources)}
+    for item in data if isinstance(data, list) else []:
+        try:
+            key = tuple(str(k) for k in item["key"])
+            resources = [KernelResources(**{k: v for k, v in r.items() if k in fields}) for r in item["resources"]]
+            out[(key, str(item["arch"]))] = tritonc.TritonBuild(str(item["name"]), "", resources)
+        except (KeyError, TypeError, ValueError):
+            continue
+    return out

@@ -109,6 +109,36 @@ def test_the_cases_kernels_are_compiled_ahead_beside_the_worker(tmp_path: Path) 
     assert said["head"] == "started" and "head_finished" in said, said
 
 
+def test_the_launches_compiled_beside_the_cases_report_what_the_worker_would(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The head's sibling also compiles the launched specializations for the compile check's archs
+    (gpu_gate.worker.ahead); the worker's finish takes them. Each reported row is what compiling
+    that launch here gives."""
+    from gpu_gate.cuda import tritonc
+    from gpu_gate.cuda.archs import arch_number
+
+    r = run("tt_gelu", tmp_path, 0, cases=64, compile={"archs": ["sm_80", "sm_90"]})
+    assert r.status is Status.PASSED, [f.message for f in r.findings]
+    said = r.extra["timing"]["ahead"]
+    print("ahead:", said)
+    if said.get("head_finished"):  # it ran to its end, so through the build (a small job may end first)
+        assert said.get("head_launched_built", 0) >= 2, said
+    rows = r.extra["launch_resources"]
+    assert {x["arch"] for x in rows} == {"sm_80", "sm_90"}, rows
+    options = {(s["function"], repr(sorted(s["constexprs"].items())), repr(sorted(s["signature"].items()))):
+               s["options"] for s in r.extra["specializations"]}
+    monkeypatch.syspath_prepend(str(ROOT))
+    import tt_kernels
+
+    for x in rows:
+        fn = getattr(tt_kernels, x["kernel"])
+        opts = options[(x["kernel"], repr(sorted(x["constexprs"].items())), repr(sorted(x["signature"].items())))]
+        built = tritonc.compile_kernel(fn, tritonc.launched_config(fn, x["constexprs"], x["signature"], opts),
+                                       arch_number(x["arch"]))
+        mine = {(k.registers, k.spill_store, k.shared_bytes) for k in built.resources}
+        assert (x["registers"], x["spill_store"], x["shared_bytes"]) in mine, (x, mine)
+
+
 def test_dry_runs_compile_every_cases_kernels(tmp_path: Path) -> None:
     """The sibling's dry runs: every case of a schedule called with Triton's launches turned into
     compiles, on four threads; none fails, and each case sent its kernel to compile."""
