@@ -408,6 +408,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     candidate worker's directory by the sanitizer check)."""
     import socket
 
+    marks = {"enter": time.monotonic()}  # the job's time outside the judge's process, for its timing
     outer = workdir.parent
     judge_dir = outer / "judge"
     dirs = {"candidate": workdir, "reference": outer / "r"}
@@ -426,10 +427,11 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
             d.mkdir(exist_ok=True)
             shown = opts.repo_root if remap else roots[role]
             (d / "context.json").write_text(json.dumps(_worker_context(opts, gpu, shown)))
-            if shelf is not None:
+            if shelf is not None and role != "reference":  # the reference's torch code launches none of them
                 compiled_store.seed(shelf, d / ".cache" / "triton")
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
+    marks["files"] = time.monotonic()
     pairs = {role: socket.socketpair() for role in roles}
     context = {**_context(opts, gpu, job), "channels": {role: a.fileno() for role, (a, _) in pairs.items()}}
     job_file, result_file = judge_dir / "in.json", judge_dir / "out.json"
@@ -482,6 +484,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     judge_pid: list[int] = []
 
     def judge_started(p: int) -> None:
+        marks["judge"] = time.monotonic()
         judge_pid.append(p)
         control.started(p)
         for _, b in pairs.values():  # the workers hold their ends; the gate keeps none
@@ -492,6 +495,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         jpr = proc.run(judge_argv(opts, job_file, result_file), cwd=judge_dir, env=judge_env, timeout=timeout,
                        pass_fds=tuple(a.fileno() for a, _ in pairs.values()), on_start=judge_started)
     finally:
+        marks["judged"] = time.monotonic()
         control.ended(judge_pid[0] if judge_pid else None)
         _close_pairs(pairs)
         for t in running:
@@ -500,9 +504,11 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
             _kill_group(p)
         for t in running:
             t.join()
+        marks["workers_gone"] = time.monotonic()
     if shelf is not None and "base" in dirs and control.reason is None:
         # every sandbox is gone: what the base's code compiled is kept for the next runs
         compiled_store.harvest(dirs["base"] / ".cache" / "triton", shelf)
+    marks["kept"] = time.monotonic()
     if control.reason is not None and (jpr.signal == 9 or jpr.timed_out or jpr.returncode is None):
         return _interrupted(job, control.reason, jpr)
     cand_pr, _ = done.get("candidate", (jpr, 0))
@@ -514,7 +520,23 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
 
         base_run = BaseRun(dirs["base"], done["base"][0], roots["base"])
     result = _judge_result(job, opts, workdir, jpr, cand_pr, inner, timeout, module, base_run)
+    _time_outside(result, marks)
     return _with_escapes(result, escaped, avail) if escaped else result
+
+
+def _time_outside(result: JobResult, marks: dict[str, float]) -> None:
+    """Where a judged job's time went outside the judge's process (``extra.timing.outside``):
+    its files, sandboxes and processes started (``start_s``, of which the files and the compiled
+    kernels' copies, ``files_s``), the workers' exit after the judge's
+    (``workers_exit_s``), the base's compiled kernels kept (``keep_s``)."""
+    if "judge" not in marks or not isinstance(result.extra, dict):
+        return
+    timing = result.extra.setdefault("timing", {})
+    if isinstance(timing, dict):
+        timing["outside"] = {"files_s": round(marks["files"] - marks["enter"], 2),
+                             "start_s": round(marks["judge"] - marks["enter"], 2),
+                             "workers_exit_s": round(marks["workers_gone"] - marks["judged"], 2),
+                             "keep_s": round(marks["kept"] - marks["workers_gone"], 2)}
 
 
 def _wait_started(pids: dict[str, int], n: int, limit_s: float = 30.0) -> None:
@@ -842,8 +864,12 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
             else:
                 if gpu is not None:
                     gpu_slots.acquire(gpu, memory_need(job))
+                began = time.monotonic() - start
                 try:
                     res = run_one(job, opts, gpu, control)
+                    outside = res.extra.get("timing", {}).get("outside") if isinstance(res.extra, dict) else None
+                    if isinstance(outside, dict):
+                        outside["began_s"] = round(began, 2)  # after the run's start (a GPU slot's wait)
                 except Exception as exc:  # noqa: BLE001 - one job's failure never stops the run
                     res = _error_result(job, "internal-error", f"internal error running the job: {exc}", None)
                 finally:

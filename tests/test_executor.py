@@ -224,3 +224,19 @@ def test_jobs_number_gpus_as_nvidia_smi_and_the_doctor_do(tmp_path: Path, monkey
     assert "CUDA_DEVICE_ORDER" not in executor._env_for(opts, None, tmp_path, 4, "equivalence", True)  # CPU job
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")  # the runner's own choice is kept
     assert executor._env_for(opts, "2", tmp_path, 4, "equivalence", True)["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+
+
+def test_a_judged_jobs_time_outside_its_judge_is_in_its_timing(tmp_path: Path) -> None:
+    """The job's time that the judge's own timing cannot see: its start (files, sandboxes, processes),
+    its workers' exit after the judge's, and the compiled kernels kept; and when, after the run's
+    start, it began (a GPU slot's wait)."""
+    jobs = _jobs(tmp_path, {"a": "return x * 2", "b": "return x * 2"})
+    results = execute(jobs, ExecOptions(repo_root=tmp_path, gpus=(), timeout_s=120, workers=1))
+    for r in results:
+        outside = r.extra["timing"]["outside"]
+        assert set(outside) == {"files_s", "start_s", "workers_exit_s", "keep_s", "began_s"}, outside
+        assert all(isinstance(v, float) and 0 <= v < 60 for v in outside.values()), outside
+        assert outside["files_s"] <= outside["start_s"]
+    first, second = sorted(results, key=lambda r: r.extra["timing"]["outside"]["began_s"])
+    # one worker: the second job began once the first had ended
+    assert second.extra["timing"]["outside"]["began_s"] >= first.duration_s

@@ -252,6 +252,8 @@ class Equivalence:
         ahead = done.get("ahead")
         if isinstance(ahead, dict):  # the head's worker's sibling, as it says: for the timing report only
             self.ahead_done["head"] = {str(k): v for k, v in ahead.items() if isinstance(v, (int, float, bool))}
+            if isinstance(done.get("compile_taken"), int):  # of the compile check's builds, made by the sibling
+                self.ahead_done["head"]["launched_taken"] = done["compile_taken"]
         if done.get("specializations"):
             extra["specializations"] = done["specializations"]
         notes = []

@@ -154,7 +154,7 @@ class Worker:
             return {}
         coverage, specializations = self._recorders[1], self._recorders[2]
         from ..cuda.archs import DEFAULT_ARCHS, normalise_archs
-        from .specializations import compile_launched, repo_launches
+        from .specializations import MAX_COMPILED, compile_launched, repo_launches
 
         mine = repo_launches(specializations.launches if specializations else [], self.repo_root, self.job.kernels)
         reply: dict[str, Any] = {"launches": coverage.to_json(),
@@ -162,8 +162,11 @@ class Worker:
         settings = header.get("compile")
         if mine and isinstance(settings, dict) and self.device == "cuda":
             # the sibling compiled most of them beside the cases (see worker.ahead); the rest are compiled here
-            reply["compile"] = compile_launched(mine, normalise_archs(settings.get("archs") or DEFAULT_ARCHS),
-                                                self.ahead.builds())
+            archs = normalise_archs(settings.get("archs") or DEFAULT_ARCHS)
+            known = self.ahead.builds()
+            reply["compile"] = compile_launched(mine, archs, known)
+            reply["compile_taken"] = sum((launch.key, arch) in known for _, launch in mine[:MAX_COMPILED]
+                                         for arch in archs)  # for the timing report
         from .autotune import untimed
 
         taken = untimed()

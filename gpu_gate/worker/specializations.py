@@ -96,7 +96,7 @@ def build_ahead(launches: list[tuple[str, Launch]], archs: list[str], threads: i
     """In the compiling sibling (see :mod:`.ahead`): compile the launches its dry runs made, for
     ``archs``, as :func:`compile_launched` would, so that the worker's ``finish`` finds them built.
     Only what compiled is listed (a failure is compiled again, and reported, by the worker)."""
-    compilable = [launch for _, launch in launches if launch.fn is not None][:2 * MAX_COMPILED]
+    compilable = [launch for _, launch in launches if launch.fn is not None][:MAX_COMPILED]
     tasks = [(launch, arch) for launch in compilable for arch in archs]
 
     def build(task: tuple[Launch, str]) -> dict[str, Any] | None:
