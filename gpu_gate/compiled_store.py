@@ -10,10 +10,11 @@ and a changed kernel never meets a stale binary.
 Trust. The store lives in the result cache's directory, which no sandbox shows. It takes entries
 only from the *base's* worker (the trusted branch's code, in a sandbox of its own, after every
 process of the job is gone), never from the code under review; so a pull request cannot plant a
-binary that a later run, or the base's side of its own run, would load. Every worker starts with a
-copy of the spec's shelf in its own private cache directory: what the head's code writes there
-goes nowhere. The base's tree is shown at the repository's own path in its sandbox (see
-``executor``), so the kernels it compiles carry the paths the head's would.
+binary that a later run, or the base's side of its own run, would load. The head's and the base's
+workers are shown their spec's shelf read-only in their sandbox, and each copies it into its own
+private cache directory as it starts (:mod:`gpu_gate.worker.kept_kernels`, :func:`seed`): what the
+head's code writes there goes nowhere. The base's tree is shown at the repository's own path in
+its sandbox (see ``executor``), so the kernels it compiles carry the paths the head's would.
 
 Triton's group files name their members by absolute path; a copy's are pointed at the copy.
 
@@ -46,8 +47,8 @@ def shelf(store: Path, job: Job) -> Path | None:
 
 
 def seed(shelf_dir: Path | None, dest: Path) -> int:
-    """Copy the shelf's entries into a worker's Triton cache directory (before the worker starts);
-    how many were copied."""
+    """Copy the shelf's entries into a worker's Triton cache directory (in the worker, while it
+    starts); how many were copied. An entry the worker's Triton wrote first is left as it is."""
     if shelf_dir is None or not shelf_dir.is_dir():
         return 0
     dest.mkdir(parents=True, exist_ok=True)
@@ -55,7 +56,10 @@ def seed(shelf_dir: Path | None, dest: Path) -> int:
     for entry in _entries(shelf_dir):
         target = dest / entry.name
         if not target.exists():
-            shutil.copytree(entry, target, symlinks=True)
+            try:
+                shutil.copytree(entry, target, symlinks=True)
+            except OSError:
+                continue  # Triton made it meanwhile (an import that compiles), or no room left
             _relocate_groups(target)
             n += 1
     return n

@@ -291,7 +291,7 @@ _WORKER_BOOT = _BOOT.replace("from gpu_gate.harness import main", "from gpu_gate
 
 
 def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Available,
-            source: Path | None = None) -> sandbox.Layout:
+            source: Path | None = None, shown: tuple[Path, ...] = ()) -> sandbox.Layout:
     """What the job's sandbox shows: the repository and Python's installation read-only; the
     report directory, the cache and every job directory of the run (this job's parent included)
     empty; this job's directory writable."""
@@ -317,6 +317,7 @@ def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Av
             keep.append(venv)
     if opts.pycache is not None:
         keep.append(opts.pycache)
+    keep += [Path(os.path.realpath(p)) for p in shown]  # inside a hidden directory: shown again, read-only
     return sandbox.Layout(repo=opts.repo_root, jobdir=workdir, hide=tuple(hide), readonly=tuple(keep),
                           gpu=gpu is not None, source=source)
 
@@ -364,13 +365,14 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
 
 def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir: Path, env: dict[str, str],
                    timeout: float, avail: sandbox.Available, control: RunControl, extra_fds: tuple[int, ...] = (),
-                   on_start: Callable[[int], None] | None = None, source: Path | None = None
-                   ) -> tuple[proc.ProcResult, int]:
+                   on_start: Callable[[int], None] | None = None, source: Path | None = None,
+                   shown: tuple[Path, ...] = ()) -> tuple[proc.ProcResult, int]:
     """Run ``argv`` in the sandbox; also return how many processes outlived the worker (they
     are dead by the time this returns). ``extra_fds``: descriptors the process inherits (its end
-    of the socket to the judge); ``source``: the tree shown at the repository's path (the base's)."""
+    of the socket to the judge); ``source``: the tree shown at the repository's path (the base's);
+    ``shown``: directories of the gate's shown read-only (a hidden one's: the compiled kernels' shelf)."""
     with tempfile.TemporaryFile() as count:
-        layout = _layout(opts, gpu, workdir, avail, source)
+        layout = _layout(opts, gpu, workdir, avail, source, shown)
         full = sandbox.wrap(avail, layout, argv, count.fileno())
         start = sandbox.boot_ticks()
         pid: list[int] = []
@@ -426,9 +428,13 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         for role, d in dirs.items():
             d.mkdir(exist_ok=True)
             shown = opts.repo_root if remap else roots[role]
-            (d / "context.json").write_text(json.dumps(_worker_context(opts, gpu, shown)))
-            if shelf is not None and role != "reference":  # the reference's torch code launches none of them
-                compiled_store.seed(shelf, d / ".cache" / "triton")
+            context_json = _worker_context(opts, gpu, shown)
+            if shelf is not None and shelf.is_dir() and role != "reference":
+                # the worker copies its spec's kept kernels into its own cache itself, while it
+                # imports torch and the spec: shown read-only in its sandbox, the shelf cannot be
+                # written from there (the reference's torch code launches none of them)
+                context_json["shelf"] = str(shelf)
+            (d / "context.json").write_text(json.dumps(context_json))
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
     marks["files"] = time.monotonic()
@@ -474,9 +480,10 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
 
         other = roots[role] != opts.repo_root
         wopts = opts if remap or not other else dataclasses.replace(opts, repo_root=roots[role])
+        shown = (shelf,) if shelf is not None and shelf.is_dir() and role != "reference" else ()
         done[role] = _contained_run(argvs[role], wopts, gpu, dirs[role], wenv, timeout + 60, avail, control,
                                     extra_fds=(b.fileno(),), on_start=started,
-                                    source=roots[role] if remap and other else None)
+                                    source=roots[role] if remap and other else None, shown=shown)
 
     running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in roles]
     for t in running:

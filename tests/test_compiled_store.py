@@ -58,6 +58,7 @@ def row_sum(x):
 # whether the store reached its worker). It also plants an entry of its own, and tries to write
 # the store itself wherever it might be.
 HEAD_OPS = f"""\
+import json
 import os
 import pathlib
 
@@ -67,7 +68,12 @@ def _plant():
     d.mkdir(parents=True, exist_ok=True)
     (d / "kernel.json").write_text("planted by the head")
     root = pathlib.Path(__file__).resolve().parents[1]
-    for store in root.glob(".gpu-gate/**/compiled/*"):
+    shelves = list(root.glob(".gpu-gate/**/compiled/*"))
+    try:  # the shelf its worker is shown (read-only), named in the worker's own context file
+        shelves.append(pathlib.Path(json.loads((pathlib.Path(os.environ["TMPDIR"]) / "context.json").read_text())["shelf"]))
+    except (OSError, KeyError, ValueError):
+        pass
+    for store in shelves:
         try:
             (store / "{BASE_KEY}" / "kernel.json").write_text("poisoned")
         except OSError:

@@ -404,7 +404,7 @@ def _loaded(role: str, channel: Channel, lost: WorkerLost | None, deadline: floa
     if reply.get("error"):
         raise ContextLost(f"the {role} worker failed: {reply.get('message')}")
     times = {}
-    for key in ("alive_s", "torch_import_s", "spec_import_s"):
+    for key in ("alive_s", "torch_import_s", "spec_import_s", "seed_s", "seed_wait_s", "seeded"):
         with contextlib.suppress(TypeError, ValueError):
             times[key] = round(float(reply.get(key) or 0.0), 2)
     return bool(reply.get("uses_triton")), times

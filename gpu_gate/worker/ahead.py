@@ -292,9 +292,8 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_parent()
     data = json.loads(path.read_text())
     job = Job.from_json(data["job"])
-    from .loader import load_spec
-
     from ..cuda.tritonlaunch import Recorder
+    from .loader import load_spec
 
     repo_root = Path(data["repo_root"])
     settings = job.options.get("compile")
