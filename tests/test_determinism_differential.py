@@ -52,16 +52,20 @@ def row_sum_gate(x):
 """
 
 
-def _tree(root: Path, ops: str) -> Path:
+# the same, where the spec promises bitwise-identical runs: any difference is the change's defect
+DETERMINISTIC_SPEC = SPEC.replace("reference=lambda x: x.sum(-1),", "reference=lambda x: x.sum(-1), deterministic=True,")
+
+
+def _tree(root: Path, ops: str, spec: str = SPEC) -> Path:
     (root / "mylib").mkdir(parents=True)
     (root / "mylib" / "__init__.py").write_text("")
     (root / "mylib" / "ops.py").write_text(ops)
     (root / "gate").mkdir()
-    (root / "gate" / "rows_gate.py").write_text(SPEC)
+    (root / "gate" / "rows_gate.py").write_text(spec)
     return root
 
 
-def _run(tmp: Path, base_ops: str, head_ops: str) -> list[dict]:  # type: ignore[type-arg]
+def _run(tmp: Path, base_ops: str, head_ops: str, spec: str = SPEC) -> list[dict]:  # type: ignore[type-arg]
     """The determinism job of a pull request whose base has ``base_ops``: its nondeterministic findings."""
     import dataclasses
 
@@ -73,13 +77,13 @@ def _run(tmp: Path, base_ops: str, head_ops: str) -> list[dict]:  # type: ignore
     checks["determinism"] = dataclasses.replace(checks["determinism"], needs_gpu=False)
     saved, executor.CHECKS = executor.CHECKS, checks  # type: ignore[assignment]
     try:
-        return _execute(tmp, base_ops, head_ops)
+        return _execute(tmp, base_ops, head_ops, spec)
     finally:
         executor.CHECKS = saved
 
 
-def _execute(tmp: Path, base_ops: str, head_ops: str) -> list[dict]:  # type: ignore[type-arg]
-    head, base = _tree(tmp / "head", head_ops), _tree(tmp / "base", base_ops)
+def _execute(tmp: Path, base_ops: str, head_ops: str, spec: str) -> list[dict]:  # type: ignore[type-arg]
+    head, base = _tree(tmp / "head", head_ops, spec), _tree(tmp / "base", base_ops, spec)
     job = Job(id="determinism:gate/rows_gate.py::row_sum_gate", check="determinism", level="required",
               kernels=(), spec=SpecRef("gate/rows_gate.py", "row_sum_gate"), seed=7,
               options={"repeats": 3, "contention": False, DIFFERENTIAL: "b" * 40})
@@ -106,3 +110,10 @@ def test_runs_within_the_bases_own_error_on_the_case_are_debt(tmp_path: Path) ->
 def test_runs_further_off_than_the_bases_error_allows_are_new(tmp_path: Path) -> None:
     found = _run(tmp_path, BIASED, BEYOND)
     assert found and {f["details"]["change"] for f in found} == {"new"}, found
+
+
+def test_a_spec_that_promises_identical_runs_gets_no_allowance(tmp_path: Path) -> None:
+    """deterministic=True: runs that differ at all are the change's, however far off the base is."""
+    found = _run(tmp_path, BIASED, WITHIN, DETERMINISTIC_SPEC)
+    assert found and {f["details"]["change"] for f in found} == {"new"}, found
+    assert "deterministic=True" in found[0]["message"]

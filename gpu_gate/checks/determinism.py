@@ -223,7 +223,9 @@ class Determinism:
         if again is not None:
             return _pre_existing(marked(finding, "pre-existing"))
         factor = float(getattr(self.runner, "regression_factor", 4.0))
-        if head_off and all(0 < base_off.get(k, 0.0) and h <= factor * base_off[k] for k, h in head_off.items()):
+        # deterministic=True: any difference is the defect, however accurate the runs
+        within = head_off and all(0 < base_off.get(k, 0.0) and h <= factor * base_off[k] for k, h in head_off.items())
+        if within and not self.spec.deterministic:
             return _within_base(marked(finding, "pre-existing"), head_off, base_off, factor)
         return marked(finding, "new")
 
