@@ -11,7 +11,8 @@ Trust. The store lives in the result cache's directory, which no sandbox shows. 
 only from the *base's* worker (the trusted branch's code, in a sandbox of its own, after every
 process of the job is gone), never from the code under review; so a pull request cannot plant a
 binary that a later run, or the base's side of its own run, would load. The head's and the base's
-workers are shown their spec's shelf read-only in their sandbox, and each copies it into its own
+workers are shown their spec's shelf read-only in their sandbox (a mount in the worker's own
+directory), and each copies it into its own
 private cache directory as it starts (:mod:`gpu_gate.worker.kept_kernels`, :func:`seed`): what the
 head's code writes there goes nowhere. The base's tree is shown at the repository's own path in
 its sandbox (see ``executor``), so the kernels it compiles carry the paths the head's would.

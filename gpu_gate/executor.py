@@ -291,7 +291,7 @@ _WORKER_BOOT = _BOOT.replace("from gpu_gate.harness import main", "from gpu_gate
 
 
 def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Available,
-            source: Path | None = None, shown: tuple[Path, ...] = ()) -> sandbox.Layout:
+            source: Path | None = None, lent: tuple[tuple[Path, Path], ...] = ()) -> sandbox.Layout:
     """What the job's sandbox shows: the repository and Python's installation read-only; the
     report directory, the cache and every job directory of the run (this job's parent included)
     empty; this job's directory writable."""
@@ -317,9 +317,9 @@ def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Av
             keep.append(venv)
     if opts.pycache is not None:
         keep.append(opts.pycache)
-    keep += [Path(os.path.realpath(p)) for p in shown]  # inside a hidden directory: shown again, read-only
     return sandbox.Layout(repo=opts.repo_root, jobdir=workdir, hide=tuple(hide), readonly=tuple(keep),
-                          gpu=gpu is not None, source=source)
+                          gpu=gpu is not None, source=source,
+                          lent=tuple((Path(os.path.realpath(a)), Path(os.path.realpath(b))) for a, b in lent))
 
 
 def _context(opts: ExecOptions, gpu: str | None, job: Job) -> dict[str, Any]:
@@ -366,13 +366,13 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
 def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir: Path, env: dict[str, str],
                    timeout: float, avail: sandbox.Available, control: RunControl, extra_fds: tuple[int, ...] = (),
                    on_start: Callable[[int], None] | None = None, source: Path | None = None,
-                   shown: tuple[Path, ...] = ()) -> tuple[proc.ProcResult, int]:
+                   lent: tuple[tuple[Path, Path], ...] = ()) -> tuple[proc.ProcResult, int]:
     """Run ``argv`` in the sandbox; also return how many processes outlived the worker (they
     are dead by the time this returns). ``extra_fds``: descriptors the process inherits (its end
     of the socket to the judge); ``source``: the tree shown at the repository's path (the base's);
-    ``shown``: directories of the gate's shown read-only (a hidden one's: the compiled kernels' shelf)."""
+    ``lent``: (a directory of the gate's, where the sandbox shows it read-only: the kept kernels)."""
     with tempfile.TemporaryFile() as count:
-        layout = _layout(opts, gpu, workdir, avail, source, shown)
+        layout = _layout(opts, gpu, workdir, avail, source, lent)
         full = sandbox.wrap(avail, layout, argv, count.fileno())
         start = sandbox.boot_ticks()
         pid: list[int] = []
@@ -398,6 +398,7 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
 
 
 WORKER_ROLES = ("candidate", "reference")  # and "base", the base's code, in a differential run
+KEPT = ".kept"  # in a worker's directory: where its sandbox shows the spec's kept kernels, read-only
 WORKER_GRACE_S = 5.0  # after the judge is done, how long a worker may take to exit before it is killed
 
 
@@ -431,9 +432,12 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
             context_json = _worker_context(opts, gpu, shown)
             if shelf is not None and shelf.is_dir() and role != "reference":
                 # the worker copies its spec's kept kernels into its own cache itself, while it
-                # imports torch and the spec: shown read-only in its sandbox, the shelf cannot be
-                # written from there (the reference's torch code launches none of them)
-                context_json["shelf"] = str(shelf)
+                # imports torch and the spec, from a read-only mount of the shelf in its own
+                # directory: the shelf cannot be written from there, and the base's worker, whose
+                # repository path shows the base's tree, sees it too (the reference's torch code
+                # launches none of them)
+                (d / KEPT).mkdir()
+                context_json["shelf"] = str(d / KEPT)
             (d / "context.json").write_text(json.dumps(context_json))
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
@@ -480,10 +484,10 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
 
         other = roots[role] != opts.repo_root
         wopts = opts if remap or not other else dataclasses.replace(opts, repo_root=roots[role])
-        shown = (shelf,) if shelf is not None and shelf.is_dir() and role != "reference" else ()
+        lent = ((shelf, dirs[role] / KEPT),) if shelf is not None and (dirs[role] / KEPT).is_dir() else ()
         done[role] = _contained_run(argvs[role], wopts, gpu, dirs[role], wenv, timeout + 60, avail, control,
                                     extra_fds=(b.fileno(),), on_start=started,
-                                    source=roots[role] if remap and other else None, shown=shown)
+                                    source=roots[role] if remap and other else None, lent=lent)
 
     running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in roles]
     for t in running:

@@ -90,6 +90,9 @@ class Layout:
     # the tree shown at ``repo``, where it is another one: the base's work tree, seen at the head's
     # path, so that the base's code compiles to the same kernels (paths in line info included)
     source: Path | None = None
+    # (a directory of the gate's, where the job sees it): shown read-only at a mount point inside
+    # the job's directory (the spec's kept kernels), wherever the gate keeps it
+    lent: tuple[tuple[Path, Path], ...] = ()
 
 
 def _first_line(text: str) -> str:
@@ -226,6 +229,8 @@ def _bwrap_mounts(layout: Layout) -> list[str]:
         ops.append((_depth(p), 1, ["--tmpfs", str(p)]))
     jobdir = Path(os.path.realpath(layout.jobdir))
     ops.append((_depth(jobdir), 2, ["--bind", str(jobdir), str(jobdir)]))
+    for src, dest in layout.lent:  # inside the job's directory: deeper, so after it
+        ops.append((_depth(dest), 3, ["--ro-bind", str(src), str(dest)]))
     argv = [a for _, _, op in sorted(ops, key=lambda o: (o[0], o[1])) for a in op]
     # Read-only last: bwrap cannot make a mount point inside a read-only tmpfs.
     return argv + [a for p in hide for a in ("--remount-ro", str(p))]
@@ -249,6 +254,9 @@ def _unshare_setup(layout: Layout) -> str:
     jd = _quote(Path(os.path.realpath(layout.jobdir)))
     # A bind of a path inside a read-only mount is read-only too, until remounted.
     lines.append(f"mount --bind {jd} {jd} && mount -o remount,bind,rw {jd}")
+    for src, dest in layout.lent:
+        q = _quote(dest)
+        lines.append(f"mkdir -p {q} && mount --bind {_quote(src)} {q} && mount -o remount,bind,ro {q}")
     lines.append(f"cd {_quote(layout.repo)}")
     lines.append("set +e")  # the waiter must count after a failing worker too
     return "\n".join(lines)

@@ -147,6 +147,10 @@ def test_the_store_keeps_the_bases_kernels_and_seeds_the_next_run(make_repo) -> 
     code, text, results = _check(r, cache)
     assert _equivalence(results) == "passed", text  # the head's worker started with the base's kernel
     assert _entries(cache) == kept
+    # each worker copied the kept kernel itself; the base's too, though its sandbox shows the base's
+    # tree where the store (inside the repository here) would be
+    timing = next(r for r in results["results"] if r["check"] == "equivalence")["extra"]["timing"]
+    assert timing["load_seeded"] == 1 and timing["base_load_seeded"] == 1, timing
 
 
 def test_harvest_takes_only_well_formed_entries(tmp_path: Path) -> None:

@@ -499,6 +499,7 @@ class Equivalence:
         out: dict[str, Any] = {f"{k}_s": round(v, 2) for k, v in self.phases.items()}
         out["load_s"] = round(w.load_s, 2)  # the workers' start and spec import, before the first case
         out.update({f"load_{k}": v for k, v in w.load_times.items()})  # the candidate's import of torch, of the spec
+        out.update({f"base_load_{k}": v for k, v in w.base_load_times.items()})  # and the base's
         out["candidate_s"] = round(w.candidate.busy_s, 2)
         out["candidate_run_s"] = round(w.candidate.run_s, 3)  # of which in the calls, as the worker says
         out["candidate_compile_s"] = round(w.candidate.compile_s, 2)  # and of that, compiling Triton kernels

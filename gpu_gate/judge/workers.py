@@ -343,6 +343,7 @@ class Workers:
     base_missing: str | None = None  # why a differential job has no base to compare with
     load_s: float = 0.0  # the workers' start and their import of the spec, as the judge waited for it
     load_times: dict[str, float] = dataclasses.field(default_factory=dict)  # of which, in the candidate's worker
+    base_load_times: dict[str, float] = dataclasses.field(default_factory=dict)  # the same, in the base's
 
     def finish(self, compile_settings: Any = None) -> dict[str, Any]:
         if self.finished is None:
@@ -379,7 +380,8 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
     workers = Workers(spec_from_description(reply["spec"]), Candidate(channels["candidate"], device, deadline),
                       reference, uses_triton)
     if base_commit(job):
-        workers.base, workers.base_missing = _connect_base(base, asked.get("base"), device, deadline)
+        workers.base, workers.base_missing, workers.base_load_times = _connect_base(base, asked.get("base"), device,
+                                                                                    deadline)
     workers.load_s = time.monotonic() - start
     workers.load_times = load_times
     return workers
@@ -403,38 +405,43 @@ def _loaded(role: str, channel: Channel, lost: WorkerLost | None, deadline: floa
         raise SpecDidNotImport(Finding.from_json(reply["finding"]))
     if reply.get("error"):
         raise ContextLost(f"the {role} worker failed: {reply.get('message')}")
+    return bool(reply.get("uses_triton")), _load_times(reply)
+
+
+def _load_times(reply: dict[str, Any]) -> dict[str, float]:
+    """What a worker says its start took (for the timing report only)."""
     times = {}
     for key in ("alive_s", "torch_import_s", "spec_import_s", "seed_s", "seed_wait_s", "seeded"):
         with contextlib.suppress(TypeError, ValueError):
             times[key] = round(float(reply.get(key) or 0.0), 2)
-    return bool(reply.get("uses_triton")), times
+    return times
 
 
 BASE_LOAD_S = 300.0  # how long the base's code may take to import, once the head's has
 
 
 def _connect_base(channel: Channel | None, lost: WorkerLost | None, device: str, deadline: float
-                  ) -> tuple[Candidate | None, str | None]:
+                  ) -> tuple[Candidate | None, str | None, dict[str, float]]:
     """The base's code with the same spec. When it cannot run (the kernel is new, the spec does not
     import at the base), the job judges by absolute rules only and says why: never more lenient."""
     import time
 
     if channel is None:
-        return None, "the base's code was not available to this job"
+        return None, "the base's code was not available to this job", {}
     try:
         if lost is not None:
             raise lost
         reply, _ = channel.answer(min(deadline, time.monotonic() + BASE_LOAD_S))
     except WorkerTimeout:
-        return None, "the base's code did not import the spec in time"
+        return None, "the base's code did not import the spec in time", {}
     except WorkerLost:
-        return None, "the base's worker died while importing the spec"
+        return None, "the base's worker died while importing the spec", {}
     if reply.get("error") == "spec-import":
         msg = str((reply.get("finding") or {}).get("message") or "an import error").splitlines()[0]
-        return None, f"the spec does not import against the base's code ({msg})"
+        return None, f"the spec does not import against the base's code ({msg})", {}
     if reply.get("error"):
-        return None, f"the base's worker failed: {reply.get('message')}"
-    return BaseCandidate(channel, device, deadline), None
+        return None, f"the base's worker failed: {reply.get('message')}", {}
+    return BaseCandidate(channel, device, deadline), None, _load_times(reply)
 
 
 class BaseCandidate(Candidate):

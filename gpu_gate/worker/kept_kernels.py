@@ -2,13 +2,14 @@
 Triton cache directory while it imports torch and the spec.
 
 The gate keeps what the base's code compiled, per spec, in a shelf of the result cache. It used to
-copy the shelf into each worker's cache before starting the worker: with a shelf near its cap, on
-an H100 runner, 3.8 s before the equivalence job's judge could start, and as long for the
-determinism job's. The sandbox now shows the shelf read-only to the head's and the base's workers
-(never to the reference's), and the worker copies it itself, on a thread, from its first line on;
-importing torch and the spec takes longer, so the copy costs the job nothing. Before it answers
-``load`` (the judge's cases, and the compiling sibling's, come after), the worker waits for the
-copy to end: a kernel is then found compiled, as before.
+copy the shelf into each worker's cache before starting the worker: on an H100 runner, 3.8 s
+before the equivalence job's judge could start, and as long for the determinism job's. The sandbox
+now shows the shelf to the head's and the base's workers (never to the reference's), read-only, at
+a mount point in the worker's own directory (``.kept``: wherever the result cache is, even inside a
+repository whose path shows the base's tree to the base's worker). The worker copies it itself, on
+a thread, from its first line on; importing torch and the spec takes longer, so the copy costs the
+job nothing. Before it answers ``load`` (the judge's cases, and the compiling sibling's, come
+after), the worker waits for the copy to end: a kernel is then found compiled, as before.
 
 Trust: the shelf is read-only in the sandbox (a worker cannot change what a later run loads); the
 copy is the worker's own, in its own directory, as the gate's copy was. A worker that skips the
