@@ -537,8 +537,8 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
 
 def _time_outside(result: JobResult, marks: dict[str, float]) -> None:
     """Where a judged job's time went outside the judge's process (``extra.timing.outside``):
-    its files, sandboxes and processes started (``start_s``, of which the files and the compiled
-    kernels' copies, ``files_s``), the workers' exit after the judge's
+    its files, sandboxes and processes started (``start_s``, of which writing the job's files,
+    ``files_s``), the workers' exit after the judge's
     (``workers_exit_s``), the base's compiled kernels kept (``keep_s``)."""
     if "judge" not in marks or not isinstance(result.extra, dict):
         return
