@@ -198,3 +198,15 @@ def _read_bounded(f: IO[bytes]) -> str:
     f.seek(size - half)
     tail = f.read(half)
     return (head + f"\n[... {size - MAX_CAPTURE} bytes cut ...]\n".encode() + tail).decode("utf-8", errors="replace")
+
+
+def alive_s() -> float:
+    """Seconds since this process started (Linux), 0 where that cannot be read."""
+    from pathlib import Path
+
+    try:
+        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
+    except (OSError, ValueError, IndexError):
+        return 0.0

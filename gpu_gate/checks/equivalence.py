@@ -505,6 +505,9 @@ class Equivalence:
         out["candidate_compile_s"] = round(w.candidate.compile_s, 2)  # and of that, compiling Triton kernels
         out["reference_wait_s"] = round(w.reference.wait_s, 2)
         out["inputs_s"] = round(self.runner.inputs_s, 2)
+        # each step of the cases, in the judge: the base's includes its own calls and comparisons
+        out["steps"] = {k: round(v, 2) for k, v in self.runner.steps.items()}
+        out["wire"] = self._wire()
         if w.base is not None:
             out["base_s"] = round(w.base.busy_s, 2)  # waiting on the base, beyond what ran beside the head
             out["base_run_s"] = round(w.base.run_s, 2)
@@ -512,6 +515,21 @@ class Equivalence:
         if self.ahead_started:
             out["ahead"] = {**self.ahead_started, **{f"{side}_{k}": v for side, done in self.ahead_done.items()
                                                      for k, v in done.items()}}
+        return out
+
+    def _wire(self) -> dict[str, Any]:
+        """What crossed the channels, as the judge and each worker counted it (timing only)."""
+        from .. import wire
+        from ..judge.channel import WorkerLost, WorkerTimeout
+        from ..judge.workers import BaseLost, ContextLost, SpecBroken
+
+        out: dict[str, Any] = {"judge": wire.stats()}
+        for side, worker in (("head", self.workers.candidate), ("base", self.workers.base),
+                             ("reference", self.workers.reference)):
+            if worker is None or getattr(worker.channel, "lost", None) is not None:
+                continue
+            with contextlib.suppress(WorkerLost, WorkerTimeout, BaseLost, ContextLost, SpecBroken, KeyError):
+                out[side] = worker.stats()
         return out
 
     def _growth_only(self) -> Outcome:

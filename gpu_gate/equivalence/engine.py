@@ -9,8 +9,10 @@ the candidate never held.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from ..findings import Finding, Severity
@@ -125,13 +127,24 @@ class CaseRunner:
         self.chance_at_base: set[tuple[str, str]] = set()
         self.regression_factor = regression_factor
         self.inputs_s = 0.0  # time spent building the cases' inputs (the judge's own work)
+        # where a case's time goes, in the judge (timing only): each step's seconds, summed over cases
+        self.steps: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def _step(self, name: str) -> Iterator[None]:
+        start = time.monotonic()
+        try:
+            yield
+        finally:
+            self.steps[name] = self.steps.get(name, 0.0) + time.monotonic() - start
 
     def run(self, case: Case, *, sensitivity: bool) -> CaseResult:
         repro = self.repro_cmd.format(token=case.token())
         start = time.monotonic()
         m = materialize(self.spec, case, self.device)
         self.inputs_s += time.monotonic() - start
-        upstream = self.ref.upstream(case)
+        with self._step("upstream"):
+            upstream = self.ref.upstream(case)
         # In a differential run the base's code starts on the same inputs first, and runs beside the
         # head's (another process): its first call is needed whatever the head's verdict.
         base_first = self._base_later(case, m, upstream)
@@ -143,10 +156,11 @@ class CaseRunner:
         if base_first is not None:
             assert self.base is not None
             self.base.limit_s = max(BASE_CALL_MIN_S, BASE_CALL_FACTOR * (time.monotonic() - start))  # type: ignore[attr-defined]
-            if result.refused is None and result.unsupported is None:
-                self._against_base(case, m, upstream, repro, sensitivity, result, truth, base_first)
-            else:
-                self._base_wait(base_first, case)
+            with self._step("base"):
+                if result.refused is None and result.unsupported is None:
+                    self._against_base(case, m, upstream, repro, sensitivity, result, truth, base_first)
+                else:
+                    self._base_wait(base_first, case)
         return result
 
     def _base_later(self, case: Case, m: Any, upstream: dict[str, Any] | None) -> Any:
@@ -179,19 +193,24 @@ class CaseRunner:
         passed), its report ``first`` where that call was made already."""
         import torch
 
-        rep1 = first or cand.call(case, upstream, inputs=m, hold=not light, early=not light)
+        with self._step("first_call"):
+            rep1 = first or cand.call(case, upstream, inputs=m, hold=not light, early=not light)
         if rep1.status != "ok":
             return self._not_ok(case, rep1, repro), truth
-        findings = [] if light else self._unordered(case, rep1, repro)
-        findings += self._guards(case, m, rep1, repro)
-        findings += self._types(case, rep1, repro)
+        with self._step("guards"):
+            findings = [] if light else self._unordered(case, rep1, repro)
+            findings += self._guards(case, m, rep1, repro)
+            findings += self._types(case, rep1, repro)
         snap1 = rep1.outputs
         # The reference worker computes the truth while the candidate's worker runs the second time.
         pending = self.ref.truth_later(case, snap1) if truth is None else None
-        outs2 = None if light else self._second_run(cand, case, upstream, repro, findings, rep1)
+        with self._step("second_call"):
+            outs2 = None if light else self._second_run(cand, case, upstream, repro, findings, rep1)
         if pending is not None:
-            truth = Truth(*pending())
+            with self._step("truth"):
+                truth = Truth(*pending())
         assert truth is not None
+        compare_start = time.monotonic()
         ref, base, cond = truth.reference, truth.baseline, truth.conditioning
         comparisons = []
         for k, r in ref.items():
@@ -208,10 +227,13 @@ class CaseRunner:
                             rule=self.rule, perturbed=cond.get(k))
                 if why:
                     findings.append(_finding(self.spec_id, case, "unstable", why, repro, output=k))
+        self.steps["compare"] = self.steps.get("compare", 0.0) + time.monotonic() - compare_start
         if sensitivity and not findings:
-            findings += self._relocated(cand, case, upstream, snap1, ref, base, cond, repro)
+            with self._step("relocated"):
+                findings += self._relocated(cand, case, upstream, snap1, ref, base, cond, repro)
         if sensitivity and not findings:
-            findings += self._sensitivity(cand, case, snap1, repro)
+            with self._step("sensitivity"):
+                findings += self._sensitivity(cand, case, snap1, repro)
         return CaseResult(case, findings, comparisons), truth
 
     def _compare(self, case: Case, k: str, outs: dict[str, Any], truth: Truth) -> Comparison:

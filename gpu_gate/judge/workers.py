@@ -240,6 +240,10 @@ class Candidate:
         return {str(k): v for k, v in ahead.items() if isinstance(v, (int, float, bool))} \
             if isinstance(ahead, dict) else {}
 
+    def stats(self) -> dict[str, Any]:
+        """What the worker says it moved through the channel (timing only, never a verdict)."""
+        return _stats(self._ask({"op": "stats"})[0])
+
     def ahead(self, cases: Sequence[Case]) -> str | None:
         """Have the worker compile the kernels of ``cases`` ahead, beside it (see worker.ahead); why
         it does not, or None. It decides nothing: the worker's own calls run as they would."""
@@ -312,6 +316,10 @@ class Reference:
             return f"raised {reply['raised']}"
         return wire.decode_dict(reply["reference"], blobs, self.device)
 
+    def stats(self) -> dict[str, Any]:
+        """What the worker says it moved through the channel (timing only, never a verdict)."""
+        return _stats(self._ask({"op": "stats"})[0])
+
     def baseline_fp32(self, case: Case, like: dict[str, Any], salt: int = 0
                       ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """torch in float32, rounded to each output's dtype; and, for data coarser than the kernel's
@@ -321,6 +329,14 @@ class Reference:
         storage = reply.get("storage")
         return (wire.decode_dict(reply["baseline"], blobs, self.device),
                 wire.decode_dict(storage, blobs, self.device) if storage is not None else None)
+
+
+def _stats(reply: dict[str, Any]) -> dict[str, Any]:
+    wire_stats = reply.get("wire")
+    out = {str(k): v for k, v in wire_stats.items() if isinstance(v, (int, float))} if isinstance(wire_stats, dict) else {}
+    if isinstance(reply.get("alive_s"), (int, float)):
+        out["alive_s"] = round(float(reply["alive_s"]), 2)
+    return out
 
 
 def _dtypes(like: dict[str, Any]) -> dict[str, str]:
@@ -359,7 +375,10 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
 
     from ..rules.judging import base_commit
 
+    from ..proc import alive_s
+
     start = time.monotonic()
+    judge_alive_s = alive_s()  # the judge's own start, before it asks: timing only
     header = {"op": "load", "job": job.to_json()}
     base = channels.get("base") if base_commit(job) else None
     # the candidate first: in one process, the reference borrows the spec it imported
@@ -383,7 +402,7 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
         workers.base, workers.base_missing, workers.base_load_times = _connect_base(base, asked.get("base"), device,
                                                                                     deadline)
     workers.load_s = time.monotonic() - start
-    workers.load_times = load_times
+    workers.load_times = {**load_times, "judge_alive_s": round(judge_alive_s, 2)}
     return workers
 
 

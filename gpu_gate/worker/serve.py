@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import wire
+from ..proc import alive_s
 from ..jobs import Job
 
 
@@ -98,7 +99,7 @@ class Worker:
         seeded, self.seeding = self.seeding.wait() if self.seeding is not None else {}, None
         # timing, for the job's report: importing torch (at the worker's start) and the spec
         return {"ok": True, "device": self.device, "torch_import_s": _TORCH_IMPORT_S[0] + torch_s,
-                "alive_s": _alive_s(), "spec_import_s": spec_s, **seeded,
+                "alive_s": alive_s(), "spec_import_s": spec_s, **seeded,
                 "uses_triton": uses_triton(self.repo_root) if self.role == "candidate" else None}
 
     def _record(self) -> None:
@@ -140,6 +141,8 @@ class Worker:
             return self._ahead(header), []
         if op == "ahead_done":  # the sibling ends: what it compiled, for the job's timing report
             return {"ahead": self.ahead.stop()}, []
+        if op == "stats":  # what this worker moved through the channel, for the job's timing report
+            return {"wire": wire.stats(), "alive_s": alive_s()}, []
         return self.server.handle(header, blobs)
 
     def _ahead(self, header: dict[str, Any]) -> dict[str, Any]:
@@ -185,16 +188,6 @@ class Worker:
 
 _TORCH_IMPORT_S = [0.0]
 MAX_AHEAD = 4096  # cases one request may name
-
-
-def _alive_s() -> float:
-    """Seconds since this process started (Linux), 0 where that cannot be read."""
-    try:
-        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
-        uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
-    except (OSError, ValueError, IndexError):
-        return 0.0
 
 
 def _pick_device() -> str:
