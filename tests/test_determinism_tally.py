@@ -157,24 +157,27 @@ def test_repeats_send_the_upstream_gradient_once_and_each_run_gets_a_fresh_copy(
     """The repeats of a case run on the worker's copy of the upstream gradient (sending a large one
     with each repeat was most of a contention case's time on an H100). Each run gets a copy of its
     own: a backward that writes into its upstream gradient must not make the repeats differ."""
-    from gpu_gate import wire
+    from gpu_gate.judge.workers import Candidate
 
-    sent: list[int] = []
-    encode_dict = wire.encode_dict
+    sent: list[str] = []
+    send = Candidate._send
 
-    def counting(values: dict[str, object], blobs: list[object]) -> dict[str, object]:
-        sent.append(len(values))
-        return encode_dict(values, blobs)  # type: ignore[arg-type]
+    def counting(self: Candidate, header: dict[str, object], blobs: object) -> None:
+        up = header.get("upstream")
+        if isinstance(up, dict):
+            sent.append("recipe" if "recipe" in up else "again" if up.get("again") else "other")
+        send(self, header, blobs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(wire, "encode_dict", counting)
+    monkeypatch.setattr(Candidate, "_send", counting)
     r = _run(tmp_path / "inplace", IN_PLACE_BACKWARD, GRAD_SPEC)
     assert r.status is Status.PASSED, [f.message for f in r.findings]
     cases = r.cases
     assert cases >= 2
-    # one-entry dicts encoded: the judge's gradient for the worker, once per case, and the reference
-    # worker's replies; sent with every repeat, they were 32 for these 3 cases
-    upstream_sends = sent.count(1)
-    assert upstream_sends <= 3 * cases, (upstream_sends, cases)
+    # the gradient's recipe with a case's first run (the worker makes the values from it); each of
+    # the 8 repeats runs on the worker's copy ("again"): sent with every repeat, they were 27
+    assert "other" not in sent, sent
+    assert sent.count("recipe") <= 2 * cases, (sent, cases)
+    assert sent.count("again") >= 8 * cases, (sent, cases)
 
 
 # Uses its input's memory as scratch (fused kernels do, Liger-Kernel's GEGLU backward among them):

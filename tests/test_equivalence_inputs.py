@@ -162,6 +162,31 @@ def test_the_upstream_gradient_is_random_and_sometimes_strided() -> None:
     assert one_d.stride() == (2,) and torch.equal(one_d, g[0].float())
 
 
+def test_an_upstream_gradient_crosses_as_its_recipe_and_any_process_makes_the_same_values() -> None:
+    """Its shape and seed cross as JSON instead of its float64 values: the reference worker's
+    values, the candidate's and the base's are the same, made from the recipe in each process."""
+    import json
+    import subprocess
+    import sys
+
+    from gpu_gate.worker.calling import upstream_from_recipe, upstream_recipe
+
+    outs = {"out": torch.zeros(6, 4, dtype=torch.bfloat16), "n": torch.zeros(2, dtype=torch.int32)}
+    recipe = upstream_recipe(outs, seed=11, expanded=False)
+    assert json.loads(json.dumps(recipe)) == recipe and set(recipe) == {"out"}
+    here = upstream_from_recipe(recipe, "cpu")["out"]
+    assert torch.equal(here, upstream_values(outs, seed=11)["out"]) and here.dtype == torch.float64
+    code = ("import json, sys, torch; from gpu_gate.worker.calling import upstream_from_recipe; "
+            "g = upstream_from_recipe(json.loads(sys.argv[1]), 'cpu')['out']; print(json.dumps(g.tolist()))")
+    there = subprocess.run([sys.executable, "-c", code, json.dumps(recipe)], capture_output=True, text=True,
+                           check=True).stdout
+    assert torch.equal(torch.tensor(json.loads(there), dtype=torch.float64), here)
+    other = upstream_from_recipe(upstream_recipe(outs, seed=12), "cpu")["out"]
+    assert not torch.equal(other, here), "another case's seed makes other values"
+    expanded = upstream_from_recipe(upstream_recipe(outs, seed=11, expanded=True), "cpu")["out"]
+    assert torch.equal(expanded[0], expanded[5]) and torch.equal(expanded[0], here[0])
+
+
 def test_perturbed_inputs_move_by_up_to_one_fp32_ulp() -> None:
     spec = _spec(("float32",))
     case = Case("t", 1, {"rows": 4, "n": 64, "vocab": 9},

@@ -16,7 +16,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..findings import Finding, Severity
-from ..judge.workers import BaseLost, CallReport, Candidate, ContextLost, Reference, SpecBroken
+from ..judge.workers import (BaseLost, CallReport, Candidate, ContextLost, Reference, SpecBroken, TruthPending,
+                             output_dtypes)
 from ..spec import Spec
 from .cases import Case
 from .compare import EPS, Comparison, Rule, agree, as_bytes, baseline_unusable, compare
@@ -129,6 +130,9 @@ class CaseRunner:
         self.inputs_s = 0.0  # time spent building the cases' inputs (the judge's own work)
         # where a case's time goes, in the judge (timing only): each step's seconds, summed over cases
         self.steps: dict[str, float] = {}
+        # the output dtypes the head's code returned, by the dtypes of the case's inputs: the next
+        # such case's truth is asked for with them before the head's code runs (see run)
+        self.dtypes_seen: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
 
     @contextlib.contextmanager
     def _step(self, name: str) -> Iterator[None]:
@@ -145,14 +149,22 @@ class CaseRunner:
         self.inputs_s += time.monotonic() - start
         with self._step("upstream"):
             upstream = self.ref.upstream(case)
+        # The truth is asked for now, where the head's code returned outputs of known dtypes on a
+        # case with inputs of these dtypes: the reference worker computes it while the head's
+        # code runs. Where the outputs' dtypes turn out otherwise, it is asked for again.
+        seen = self.dtypes_seen.get(_input_dtypes(case))
+        early = self.ref.truth_for(case, seen) if seen is not None else None
         # In a differential run the base's code starts on the same inputs first, and runs beside the
         # head's (another process): its first call is needed whatever the head's verdict.
         base_first = self._base_later(case, m, upstream)
         start = time.monotonic()
         try:
-            result, truth = self._run(self.candidate, case, m, upstream, repro, sensitivity)
+            result, truth = self._run(self.candidate, case, m, upstream, repro, sensitivity, early=early)
         finally:
             self.candidate.release()
+        if early is not None and not early.taken:
+            with self._step("truth"):
+                early()  # not needed (the head's code did not run): read, so that the next answer is the next
         if base_first is not None:
             assert self.base is not None
             self.base.limit_s = max(BASE_CALL_MIN_S, BASE_CALL_FACTOR * (time.monotonic() - start))  # type: ignore[attr-defined]
@@ -186,11 +198,12 @@ class CaseRunner:
             return None
 
     def _run(self, cand: Candidate, case: Case, m: Any, upstream: dict[str, Any] | None, repro: str,
-             sensitivity: bool, truth: Truth | None = None, light: bool = False, first: CallReport | None = None
-             ) -> tuple[CaseResult, Truth | None]:
+             sensitivity: bool, truth: Truth | None = None, light: bool = False, first: CallReport | None = None,
+             early: TruthPending | None = None) -> tuple[CaseResult, Truth | None]:
         """One code's run of the case: ``cand`` is the head's code, or the base's with the head's
         ``truth``. ``light``: the first call and the comparisons only (the base, where the head
-        passed), its report ``first`` where that call was made already."""
+        passed), its report ``first`` where that call was made already. ``early``: the truth,
+        asked for before the call, for the output dtypes expected."""
         import torch
 
         with self._step("first_call"):
@@ -202,8 +215,20 @@ class CaseRunner:
             findings += self._guards(case, m, rep1, repro)
             findings += self._types(case, rep1, repro)
         snap1 = rep1.outputs
-        # The reference worker computes the truth while the candidate's worker runs the second time.
-        pending = self.ref.truth_later(case, snap1) if truth is None else None
+        # The reference worker computes the truth while the candidate's worker runs the second time
+        # (or, asked early, ran the first).
+        pending: Any = None
+        if truth is None:
+            dtypes = output_dtypes(snap1)
+            if not light:
+                self.dtypes_seen[_input_dtypes(case)] = dtypes
+            if early is not None and early.dtypes == dtypes:
+                pending = early
+            else:
+                if early is not None:
+                    with self._step("truth"):
+                        early()  # asked for other dtypes: read, and asked again
+                pending = self.ref.truth_for(case, dtypes)
         with self._step("second_call"):
             outs2 = None if light else self._second_run(cand, case, upstream, repro, findings, rep1)
         if pending is not None:
@@ -656,6 +681,10 @@ class CaseRunner:
                                       f"wrong for the new inputs: the kernel returns a cached or constant result",
                                       repro, output=k))
         return found
+
+
+def _input_dtypes(case: Case) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted((k, c.dtype) for k, c in case.inputs.items()))
 
 
 def _bytes(t: Any) -> bytes:

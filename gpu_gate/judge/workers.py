@@ -166,7 +166,7 @@ class Candidate:
                                   "plain": plain, "hold_sms": hold_sms, "exact": self.exact, "produce": produce,
                                   "producer": list(producer), "hold_caller": hold_caller, "inputs_back": inputs_back,
                                   "upstream": ({"again": True} if again else
-                                               wire.encode_dict(upstream, blobs) if upstream is not None else None)}
+                                               {"recipe": upstream} if upstream is not None else None)}
         if inputs is not None:
             header["inputs"] = {k: {"buffer": wire.encode_tensor(g.buffer, blobs), "geometry": geometry(g)}
                                 for k, g in inputs.guarded.items()}
@@ -268,7 +268,9 @@ class Reference:
         except WorkerLost as exc:
             raise SpecBroken(f"the spec's reference crashed its worker ({exc})") from exc
 
-    def _receive(self) -> tuple[dict[str, Any], list[bytearray]]:
+    def _receive(self, timed: bool = True) -> tuple[dict[str, Any], list[bytearray]]:
+        """The reference worker's next answer. ``timed``: the judge waits for it here (an answer
+        read on a thread of its own, beside the judge's work, is timed where it is waited for)."""
         import time
 
         start = time.monotonic()
@@ -279,33 +281,46 @@ class Reference:
         except WorkerLost as exc:
             raise SpecBroken(f"the spec's reference crashed its worker ({exc})") from exc
         finally:
-            self.wait_s += time.monotonic() - start
+            if timed:
+                self.wait_s += time.monotonic() - start
         if "isolated" in reply and not reply.get("isolated"):
             self.isolated, self.why = False, reply.get("why")
         _check(reply, "reference")
         return reply, blobs
 
     def upstream(self, case: Case, salt: int = 0) -> dict[str, Any] | None:
-        reply, blobs = self._ask({"op": "upstream", "case": case.token(), "case_id": case.id, "salt": salt})
-        return wire.decode_dict(reply["upstream"], blobs, self.device) if reply.get("upstream") is not None else None
+        """The recipe of the case's upstream gradients (backward specs; else None): each output's
+        shape and seed. The workers make the values from it (see worker.calling.upstream_recipe);
+        the judge never needs them."""
+        reply, _ = self._ask({"op": "upstream", "case": case.token(), "case_id": case.id, "salt": salt})
+        recipe = reply.get("upstream")
+        if recipe is not None and not isinstance(recipe, dict):
+            raise SpecBroken("the reference worker sent an upstream gradient that is not a recipe")
+        return recipe
 
     def truth(self, case: Case, like: dict[str, Any], salt: int = 0
               ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         return self.truth_later(case, like, salt)()
 
-    def truth_later(self, case: Case, like: dict[str, Any], salt: int = 0
-                    ) -> Callable[[], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]]:
-        """Ask for the float64 reference, the baseline and the rounding envelope now; the function
-        returned waits for them. The candidate's worker can run meanwhile (another process)."""
-        self._send({"op": "truth", "case": case.token(), "case_id": case.id, "salt": salt, "like": _dtypes(like)})
+    def truth_later(self, case: Case, like: dict[str, Any], salt: int = 0) -> TruthPending:
+        """Ask for the float64 reference, the baseline and the rounding envelope now, for outputs of
+        the dtypes of ``like``'s; the object returned waits for them."""
+        return self.truth_for(case, output_dtypes(like), salt)
 
-        def wait() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-            reply, blobs = self._receive()
+    def truth_for(self, case: Case, dtypes: dict[str, str], salt: int = 0) -> TruthPending:
+        """The same, for outputs of the dtypes named. The answer is read and put on the device by a
+        thread of its own as it arrives: the judge and the candidate's worker go on meanwhile (a
+        case's truth is several times the size of the candidate's outputs). Nothing else may be
+        asked of the reference worker until it has been waited for."""
+        self._send({"op": "truth", "case": case.token(), "case_id": case.id, "salt": salt, "like": dict(dtypes)})
+
+        def read() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+            reply, blobs = self._receive(timed=False)
             return (wire.decode_dict(reply["reference"], blobs, self.device),
                     wire.decode_dict(reply["baseline"], blobs, self.device),
                     wire.decode_dict(reply["conditioning"], blobs, self.device))
 
-        return wait
+        return TruthPending(read, dict(dtypes), self)
 
     def head_reference(self, case: Case) -> dict[str, Any] | str:
         """The head's spec's reference on ``case`` (float64), or why there is none to compare."""
@@ -325,10 +340,44 @@ class Reference:
         """torch in float32, rounded to each output's dtype; and, for data coarser than the kernel's
         arithmetic, the rounding envelope of a kernel that stores its intermediates in that dtype."""
         reply, blobs = self._ask({"op": "baseline_fp32", "case": case.token(), "case_id": case.id, "salt": salt,
-                                  "like": _dtypes(like)})
+                                  "like": output_dtypes(like)})
         storage = reply.get("storage")
         return (wire.decode_dict(reply["baseline"], blobs, self.device),
                 wire.decode_dict(storage, blobs, self.device) if storage is not None else None)
+
+
+class TruthPending:
+    """A truth asked for, read by a thread of its own; calling it waits for it (and raises what
+    reading it raised). ``dtypes``: the output dtypes it was asked for."""
+
+    def __init__(self, read: Callable[[], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]],
+                 dtypes: dict[str, str], reference: Reference) -> None:
+        import threading
+
+        self.dtypes, self.reference, self.taken = dtypes, reference, False
+        self._result: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                self._result = read()
+            except BaseException as exc:  # noqa: BLE001 - raised where it is waited for
+                self._error = exc
+
+        self._thread = threading.Thread(target=run, name="truth", daemon=True)
+        self._thread.start()
+
+    def __call__(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        import time
+
+        start = time.monotonic()
+        self._thread.join()
+        self.reference.wait_s += time.monotonic() - start
+        self.taken = True
+        if self._error is not None:
+            raise self._error
+        assert self._result is not None
+        return self._result
 
 
 def _stats(reply: dict[str, Any]) -> dict[str, Any]:
@@ -339,7 +388,8 @@ def _stats(reply: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _dtypes(like: dict[str, Any]) -> dict[str, str]:
+def output_dtypes(like: dict[str, Any]) -> dict[str, str]:
+    """The dtype of each tensor among ``like``'s values, by name (``"float32"``)."""
     import torch
 
     return {k: str(v.dtype).removeprefix("torch.") for k, v in like.items() if isinstance(v, torch.Tensor)}

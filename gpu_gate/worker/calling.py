@@ -43,18 +43,43 @@ def sync(device: str) -> None:
 
 
 
+def upstream_recipe(outs: dict[str, Any], seed: int, expanded: bool = False) -> dict[str, Any]:
+    """What makes each output's random upstream gradient (:func:`upstream_from_recipe`): its shape
+    and seed, and whether it is equal along the first dim (an ``expanded`` gradient). Plain JSON:
+    a few numbers cross between the processes instead of the gradient's float64 values, and every
+    process that makes it from the same recipe, on the same device, gets the same values."""
+    import torch
+
+    recipe: dict[str, Any] = {}
+    for k, o in outs.items():
+        if not isinstance(o, torch.Tensor) or not o.is_floating_point():
+            continue
+        recipe[k] = {"shape": [int(n) for n in o.shape], "seed": seed * 17 + 5 + len(recipe), "expanded": expanded}
+    return recipe
+
+
+def upstream_from_recipe(recipe: Any, device: Any) -> dict[str, Any]:
+    """The upstream gradients a recipe describes, in float64 on ``device``: never all ones."""
+    import torch
+
+    if not isinstance(recipe, dict):
+        raise ValueError("an upstream gradient's recipe is a mapping of outputs")
+    grads: dict[str, Any] = {}
+    for k, r in recipe.items():
+        shape, seed = [int(n) for n in r["shape"]], int(r["seed"])
+        gen = torch.Generator(device=device)
+        gen.manual_seed(seed)
+        g = torch.randn(shape, generator=gen, device=device, dtype=torch.float64)
+        grads[str(k)] = expanded_values({"g": g})["g"] if r.get("expanded") else g
+    return grads
+
+
 def upstream_values(outs: dict[str, Any], seed: int) -> dict[str, Any]:
     """A random upstream gradient per output, in float64: never all ones."""
     import torch
 
-    grads: dict[str, Any] = {}
-    for k, o in outs.items():
-        if not isinstance(o, torch.Tensor) or not o.is_floating_point():
-            continue
-        gen = torch.Generator(device=o.device)
-        gen.manual_seed(seed * 17 + 5 + len(grads))
-        grads[k] = torch.randn(o.shape, generator=gen, device=o.device, dtype=torch.float64)
-    return grads
+    device = next((o.device for o in outs.values() if isinstance(o, torch.Tensor)), "cpu")
+    return upstream_from_recipe(upstream_recipe(outs, seed), device)
 
 
 

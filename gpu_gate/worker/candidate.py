@@ -26,7 +26,8 @@ from .watch import OutputWatch, SideStreams
 from ..jobs import Job
 from ..launches import compile_seconds
 from ..spec import Spec
-from .calling import call_with_grads, first_line, interpreter_error, is_fatal, kwargs_for, sync
+from .calling import (call_with_grads, first_line, interpreter_error, is_fatal, kwargs_for, sync,
+                      upstream_from_recipe)
 
 LOAD_STREAMS = 2
 
@@ -107,7 +108,9 @@ class CandidateServer:
             upstream: dict[str, Any] | None = {k: v.clone() if isinstance(v, torch.Tensor) else v
                                                for k, v in self._upstream.items()}
         elif sent:
-            self._upstream = wire.decode_dict(sent, blobs, self.device)
+            if not isinstance(sent, dict) or "recipe" not in sent:
+                return {"error": "protocol", "message": "an upstream gradient comes as its recipe"}, []
+            self._upstream = upstream_from_recipe(sent["recipe"], self.device)
             upstream = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in self._upstream.items()}
         else:
             upstream = self._upstream = None

@@ -20,8 +20,8 @@ from ..equivalence.inputs import Materialized, materialize, perturbed_inputs, re
 from ..equivalence.rounding import RoundingNoise, accumulation_dtype, arithmetic_dtype, unit_roundoff
 from ..jobs import Job
 from ..spec import Spec, upcast
-from .calling import (call_with_grads, expanded_values, first_line, is_fatal, kwargs_for, normalize,
-                      upstream_values)
+from .calling import (call_with_grads, first_line, is_fatal, kwargs_for, normalize, upstream_from_recipe,
+                      upstream_recipe)
 from .stubs import RepositoryCode
 
 
@@ -103,7 +103,8 @@ class ReferenceSide:
                 for k, v in outs.items()}
 
     def upstream(self, m: Materialized, seed: int) -> dict[str, Any] | None:
-        """Upstream gradients sized by a float64 forward of the reference (backward specs only)."""
+        """The recipe of the upstream gradients (see :func:`.calling.upstream_recipe`), sized by a
+        float64 forward of the reference (backward specs only)."""
         import torch
 
         if not self.spec.grads:
@@ -111,8 +112,7 @@ class ReferenceSide:
         with torch.no_grad():
             outs = normalize(self.spec.reference(**reference_inputs(self.spec, m, upcast=True),
                                                  **self.kwargs(m.case)))
-        values = upstream_values(outs, seed)
-        return expanded_values(values) if m.case.grad_layout == "expanded" else values
+        return upstream_recipe(outs, seed, expanded=m.case.grad_layout == "expanded")
 
 
 def describe(spec: Spec) -> dict[str, Any]:
@@ -140,7 +140,8 @@ class ReferenceServer:
         self._head: ReferenceServer | str | None = None  # the head's spec, when this change rewrote the reference
         self.isolated = False
         self.why: str | None = None  # why the spec needed the repository's code
-        self._last: tuple[str, int, Materialized, dict[str, Any] | None] | None = None
+        # the last case asked: its token and salt, inputs, upstream gradients' recipe and values
+        self._last: tuple[str, int, Materialized, dict[str, Any] | None, dict[str, Any] | None] | None = None
         self.spec = spec if spec is not None else self._load(isolate)
         self.side = ReferenceSide(self.spec, device)
 
@@ -188,24 +189,26 @@ class ReferenceServer:
     def _status(self) -> dict[str, Any]:
         return {"isolated": self.isolated, "why": self.why}
 
-    def _case(self, header: dict[str, Any]) -> tuple[Materialized, dict[str, Any] | None]:
+    def _case(self, header: dict[str, Any]) -> tuple[Materialized, dict[str, Any] | None, dict[str, Any] | None]:
+        """The case's inputs, its upstream gradients' recipe and their values."""
         token, salt = str(header["case"]), int(header.get("salt") or 0)
         if self._last is not None and self._last[:2] == (token, salt):
-            return self._last[2], self._last[3]
+            return self._last[2], self._last[3], self._last[4]
         case = Case.from_token(token)
         m = materialize(self.spec, case, self.device, salt=salt)
-        up = self.side.upstream(m, case.seed + salt)
-        self._last = (token, salt, m, up)
-        return m, up
+        recipe = self.side.upstream(m, case.seed + salt)
+        up = upstream_from_recipe(recipe, self.device) if recipe is not None else None
+        self._last = (token, salt, m, recipe, up)
+        return m, recipe, up
 
     def _compute(self, op: Any, header: dict[str, Any]) -> tuple[dict[str, Any], wire.Blobs]:
         import torch
 
         blobs: wire.Blobs = []
-        m, up = self._case(header)
+        m, recipe, up = self._case(header)
         like = {k: getattr(torch, str(v)) for k, v in (header.get("like") or {}).items()}
-        if op == "upstream":
-            return {"upstream": wire.encode_dict(up, blobs) if up is not None else None, **self._status()}, blobs
+        if op == "upstream":  # its recipe: every worker makes the values itself (see calling.upstream_recipe)
+            return {"upstream": recipe, **self._status()}, blobs
         if op == "truth":
             ref = self.side.reference(m, up)
             base = self.side.baseline(m, up, like)
@@ -232,7 +235,7 @@ class ReferenceServer:
         if isinstance(head, str):
             return {"skipped": head, **self._status()}, []
         try:
-            hm, _ = head._case(header)
+            hm, _, _ = head._case(header)
             ref = head.side.reference(hm, up)
         except Exception as exc:  # noqa: BLE001 - the head's reference is code under review
             if is_fatal(exc):
