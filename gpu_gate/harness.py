@@ -120,6 +120,19 @@ def _isolation_note(job: Job, ctx: Context) -> list[Finding]:
                             f"it ran in a sandboxed worker of its own that imported the repository's code")]
 
 
+def _late_settings_note(job: Job, ctx: Context) -> list[Finding]:
+    """Settings of CUDA or torch's CUDA allocator that the spec's import set after the worker had
+    created its CUDA context (see worker.serve.CudaContext): the cases ran without them."""
+    late = getattr(ctx.workers, "late_cuda_settings", None)
+    if not late:
+        return []
+    names = ", ".join(sorted(late)[:8])
+    return [Finding(check=job.check, kind="late-cuda-settings", severity=Severity.WARNING,
+                    spec=job.spec.id if job.spec else None,
+                    message=f"the spec's import set {names} after the worker had created its CUDA context, so the "
+                            f"cases ran without it: set it in the runner's environment (the job's env), not at import")]
+
+
 def run_job(job: Job, ctx: Context) -> JobResult:
     from .rules import judging
 
@@ -136,7 +149,7 @@ def run_job(job: Job, ctx: Context) -> JobResult:
             if outcome.status is Status.PASSED and any(f.severity is Severity.ERROR for f in outcome.findings):
                 outcome.status = Status.FAILED
         if ctx.workers is not None and outcome.status in (Status.PASSED, Status.FAILED):
-            outcome.findings += _isolation_note(job, ctx)
+            outcome.findings += _isolation_note(job, ctx) + _late_settings_note(job, ctx)
             try:
                 finished = ctx.workers.finish()
                 launched, uncompiled = finished.get("launches"), finished.get("uncompiled")

@@ -127,6 +127,7 @@ class Equivalence:
         self.replayed: list[str] = []  # the cases run again at the end, in plain tensors
         self.ahead_started: dict[str, str] = {}  # compiling ahead, per side: "started", or why not
         self.ahead_done: dict[str, dict[str, Any]] = {}  # per side, what its sibling said it did
+        self.finish_times: dict[str, Any] = {}  # the head's worker's answer to finish, as it timed it
 
     @property
     def spec_id(self) -> str:
@@ -245,15 +246,22 @@ class Equivalence:
 
         settings = self.job.options.get("compile")
         wanted = self.ctx.device == "cuda" and not self.sanitized and not self.job.case and isinstance(settings, dict)
+        start = time.monotonic()
         if self.workers.base is not None and "base" in self.ahead_started:
             with contextlib.suppress(BaseLost):  # first: its cores are the head's compile's
                 self.ahead_done["base"] = self.workers.base.ahead_done()
+        asked = time.monotonic()
         done = self.workers.finish(settings if wanted else None)
+        self.finish_times["base_ahead_done_s"] = round(asked - start, 2)
+        self.finish_times["head_finish_s"] = round(time.monotonic() - asked, 2)
         ahead = done.get("ahead")
         if isinstance(ahead, dict):  # the head's worker's sibling, as it says: for the timing report only
             self.ahead_done["head"] = {str(k): v for k, v in ahead.items() if isinstance(v, (int, float, bool))}
             if isinstance(done.get("compile_taken"), int):  # of the compile check's builds, made by the sibling
                 self.ahead_done["head"]["launched_taken"] = done["compile_taken"]
+        if isinstance(done.get("finish_times"), dict):  # the head's worker's own account (timing only)
+            self.finish_times.update({f"head_{k}": v for k, v in done["finish_times"].items()
+                                      if isinstance(v, (int, float))})
         if done.get("specializations"):
             extra["specializations"] = done["specializations"]
         notes = []
@@ -507,6 +515,8 @@ class Equivalence:
         out["inputs_s"] = round(self.runner.inputs_s, 2)
         # each step of the cases, in the judge: the base's includes its own calls and comparisons
         out["steps"] = {k: round(v, 2) for k, v in self.runner.steps.items()}
+        if self.finish_times:
+            out["finish"] = self.finish_times
         out["wire"] = self._wire()
         if w.base is not None:
             out["base_s"] = round(w.base.busy_s, 2)  # waiting on the base, beyond what ran beside the head

@@ -410,6 +410,7 @@ class Workers:
     load_s: float = 0.0  # the workers' start and their import of the spec, as the judge waited for it
     load_times: dict[str, float] = dataclasses.field(default_factory=dict)  # of which, in the candidate's worker
     base_load_times: dict[str, float] = dataclasses.field(default_factory=dict)  # the same, in the base's
+    late_cuda_settings: list[str] = dataclasses.field(default_factory=list)  # set by the spec's import, too late
 
     def finish(self, compile_settings: Any = None) -> dict[str, Any]:
         if self.finished is None:
@@ -442,7 +443,7 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
             asked[role] = None
         except WorkerLost as exc:
             asked[role] = exc
-    uses_triton, load_times = _loaded("candidate", channels["candidate"], asked["candidate"], deadline)
+    uses_triton, load_times, late = _loaded("candidate", channels["candidate"], asked["candidate"], deadline)
     _loaded("reference", channels["reference"], asked["reference"], deadline)
     reference = Reference(channels["reference"], device, deadline)
     reply, _ = reference._ask({"op": "describe"})
@@ -453,13 +454,16 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
                                                                                     deadline)
     workers.load_s = time.monotonic() - start
     workers.load_times = {**load_times, "judge_alive_s": round(judge_alive_s, 2)}
+    workers.late_cuda_settings = late
     return workers
 
 
-def _loaded(role: str, channel: Channel, lost: WorkerLost | None, deadline: float) -> tuple[bool, dict[str, float]]:
+def _loaded(role: str, channel: Channel, lost: WorkerLost | None, deadline: float
+            ) -> tuple[bool, dict[str, float], list[str]]:
     """The answer to ``load`` from the candidate or the reference worker: whether the code it
-    imported uses Triton (the candidate's answer) and how long importing torch and the spec took
-    there (for the timing report), or the error that ends the job."""
+    imported uses Triton (the candidate's answer), how long importing torch and the spec took
+    there (for the timing report) and the CUDA settings the import set too late, or the error
+    that ends the job."""
     try:
         if lost is not None:
             raise lost
@@ -474,7 +478,9 @@ def _loaded(role: str, channel: Channel, lost: WorkerLost | None, deadline: floa
         raise SpecDidNotImport(Finding.from_json(reply["finding"]))
     if reply.get("error"):
         raise ContextLost(f"the {role} worker failed: {reply.get('message')}")
-    return bool(reply.get("uses_triton")), _load_times(reply)
+    late = reply.get("late_cuda_settings")
+    names = [str(n)[:100] for n in late[:20]] if isinstance(late, list) else []
+    return bool(reply.get("uses_triton")), _load_times(reply), names
 
 
 def _load_times(reply: dict[str, Any]) -> dict[str, float]:

@@ -56,6 +56,7 @@ class Worker:
         from .ahead import Ahead
 
         self.ahead = Ahead()  # the sibling that compiles the cases' kernels ahead (see worker.ahead)
+        self.context: CudaContext | None = None
         if role == "candidate":
             self._record()
 
@@ -74,6 +75,8 @@ class Worker:
         except ImportError:
             pass
         torch_s, start = time.monotonic() - start, time.monotonic()
+        if self.context is None and self.device == "cuda":
+            self.context = CudaContext()  # created beside the spec's import, not in the first case
         try:
             if self.role == "reference":
                 from .reference import ReferenceServer
@@ -95,11 +98,12 @@ class Worker:
         except SpecImportError as exc:
             return {"error": "spec-import", "finding": exc.finding.to_json()}
         spec_s = time.monotonic() - start
+        late = self.context.late_settings() if self.context is not None else []
         # the kept kernels are in this worker's cache before any case (or the sibling) compiles
         seeded, self.seeding = self.seeding.wait() if self.seeding is not None else {}, None
         # timing, for the job's report: importing torch (at the worker's start) and the spec
         return {"ok": True, "device": self.device, "torch_import_s": _TORCH_IMPORT_S[0] + torch_s,
-                "alive_s": alive_s(), "spec_import_s": spec_s, **seeded,
+                "alive_s": alive_s(), "spec_import_s": spec_s, **seeded, "late_cuda_settings": late,
                 "uses_triton": uses_triton(self.repo_root) if self.role == "candidate" else None}
 
     def _record(self) -> None:
@@ -142,7 +146,8 @@ class Worker:
         if op == "ahead_done":  # the sibling ends: what it compiled, for the job's timing report
             return {"ahead": self.ahead.stop()}, []
         if op == "stats":  # what this worker moved through the channel, for the job's timing report
-            return {"wire": wire.stats(), "alive_s": alive_s()}, []
+            return {"wire": wire.stats(), "alive_s": alive_s(),
+                    "context_s": self.context.seconds if self.context is not None else None}, []
         return self.server.handle(header, blobs)
 
     def _ahead(self, header: dict[str, Any]) -> dict[str, Any]:
@@ -160,12 +165,20 @@ class Worker:
         if self._recorders is None or self.job is None:
             return {}
         coverage, specializations = self._recorders[1], self._recorders[2]
+        laps: dict[str, float] = {}  # where this answer's time went, for the job's timing report
+        lap = [time.monotonic()]
+
+        def mark(name: str) -> None:
+            now = time.monotonic()
+            laps[name], lap[0] = round(now - lap[0], 2), now
+
         from ..cuda.archs import DEFAULT_ARCHS, normalise_archs
         from .specializations import MAX_COMPILED, compile_launched, repo_launches
 
         mine = repo_launches(specializations.launches if specializations else [], self.repo_root, self.job.kernels)
         reply: dict[str, Any] = {"launches": coverage.to_json(),
                                  "specializations": [{**launch.to_json(), "file": rel} for rel, launch in mine]}
+        mark("launches_s")
         settings = header.get("compile")
         if mine and isinstance(settings, dict) and self.device == "cuda":
             # the sibling compiled most of them beside the cases (see worker.ahead); the rest are compiled here
@@ -174,6 +187,7 @@ class Worker:
             reply["compile"] = compile_launched(mine, archs, known)
             reply["compile_taken"] = sum((launch.key, arch) in known for _, launch in mine[:MAX_COMPILED]
                                          for arch in archs)  # for the timing report
+        mark("compile_s")
         from .autotune import untimed
 
         taken = untimed()
@@ -182,8 +196,50 @@ class Worker:
         from ..bytecode import uncompiled_modules
 
         reply["uncompiled"] = uncompiled_modules(self.repo_root)  # the gate keeps their bytecode (see bytecode)
+        mark("bytecode_s")
         reply["ahead"] = self.ahead.stop()  # what the sibling compiled, for the job's timing report
+        mark("ahead_stop_s")
+        reply["finish_times"] = laps
         return reply
+
+
+class CudaContext:
+    """The worker's CUDA context, created on a thread of its own while the spec imports (torch
+    lets go of the interpreter while it allocates): the first case no longer waits for it.
+
+    Settings read when the context is created (``CUDA_*``, ``PYTORCH_CUDA_*``, ``PYTORCH_NO_CUDA_*``)
+    are then taken from the worker's environment, before the spec's import could change them: a
+    spec that sets one at import gets it reported (:meth:`late_settings`), not silently dropped."""
+
+    PREFIXES = ("CUDA_", "PYTORCH_CUDA_", "PYTORCH_NO_CUDA_")
+
+    def __init__(self) -> None:
+        import threading
+
+        self.seconds: float | None = None
+        self.before = self._settings()
+        self.thread = threading.Thread(target=self._create, name="cuda-context", daemon=True)
+        self.thread.start()
+
+    @classmethod
+    def _settings(cls) -> dict[str, str]:
+        return {k: v for k, v in os.environ.items() if k.startswith(cls.PREFIXES)}
+
+    def _create(self) -> None:
+        start = time.monotonic()
+        try:
+            import torch
+
+            torch.empty(1, device="cuda")
+            torch.cuda.synchronize()
+        except Exception:  # noqa: BLE001 - the first case meets the same error, and reports it
+            return
+        self.seconds = round(time.monotonic() - start, 2)
+
+    def late_settings(self) -> list[str]:
+        """The settings the spec's import set or changed after the context was created."""
+        after = self._settings()
+        return sorted(k for k in {*self.before, *after} if self.before.get(k) != after.get(k))
 
 
 _TORCH_IMPORT_S = [0.0]

@@ -190,16 +190,19 @@ def test_atomics_the_change_brings_block(tmp_path: Path) -> None:
 
 # --- memcheck: the base's worker runs under the tool too ------------------------------------
 
-# A stencil's off-by-one: the last thread reads one element past the end of x. The product with
-# 0 keeps the load (0 * NaN is NaN, so no compiler may drop it); a load used only under the bounds
-# check would be sunk into it, and there would be no overrun to find.
+# A stencil's off-by-one: the last thread reads one element past the end of x. The value read
+# decides y only when it is exactly 1234.5, so no compiler may drop the load; and what lies past
+# the end (whatever the allocator left there, NaN included) leaves y as it is: the equivalence job
+# of the same gate sees the same values at the base and at the head, and the memcheck report is
+# the only difference there is to find.
 READ_PAST = """\
 extern "C" __global__ void scale_past(const float* x, float* y, int n) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) y[i] = 3.0f * x[i] + 0.0f * x[i + 1];
+    if (i < n) { float next = x[i + 1]; y[i] = next == 1234.5f ? 0.0f : 3.0f * x[i]; }
 }
 """
-READ_IN = READ_PAST.replace(" + 0.0f * x[i + 1];", ";")
+READ_IN = READ_PAST.replace("float next = x[i + 1]; y[i] = next == 1234.5f ? 0.0f : 3.0f * x[i];",
+                            "y[i] = 3.0f * x[i];")
 
 CU_SPEC = """\
 import gpu_gate as gg
