@@ -63,6 +63,9 @@ class ExecOptions:
     # The interpreter the workers run with (never the judge): the venv that the sandboxed `setup` installed
     # the repository into (gpu_gate.github.setup_sandbox). None: this interpreter
     worker_python: Path | None = None
+    # CPU priority of the job's processes (``nice``): 0 for each GPU's lead job, the one that started
+    # while none of its others ran (the longest, by ``order_jobs``); LESS_URGENT for the jobs beside it
+    nice: int = 0
 
 
 class RunControl:
@@ -373,7 +376,7 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
     ``lent``: (a directory of the gate's, where the sandbox shows it read-only: the kept kernels)."""
     with tempfile.TemporaryFile() as count:
         layout = _layout(opts, gpu, workdir, avail, source, lent)
-        full = sandbox.wrap(avail, layout, argv, count.fileno())
+        full = _niced(sandbox.wrap(avail, layout, argv, count.fileno()), opts)
         start = sandbox.boot_ticks()
         pid: list[int] = []
 
@@ -395,6 +398,19 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
                 pr = dataclasses.replace(pr, returncode=status)  # the worker's, not the wrapper's
             return pr, n
         return pr, _hunt_orphans(start)
+
+
+LESS_URGENT = 10  # the nice value of the jobs that run beside a GPU's lead job
+
+
+def _niced(argv: list[str], opts: ExecOptions) -> list[str]:
+    """``argv`` at the job's CPU priority: a job beside the GPU's lead job yields the cores to it, so
+    that the job that ends last, and decides the gate's wall time, is not slowed by jobs that end
+    before it anyway (they take the cores it leaves idle, while it waits on the GPU or a worker)."""
+    if opts.nice <= 0:
+        return argv
+    nice = shutil.which("nice")
+    return [nice, "-n", str(opts.nice), *argv] if nice else argv
 
 
 WORKER_ROLES = ("candidate", "reference")  # and "base", the base's code, in a differential run
@@ -503,7 +519,8 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
             b.close()
 
     try:
-        jpr = proc.run(judge_argv(opts, job_file, result_file), cwd=judge_dir, env=judge_env, timeout=timeout,
+        jpr = proc.run(_niced(judge_argv(opts, job_file, result_file), opts), cwd=judge_dir, env=judge_env,
+                       timeout=timeout,
                        pass_fds=tuple(a.fileno() for a, _ in pairs.values()), on_start=judge_started)
     finally:
         marks["judged"] = time.monotonic()
@@ -838,7 +855,8 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
                 return execute(jobs, dataclasses.replace(opts, pycache=pycache), progress, control)
     ordered = order_jobs(jobs)
     per_gpu = max(1, opts.jobs_per_gpu)
-    slots: list[str | None] = [g for g in opts.gpus for _ in range(per_gpu)] if opts.gpus else \
+    # GPU by GPU, then again: the first (longest) jobs go one to each GPU
+    slots: list[str | None] = [g for _ in range(per_gpu) for g in opts.gpus] if opts.gpus else \
         [None] * max(1, opts.workers or 1)
     gpu_slots = GpuSlots(per_gpu, opts.free_memory or gpu_free_bytes)
     work: queue.Queue[Job] = queue.Queue()
@@ -848,6 +866,19 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
     lock = threading.Lock()
     start = time.monotonic()
     stop = threading.Event()
+    leading: dict[str | None, str] = {}  # per GPU, the job running at full CPU priority (see _niced)
+
+    def lead(gpu: str | None, job: Job) -> ExecOptions:
+        with lock:
+            if gpu not in leading:
+                leading[gpu] = job.id
+                return opts
+        return dataclasses.replace(opts, nice=LESS_URGENT)
+
+    def led(gpu: str | None, job: Job) -> None:
+        with lock:
+            if leading.get(gpu) == job.id:
+                del leading[gpu]
 
     def record(job: Job, res: JobResult) -> None:
         with lock:
@@ -877,13 +908,14 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
                     gpu_slots.acquire(gpu, memory_need(job))
                 began = time.monotonic() - start
                 try:
-                    res = run_one(job, opts, gpu, control)
+                    res = run_one(job, lead(gpu, job), gpu, control)
                     outside = res.extra.get("timing", {}).get("outside") if isinstance(res.extra, dict) else None
                     if isinstance(outside, dict):
                         outside["began_s"] = round(began, 2)  # after the run's start (a GPU slot's wait)
                 except Exception as exc:  # noqa: BLE001 - one job's failure never stops the run
                     res = _error_result(job, "internal-error", f"internal error running the job: {exc}", None)
                 finally:
+                    led(gpu, job)
                     if gpu is not None:
                         gpu_slots.release(gpu)
             problem = _gpu_problem(opts, gpu) if res.status is Status.ERROR and control.reason is None else None
