@@ -113,7 +113,11 @@ def another_change(repo: Path, head: str, kernel: str = "src/liger_kernel/ops/ge
     path = repo / kernel
     git(repo, "checkout", "-q", head)
     path.write_text(path.read_text() + "# reviewed again\n")
-    git(repo, "-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-q", "-am", "again")
+    # fixed dates: the same commit (so the same seed, so the same cases) for every tree timed
+    env = {**os.environ, "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
+    subprocess.run(["git", "-c", "commit.gpgsign=false", "-c", "user.name=bench", "-c", "user.email=bench@localhost",
+                    "commit", "-q", "-am", "again"],
+                   cwd=repo, env=env, check=True, capture_output=True)
     return git(repo, "rev-parse", "HEAD")
 
 
