@@ -383,9 +383,8 @@ class TruthPending:
 def _stats(reply: dict[str, Any]) -> dict[str, Any]:
     wire_stats = reply.get("wire")
     out = {str(k): v for k, v in wire_stats.items() if isinstance(v, (int, float))} if isinstance(wire_stats, dict) else {}
-    for key in ("alive_s", "context_s", "base_kernels_taken"):
-        if isinstance(reply.get(key), (int, float)) and not isinstance(reply.get(key), bool):
-            out[key] = round(float(reply[key]), 2)
+    if isinstance(reply.get("alive_s"), (int, float)):
+        out["alive_s"] = round(float(reply["alive_s"]), 2)
     return out
 
 

@@ -316,9 +316,6 @@ def main(argv: list[str] | None = None) -> int:
             stats.update(_build_launched(record, settings, job, repo_root, path.parent, threads))
     except BaseException as exc:  # noqa: BLE001 - said in its log; the worker compiles as before
         stats = {"error": f"{type(exc).__name__}: {exc}"[:300]}
-    from .base_kernels import TAKEN
-
-    stats["base_kernels_taken"] = TAKEN[0]
     (path.parent / "done.json").write_text(json.dumps(stats))
     sys.stdout.flush()
     sys.stderr.flush()

@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 _FROM: list[Path] = []  # the base's cache, where the head's worker sees it
-TAKEN = [0]  # kernels this process took from there (for the job's timing report)
 
 
 def install(base_cache: Path) -> bool:
@@ -75,5 +74,4 @@ def take(cache: Any, filename: str) -> dict[str, str] | None:
         return None  # not there, or being written: compiled here, as without it
     taken = {name: str(cache.put(blob, file, binary=True)) for name, (file, blob) in blobs.items()}
     cache.put_group(filename, taken)
-    TAKEN[0] += 1
     return taken

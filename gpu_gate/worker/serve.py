@@ -150,9 +150,7 @@ class Worker:
         if op == "ahead_done":  # the sibling ends: what it compiled, for the job's timing report
             return {"ahead": self.ahead.stop()}, []
         if op == "stats":  # what this worker moved through the channel, for the job's timing report
-            from .base_kernels import TAKEN
-
-            return {"wire": wire.stats(), "alive_s": alive_s(), "base_kernels_taken": TAKEN[0],
+            return {"wire": wire.stats(), "alive_s": alive_s(),
                     "context_s": self.context.seconds if self.context is not None else None}, []
         return self.server.handle(header, blobs)
 
