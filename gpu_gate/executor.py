@@ -226,7 +226,7 @@ def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int, ch
         # The home directory is read-only in the sandbox: the JIT caches go to the job's own
         # directory (private to the job, gone with it, and deciding nothing).
         cache = workdir / ".cache"
-        extra.update({"XDG_CACHE_HOME": str(cache), "TRITON_CACHE_DIR": str(workdir / WORKER_TRITON_CACHE),
+        extra.update({"XDG_CACHE_HOME": str(cache), "TRITON_CACHE_DIR": str(cache / "triton"),
                       "CUPY_CACHE_DIR": str(cache / "cupy"), "CUDA_CACHE_PATH": str(cache / "nv")})
     if gpu is not None and "CUDA_DEVICE_ORDER" not in os.environ:
         # CUDA's own default numbers GPUs fastest first; nvidia-smi, NVML (the doctor) and people
@@ -415,8 +415,6 @@ def _niced(argv: list[str], opts: ExecOptions) -> list[str]:
 
 WORKER_ROLES = ("candidate", "reference")  # and "base", the base's code, in a differential run
 KEPT = ".kept"  # in a worker's directory: where its sandbox shows the spec's kept kernels, read-only
-BASE_KERNELS = ".base-kernels"  # in the head's worker's directory: the base's Triton cache, read-only
-WORKER_TRITON_CACHE = Path(".cache") / "triton"  # in a worker's directory: its Triton cache (see _env_for)
 WORKER_GRACE_S = 5.0  # after the judge is done, how long a worker may take to exit before it is killed
 
 
@@ -456,12 +454,6 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
                 # launches none of them)
                 (d / KEPT).mkdir()
                 context_json["shelf"] = str(d / KEPT)
-            if role == "candidate" and "base" in dirs and remap:
-                # the base's Triton cache, read-only in the head's sandbox: a kernel the change left
-                # as it is is taken from there rather than compiled twice (see worker.base_kernels)
-                (dirs["base"] / WORKER_TRITON_CACHE).mkdir(parents=True, exist_ok=True)
-                (d / BASE_KERNELS).mkdir()
-                context_json["base_kernels"] = str(d / BASE_KERNELS)
             (d / "context.json").write_text(json.dumps(context_json))
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
@@ -508,10 +500,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
 
         other = roots[role] != opts.repo_root
         wopts = opts if remap or not other else dataclasses.replace(opts, repo_root=roots[role])
-        lent: tuple[tuple[Path, Path], ...] = ((shelf, dirs[role] / KEPT),) \
-            if shelf is not None and (dirs[role] / KEPT).is_dir() else ()
-        if (dirs[role] / BASE_KERNELS).is_dir():
-            lent += ((dirs["base"] / WORKER_TRITON_CACHE, dirs[role] / BASE_KERNELS),)
+        lent = ((shelf, dirs[role] / KEPT),) if shelf is not None and (dirs[role] / KEPT).is_dir() else ()
         done[role] = _contained_run(argvs[role], wopts, gpu, dirs[role], wenv, timeout + 60, avail, control,
                                     extra_fds=(b.fileno(),), on_start=started,
                                     source=roots[role] if remap and other else None, lent=lent)

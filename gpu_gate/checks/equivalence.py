@@ -481,15 +481,11 @@ class Equivalence:
 
         if self.ctx.device != "cuda" or self.sanitized or self.job.case or not self.workers.uses_triton:
             return
-        # Where the head's worker takes the base's compiled kernels (see worker.base_kernels), the
-        # head's sibling compiles the cases' kernels from the last case back, the base's from the
-        # first on: between them, each kernel the two sides share is compiled once.
-        backwards = self.workers.takes_base_kernels and self.workers.base is not None
-        for side, worker in (("base", self.workers.base), ("head", self.workers.candidate)):
+        for side, worker in (("head", self.workers.candidate), ("base", self.workers.base)):
             if worker is None:
                 continue
             try:
-                why = worker.ahead(cases[::-1] if side == "head" and backwards else cases)
+                why = worker.ahead(cases)
             except BaseLost:
                 continue  # the base's next call finds it gone, and says so
             self.ahead_started[side] = why or "started"

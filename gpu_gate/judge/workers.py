@@ -411,7 +411,6 @@ class Workers:
     load_times: dict[str, float] = dataclasses.field(default_factory=dict)  # of which, in the candidate's worker
     base_load_times: dict[str, float] = dataclasses.field(default_factory=dict)  # the same, in the base's
     late_cuda_settings: list[str] = dataclasses.field(default_factory=list)  # set by the spec's import, too late
-    takes_base_kernels: bool = False  # the head's worker takes the base's compiled kernels (worker.base_kernels)
 
     def finish(self, compile_settings: Any = None) -> dict[str, Any]:
         if self.finished is None:
@@ -444,7 +443,7 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
             asked[role] = None
         except WorkerLost as exc:
             asked[role] = exc
-    uses_triton, load_times, late, takes = _loaded("candidate", channels["candidate"], asked["candidate"], deadline)
+    uses_triton, load_times, late = _loaded("candidate", channels["candidate"], asked["candidate"], deadline)
     _loaded("reference", channels["reference"], asked["reference"], deadline)
     reference = Reference(channels["reference"], device, deadline)
     reply, _ = reference._ask({"op": "describe"})
@@ -456,16 +455,15 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
     workers.load_s = time.monotonic() - start
     workers.load_times = {**load_times, "judge_alive_s": round(judge_alive_s, 2)}
     workers.late_cuda_settings = late
-    workers.takes_base_kernels = takes and workers.base is not None
     return workers
 
 
 def _loaded(role: str, channel: Channel, lost: WorkerLost | None, deadline: float
-            ) -> tuple[bool, dict[str, float], list[str], bool]:
+            ) -> tuple[bool, dict[str, float], list[str]]:
     """The answer to ``load`` from the candidate or the reference worker: whether the code it
     imported uses Triton (the candidate's answer), how long importing torch and the spec took
-    there (for the timing report), the CUDA settings the import set too late and whether it takes
-    the base's compiled kernels, or the error that ends the job."""
+    there (for the timing report) and the CUDA settings the import set too late, or the error
+    that ends the job."""
     try:
         if lost is not None:
             raise lost
@@ -482,7 +480,7 @@ def _loaded(role: str, channel: Channel, lost: WorkerLost | None, deadline: floa
         raise ContextLost(f"the {role} worker failed: {reply.get('message')}")
     late = reply.get("late_cuda_settings")
     names = [str(n)[:100] for n in late[:20]] if isinstance(late, list) else []
-    return bool(reply.get("uses_triton")), _load_times(reply), names, reply.get("base_kernels") is True
+    return bool(reply.get("uses_triton")), _load_times(reply), names
 
 
 def _load_times(reply: dict[str, Any]) -> dict[str, float]:

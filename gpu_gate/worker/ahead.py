@@ -78,28 +78,26 @@ class Ahead:
         self.dir: Path | None = None
         self.sent = False  # the cases were given to it
 
-    def early(self, job: Job, repo_root: Path, workdir: Path, device: str, *, builds: bool = False,
-              base_kernels: str | None = None) -> bool:
+    def early(self, job: Job, repo_root: Path, workdir: Path, device: str, *, builds: bool = False) -> bool:
         """At the worker's start, for a job that will ask (equivalence, not under a tool): start the
         sibling now, so that it imports torch and the spec while the worker does; it then waits for
         the cases (``start``). ``builds``: it also compiles the launched specializations for the
-        compile check (the head's worker); ``base_kernels``: it takes the base's compiled kernels
-        from there (see worker.base_kernels). Whether it was started."""
+        compile check (the head's worker). Whether it was started."""
         if job.check != "equivalence" or job.options.get("sanitizer") or not _compiles(device) \
                 or self.proc is not None or job.case:
             return False
-        self._spawn(job, repo_root, workdir, builds, base_kernels)
+        self._spawn(job, repo_root, workdir, builds)
         return True
 
     def start(self, job: Job, tokens: list[str], repo_root: Path, workdir: Path, device: str,
-              threads: int, *, builds: bool = False, base_kernels: str | None = None) -> dict[str, Any]:
+              threads: int, *, builds: bool = False) -> dict[str, Any]:
         """Compile ``tokens``' kernels: in the sibling started early, or in one started now."""
         why = wanted(device)
         if why is not None:
             self._close_input()  # a sibling started early exits at the end of its input
             return {"skipped": why}
         if self.proc is None:
-            self._spawn(job, repo_root, workdir, builds, base_kernels)
+            self._spawn(job, repo_root, workdir, builds)
         if self.sent:
             return {"skipped": "already compiling ahead"}
         assert self.proc is not None and self.proc.stdin is not None
@@ -111,11 +109,11 @@ class Ahead:
         self.sent = True
         return {"ok": True}
 
-    def _spawn(self, job: Job, repo_root: Path, workdir: Path, builds: bool, base_kernels: str | None = None) -> None:
+    def _spawn(self, job: Job, repo_root: Path, workdir: Path, builds: bool) -> None:
         d = workdir / "ahead"
         d.mkdir(exist_ok=True)
         (d / "ahead.json").write_text(json.dumps({"job": job.to_json(), "repo_root": str(repo_root),
-                                                  "builds": builds, "base_kernels": base_kernels}))
+                                                  "builds": builds}))
         argv = [sys.executable, *_interpreter_flags(), "-c", boot(), str(d / "ahead.json")]
         with open(d / "log.txt", "wb") as log:
             self.proc = subprocess.Popen(argv, cwd=d, stdin=subprocess.PIPE, stdout=log, stderr=log,
@@ -302,10 +300,6 @@ def main(argv: list[str] | None = None) -> int:
     record = Recorder() if data.get("builds") and isinstance(settings, dict) else None
     try:
         spec = load_spec(job, repo_root, path.parent)
-        if data.get("base_kernels") and "triton" in sys.modules:  # the head's: the base's kernels first
-            from .base_kernels import install
-
-            install(Path(str(data["base_kernels"])))
         # the cases, from the worker once the judge has its schedule; none (end of input): nothing to do
         line = sys.stdin.readline()
         asked = json.loads(line) if line.strip() else {}

@@ -68,8 +68,7 @@ class Worker:
         if self.role != "reference":
             # the sibling that will compile the cases' kernels ahead imports torch and the spec now,
             # beside this process, rather than after the judge has its schedule (see worker.ahead)
-            self.ahead.early(job, self.repo_root, self.workdir, self.device, builds=self.role == "candidate",
-                             base_kernels=_BASE_KERNELS[0])
+            self.ahead.early(job, self.repo_root, self.workdir, self.device, builds=self.role == "candidate")
         start = time.monotonic()
         try:
             import torch  # noqa: F401 - timed apart from the spec's own imports
@@ -100,15 +99,12 @@ class Worker:
             return {"error": "spec-import", "finding": exc.finding.to_json()}
         spec_s = time.monotonic() - start
         late = self.context.late_settings() if self.context is not None else []
-        # Triton compiles at a kernel's first launch: from here on, the base's kernels come first
-        takes = _BASE_KERNELS[0] is not None and "triton" in sys.modules and _takes_base_kernels(_BASE_KERNELS[0])
         # the kept kernels are in this worker's cache before any case (or the sibling) compiles
         seeded, self.seeding = self.seeding.wait() if self.seeding is not None else {}, None
         # timing, for the job's report: importing torch (at the worker's start) and the spec
         return {"ok": True, "device": self.device, "torch_import_s": _TORCH_IMPORT_S[0] + torch_s,
                 "alive_s": alive_s(), "spec_import_s": spec_s, **seeded, "late_cuda_settings": late,
-                "uses_triton": uses_triton(self.repo_root) if self.role == "candidate" else None,
-                "base_kernels": takes}
+                "uses_triton": uses_triton(self.repo_root) if self.role == "candidate" else None}
 
     def _record(self) -> None:
         """Coverage: every launch of the repository's kernels (hooked once Triton is imported)."""
@@ -161,7 +157,7 @@ class Worker:
         tokens = [str(t) for t in header.get("cases") or []][:MAX_AHEAD]
         threads = max(2, min(8, (os.cpu_count() or 4) // 2))
         return self.ahead.start(self.job, tokens, self.repo_root, self.workdir, self.device, threads,
-                                builds=self.role == "candidate", base_kernels=_BASE_KERNELS[0])
+                                builds=self.role == "candidate")
 
     def _finish(self, header: dict[str, Any]) -> dict[str, Any]:
         """What the candidate launched: the repository's kernels (coverage) and the Triton
@@ -247,13 +243,6 @@ class CudaContext:
 
 
 _TORCH_IMPORT_S = [0.0]
-_BASE_KERNELS: list[str | None] = [None]  # where this worker takes the base's compiled kernels from
-
-
-def _takes_base_kernels(where: str) -> bool:
-    from .base_kernels import install
-
-    return install(Path(where))
 MAX_AHEAD = 4096  # cases one request may name
 
 
@@ -299,7 +288,6 @@ def main(argv: list[str] | None = None) -> int:
     from .kept_kernels import start as start_seeding
 
     seeding = start_seeding(context)  # first: it runs while torch is imported (see kept_kernels)
-    _BASE_KERNELS[0] = context.get("base_kernels")  # the head's worker: the base's compiled kernels
     sock = socket.socket(fileno=fd)
     worker = Worker(role, context, Path(context_file).parent, seeding=seeding)
     serve(sock, worker)
