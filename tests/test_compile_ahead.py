@@ -8,6 +8,7 @@ import json
 import os
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -217,3 +218,56 @@ def test_the_worker_waits_for_a_sibling_still_building_and_not_for_one_that_hang
     start = time.monotonic()
     assert sib.builds(30.0) == {} and time.monotonic() - start < 2
     sib.stop()
+
+
+def test_a_sibling_that_built_beside_its_dry_runs_is_not_waited_for_until_it_ends(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The builds written while the dry runs go on: the worker's finish takes them at once, not
+    when the sibling's dry runs end (the job's last step waited for them)."""
+    repo, job, _ = _repo(tmp_path / "repo")
+    a = _fake_launch("a")
+    built = [{"key": list(a.key), "arch": "sm_90", "name": "k", "resources": []}]
+    program = ("import json, pathlib, time\n"
+               "d = pathlib.Path('.')\n(d / 'building').write_text('')\ntime.sleep(0.5)\n"
+               f"(d / 'launched.json').write_text({json.dumps(json.dumps(built))})\n"
+               "(d / 'building').unlink()\ntime.sleep(600)\n")
+    monkeypatch.setattr(ahead, "boot", lambda: program)
+    work = tmp_path / "work"
+    work.mkdir()
+    sib = ahead.Ahead()
+    assert sib.early(job, repo, work, "cuda", builds=True) is True
+    while not (work / "ahead" / "building").exists():
+        time.sleep(0.05)
+    start = time.monotonic()
+    assert list(sib.builds(30.0)) == [(a.key, "sm_90")]
+    assert time.monotonic() - start < 5
+    sib.stop()
+
+
+def test_the_builds_start_once_the_dry_runs_have_launched_as_many_as_are_built(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gpu_gate.worker import specializations
+
+    got: list[tuple[int, int]] = []
+
+    def fake_build(launches: list[object], settings: object, job: object, repo_root: object, here: Path,
+                   threads: int) -> dict[str, object]:
+        got.append((len(launches), threads))
+        return {"launched_built": len(launches)}
+
+    monkeypatch.setattr(ahead, "_build_launched", fake_build)
+    monkeypatch.setattr(specializations, "repo_launches", lambda launches, root, kernels: list(launches))
+    record = types.SimpleNamespace(launches=[])
+    job = types.SimpleNamespace(kernels=())
+    early = ahead._Builds(record, {"archs": ["sm_90"]}, job, tmp_path, tmp_path, 8)  # type: ignore[arg-type]
+    for i in range(specializations.MAX_COMPILED + 3):
+        record.launches.append(i)
+        early.start_if_known()
+    assert early.done() == {"launched_built": specializations.MAX_COMPILED, "launched_early": True}
+    assert got == [(specializations.MAX_COMPILED, 4)], "beside the dry runs, on half the threads"
+    got.clear()
+    record.launches[:] = [1, 2]
+    late = ahead._Builds(record, {}, job, tmp_path, tmp_path, 8)  # type: ignore[arg-type]
+    late.start_if_known()
+    assert late.thread is None
+    assert late.done() == {"launched_built": 2, "launched_early": False} and got == [(2, 8)]

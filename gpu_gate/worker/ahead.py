@@ -133,9 +133,11 @@ class Ahead:
 
         if self.proc is None or self.dir is None:
             return {}
-        if self.proc.poll() is None and (self.dir / "building").exists():
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.proc.wait(wait_s)
+        # built beside the dry runs, or after them: wait for the file, not for the process's end
+        deadline = time.monotonic() + wait_s
+        while self.proc.poll() is None and (self.dir / "building").exists() and \
+                not (self.dir / "launched.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         try:
             return builds_from_json(json.loads((self.dir / "launched.json").read_text()))
         except (OSError, ValueError):
@@ -184,10 +186,10 @@ def _alarm(signum: int, frame: Any) -> None:
 
 
 def dry_runs(spec: Any, tokens: list[str], threads: int, budget_s: float = BUDGET_S,
-             record: Any = None) -> dict[str, Any]:
+             record: Any = None, after_case: Any = None) -> dict[str, Any]:
     """Call the candidate on each case with Triton's launches turned into compiles on ``threads``
     threads; what was started, tried and compiled. ``record``: a ``tritonlaunch.Recorder`` given
-    each launch, as the worker's recorder would see it."""
+    each launch, as the worker's recorder would see it; ``after_case``: called after each case."""
     from concurrent.futures import ThreadPoolExecutor
 
     import torch
@@ -220,6 +222,8 @@ def dry_runs(spec: Any, tokens: list[str], threads: int, budget_s: float = BUDGE
             finally:
                 signal.alarm(0)
                 m = None  # type: ignore[assignment]
+            if after_case is not None:
+                after_case()
         stats["compiled"] = compiled[0]
     with contextlib.suppress(Exception):
         torch.cuda.synchronize()
@@ -304,10 +308,13 @@ def main(argv: list[str] | None = None) -> int:
         line = sys.stdin.readline()
         asked = json.loads(line) if line.strip() else {}
         threads = int(asked.get("threads") or 2)
-        stats: dict[str, Any] = dry_runs(spec, [str(t) for t in asked.get("cases") or []], threads,
-                                         record=record) if asked else {"asked": False}
-        if asked and record is not None and isinstance(settings, dict):
-            stats.update(_build_launched(record, settings, job, repo_root, path.parent, threads))
+        builder = _Builds(record, settings, job, repo_root, path.parent, threads) \
+            if asked and record is not None and isinstance(settings, dict) else None
+        stats: dict[str, Any] = dry_runs(spec, [str(t) for t in asked.get("cases") or []], threads, record=record,
+                                         after_case=builder.start_if_known if builder else None) \
+            if asked else {"asked": False}
+        if builder is not None:
+            stats.update(builder.done())
     except BaseException as exc:  # noqa: BLE001 - said in its log; the worker compiles as before
         stats = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     (path.parent / "done.json").write_text(json.dumps(stats))
@@ -316,19 +323,67 @@ def main(argv: list[str] | None = None) -> int:
     os._exit(0)
 
 
-def _build_launched(record: Any, settings: dict[str, Any], job: Job, repo_root: Path, here: Path,
+class _Builds:
+    """The compile check's builds of the launched specializations (the first ``MAX_COMPILED`` of
+    the job's kernels, as the worker's ``finish`` takes them), started on a thread of their own
+    as soon as the dry runs have launched that many, beside the rest of the dry runs: the worker's
+    ``finish``, the job's last step, then finds them built instead of waiting for them."""
+
+    def __init__(self, record: Any, settings: dict[str, Any], job: Job, repo_root: Path, here: Path,
+                 threads: int) -> None:
+        self.record, self.settings, self.job, self.repo_root, self.here = record, settings, job, repo_root, here
+        self.threads = threads
+        self.thread: Any = None
+        self.stats: dict[str, Any] = {}
+
+    def start_if_known(self) -> None:
+        from .specializations import MAX_COMPILED, repo_launches
+
+        if self.thread is not None:
+            return
+        if len(repo_launches(list(self.record.launches), self.repo_root, self.job.kernels)) >= MAX_COMPILED:
+            self._start(early=True)
+
+    def _start(self, early: bool) -> None:
+        import threading
+
+        launches = list(self.record.launches)  # what was launched so far: the first ones are built
+        (self.here / "building").write_text("")
+        self.thread = threading.Thread(target=self._build, args=(launches, early), name="builds", daemon=True)
+        self.thread.start()
+
+    def _build(self, launches: list[Any], early: bool) -> None:
+        try:
+            # beside the dry runs, half the threads: their compiles go on meanwhile
+            threads = max(1, self.threads // 2) if early else self.threads
+            self.stats = {**_build_launched(launches, self.settings, self.job, self.repo_root, self.here,
+                                            threads), "launched_early": early}
+        except Exception as exc:  # noqa: BLE001 - the worker builds them itself
+            self.stats = {"launched_error": f"{type(exc).__name__}: {exc}"[:300]}
+
+    def done(self) -> dict[str, Any]:
+        """After the dry runs: the builds, started now where the dry runs launched fewer."""
+        if self.thread is None:
+            self._start(early=False)
+        self.thread.join()
+        return self.stats
+
+
+def _build_launched(launches: list[Any], settings: dict[str, Any], job: Job, repo_root: Path, here: Path,
                     threads: int) -> dict[str, Any]:
     """The dry runs' launches of the job's kernels, compiled for the compile check's archs, into
-    ``launched.json`` for the worker's ``finish``; ``building`` says it is under way."""
+    ``launched.json`` for the worker's ``finish``; ``building`` says it is under way, and is gone
+    once they are written."""
     from ..cuda.archs import DEFAULT_ARCHS, normalise_archs
     from .specializations import build_ahead, repo_launches
 
     start = time.monotonic()
-    (here / "building").write_text("")
-    mine = repo_launches(record.launches, repo_root, job.kernels)
+    mine = repo_launches(launches, repo_root, job.kernels)
     built = build_ahead(mine, normalise_archs(settings.get("archs") or DEFAULT_ARCHS), threads)
     (here / "launched.tmp").write_text(json.dumps(built))
     (here / "launched.tmp").replace(here / "launched.json")
+    with contextlib.suppress(OSError):
+        (here / "building").unlink()
     return {"launched_built": len(built), "launched_s": round(time.monotonic() - start, 2)}
 
 
