@@ -8,7 +8,6 @@ import dataclasses
 import re
 import shlex
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -490,13 +489,10 @@ class Equivalence:
                 continue  # the base's next call finds it gone, and says so
             self.ahead_started[side] = why or "started"
 
-    @contextlib.contextmanager
-    def _timed(self, phase: str) -> Iterator[None]:
-        start = time.monotonic()
-        try:
-            yield
-        finally:
-            self.phases[phase] = self.phases.get(phase, 0.0) + time.monotonic() - start
+    def _timed(self, phase: str) -> contextlib.AbstractContextManager[None]:
+        from ..equivalence.engine import timed_into
+
+        return timed_into(self.phases, phase)
 
     def _timing(self) -> dict[str, Any]:
         """Where the job's time went, in seconds: the phases (cases, growth sweep, shrinking, the

@@ -110,6 +110,16 @@ class Truth:
 
 
 
+@contextlib.contextmanager
+def timed_into(seconds: dict[str, float], name: str) -> Iterator[None]:
+    """Add the time the block takes to ``seconds[name]`` (timing reports only)."""
+    start = time.monotonic()
+    try:
+        yield
+    finally:
+        seconds[name] = seconds.get(name, 0.0) + time.monotonic() - start
+
+
 class CaseRunner:
     def __init__(self, spec: Spec, spec_id: str, device: str, rule: Rule, repro_cmd: str, candidate: Candidate,
                  reference: Reference, base: Candidate | None = None, regression_factor: float = 4.0) -> None:
@@ -134,13 +144,8 @@ class CaseRunner:
         # such case's truth is asked for with them before the head's code runs (see run)
         self.dtypes_seen: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
 
-    @contextlib.contextmanager
-    def _step(self, name: str) -> Iterator[None]:
-        start = time.monotonic()
-        try:
-            yield
-        finally:
-            self.steps[name] = self.steps.get(name, 0.0) + time.monotonic() - start
+    def _step(self, name: str) -> contextlib.AbstractContextManager[None]:
+        return timed_into(self.steps, name)
 
     def run(self, case: Case, *, sensitivity: bool) -> CaseResult:
         repro = self.repro_cmd.format(token=case.token())
