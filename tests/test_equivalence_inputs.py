@@ -13,7 +13,7 @@ import gpu_gate as gg
 from gpu_gate.equivalence.cases import (
     DEFAULT_FLOAT_DISTS, Case, InputChoice, ScheduleOptions, case_bytes, growth_sizes, schedule, special_sizes,
 )
-from gpu_gate.worker.calling import grad_tensor, upstream_values
+from gpu_gate.worker.calling import grad_tensor, upstream_from_recipe, upstream_recipe
 from gpu_gate.equivalence.inputs import materialize, perturbed_inputs
 from gpu_gate.errors import SpecError
 from gpu_gate.spec import FLOAT_DTYPES, INDEX_DISTS, LAYOUTS
@@ -152,7 +152,7 @@ def test_materialize_is_deterministic_and_fresh() -> None:
 
 def test_the_upstream_gradient_is_random_and_sometimes_strided() -> None:
     outs = {"out": torch.zeros(5, 7, dtype=torch.float64), "idx": torch.zeros(3, dtype=torch.int64)}
-    up = upstream_values(outs, seed=3)
+    up = upstream_from_recipe(upstream_recipe(outs, seed=3), "cpu")
     assert set(up) == {"out"}, "only float outputs get a gradient"
     g = up["out"]
     assert not torch.all(g == 1) and g.unique().numel() == 35
@@ -169,13 +169,11 @@ def test_an_upstream_gradient_crosses_as_its_recipe_and_any_process_makes_the_sa
     import subprocess
     import sys
 
-    from gpu_gate.worker.calling import upstream_from_recipe, upstream_recipe
-
     outs = {"out": torch.zeros(6, 4, dtype=torch.bfloat16), "n": torch.zeros(2, dtype=torch.int32)}
     recipe = upstream_recipe(outs, seed=11, expanded=False)
     assert json.loads(json.dumps(recipe)) == recipe and set(recipe) == {"out"}
     here = upstream_from_recipe(recipe, "cpu")["out"]
-    assert torch.equal(here, upstream_values(outs, seed=11)["out"]) and here.dtype == torch.float64
+    assert here.dtype == torch.float64 and here.shape == (6, 4)
     code = ("import json, sys, torch; from gpu_gate.worker.calling import upstream_from_recipe; "
             "g = upstream_from_recipe(json.loads(sys.argv[1]), 'cpu')['out']; print(json.dumps(g.tolist()))")
     there = subprocess.run([sys.executable, "-c", code, json.dumps(recipe)], capture_output=True, text=True,
@@ -251,7 +249,7 @@ def test_a_strided_and_an_expanded_upstream_gradient_come_among_the_first_cases(
 def test_an_expanded_upstream_gradient_has_stride_0_and_the_reference_sees_the_same_values() -> None:
     from gpu_gate.worker.calling import expanded_values
 
-    values = expanded_values(upstream_values({"out": torch.zeros(5, 3)}, seed=1))["out"]
+    values = expanded_values(upstream_from_recipe(upstream_recipe({"out": torch.zeros(5, 3)}, seed=1), "cpu"))["out"]
     g = grad_tensor(values, torch.float32, "expanded")
     assert g.stride() == (0, 1) and torch.equal(g, values.float())
     assert torch.equal(values[0], values[4]) and not torch.equal(values[0], torch.zeros(3, dtype=torch.float64))

@@ -383,8 +383,9 @@ class TruthPending:
 def _stats(reply: dict[str, Any]) -> dict[str, Any]:
     wire_stats = reply.get("wire")
     out = {str(k): v for k, v in wire_stats.items() if isinstance(v, (int, float))} if isinstance(wire_stats, dict) else {}
-    if isinstance(reply.get("alive_s"), (int, float)):
-        out["alive_s"] = round(float(reply["alive_s"]), 2)
+    for key in ("alive_s", "context_s"):  # its age, and how long making its CUDA context took
+        if isinstance(reply.get(key), (int, float)):
+            out[key] = round(float(reply[key]), 2)
     return out
 
 

@@ -74,15 +74,6 @@ def upstream_from_recipe(recipe: Any, device: Any) -> dict[str, Any]:
     return grads
 
 
-def upstream_values(outs: dict[str, Any], seed: int) -> dict[str, Any]:
-    """A random upstream gradient per output, in float64: never all ones."""
-    import torch
-
-    device = next((o.device for o in outs.values() if isinstance(o, torch.Tensor)), "cpu")
-    return upstream_from_recipe(upstream_recipe(outs, seed), device)
-
-
-
 def expanded_values(grads: dict[str, Any]) -> dict[str, Any]:
     """Upstream values equal along the first dim, for an ``expanded`` gradient: the reference
     gets the same values, contiguous."""
