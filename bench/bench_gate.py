@@ -107,12 +107,13 @@ def scratch(liger: Path, commit: str, where: Path, change: str = "comment", poli
     return repo, base, head
 
 
-def another_change(repo: Path, head: str, kernel: str = "src/liger_kernel/ops/geglu.py") -> str:
+def another_change(repo: Path, head: str, kernel: str = "src/liger_kernel/ops/geglu.py",
+                   comment: str = "# reviewed again") -> str:
     """A new head on top of ``head`` that changes the kernel file again (a second comment): the
     result cache misses, what was compiled for the unchanged kernels still applies."""
     path = repo / kernel
     git(repo, "checkout", "-q", head)
-    path.write_text(path.read_text() + "# reviewed again\n")
+    path.write_text(path.read_text() + comment + "\n")
     # fixed dates: the same commit (so the same seed, so the same cases) for every tree timed
     env = {**os.environ, "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
     subprocess.run(["git", "-c", "commit.gpgsign=false", "-c", "user.name=bench", "-c", "user.email=bench@localhost",

@@ -1,6 +1,6 @@
 """The full default gate on one changed raw ``.cu`` kernel (through ``gg.cuda``), timed end to end.
 
-    python bench/bench_gate_cuda.py [--gate-path DIR ...] [--repeats N] [--cached-rerun]
+    python bench/bench_gate_cuda.py [--gate-path DIR ...] [--repeats N] [--cached-rerun [--warm-rerun]]
 
 The twin of ``bench_gate.py`` for CUDA C++: a scratch repository holds an RMSNorm kernel in
 ``csrc/rmsnorm.cu`` (one block per row, a shared-memory tree reduction, float32 and bfloat16) with
@@ -17,7 +17,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_gate import time_gates  # noqa: E402
+from bench_gate import another_change, time_gates  # noqa: E402
 from bench_selection import git  # noqa: E402
 
 POLICY = """\
@@ -114,11 +114,15 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=1)
     ap.add_argument("--cached-rerun", action="store_true",
                     help="each timed gate writes a fresh result cache, and the same gate runs again on it")
+    ap.add_argument("--warm-rerun", action="store_true",
+                    help="with --cached-rerun: then a new head that changes the kernel again, gated with the same "
+                         "cache (the results miss): warm_rerun")
     args = ap.parse_args()
     paths = args.gate_path or [Path(__file__).resolve().parents[1]]
     with tempfile.TemporaryDirectory() as tmp:
         repo, base, head = scratch(Path(tmp))
-        time_gates(repo, base, head, paths, Path(tmp), args.repeats, args.cached_rerun)
+        warm = (lambda: another_change(repo, head, "csrc/rmsnorm.cu", "// reviewed again")) if args.warm_rerun else None
+        time_gates(repo, base, head, paths, Path(tmp), args.repeats, args.cached_rerun, warm)
     return 0
 
 
