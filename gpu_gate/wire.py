@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -25,10 +26,18 @@ Blobs = list[Any]  # bytes, bytearray or memoryview
 # seconds spent sending them, receiving them once their header had arrived, copying tensors off the
 # device to send them, and onto it once received.
 STATS = {"sent_mb": 0.0, "send_s": 0.0, "received_mb": 0.0, "receive_s": 0.0, "encode_s": 0.0, "decode_s": 0.0}
+_STATS_LOCK = threading.Lock()  # the judge's truth thread adds to them beside its main thread
+
+
+def _add(**deltas: float) -> None:
+    with _STATS_LOCK:
+        for k, v in deltas.items():
+            STATS[k] += v
 
 
 def stats() -> dict[str, float]:
-    return {k: round(v, 2) for k, v in STATS.items()}
+    with _STATS_LOCK:
+        return {k: round(v, 2) for k, v in STATS.items()}
 
 
 class ChannelClosed(Exception):
@@ -55,8 +64,7 @@ def send(sock: socket.socket, header: dict[str, Any], blobs: Sequence[Any] = ())
     except (BrokenPipeError, ConnectionResetError) as exc:
         raise ChannelClosed(str(exc)) from exc
     finally:
-        STATS["send_s"] += time.monotonic() - start
-        STATS["sent_mb"] += sum(sizes) / 1e6
+        _add(send_s=time.monotonic() - start, sent_mb=sum(sizes) / 1e6)
 
 
 def recv(sock: socket.socket, deadline: float | None = None) -> tuple[dict[str, Any], list[bytearray]]:
@@ -76,8 +84,7 @@ def recv(sock: socket.socket, deadline: float | None = None) -> tuple[dict[str, 
     try:
         return header, [_exact(sock, s, deadline) for s in sizes]
     finally:
-        STATS["receive_s"] += time.monotonic() - start
-        STATS["received_mb"] += sum(sizes) / 1e6
+        _add(receive_s=time.monotonic() - start, received_mb=sum(sizes) / 1e6)
 
 
 def _exact(sock: socket.socket, n: int, deadline: float | None) -> bytearray:
@@ -140,7 +147,7 @@ def encode_tensor(t: Any, blobs: Blobs) -> dict[str, Any]:
         data = flat_bytes(p)
         # a copy, also on the CPU: the bytes must not change when the worker puts the buffer back
         host = data.cpu() if data.device.type != "cpu" else data.clone()
-    STATS["encode_s"] += time.monotonic() - start
+    _add(encode_s=time.monotonic() - start)
     meta["blob"] = len(blobs)
     blobs.append(memoryview(host.numpy()))
     return meta
@@ -170,7 +177,7 @@ def decode_tensor(meta: dict[str, Any], blobs: list[bytearray], device: Any = "c
     try:
         return t.to(device)
     finally:
-        STATS["decode_s"] += time.monotonic() - start
+        _add(decode_s=time.monotonic() - start)
 
 
 def encode_value(v: Any, blobs: Blobs) -> dict[str, Any]:
