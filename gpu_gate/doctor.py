@@ -265,7 +265,8 @@ def _mib(n: int | None) -> int | None:
 def _judge_gpu(s: nvml.GpuSample, t: Thresholds, notes: list[str]) -> GpuHealth:
     throttle = nvml.decode_throttle(s.throttle_mask) if s.throttle_mask is not None else []
     others = [
-        {"pid": p.pid, "name": p.name, "used_memory_mib": _mib(p.used_memory)} for p in (s.processes or ())
+        {"pid": p.pid, "name": p.name, "used_memory_mib": _mib(p.used_memory),
+         **({"started_the_gate": True} if p.ancestor else {})} for p in (s.processes or ())
     ]
     health = GpuHealth(
         index=s.index,
@@ -305,6 +306,8 @@ def _gpu_problems(h: GpuHealth, s: nvml.GpuSample, t: Thresholds) -> list[str]:
     out.extend(_memory_problems(h, t))
     if not t.allow_other_processes:
         for p in h.processes or ():
+            if p.get("started_the_gate"):
+                continue  # it waits for the gate (a test, a script); its memory counts in the free memory above
             used = f"{p['used_memory_mib']} MiB" if p["used_memory_mib"] is not None else "memory"
             who = f"pid {p['pid']}" + (f" ({p['name']})" if p["name"] else "")
             out.append(f"another process holds GPU memory: {who}, {used}; the GPU must be free for a gate run")
@@ -338,6 +341,12 @@ def _gpu_notes(h: GpuHealth, t: Thresholds) -> list[str]:
         out.append(f"not supported by this GPU or driver: {', '.join(h.unsupported)}")
     if t.allow_other_processes and h.processes:
         out.append(f"{len(h.processes)} other compute process(es) on this GPU (allowed by the thresholds)")
+    for p in h.processes or ():
+        if p.get("started_the_gate") and not t.allow_other_processes:
+            used = f"{p['used_memory_mib']} MiB" if p["used_memory_mib"] is not None else "memory"
+            who = f"pid {p['pid']}" + (f" ({p['name']})" if p["name"] else "")
+            out.append(f"{who}, which started gpu-gate and waits for it, holds {used} of GPU memory: not counted "
+                       "as another process (the free memory is checked as always)")
     return out
 
 

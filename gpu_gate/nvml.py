@@ -14,6 +14,7 @@ import dataclasses
 import importlib
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -62,6 +63,7 @@ class GpuProcess:
     pid: int
     used_memory: int | None  # bytes; None where the driver does not say
     name: str | None = None
+    ancestor: bool = False  # one of the processes that started this one (it waits for the gate)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -160,14 +162,31 @@ def _throttle(lib: Any, handle: Any) -> int:
 
 def _processes(lib: Any, handle: Any) -> tuple[GpuProcess, ...]:
     own = os.getpid()
+    chain = ancestors()
     found = []
     for p in lib.nvmlDeviceGetComputeRunningProcesses(handle):
         pid = int(p.pid)
         if pid == own:
             continue
         used = getattr(p, "usedGpuMemory", None)
-        found.append(GpuProcess(pid, int(used) if used is not None else None, _process_name(lib, pid)))
+        found.append(GpuProcess(pid, int(used) if used is not None else None, _process_name(lib, pid),
+                                ancestor=pid in chain))
     return tuple(found)
+
+
+def ancestors(pid: int | None = None) -> frozenset[int]:
+    """The processes that started this one (its parent, the parent's parent, ...), from /proc;
+    empty where /proc cannot say."""
+    out: set[int] = set()
+    pid = os.getppid() if pid is None else pid
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            pid = int(stat[stat.rindex(")") + 1:].split()[1])  # the field after the state: the parent
+        except (OSError, ValueError, IndexError):
+            break
+    return frozenset(out)
 
 
 def _process_name(lib: Any, pid: int) -> str | None:

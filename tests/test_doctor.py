@@ -248,6 +248,29 @@ def test_another_process_holding_memory_is_a_problem() -> None:
     assert report.gpus[0].processes == [{"pid": 4242, "name": "python3", "used_memory_mib": 2048}]
 
 
+def test_the_process_that_started_the_gate_is_not_another_process(tmp_path: Path) -> None:
+    """A test or a script that used the GPU and then runs gpu-gate waits for it: its memory is not
+    a busy GPU (the free memory is still checked); any other process still is."""
+    import subprocess
+    import sys
+
+    # a real chain: this process started a child that started a grandchild; the grandchild's ancestors
+    code = "import json, sys; from gpu_gate import nvml; print(json.dumps(sorted(nvml.ancestors())))"
+    out = subprocess.run([sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {code!r}])"],
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])})
+    chain = json.loads(out.stdout)
+    assert os.getpid() in chain and 1 not in chain, out
+    procs = [SimpleNamespace(pid=os.getppid(), usedGpuMemory=2 * GIB), SimpleNamespace(pid=4242, usedGpuMemory=GIB)]
+    report = doc(FakeGpu(processes=procs))
+    assert only_problem(report).startswith("GPU 0 (NVIDIA H100 80GB HBM3): another process holds GPU memory: pid 4242")
+    assert any(n.startswith(f"GPU 0 (NVIDIA H100 80GB HBM3): pid {os.getppid()} (python3), which started gpu-gate")
+               for n in report.notes), report.notes
+    alone = doc(FakeGpu(processes=procs[:1]))
+    assert alone.healthy, alone.gpus[0].problems
+    assert alone.gpus[0].processes == [{"pid": os.getppid(), "name": "python3", "used_memory_mib": 2048,
+                                        "started_the_gate": True}]
+
+
 def test_other_processes_can_be_allowed() -> None:
     procs = [SimpleNamespace(pid=4242, usedGpuMemory=None)]
     report = doc(FakeGpu(processes=procs), thresholds=Thresholds(allow_other_processes=True))
