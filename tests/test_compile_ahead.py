@@ -29,15 +29,6 @@ def double_gate(x):
 """
 
 
-@pytest.fixture(autouse=True)
-def _triton_as_it_was() -> object:
-    """A sibling started here arms this process's compile claims (see worker.compile_claims)."""
-    from gpu_gate.worker import compile_claims
-
-    yield
-    compile_claims.disarm()
-
-
 def _repo(tmp: Path) -> tuple[Path, Job, list[str]]:
     (tmp / "gate").mkdir(parents=True)
     (tmp / "gate" / "double_gate.py").write_text(SPEC)

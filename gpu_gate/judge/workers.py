@@ -386,10 +386,6 @@ def _stats(reply: dict[str, Any]) -> dict[str, Any]:
     for key in ("alive_s", "context_s"):  # its age, and how long making its CUDA context took
         if isinstance(reply.get(key), (int, float)):
             out[key] = round(float(reply[key]), 2)
-    claims = reply.get("claims")  # the compiles it claimed, and those it waited for its sibling's
-    if isinstance(claims, dict):
-        out.update({f"claims_{k}": round(float(v), 2) for k, v in claims.items()
-                    if isinstance(v, (int, float)) and not isinstance(v, bool)})
     return out
 
 

@@ -15,8 +15,7 @@ imports overlap the worker's; else when asked); given the cases, it:
   (``triton.runtime._async_compile.AsyncCompileMode``), and launches nothing;
 - writes what it compiled into the worker's own Triton cache directory, where the worker finds it
   when its case gets there (Triton's cache is keyed by content: the same key is the same binary,
-  whoever compiled it); a kernel that one of the two is compiling, the other waits for rather than
-  compiling it too (``compile_claims``);
+  whoever compiled it);
 - in the head's worker, once the dry runs are done: compiles the specializations they launched for
   the compile check's architectures, with their resources (``specializations.build_ahead``), and
   leaves them in a file the worker's ``finish`` reads, where it would otherwise compile them all
@@ -102,10 +101,6 @@ class Ahead:
         if self.sent:
             return {"skipped": "already compiling ahead"}
         assert self.proc is not None and self.proc.stdin is not None
-        from .compile_claims import arm
-
-        # one compile per kernel: the worker waits for what the sibling is compiling (see compile_claims)
-        arm(claims_dir(workdir))
         try:
             self.proc.stdin.write(json.dumps({"cases": tokens, "threads": threads}).encode() + b"\n")
             self.proc.stdin.close()
@@ -118,7 +113,7 @@ class Ahead:
         d = workdir / "ahead"
         d.mkdir(exist_ok=True)
         (d / "ahead.json").write_text(json.dumps({"job": job.to_json(), "repo_root": str(repo_root),
-                                                  "builds": builds, "claims": str(claims_dir(workdir))}))
+                                                  "builds": builds}))
         argv = [sys.executable, *_interpreter_flags(), "-c", boot(), str(d / "ahead.json")]
         with open(d / "log.txt", "wb") as log:
             self.proc = subprocess.Popen(argv, cwd=d, stdin=subprocess.PIPE, stdout=log, stderr=log,
@@ -165,11 +160,6 @@ class Ahead:
         return {"finished": True, **{k: v for k, v in done.items() if isinstance(v, (int, float))}}
 
 
-def claims_dir(workdir: Path) -> Path:
-    """Where the worker and its sibling claim the kernels they compile (the job's own directory)."""
-    return workdir / "compile-claims"
-
-
 def _interpreter_flags() -> list[str]:
     """The worker's own interpreter options (``-I``, the bytecode prefix or ``-B``), for its sibling."""
     orig = list(getattr(sys, "orig_argv", []))
@@ -208,13 +198,12 @@ def dry_runs(spec: Any, tokens: list[str], threads: int, budget_s: float = BUDGE
     from ..equivalence.cases import Case
     from ..equivalence.inputs import materialize
     from .calling import kwargs_for
-    from .compile_claims import ReleasingPool
 
     start = time.monotonic()
     stats: dict[str, Any] = {"cases": 0, "failed": 0, "compiled": 0}
     signal.signal(signal.SIGALRM, _alarm)
     with _launches_compile_only(record) as compiled, ThreadPoolExecutor(max(1, threads)) as pool, \
-            AsyncCompileMode(ReleasingPool(pool)):
+            AsyncCompileMode(pool):
         for token in tokens:
             if time.monotonic() - start > budget_s:
                 break
@@ -315,10 +304,6 @@ def main(argv: list[str] | None = None) -> int:
     record = Recorder() if data.get("builds") and isinstance(settings, dict) else None
     try:
         spec = load_spec(job, repo_root, path.parent)
-        if data.get("claims"):
-            from .compile_claims import arm
-
-            arm(Path(data["claims"]))
         # the cases, from the worker once the judge has its schedule; none (end of input): nothing to do
         line = sys.stdin.readline()
         asked = json.loads(line) if line.strip() else {}
@@ -330,9 +315,6 @@ def main(argv: list[str] | None = None) -> int:
             if asked else {"asked": False}
         if builder is not None:
             stats.update(builder.done())
-        from .compile_claims import stats as claim_stats
-
-        stats.update({f"claims_{k}": v for k, v in claim_stats().items()})
     except BaseException as exc:  # noqa: BLE001 - said in its log; the worker compiles as before
         stats = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     (path.parent / "done.json").write_text(json.dumps(stats))

@@ -146,9 +146,7 @@ class Worker:
         if op == "ahead_done":  # the sibling ends: what it compiled, for the job's timing report
             return {"ahead": self.ahead.stop()}, []
         if op == "stats":  # what this worker moved through the channel, for the job's timing report
-            from .compile_claims import stats as claim_stats
-
-            return {"wire": wire.stats(), "alive_s": alive_s(), "claims": claim_stats(),
+            return {"wire": wire.stats(), "alive_s": alive_s(),
                     "context_s": self.context.seconds if self.context is not None else None}, []
         return self.server.handle(header, blobs)
 

@@ -65,7 +65,7 @@ def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known
         if done is not None:
             return done
         try:
-            return _compile(launch, config, arch)
+            return tritonc.compile_kernel(launch.fn, config, arch_number(arch))
         except Exception as exc:  # noqa: BLE001 - Triton raises many types for a compile error
             return exc
 
@@ -92,17 +92,6 @@ def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known
     return {"rows": rows, "errors": errors, "not_compiled": max(0, len(compilable) - MAX_COMPILED)}
 
 
-def _compile(launch: Launch, config: tritonc.TritonConfig, arch: str) -> tritonc.TritonBuild:
-    """One build, on a pool's thread: the compile claim it took (see :mod:`.compile_claims`) is
-    released when it ends, built or not."""
-    from .compile_claims import release_mine
-
-    try:
-        return tritonc.compile_kernel(launch.fn, config, arch_number(arch))
-    finally:
-        release_mine()
-
-
 def build_ahead(launches: list[tuple[str, Launch]], archs: list[str], threads: int) -> list[dict[str, Any]]:
     """In the compiling sibling (see :mod:`.ahead`): compile the launches its dry runs made, for
     ``archs``, as :func:`compile_launched` would, so that the worker's ``finish`` finds them built.
@@ -114,7 +103,7 @@ def build_ahead(launches: list[tuple[str, Launch]], archs: list[str], threads: i
         launch, arch = task
         try:
             config = tritonc.launched_config(launch.fn, launch.constexprs, launch.signature, launch.options)
-            built = _compile(launch, config, arch)
+            built = tritonc.compile_kernel(launch.fn, config, arch_number(arch))
         except Exception:  # noqa: BLE001 - the worker compiles it again and reports the error
             return None
         return {"key": list(launch.key), "arch": arch, "name": built.name,

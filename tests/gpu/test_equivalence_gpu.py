@@ -109,21 +109,6 @@ def test_the_cases_kernels_are_compiled_ahead_beside_the_worker(tmp_path: Path) 
     assert said["head"] == "started" and "head_finished" in said, said
 
 
-def test_the_worker_waits_for_the_kernels_its_sibling_is_compiling(tmp_path: Path) -> None:
-    """The head's worker and its sibling claim what they compile (gpu_gate.worker.compile_claims):
-    together they compile each specialization once. Every compile either of them began, it
-    claimed or waited for, and neither waited out the bound."""
-    r = run("tt_gelu", tmp_path, 0, cases=64)
-    assert r.status is Status.PASSED, [f.message for f in r.findings]
-    worker = r.extra["timing"]["wire"]["head"]
-    sibling = r.extra["timing"]["ahead"]
-    print("claims:", {k: v for k, v in worker.items() if k.startswith("claims_")},
-          {k: v for k, v in sibling.items() if "claims_" in k})
-    assert worker["claims_gave_up"] == 0 and sibling.get("head_claims_gave_up", 0) == 0
-    # a fresh cache: the job's kernels were compiled, each under a claim of the one that compiled it
-    assert worker["claims_claimed"] + sibling.get("head_claims_claimed", 0) > 0, (worker, sibling)
-
-
 def test_the_launches_compiled_beside_the_cases_report_what_the_worker_would(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The head's sibling also compiles the launched specializations for the compile check's archs
