@@ -344,3 +344,19 @@ def test_far_worse_than_a_base_that_fails_too_is_new_and_says_so(make_repo) -> N
     assert "mismatch" in _changes(results).get("new", set()), _findings(results)
     assert "(new: the base's code fails this case too, far less)" in text
     assert "(new: the base's code passes this case)" not in text
+
+
+def test_the_timing_counts_the_bases_own_runs_once(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """Each step of the cases in the job's timing is the head's alone; the base's own calls and
+    probes (run in full where the head fails) count in the base's step, not again in the head's."""
+    slow = "import time\n\n\ndef row_sum(x):\n    time.sleep(0.2)\n    return x.double().sum(-1).to(x.dtype)\n"
+    r = _repo(make_repo, slow)
+    _pr(r, TRUNCATED)
+    code, text, results = _check(r)
+    assert code == 1, text
+    timing = next(x["extra"]["timing"] for x in results["results"] if x["check"] == "equivalence")
+    steps = timing["steps"]
+    # the base's code sleeps on every call, the head's does not: the head's calls are quick
+    assert steps["base"] > 2.0, steps
+    # the head's failing cases have the base's code called again, twice at least (0.4 s): not here
+    assert steps["first_call"] + steps.get("second_call", 0.0) < 0.3, steps

@@ -509,7 +509,7 @@ class Equivalence:
         out["candidate_compile_s"] = round(w.candidate.compile_s, 2)  # and of that, compiling Triton kernels
         out["reference_wait_s"] = round(w.reference.wait_s, 2)
         out["inputs_s"] = round(self.runner.inputs_s, 2)
-        # each step of the cases, in the judge: the base's includes its own calls and comparisons
+        # each step of the cases, in the judge; the base's own calls and comparisons count in its step alone
         out["steps"] = {k: round(v, 2) for k, v in self.runner.steps.items()}
         if self.finish_times:
             out["finish"] = self.finish_times

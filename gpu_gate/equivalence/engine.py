@@ -140,12 +140,28 @@ class CaseRunner:
         self.inputs_s = 0.0  # time spent building the cases' inputs (the judge's own work)
         # where a case's time goes, in the judge (timing only): each step's seconds, summed over cases
         self.steps: dict[str, float] = {}
+        self._in_base = False  # within the base's step (see _step)
         # the output dtypes the head's code returned, by the dtypes of the case's inputs: the next
         # such case's truth is asked for with them before the head's code runs (see run)
         self.dtypes_seen: dict[tuple[tuple[str, str], ...], dict[str, str]] = {}
 
     def _step(self, name: str) -> contextlib.AbstractContextManager[None]:
+        """Time a step of the case into ``steps``; inside the base's step, the steps of the base's own
+        run (its calls, guards, comparisons) count in ``base`` alone, not again as the head's."""
+        if self._in_base:
+            return contextlib.nullcontext()
+        if name == "base":
+            return self._base_step()
         return timed_into(self.steps, name)
+
+    @contextlib.contextmanager
+    def _base_step(self) -> Iterator[None]:
+        self._in_base = True
+        try:
+            with timed_into(self.steps, "base"):
+                yield
+        finally:
+            self._in_base = False
 
     def run(self, case: Case, *, sensitivity: bool) -> CaseResult:
         repro = self.repro_cmd.format(token=case.token())
@@ -257,7 +273,8 @@ class CaseRunner:
                             rule=self.rule, perturbed=cond.get(k))
                 if why:
                     findings.append(_finding(self.spec_id, case, "unstable", why, repro, output=k))
-        self.steps["compare"] = self.steps.get("compare", 0.0) + time.monotonic() - compare_start
+        if not self._in_base:
+            self.steps["compare"] = self.steps.get("compare", 0.0) + time.monotonic() - compare_start
         if sensitivity and not findings:
             with self._step("relocated"):
                 findings += self._relocated(cand, case, upstream, snap1, ref, base, cond, repro)
