@@ -308,11 +308,16 @@ def _gpu_problems(h: GpuHealth, s: nvml.GpuSample, t: Thresholds) -> list[str]:
         for p in h.processes or ():
             if p.get("started_the_gate"):
                 continue  # it waits for the gate (a test, a script); its memory counts in the free memory above
-            used = f"{p['used_memory_mib']} MiB" if p["used_memory_mib"] is not None else "memory"
-            who = f"pid {p['pid']}" + (f" ({p['name']})" if p["name"] else "")
+            who, used = _holder(p)
             out.append(f"another process holds GPU memory: {who}, {used}; the GPU must be free for a gate run")
     out.extend(f"could not read {what} ({err})" for what, err in s.errors.items())
     return out
+
+
+def _holder(p: dict[str, Any]) -> tuple[str, str]:
+    """A process on the GPU, as the doctor names it: ``pid N (name)``, and the memory it holds."""
+    used = f"{p['used_memory_mib']} MiB" if p["used_memory_mib"] is not None else "memory"
+    return f"pid {p['pid']}" + (f" ({p['name']})" if p["name"] else ""), used
 
 
 def _memory_problems(h: GpuHealth, t: Thresholds) -> list[str]:
@@ -343,8 +348,7 @@ def _gpu_notes(h: GpuHealth, t: Thresholds) -> list[str]:
         out.append(f"{len(h.processes)} other compute process(es) on this GPU (allowed by the thresholds)")
     for p in h.processes or ():
         if p.get("started_the_gate") and not t.allow_other_processes:
-            used = f"{p['used_memory_mib']} MiB" if p["used_memory_mib"] is not None else "memory"
-            who = f"pid {p['pid']}" + (f" ({p['name']})" if p["name"] else "")
+            who, used = _holder(p)
             out.append(f"{who}, which started gpu-gate and waits for it, holds {used} of GPU memory: not counted "
                        "as another process (the free memory is checked as always)")
     return out

@@ -256,25 +256,23 @@ class CaseRunner:
             with self._step("truth"):
                 truth = Truth(*pending())
         assert truth is not None
-        compare_start = time.monotonic()
-        ref, base, cond = truth.reference, truth.baseline, truth.conditioning
-        comparisons = []
-        for k, r in ref.items():
-            if k not in snap1:
-                findings.append(self._missing(case, k, snap1, repro))
-                continue
-            comp = self._compare(case, k, snap1, truth)
-            comparisons.append(comp)
-            if not comp.ok:
-                findings.append(_finding(self.spec_id, case, comp.kind, comp.message, repro, output=k,
-                                         **comp.details))
-            if outs2 is not None and comp.kind not in ("shape", "type") and isinstance(r, torch.Tensor):
-                why = agree(k, snap1[k], outs2.get(k), bitwise=self.spec.deterministic, ref=r, base=base.get(k),
-                            rule=self.rule, perturbed=cond.get(k))
-                if why:
-                    findings.append(_finding(self.spec_id, case, "unstable", why, repro, output=k))
-        if not self._in_base:
-            self.steps["compare"] = self.steps.get("compare", 0.0) + time.monotonic() - compare_start
+        with self._step("compare"):
+            ref, base, cond = truth.reference, truth.baseline, truth.conditioning
+            comparisons = []
+            for k, r in ref.items():
+                if k not in snap1:
+                    findings.append(self._missing(case, k, snap1, repro))
+                    continue
+                comp = self._compare(case, k, snap1, truth)
+                comparisons.append(comp)
+                if not comp.ok:
+                    findings.append(_finding(self.spec_id, case, comp.kind, comp.message, repro, output=k,
+                                             **comp.details))
+                if outs2 is not None and comp.kind not in ("shape", "type") and isinstance(r, torch.Tensor):
+                    why = agree(k, snap1[k], outs2.get(k), bitwise=self.spec.deterministic, ref=r, base=base.get(k),
+                                rule=self.rule, perturbed=cond.get(k))
+                    if why:
+                        findings.append(_finding(self.spec_id, case, "unstable", why, repro, output=k))
         if sensitivity and not findings:
             with self._step("relocated"):
                 findings += self._relocated(cand, case, upstream, snap1, ref, base, cond, repro)
