@@ -207,8 +207,6 @@ def run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl | 
         if opts.keep_workdirs is not None:
             dest = opts.keep_workdirs / job.id.replace("/", "_").replace(":", "_")
             shutil.copytree(workdir, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.tmp"))
-            for report in outer.glob("*.xml"):  # compute-sanitizer's, written beside the worker's directory
-                shutil.copy2(report, dest / report.name)
         shutil.rmtree(outer, ignore_errors=True)
 
 
@@ -349,29 +347,36 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
     threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
     env = _env_for(opts, gpu, workdir, threads, job.check, avail.works)
     argv = worker_argv(opts, job_file, result_file)
+    module = CHECKS[job.check].load()
+    wrap = getattr(module, "wrap", None)
+    if wrap is not None:
+        wctx = WrapContext(opts.repo_root, gpu is not None, opts.sanitizer_path, opts.timeout_s, env)
+        wrapped = wrap(job, argv, workdir, wctx)
+        if not isinstance(wrapped, list):  # an Outcome: the tool cannot run (fail closed)
+            return _outcome_to_result(job, wrapped, 0.0, None)
+        argv = wrapped
+        env = wctx.env
     # A job never outlives the whole run's deadline.
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
     pr, escaped = _contained_run(argv, opts, gpu, workdir, env, timeout, avail, control)
     if control.reason is not None and (pr.signal == 9 or pr.timed_out or pr.returncode is None):
         return _interrupted(job, control.reason, pr)
     inner = _read_result(result_file)
-    result = _judge_run(job, opts, pr, inner, timeout)
+    result = _judge_run(job, opts, workdir, pr, inner, timeout, module)
     return _with_escapes(result, escaped, avail) if escaped else result
 
 
 def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir: Path, env: dict[str, str],
                    timeout: float, avail: sandbox.Available, control: RunControl, extra_fds: tuple[int, ...] = (),
                    on_start: Callable[[int], None] | None = None, source: Path | None = None,
-                   lent: tuple[tuple[Path, Path], ...] = (), tool: Sequence[str] = ()) -> tuple[proc.ProcResult, int]:
+                   lent: tuple[tuple[Path, Path], ...] = ()) -> tuple[proc.ProcResult, int]:
     """Run ``argv`` in the sandbox; also return how many processes outlived the worker (they
     are dead by the time this returns). ``extra_fds``: descriptors the process inherits (its end
     of the socket to the judge); ``source``: the tree shown at the repository's path (the base's);
-    ``lent``: (a directory of the gate's, where the sandbox shows it read-only: the kept kernels);
-    ``tool``: compute-sanitizer's command line, run outside the sandbox with the sandbox as its
-    program. The result's exit code is then the tool's, else the worker's."""
+    ``lent``: (a directory of the gate's, where the sandbox shows it read-only: the kept kernels)."""
     with tempfile.TemporaryFile() as count:
         layout = _layout(opts, gpu, workdir, avail, source, lent)
-        full = _niced(sandbox.wrap(avail, layout, argv, count.fileno(), tool), opts)
+        full = _niced(sandbox.wrap(avail, layout, argv, count.fileno()), opts)
         start = sandbox.boot_ticks()
         pid: list[int] = []
 
@@ -389,7 +394,7 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
         if avail.works:
             count.seek(0)
             status, n = sandbox.read_waiter(count.read().decode(errors="replace"))
-            if status is not None and pr.returncode is not None and not tool:
+            if status is not None and pr.returncode is not None:
                 pr = dataclasses.replace(pr, returncode=status)  # the worker's, not the wrapper's
             return pr, n
         return pr, _hunt_orphans(start)
@@ -464,21 +469,22 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     argvs = {role: worker_argv(opts, dirs[role] / "context.json", None, role=role, fd=b.fileno())
              for role, (_, b) in pairs.items()}
     wrap = getattr(module, "wrap", None)
-    # compute-sanitizer runs the candidate's worker's sandbox, from outside it; in a differential run
-    # the base's too, so that each report can be told new from pre-existing.
-    tools: dict[str, list[str]] = {}
+    # compute-sanitizer wraps the candidate's worker, inside its sandbox; in a differential run the
+    # base's worker too, so that each report can be told new from pre-existing.
+    wrapped_roles: list[str] = []
     for role in ("candidate", "base"):
         if wrap is None or role not in dirs:
             continue
         wctx = WrapContext(opts.repo_root if remap else roots[role], gpu is not None, opts.sanitizer_path,
                            opts.timeout_s, env)
-        wrapped = wrap(job, dirs[role], wctx)
+        wrapped = wrap(job, argvs[role], dirs[role], wctx)
         if not isinstance(wrapped, list):  # an Outcome: the tool cannot run
             if role != "candidate":
                 continue  # the base's reports cannot be compared: the head's are judged as they are
             _close_pairs(pairs)
             return _outcome_to_result(job, wrapped, 0.0, None)  # fail closed
-        tools[role] = wrapped
+        argvs[role] = wrapped
+        wrapped_roles.append(role)
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
     done: dict[str, tuple[proc.ProcResult, int]] = {}
     pids: dict[str, int] = {}
@@ -497,8 +503,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         lent = ((shelf, dirs[role] / KEPT),) if shelf is not None and (dirs[role] / KEPT).is_dir() else ()
         done[role] = _contained_run(argvs[role], wopts, gpu, dirs[role], wenv, timeout + 60, avail, control,
                                     extra_fds=(b.fileno(),), on_start=started,
-                                    source=roots[role] if remap and other else None, lent=lent,
-                                    tool=tools.get(role, ()))
+                                    source=roots[role] if remap and other else None, lent=lent)
 
     running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in roles]
     for t in running:
@@ -538,7 +543,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     escaped = sum(n for _, n in done.values())
     inner = _read_result(result_file)
     base_run = None
-    if "base" in tools and "base" in done:
+    if "base" in wrapped_roles and "base" in done:
         from .checks.sanitizer import BaseRun
 
         base_run = BaseRun(dirs["base"], done["base"][0], roots["base"])
@@ -646,9 +651,17 @@ def _interrupted(job: Job, reason: str, pr: proc.ProcResult | None) -> JobResult
     return dataclasses.replace(res, reason=reason)
 
 
-def _judge_run(job: Job, opts: ExecOptions, pr: proc.ProcResult, inner: JobResult | None,
-               timeout: float) -> JobResult:
-    """The result of a job that writes its own (the compile check, which runs no code under review)."""
+def _judge_run(job: Job, opts: ExecOptions, workdir: Path, pr: proc.ProcResult, inner: JobResult | None,
+               timeout: float, module: Any) -> JobResult:
+    collect = getattr(module, "collect", None)
+    if collect is not None:
+        from .harness import Outcome
+
+        inner_outcome = None
+        if inner is not None:
+            inner_outcome = Outcome(inner.status, inner.findings, inner.cases, inner.reason, inner.extra)
+        outcome = collect(job, workdir, pr, inner_outcome)
+        return _outcome_to_result(job, outcome, pr.duration_s, pr.tail(40) or None)
     if inner is None:
         kind, message = _classify_failure(job, pr, timeout)
         if pr.timed_out and timeout < opts.timeout_s:
