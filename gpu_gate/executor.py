@@ -347,22 +347,13 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
     threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
     env = _env_for(opts, gpu, workdir, threads, job.check, avail.works)
     argv = worker_argv(opts, job_file, result_file)
-    module = CHECKS[job.check].load()
-    wrap = getattr(module, "wrap", None)
-    if wrap is not None:
-        wctx = WrapContext(opts.repo_root, gpu is not None, opts.sanitizer_path, opts.timeout_s, env)
-        wrapped = wrap(job, argv, workdir, wctx)
-        if not isinstance(wrapped, list):  # an Outcome: the tool cannot run (fail closed)
-            return _outcome_to_result(job, wrapped, 0.0, None)
-        argv = wrapped
-        env = wctx.env
     # A job never outlives the whole run's deadline.
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
     pr, escaped = _contained_run(argv, opts, gpu, workdir, env, timeout, avail, control)
     if control.reason is not None and (pr.signal == 9 or pr.timed_out or pr.returncode is None):
         return _interrupted(job, control.reason, pr)
     inner = _read_result(result_file)
-    result = _judge_run(job, opts, workdir, pr, inner, timeout, module)
+    result = _judge_run(job, opts, pr, inner, timeout)
     return _with_escapes(result, escaped, avail) if escaped else result
 
 
@@ -651,17 +642,10 @@ def _interrupted(job: Job, reason: str, pr: proc.ProcResult | None) -> JobResult
     return dataclasses.replace(res, reason=reason)
 
 
-def _judge_run(job: Job, opts: ExecOptions, workdir: Path, pr: proc.ProcResult, inner: JobResult | None,
-               timeout: float, module: Any) -> JobResult:
-    collect = getattr(module, "collect", None)
-    if collect is not None:
-        from .harness import Outcome
-
-        inner_outcome = None
-        if inner is not None:
-            inner_outcome = Outcome(inner.status, inner.findings, inner.cases, inner.reason, inner.extra)
-        outcome = collect(job, workdir, pr, inner_outcome)
-        return _outcome_to_result(job, outcome, pr.duration_s, pr.tail(40) or None)
+def _judge_run(job: Job, opts: ExecOptions, pr: proc.ProcResult, inner: JobResult | None,
+               timeout: float) -> JobResult:
+    """The result of a job that writes its own (the compile check, which runs no code under review;
+    the checks that wrap a tool, compute-sanitizer's, are judged jobs: see :func:`_run_judged`)."""
     if inner is None:
         kind, message = _classify_failure(job, pr, timeout)
         if pr.timed_out and timeout < opts.timeout_s:
