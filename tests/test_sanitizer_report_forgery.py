@@ -139,15 +139,15 @@ def _gate(tmp_path: Path, tool: Path, job: Job, box: sandbox.Available, errors: 
         monkeypatch.setenv("TOOL_ERRORS", str(DATA / "memcheck_cuda_tail_bug_real.xml"))
     else:
         monkeypatch.delenv("TOOL_ERRORS", raising=False)
-    opts = ExecOptions(repo_root=tmp_path / "repo", gpus=(), timeout_s=120, sandbox=box,
-                       sandbox_mode="auto" if box.works else "off", sanitizer_path=str(tool))
+    opts = ExecOptions(repo_root=tmp_path / "repo", gpus=(), timeout_s=120, sandbox=box, sandbox_mode="required",
+                       sanitizer_path=str(tool))
     return executor.run_one(job, opts, None)
 
 
 @needs_box
 @pytest.mark.parametrize("box", BOXES, ids=_ids(BOXES))
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason="compute-sanitizer's report shares the worker's sandbox (docs/trust.md; "
-                   "issue 12): a candidate can rewrite it")
+@pytest.mark.xfail(strict=True, raises=AssertionError,
+                   reason="compute-sanitizer's report shares the worker's sandbox (docs/trust.md; issue 12)")
 def test_a_candidate_that_rewrites_the_report_is_still_caught(tmp_path: Path, box: sandbox.Available,
                                                               cpu_sanitizer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     forger = _memcheck(tmp_path / "repo", "forger", True)
