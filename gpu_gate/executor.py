@@ -207,6 +207,8 @@ def run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl | 
         if opts.keep_workdirs is not None:
             dest = opts.keep_workdirs / job.id.replace("/", "_").replace(":", "_")
             shutil.copytree(workdir, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.tmp"))
+            for report in outer.glob("*.xml"):  # compute-sanitizer's, written beside the worker's directory
+                shutil.copy2(report, dest / report.name)
         shutil.rmtree(outer, ignore_errors=True)
 
 
@@ -360,14 +362,16 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
 def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir: Path, env: dict[str, str],
                    timeout: float, avail: sandbox.Available, control: RunControl, extra_fds: tuple[int, ...] = (),
                    on_start: Callable[[int], None] | None = None, source: Path | None = None,
-                   lent: tuple[tuple[Path, Path], ...] = ()) -> tuple[proc.ProcResult, int]:
+                   lent: tuple[tuple[Path, Path], ...] = (), tool: Sequence[str] = ()) -> tuple[proc.ProcResult, int]:
     """Run ``argv`` in the sandbox; also return how many processes outlived the worker (they
     are dead by the time this returns). ``extra_fds``: descriptors the process inherits (its end
     of the socket to the judge); ``source``: the tree shown at the repository's path (the base's);
-    ``lent``: (a directory of the gate's, where the sandbox shows it read-only: the kept kernels)."""
+    ``lent``: (a directory of the gate's, where the sandbox shows it read-only: the kept kernels);
+    ``tool``: compute-sanitizer's command line, run outside the sandbox with the sandbox as its
+    program. The result's exit code is then the tool's, else the worker's."""
     with tempfile.TemporaryFile() as count:
         layout = _layout(opts, gpu, workdir, avail, source, lent)
-        full = _niced(sandbox.wrap(avail, layout, argv, count.fileno()), opts)
+        full = _niced(sandbox.wrap(avail, layout, argv, count.fileno(), tool), opts)
         start = sandbox.boot_ticks()
         pid: list[int] = []
 
@@ -385,7 +389,7 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
         if avail.works:
             count.seek(0)
             status, n = sandbox.read_waiter(count.read().decode(errors="replace"))
-            if status is not None and pr.returncode is not None:
+            if status is not None and pr.returncode is not None and not tool:
                 pr = dataclasses.replace(pr, returncode=status)  # the worker's, not the wrapper's
             return pr, n
         return pr, _hunt_orphans(start)
@@ -460,22 +464,21 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     argvs = {role: worker_argv(opts, dirs[role] / "context.json", None, role=role, fd=b.fileno())
              for role, (_, b) in pairs.items()}
     wrap = getattr(module, "wrap", None)
-    # compute-sanitizer wraps the candidate's worker, inside its sandbox; in a differential run the
-    # base's worker too, so that each report can be told new from pre-existing.
-    wrapped_roles: list[str] = []
+    # compute-sanitizer runs the candidate's worker's sandbox, from outside it; in a differential run
+    # the base's too, so that each report can be told new from pre-existing.
+    tools: dict[str, list[str]] = {}
     for role in ("candidate", "base"):
         if wrap is None or role not in dirs:
             continue
         wctx = WrapContext(opts.repo_root if remap else roots[role], gpu is not None, opts.sanitizer_path,
                            opts.timeout_s, env)
-        wrapped = wrap(job, argvs[role], dirs[role], wctx)
+        wrapped = wrap(job, dirs[role], wctx)
         if not isinstance(wrapped, list):  # an Outcome: the tool cannot run
             if role != "candidate":
                 continue  # the base's reports cannot be compared: the head's are judged as they are
             _close_pairs(pairs)
             return _outcome_to_result(job, wrapped, 0.0, None)  # fail closed
-        argvs[role] = wrapped
-        wrapped_roles.append(role)
+        tools[role] = wrapped
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
     done: dict[str, tuple[proc.ProcResult, int]] = {}
     pids: dict[str, int] = {}
@@ -494,7 +497,8 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         lent = ((shelf, dirs[role] / KEPT),) if shelf is not None and (dirs[role] / KEPT).is_dir() else ()
         done[role] = _contained_run(argvs[role], wopts, gpu, dirs[role], wenv, timeout + 60, avail, control,
                                     extra_fds=(b.fileno(),), on_start=started,
-                                    source=roots[role] if remap and other else None, lent=lent)
+                                    source=roots[role] if remap and other else None, lent=lent,
+                                    tool=tools.get(role, ()))
 
     running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in roles]
     for t in running:
@@ -534,7 +538,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     escaped = sum(n for _, n in done.values())
     inner = _read_result(result_file)
     base_run = None
-    if "base" in wrapped_roles and "base" in done:
+    if "base" in tools and "base" in done:
         from .checks.sanitizer import BaseRun
 
         base_run = BaseRun(dirs["base"], done["base"][0], roots["base"])

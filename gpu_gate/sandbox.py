@@ -15,6 +15,9 @@ The executor runs every job's process tree inside one of these, chosen once per 
 - ``none``: a plain subprocess in its own session. Nothing above holds; the executor still kills
   the session and hunts down processes that left it (see :mod:`gpu_gate.executor`).
 
+A tool that watches the worker from outside (compute-sanitizer's front end) runs the sandbox as its
+program (:func:`wrap`'s ``tool``): it shares only the sandbox's network namespace, a new empty one.
+
 In both namespaced kinds the sandbox's first process (PID 1) is a small shell waiter, not the
 worker: it runs the worker, then counts the processes still alive in the namespace and writes
 that count to a descriptor the worker does not hold. When it exits, the kernel kills everything
@@ -128,9 +131,14 @@ def _try(argv: Sequence[str]) -> str | None:
     return _first_line(r.stderr + "\n" + r.stdout) or r.describe()
 
 
-def _unshare_base(unshare: str) -> list[str]:
-    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-    return [unshare, *user, "--pid", "--fork", "--mount-proc", "--mount", "--net", "--kill-child"]
+def _user() -> list[str]:
+    """unshare's options for a user namespace, where the gate is not root."""
+    return [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+
+
+def _unshare_base(unshare: str, net: bool = True) -> list[str]:
+    return [unshare, *_user(), "--pid", "--fork", "--mount-proc", "--mount", *(["--net"] if net else []),
+            "--kill-child"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -167,10 +175,10 @@ def choose(mode: Mode) -> Available:
     return probe()
 
 
-def _bwrap_base() -> list[str]:
+def _bwrap_base(net: bool = True) -> list[str]:
     return ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
-            "--unshare-pid", "--unshare-net", "--unshare-ipc", "--die-with-parent", "--new-session",
-            "--cap-drop", "ALL"]
+            "--unshare-pid", *(["--unshare-net"] if net else []), "--unshare-ipc", "--die-with-parent",
+            "--new-session", "--cap-drop", "ALL"]
 
 
 def gpu_device_nodes() -> list[str]:
@@ -236,9 +244,9 @@ def _bwrap_mounts(layout: Layout) -> list[str]:
     return argv + [a for p in hide for a in ("--remount-ro", str(p))]
 
 
-def bwrap_argv(bwrap: str, layout: Layout, inner: Sequence[str], fd: int) -> list[str]:
+def bwrap_argv(bwrap: str, layout: Layout, inner: Sequence[str], fd: int, net: bool = True) -> list[str]:
     devices = [a for node in (gpu_device_nodes() if layout.gpu else []) for a in ("--dev-bind", node, node)]
-    return [bwrap, *_bwrap_base(), *devices, *_bwrap_mounts(layout), "--as-pid-1",
+    return [bwrap, *_bwrap_base(net), *devices, *_bwrap_mounts(layout), "--as-pid-1",
             "--chdir", str(layout.repo), "--", _bash(), "-c", waiter(fd), "sh", *inner]
 
 
@@ -268,11 +276,11 @@ def _quote(p: Path) -> str:
     return shlex.quote(str(p))
 
 
-def unshare_argv(unshare: str, layout: Layout, inner: Sequence[str], fd: int) -> list[str]:
+def unshare_argv(unshare: str, layout: Layout, inner: Sequence[str], fd: int, net: bool = True) -> list[str]:
     setpriv = shutil.which("setpriv") or "setpriv"
     drop = [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
     script = _unshare_setup(layout) + "\n" + waiter(fd)
-    return [*_unshare_base(unshare), "--", _bash(), "-c", script, "sh", *drop, *inner]
+    return [*_unshare_base(unshare, net), "--", _bash(), "-c", script, "sh", *drop, *inner]
 
 
 def waiter(fd: int) -> str:
@@ -283,17 +291,30 @@ def _bash() -> str:
     return shutil.which("bash") or "/bin/bash"
 
 
-def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int) -> list[str]:
+def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int, tool: Sequence[str] = ()) -> list[str]:
     """``inner`` (the worker's command line) run inside the sandbox; ``fd``: where the waiter
     writes the worker's exit status and the count of processes that outlived it (read it with
-    :func:`read_waiter`; ignored without a sandbox)."""
+    :func:`read_waiter`; ignored without a sandbox).
+
+    ``tool``: a program that runs the sandbox as its own program, from outside it
+    (compute-sanitizer's front end, which writes the report). It stays out of the worker's PID and
+    mount namespaces: the worker can neither see nor signal it, and what it writes lies where the
+    worker cannot reach. It talks to its collector in the worker's process through their network
+    namespace (across namespaces it never connects), so the two share one: a new, empty one made
+    for the tool, with no route anywhere, which the sandbox then keeps instead of making its own."""
     if avail.kind == "bwrap":
         assert avail.path is not None
-        return bwrap_argv(avail.path, layout, inner, fd)
+        if not tool:
+            return bwrap_argv(avail.path, layout, inner, fd)
+        outer = [avail.path, "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--"]
+        return [*outer, *tool, *bwrap_argv(avail.path, layout, inner, fd, net=False)]
     if avail.kind == "unshare":
         assert avail.path is not None
-        return unshare_argv(avail.path, layout, inner, fd)
-    return list(inner)
+        if not tool:
+            return unshare_argv(avail.path, layout, inner, fd)
+        outer = [avail.path, *_user(), "--net", "--kill-child", "--"]
+        return [*outer, *tool, *unshare_argv(avail.path, layout, inner, fd, net=False)]
+    return [*tool, *inner]
 
 
 def read_waiter(text: str) -> tuple[int | None, int]:

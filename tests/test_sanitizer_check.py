@@ -165,12 +165,12 @@ def test_argv_one_kernel_filter_per_kernel_and_tool_specific_options() -> None:
 
 
 def test_wrap_without_a_gpu_is_not_run_before_anything_else(repo: Path, tmp_path: Path) -> None:
-    out = check.wrap(_job(path=str(tmp_path / "missing")), ["python"], tmp_path, Ctx(repo, has_gpu=False))
+    out = check.wrap(_job(path=str(tmp_path / "missing")), tmp_path, Ctx(repo, has_gpu=False))
     assert out.status is Status.NOT_RUN and out.reason == "no GPU: compute-sanitizer needs a CUDA device"
 
 
 def test_wrap_with_no_sanitizer_fails_closed(repo: Path, tmp_path: Path) -> None:
-    out = check.wrap(_job(path=str(tmp_path / "missing" / "compute-sanitizer")), ["python"], tmp_path, Ctx(repo))
+    out = check.wrap(_job(path=str(tmp_path / "missing" / "compute-sanitizer")), tmp_path, Ctx(repo))
     assert out.status is Status.ERROR
     [finding] = out.findings
     assert (finding.kind, finding.severity) == ("tool-missing", Severity.ERROR)
@@ -178,13 +178,15 @@ def test_wrap_with_no_sanitizer_fails_closed(repo: Path, tmp_path: Path) -> None
 
 
 def test_wrap_builds_env_and_filters_from_covered_sources(repo: Path, tmp_path: Path, fake_on_path: Path) -> None:
-    argv = check.wrap(_job("racecheck"), ["python", "-m", "gpu_gate.harness"], tmp_path, Ctx(repo))
+    workdir = tmp_path / "job" / "w"
+    argv = check.wrap(_job("racecheck"), workdir, Ctx(repo))
     assert isinstance(argv, list)
     cs_at = argv.index(str(fake_on_path))
     assert argv[1:cs_at] == ["PYTORCH_NO_CUDA_MEMORY_CACHING=1"]  # nothing that names gpu-gate
     assert _filters(argv) == ["kns=smem_race", "kns=tail_oob", "kns=triton_add"]
-    assert argv[argv.index("--save") + 1] == str(tmp_path / "racecheck.xml")
-    assert argv[-3:] == ["python", "-m", "gpu_gate.harness"]
+    # the report lies beside the worker's directory, in the job's directory that its sandbox hides
+    assert argv[argv.index("--save") + 1] == str(tmp_path / "job" / "racecheck.w.xml")
+    assert argv[-2:] == ["--kernel-name", "kns=triton_add"]  # the executor appends the worker's sandbox
 
 
 def _filters(argv: list[str]) -> list[str]:
@@ -193,17 +195,17 @@ def _filters(argv: list[str]) -> list[str]:
 
 def test_initcheck_filters_only_where_the_tool_tracks_filtered_writes(
         repo: Path, tmp_path: Path, fake_on_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    old = check.wrap(_job("initcheck"), ["python"], tmp_path, Ctx(repo))
+    old = check.wrap(_job("initcheck"), tmp_path, Ctx(repo))
     assert _filters(old) == [] and "--initcheck-track-filtered-global-memory" not in old
     monkeypatch.setenv("FAKE_HELP", "Initcheck-specific options:\n  --initcheck-track-filtered-global-memory arg (=yes)")
-    new = check.wrap(_job("initcheck"), ["python"], tmp_path, Ctx(repo))
+    new = check.wrap(_job("initcheck"), tmp_path, Ctx(repo))
     assert new[new.index("--initcheck-track-filtered-global-memory") + 1] == "yes"
     assert _filters(new) == ["kns=smem_race", "kns=tail_oob", "kns=triton_add"]
 
 
 def test_wrap_without_any_kernel_name_refuses_an_unfiltered_run(repo: Path, tmp_path: Path, fake_on_path: Path) -> None:
     job = dataclasses.replace(_job(), kernels=("README.md",))
-    out = check.wrap(job, ["python"], tmp_path, Ctx(repo))
+    out = check.wrap(job, tmp_path, Ctx(repo))
     assert out.status is Status.ERROR and [f.kind for f in out.findings] == ["no-kernel-names"]
 
 
@@ -214,8 +216,8 @@ def _run(repo: Path, workdir: Path, mode: str, monkeypatch: pytest.MonkeyPatch, 
          inner_rc: int = 0, tool: str = "memcheck", xml: str = "memcheck_cuda_tail_bug_real.xml") -> proc.ProcResult:
     monkeypatch.setenv("FAKE_MODE", mode)
     monkeypatch.setenv("FAKE_XML", str(DATA / xml))
-    argv = check.wrap(_job(tool), [sys.executable, "-c", f"import sys; sys.exit({inner_rc})"], workdir, Ctx(repo))
-    return proc.run(argv, timeout=timeout)
+    tool_argv = check.wrap(_job(tool), workdir, Ctx(repo))
+    return proc.run([*tool_argv, sys.executable, "-c", f"import sys; sys.exit({inner_rc})"], timeout=timeout)
 
 
 def test_clean_run_passes_with_the_inner_outcome(repo: Path, tmp_path: Path, fake_on_path: Path,
@@ -320,8 +322,8 @@ def _side(root: Path, workdir: Path, mode: str, xml: str, monkeypatch: pytest.Mo
     workdir.mkdir(parents=True, exist_ok=True)
     monkeypatch.setenv("FAKE_MODE", mode)
     monkeypatch.setenv("FAKE_XML", str(xml))
-    argv = check.wrap(_job(), [sys.executable, "-c", "pass"], workdir, Ctx(root))
-    return proc.run(argv, timeout=30)
+    tool_argv = check.wrap(_job(), workdir, Ctx(root))
+    return proc.run([*tool_argv, sys.executable, "-c", "pass"], timeout=30)
 
 
 def _differential(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, head: tuple[str, str, int],

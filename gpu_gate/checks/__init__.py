@@ -9,13 +9,14 @@ Interface of a check module (``gpu_gate.checks.<name>``)::
         # Runs inside the harness subprocess (python -m gpu_gate.harness).
         # Returns data; never prints.
 
-Optionally, for checks that wrap the harness in another tool (compute-sanitizer)::
+Optionally, for checks that run the worker under another tool (compute-sanitizer)::
 
-    def wrap(job: Job, argv: list[str], workdir: Path, ctx: WrapContext) -> list[str] | Outcome
-        # Runs in the executor. Returns the argv to run instead of ``argv``,
-        # or an Outcome when the tool cannot run (not found => fail closed).
+    def wrap(job: Job, workdir: Path, ctx: WrapContext) -> list[str] | Outcome
+        # Runs in the executor. Returns the tool's command line, which the executor runs outside
+        # the worker's sandbox with the sandbox as its program (gpu_gate.sandbox.wrap), or an
+        # Outcome when the tool cannot run (not found => fail closed).
     def collect(job: Job, workdir: Path, proc: ProcResult, inner: Outcome | None) -> Outcome
-        # Runs in the executor after the subprocess; parses the tool's output.
+        # Runs in the executor after the workers; parses the tool's output.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """memcheck, racecheck, synccheck, initcheck: the harness run under compute-sanitizer.
 
-The executor calls :func:`wrap` to turn the harness command into a
-compute-sanitizer command, runs it, then calls :func:`collect` with the result.
+The executor calls :func:`wrap` for compute-sanitizer's command line, runs the worker's sandbox
+under it (the tool outside, the worker inside), then calls :func:`collect` with the result.
 Inside the wrapped process the harness calls :func:`run` (a few small cases).
 
 Options (``job.options``, from the policy):
@@ -93,11 +93,15 @@ def kernel_names(job: Job, repo_root: Path) -> list[str]:
     return sorted(names)
 
 
-def wrap(job: Job, argv: list[str], workdir: Path, ctx: WrapContext) -> list[str] | Any:
-    """The harness command wrapped in compute-sanitizer, or an Outcome saying why it cannot run.
+def wrap(job: Job, workdir: Path, ctx: WrapContext) -> list[str] | Any:
+    """compute-sanitizer's command line, to which the executor appends the worker's sandbox and the
+    worker (see :func:`gpu_gate.sandbox.wrap`), or an Outcome saying why it cannot run.
 
-    The executor runs the returned command inside the job's sandbox, so the tool and the
-    worker share it: the XML report goes to ``workdir`` (the job's writable directory)."""
+    The tool's front end runs outside the worker's sandbox: it writes its XML report beside
+    ``workdir`` (the worker's own directory), in the job's directory that the sandbox hides, so the
+    code under review can neither rewrite the report nor reach the process that writes it and sets
+    the exit code. Both keep the worker's directory as ``TMPDIR``: the front end finds its collector
+    through it (measured on an H100: given another one, it never connects)."""
     tool = job.check
     if not has_gpu(ctx):
         return make_outcome(Status.NOT_RUN, reason=NO_GPU)
@@ -115,7 +119,7 @@ def wrap(job: Job, argv: list[str], workdir: Path, ctx: WrapContext) -> list[str
         return make_outcome(Status.ERROR, [Finding(tool, "no-kernel-names", msg)], reason="nothing to filter on")
     opts = cs.Options(
         tool=tool,
-        xml_path=str(Path(workdir) / f"{tool}.xml"),
+        xml_path=str(xml_file(workdir, tool)),
         kernels=tuple(names),
         print_limit=int(job.options.get("print_limit", 100)),
         launch_timeout=int(job.options.get("launch_timeout", 60)),
@@ -126,7 +130,7 @@ def wrap(job: Job, argv: list[str], workdir: Path, ctx: WrapContext) -> list[str
     Path(workdir).mkdir(parents=True, exist_ok=True)
     _targets_file(workdir, tool).write_text(json.dumps({"kernels": names, "repo_root": str(ctx.repo_root)}))
     env_prefix = [shutil.which("env") or "env", *(f"{k}={v}" for k, v in cs.sanitizer_env(tool).items())]
-    return [*env_prefix, *cs.argv(found.path, opts, argv)]
+    return [*env_prefix, *cs.argv(found.path, opts, ())]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,7 +161,7 @@ def _read_run(job: Job, workdir: Path, proc: ProcResult) -> tuple[list[Finding],
     nothing was checked, and what ``wrap`` recorded."""
     tool = job.check
     failures = tool_failures(tool, proc)
-    xml_path = Path(workdir) / f"{tool}.xml"
+    xml_path = xml_file(workdir, tool)
     records: list[cs.Record] = []
     if xml_path.is_file() and xml_path.stat().st_size:
         try:
@@ -241,10 +245,20 @@ def _site(f: Finding, root: Path) -> tuple[Any, ...]:
     return f.kind, f.details.get("kernel"), f.file, where
 
 
-def _targets_file(workdir: Path, tool: str) -> Path:
+def _beside(workdir: Path, tool: str, what: str) -> Path:
     # Beside the worker's directory, not in it: the executor gives each job a parent directory of
-    # its own that the sandbox hides, so no worker can rewrite which kernels are under test.
-    return Path(workdir).parent / f"{tool}.{Path(workdir).name}.targets.json"
+    # its own that the sandbox hides, so no worker can rewrite which kernels are under test or the
+    # tool's report.
+    return Path(workdir).parent / f"{tool}.{Path(workdir).name}.{what}"
+
+
+def _targets_file(workdir: Path, tool: str) -> Path:
+    return _beside(workdir, tool, "targets.json")
+
+
+def xml_file(workdir: Path, tool: str) -> Path:
+    """Where the tool's XML report of the worker in ``workdir`` is written."""
+    return _beside(workdir, tool, "xml")
 
 
 def _read_targets(workdir: Path, tool: str) -> dict[str, Any]:

@@ -102,3 +102,96 @@ def test_memcheck_inside_the_sandbox_catches_the_tail_overrun_and_passes_the_twi
     assert eq.status is Status.PASSED and eq.cases > 0, (eq.reason, eq.log_tail)
     assert not [f for r in results.values() for f in r.findings if f.kind == "escaped-process"]
     print(f"sandbox {box.kind} ({box.detail}): 4 GPU jobs in {took:.1f}s")
+
+
+# The candidate rewrites compute-sanitizer's report wherever it can find it: named on the tool's
+# command line, in its own directory or the one above; now, and again from a child process the moment
+# the tool has finished writing it (one harmless record, so that the tool's error code is "explained").
+FORGE = '''\
+import glob, os, time
+
+FORGED = """<?xml version="1.0" encoding="utf-8"?>
+<ComputeSanitizerOutput>
+  <record><kind>Api</kind><level>Info</level><what><text>Program hit nothing</text></what>
+    <where><func>copy_nomask</func></where></record>
+</ComputeSanitizerOutput>
+"""
+_started = []
+
+
+def _reports():
+    found = set()
+    for p in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            args = open(p, "rb").read().split(b"\\0")
+        except OSError:
+            continue
+        if b"--save" in args:
+            found.add(args[args.index(b"--save") + 1].decode())
+    tmp = os.environ.get("TMPDIR", ".")
+    return found | set(glob.glob(os.path.join(tmp, "*.xml")) + glob.glob(os.path.join(tmp, "..", "*.xml")))
+
+
+def _forge(wait):
+    end = time.monotonic() + (120 if wait else 0)
+    while True:
+        for path in _reports():
+            try:
+                text = open(path).read()
+                if text.rstrip().endswith("</ComputeSanitizerOutput>") and text != FORGED:
+                    with open(path, "w") as f:
+                        f.write(FORGED)
+                    if wait:
+                        os._exit(0)
+            except OSError:
+                pass
+        if time.monotonic() > end:
+            return
+        time.sleep(0.005)
+
+
+def forge():
+    _forge(False)
+    if not _started:
+        _started.append(1)
+        if os.fork() == 0:
+            _forge(True)
+            os._exit(0)
+'''
+
+FORGER = '''\
+import gpu_gate as gg
+from kernels.copy import double, copy_nomask
+from kernels.forge import forge
+
+
+@gg.spec(dims={"n": gg.Dim(1000, 1000)}, inputs={"x": gg.Tensor(("n",), dtypes=["float32"])},
+         reference=lambda x: x * 2, devices=["cuda"])
+def forger(x):
+    forge()
+    return double(x, copy_nomask)
+'''
+
+
+def test_a_candidate_that_rewrites_the_sanitizers_report_is_still_caught(tmp_path: Path) -> None:
+    """compute-sanitizer's front end runs outside the worker's sandbox: the report it writes is out
+    of the candidate's reach, and the planted overrun is reported whatever the candidate does."""
+    if cs.locate(None) is None:
+        pytest.fail("compute-sanitizer not found on this GPU runner")
+    box = _box()
+    jobs = [j for j in _repo(tmp_path) if j.check == "memcheck"]
+    (tmp_path / "kernels" / "forge.py").write_text(FORGE)
+    (tmp_path / "gate" / "forger_gate.py").write_text(FORGER)
+    ref = SpecRef("gate/forger_gate.py", "forger")
+    jobs.append(Job(id=f"memcheck:{ref.id}", check="memcheck", level="required",
+                    kernels=("kernels/copy.py",), spec=ref, options={"cases": 2, "kernel_names": ["copy_nomask"]}))
+    results = {r.job_id: r for r in execute(jobs, ExecOptions(
+        repo_root=tmp_path, gpus=detect_gpus()[:1], timeout_s=600, sandbox=box, sandbox_mode="required",
+        health_probe=lambda g: None))}
+    forger = results["memcheck:gate/forger_gate.py::forger"]
+    assert forger.status is Status.FAILED, (forger.reason, forger.findings, forger.log_tail)
+    assert any(f.kind.startswith("invalid-global") for f in forger.findings), forger.findings
+    # the twins, under the same tool in the same run
+    assert results["memcheck:gate/bug_gate.py::bug"].status is Status.FAILED
+    clean = results["memcheck:gate/clean_gate.py::clean"]
+    assert clean.status is Status.PASSED, (clean.reason, clean.findings, clean.log_tail)

@@ -68,17 +68,19 @@ def sanitize(tmp_path: Path, tool: str, case: str, kernel: str, *, pool: bool = 
     job = Job(id=case, check=tool, level="required", kernels=(), options={"kernel_names": [kernel],
                                                                              "launch_timeout": 120})
     inner_argv = [sys.executable, str(KERNELS / "run_case.py"), case, *(["--pool"] if pool else [])]
-    argv = check.wrap(job, inner_argv, tmp_path, Ctx(REPO))
-    assert isinstance(argv, list), argv
+    workdir = tmp_path / "w"
+    tool_argv = check.wrap(job, workdir, Ctx(REPO))
+    assert isinstance(tool_argv, list), tool_argv
+    argv = [*tool_argv, *inner_argv]
     if pool:  # keep torch's caching allocator on: the configuration that hides overruns
         argv.remove("PYTORCH_NO_CUDA_MEMORY_CACHING=1")
     env = proc.scrubbed_env(extra={"PYTHONPATH": f"{REPO}{os.pathsep}{os.environ.get('PYTHONPATH', '')}",
                                    "GPU_GATE_REPO_ROOT": str(REPO)})
     env.pop("PYTORCH_NO_CUDA_MEMORY_CACHING", None)
     res = proc.run(argv, cwd=REPO, env=env, timeout=timeout)
-    _keep_fixture(tmp_path / f"{tool}.xml", f"{tool}_{case}{'_pool' if pool else ''}")
+    _keep_fixture(check.xml_file(workdir, tool), f"{tool}_{case}{'_pool' if pool else ''}")
     inner = Inner(Status.PASSED) if f"case {case} done" in res.stdout else None
-    return res, check.collect(job, tmp_path, res, inner)
+    return res, check.collect(job, workdir, res, inner)
 
 
 def _keep_fixture(xml: Path, name: str) -> None:

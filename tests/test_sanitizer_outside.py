@@ -1,0 +1,233 @@
+"""compute-sanitizer's front end runs outside the worker's sandbox, out of the code under review's reach.
+
+The tool's collector lives in the candidate's process (that is how the tool works), but the front end
+that writes the XML report and sets the exit code is the gate's: the worker's sandbox is the tool's
+program, in a PID and mount namespace of its own. The two share only a new, empty network namespace,
+through which the tool talks to its collector (measured on an H100: across network namespaces it never
+connects; sharing an empty one it reports as it does with no sandbox).
+
+These tests run real sandboxes (bubblewrap, which CI installs, and util-linux's unshare) with a
+stand-in for compute-sanitizer that behaves as the real one does towards its program: it writes its
+report, runs the program with its descriptors, and exits with the error code. The attack, a
+candidate that rewrites the report to hide a planted overrun, is also run without a sandbox, where
+it succeeds: the attack is real, and the separation is what stops it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from gpu_gate import executor, proc, sandbox
+from gpu_gate.checks import CHECKS
+from gpu_gate.checks import sanitizer as check
+from gpu_gate.executor import ExecOptions
+from gpu_gate.findings import JobResult, Status
+from gpu_gate.jobs import Job, SpecRef
+from test_sandbox import BOXES, NONE, _ids, needs_box
+
+DATA = Path(__file__).parent / "data" / "sanitizer"
+
+# Stands in for compute-sanitizer: writes its report first (records are saved as they come), runs its
+# program with every descriptor it inherited (the worker's socket to the judge), exits with the error
+# code when the report has errors. It also records where it ran, for the namespace test.
+TOOL = '''#!{python}
+import json, os, pathlib, shutil, subprocess, sys
+args = sys.argv[1:]
+if args in (["--help"], ["--version"]):
+    print("NVIDIA (R) Compute Sanitizer\\nVersion 2025.3.1.0 (build 1) (public-release)")
+    sys.exit(0)
+save = pathlib.Path(args[args.index("--save") + 1])
+errors = os.environ.get("TOOL_ERRORS")
+if errors:
+    shutil.copy(errors, save)
+else:
+    save.write_text('<?xml version="1.0" encoding="utf-8"?>\\n<ComputeSanitizerOutput>\\n</ComputeSanitizerOutput>\\n')
+where = os.environ.get("TOOL_WHERE")
+if where:
+    pathlib.Path(where).write_text(json.dumps({{"pid_ns": os.readlink("/proc/self/ns/pid"),
+        "net_ns": os.readlink("/proc/self/ns/net"), "tmpdir": os.environ.get("TMPDIR")}}))
+program = args[args.index("--show-backtrace") + 2:]
+while program and program[0].startswith("--"):
+    program = program[2:]
+rc = subprocess.call(program, close_fds=False)
+sys.exit(86 if errors else rc)
+'''
+
+
+def _tool(directory: Path) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "compute-sanitizer"
+    path.write_text(TOOL.format(python=sys.executable))
+    path.chmod(0o755)
+    return path
+
+
+# --- the separation itself --------------------------------------------------------------------------
+
+# The worker's side: what it can see of the tool and of the tool's report, and what it can do to it.
+PEEK = """
+import json, os, sys
+report = sys.argv[1]
+needle = b"--" + b"save"  # spelled so that this program's own command line does not hold it
+seen = [p for p in os.listdir("/proc") if p.isdigit() and needle in open(f"/proc/{p}/cmdline", "rb").read()]
+try:
+    with open(report, "w") as f:
+        f.write("<ComputeSanitizerOutput/>")
+    wrote = True
+except OSError:
+    wrote = False
+print(json.dumps({"pid_ns": os.readlink("/proc/self/ns/pid"), "net_ns": os.readlink("/proc/self/ns/net"),
+                  "sees_tool": bool(seen), "wrote_report": wrote, "tmpdir": os.environ.get("TMPDIR")}))
+"""
+
+
+@pytest.mark.parametrize("box", [*BOXES, NONE], ids=_ids([*BOXES, NONE]))
+def test_the_tool_runs_outside_the_sandbox_and_shares_only_its_empty_network(tmp_path: Path,
+                                                                            box: sandbox.Available) -> None:
+    outer = tmp_path / "job"
+    workdir = outer / "w"
+    workdir.mkdir(parents=True)
+    tool = _tool(tmp_path / "bin")
+    report = outer / "memcheck.w.xml"
+    tool_argv = [str(tool), "--save", str(report), "--show-backtrace", "device"]
+    layout = sandbox.Layout(repo=tmp_path, jobdir=workdir, hide=(outer,))
+    env = {**os.environ, "TMPDIR": str(workdir), "TOOL_WHERE": str(tmp_path / "where.json")}
+    with open(tmp_path / "count", "w+b") as count:
+        argv = sandbox.wrap(box, layout, [sys.executable, "-c", PEEK, str(report)], count.fileno(), tool_argv)
+        res = proc.run(argv, env=env, timeout=60, pass_fds=(count.fileno(),))
+    assert res.returncode == 0, res.describe() + res.stderr
+    worker = json.loads(res.stdout.strip().splitlines()[-1])
+    tool_side = json.loads((tmp_path / "where.json").read_text())
+    host_net = os.readlink("/proc/self/ns/net")
+    # the tool finds its collector through the TMPDIR they share (with another one it never connects)
+    assert worker["tmpdir"] == tool_side["tmpdir"] == str(workdir)
+    if not box.works:  # the attack is real: without a sandbox the worker reaches the tool and its report
+        assert worker["sees_tool"] and worker["wrote_report"]
+        return
+    assert tool_side["pid_ns"] == os.readlink("/proc/self/ns/pid")  # the tool is the gate's, outside
+    assert worker["pid_ns"] != tool_side["pid_ns"] and not worker["sees_tool"]
+    assert worker["net_ns"] == tool_side["net_ns"] != host_net  # one network, and not the host's
+    assert not worker["wrote_report"]
+    assert "<record>" not in report.read_text() and "ComputeSanitizerOutput/" not in report.read_text()
+
+
+def test_the_outer_network_namespace_is_made_only_where_a_tool_runs(tmp_path: Path) -> None:
+    box = sandbox.Available("bwrap", "/usr/bin/bwrap", "bwrap")
+    layout = sandbox.Layout(repo=tmp_path, jobdir=tmp_path / "w")
+    plain = sandbox.wrap(box, layout, ["worker"], 9)
+    assert plain[0] == "/usr/bin/bwrap" and "--unshare-net" in plain and plain[-1] == "worker"
+    watched = sandbox.wrap(box, layout, ["worker"], 9, ["tool", "--save", "r.xml"])
+    at = watched.index("tool")
+    assert "--unshare-net" in watched[:at]  # the tool's own namespace, which the sandbox keeps
+    assert watched[at:at + 3] == ["tool", "--save", "r.xml"] and watched[at + 3] == "/usr/bin/bwrap"
+    assert "--unshare-net" not in watched[at:] and "--unshare-pid" in watched[at:]
+    assert watched[-1] == "worker"
+
+
+# --- the attack: a candidate that rewrites the report ------------------------------------------------
+
+KERNEL = '''\
+import glob, os
+
+FORGED = """<?xml version="1.0" encoding="utf-8"?>
+<ComputeSanitizerOutput>
+  <record><kind>Api</kind><level>Info</level><what><text>Program hit nothing</text></what>
+    <where><func>tail_oob</func></where></record>
+</ComputeSanitizerOutput>
+"""
+
+
+def _reports():
+    """Every report the worker can find: the tool's command line, its own directory and the one above."""
+    found = set()
+    for p in glob.glob("/proc/[0-9]*/cmdline"):
+        try:
+            args = open(p, "rb").read().split(b"\\0")
+        except OSError:
+            continue
+        if b"--save" in args:
+            found.add(args[args.index(b"--save") + 1].decode())
+    tmp = os.environ.get("TMPDIR", ".")
+    found.update(glob.glob(os.path.join(tmp, "*.xml")) + glob.glob(os.path.join(tmp, "..", "*.xml")))
+    return found
+
+
+def double(x, forge):
+    if forge:
+        for path in _reports():
+            try:
+                with open(path, "w") as f:
+                    f.write(FORGED)  # one harmless record: the error code is then "explained"
+            except OSError:
+                pass
+    return x * 2
+'''
+
+SPEC = '''\
+import gpu_gate as gg
+from kern import double
+
+
+@gg.spec(dims={{"n": gg.Dim(1, 64)}}, inputs={{"x": gg.Tensor(("n",), dtypes=["float32"])}},
+         reference=lambda x: x * 2)
+def {name}(x):
+    return double(x, {forge})
+'''
+
+
+def _memcheck(root: Path, name: str, forge: bool) -> Job:
+    (root / "gate").mkdir(exist_ok=True)
+    (root / "gate" / f"{name}_gate.py").write_text(SPEC.format(name=name, forge=forge))
+    ref = SpecRef(f"gate/{name}_gate.py", name)
+    return Job(id=f"memcheck:{ref.id}", check="memcheck", level="required", kernels=("kern.py",), spec=ref,
+               options={"cases": 2, "kernel_names": ["tail_oob"]})
+
+
+@pytest.fixture()
+def cpu_sanitizer(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The memcheck job runs on this machine's CPU, its worker under the stand-in tool."""
+    monkeypatch.setitem(CHECKS, "memcheck", dataclasses.replace(CHECKS["memcheck"], needs_gpu=False))
+    monkeypatch.setattr(check, "has_gpu", lambda ctx=None: True)
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "kern.py").write_text(KERNEL)
+    return _tool(tmp_path / "bin")
+
+
+def _gate(tmp_path: Path, tool: Path, job: Job, box: sandbox.Available, errors: bool,
+          monkeypatch: pytest.MonkeyPatch) -> JobResult:
+    if errors:  # the planted overrun, as the real tool reported it on an H100
+        monkeypatch.setenv("TOOL_ERRORS", str(DATA / "memcheck_cuda_tail_bug_real.xml"))
+    else:
+        monkeypatch.delenv("TOOL_ERRORS", raising=False)
+    opts = ExecOptions(repo_root=tmp_path / "repo", gpus=(), timeout_s=120, sandbox=box,
+                       sandbox_mode="auto" if box.works else "off", sanitizer_path=str(tool))
+    return executor.run_one(job, opts, None)
+
+
+@needs_box
+@pytest.mark.parametrize("box", BOXES, ids=_ids(BOXES))
+def test_a_candidate_that_rewrites_the_report_still_fails(tmp_path: Path, box: sandbox.Available,
+                                                          cpu_sanitizer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root = tmp_path / "repo"
+    forger, honest = _memcheck(root, "forger", True), _memcheck(root, "honest", False)
+    attacked = _gate(tmp_path, cpu_sanitizer, forger, box, True, monkeypatch)
+    assert attacked.status is Status.FAILED, (attacked.reason, attacked.findings)
+    assert "invalid-global-read" in {f.kind for f in attacked.findings}
+    # the legitimate twins: the same honest kernel is red with the tool's errors and green without
+    assert _gate(tmp_path, cpu_sanitizer, honest, box, True, monkeypatch).status is Status.FAILED
+    clean = _gate(tmp_path, cpu_sanitizer, honest, box, False, monkeypatch)
+    assert clean.status is Status.PASSED, (clean.reason, clean.findings)
+    # the forger passes a clean run too: forging found nothing to write
+    assert _gate(tmp_path, cpu_sanitizer, forger, box, False, monkeypatch).status is Status.PASSED
+
+
+def test_the_attack_is_real_where_nothing_separates_the_tool_from_the_worker(
+        tmp_path: Path, cpu_sanitizer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    forger = _memcheck(tmp_path / "repo", "forger", True)
+    forged = _gate(tmp_path, cpu_sanitizer, forger, NONE, True, monkeypatch)
+    assert forged.status is Status.PASSED, (forged.reason, forged.findings)
