@@ -53,7 +53,7 @@ WAITER = r"""
 rc=$?
 n=0
 for p in /proc/[0-9]*; do
-  [ "$p" = "/proc/$$" ] && continue
+  [ "$p" = "/proc/$$" ] || [ "$p" = /proc/1 ] && continue
   read -r s < "$p/stat" 2>/dev/null || continue
   case "${s##*) }" in Z*) continue ;; esac
   n=$((n+1))
@@ -244,9 +244,13 @@ def _bwrap_mounts(layout: Layout) -> list[str]:
     return argv + [a for p in hide for a in ("--remount-ro", str(p))]
 
 
-def bwrap_argv(bwrap: str, layout: Layout, inner: Sequence[str], fd: int, net: bool = True) -> list[str]:
+def bwrap_argv(bwrap: str, layout: Layout, inner: Sequence[str], fd: int, net: bool = True,
+               pid1: bool = True) -> list[str]:
+    """``pid1``: the waiter is the namespace's first process (no signal from inside can end it);
+    else bwrap's own init is, which reaps every orphan (compute-sanitizer, watching from outside,
+    waits for processes a shell as PID 1 leaves unreaped: measured on an H100, it never exits)."""
     devices = [a for node in (gpu_device_nodes() if layout.gpu else []) for a in ("--dev-bind", node, node)]
-    return [bwrap, *_bwrap_base(net), *devices, *_bwrap_mounts(layout), "--as-pid-1",
+    return [bwrap, *_bwrap_base(net), *devices, *_bwrap_mounts(layout), *(["--as-pid-1"] if pid1 else []),
             "--chdir", str(layout.repo), "--", _bash(), "-c", waiter(fd), "sh", *inner]
 
 
@@ -307,7 +311,7 @@ def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int, tool: 
         if not tool:
             return bwrap_argv(avail.path, layout, inner, fd)
         outer = [avail.path, "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--"]
-        return [*outer, *tool, *bwrap_argv(avail.path, layout, inner, fd, net=False)]
+        return [*outer, *tool, *bwrap_argv(avail.path, layout, inner, fd, net=False, pid1=False)]
     if avail.kind == "unshare":
         assert avail.path is not None
         if not tool:
