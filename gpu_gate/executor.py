@@ -351,20 +351,22 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
     argv = worker_argv(opts, job_file, result_file)
     # A job never outlives the whole run's deadline.
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
-    pr, escaped = _contained_run(argv, opts, gpu, workdir, env, timeout, avail, control)
+    pr, escaped, unwatched = _contained_run(argv, opts, gpu, workdir, env, timeout, avail, control)
     if control.reason is not None and (pr.signal == 9 or pr.timed_out or pr.returncode is None):
         return _interrupted(job, control.reason, pr)
     inner = _read_result(result_file)
     result = _judge_run(job, opts, pr, inner, timeout)
-    return _with_escapes(result, escaped, avail) if escaped else result
+    return _with_escapes(result, escaped, avail, unwatched) if escaped or unwatched else result
 
 
 def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir: Path, env: dict[str, str],
                    timeout: float, avail: sandbox.Available, control: RunControl, extra_fds: tuple[int, ...] = (),
                    on_start: Callable[[int], None] | None = None, source: Path | None = None,
-                   lent: tuple[tuple[Path, Path], ...] = (), tool: Sequence[str] = ()) -> tuple[proc.ProcResult, int]:
+                   lent: tuple[tuple[Path, Path], ...] = (), tool: Sequence[str] = ()) -> tuple[proc.ProcResult, int, bool]:
     """Run ``argv`` in the sandbox; also return how many processes outlived the worker (they
-    are dead by the time this returns). ``extra_fds``: descriptors the process inherits (its end
+    are dead by the time this returns), and whether a process of the job killed the sandbox's
+    waiter, which counts them (possible only where a tool watches from outside: the waiter is then
+    not PID 1; the sandbox dies with it, so what it would have counted is dead too). ``extra_fds``: descriptors the process inherits (its end
     of the socket to the judge); ``source``: the tree shown at the repository's path (the base's);
     ``lent``: (a directory of the gate's, where the sandbox shows it read-only: the kept kernels);
     ``tool``: compute-sanitizer's command line, run outside the sandbox with the sandbox as its
@@ -388,11 +390,15 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
             control.ended(pid[0] if pid else None)
         if avail.works:
             count.seek(0)
-            status, n = sandbox.read_waiter(count.read().decode(errors="replace"))
+            text = count.read().decode(errors="replace")
+            status, n = sandbox.read_waiter(text)
             if status is not None and pr.returncode is not None and not tool:
                 pr = dataclasses.replace(pr, returncode=status)  # the worker's, not the wrapper's
-            return pr, n
-        return pr, _hunt_orphans(start)
+            # Started, never finished, and nobody killed it: a process inside did.
+            unwatched = (status is None and sandbox.waiter_started(text) and not pr.timed_out
+                         and control.reason is None)
+            return pr, n, unwatched
+        return pr, _hunt_orphans(start), False
 
 
 LESS_URGENT = 10  # the nice value of the jobs that run beside a GPU's lead job
@@ -471,7 +477,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         if wrap is None or role not in dirs:
             continue
         wctx = WrapContext(opts.repo_root if remap else roots[role], gpu is not None, opts.sanitizer_path,
-                           opts.timeout_s, env)
+                           opts.timeout_s, env, avail.tool_outside)
         wrapped = wrap(job, dirs[role], wctx)
         if not isinstance(wrapped, list):  # an Outcome: the tool cannot run
             if role != "candidate":
@@ -480,7 +486,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
             return _outcome_to_result(job, wrapped, 0.0, None)  # fail closed
         tools[role] = wrapped
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
-    done: dict[str, tuple[proc.ProcResult, int]] = {}
+    done: dict[str, tuple[proc.ProcResult, int, bool]] = {}
     pids: dict[str, int] = {}
 
     def worker(role: str) -> None:
@@ -534,8 +540,9 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     marks["kept"] = time.monotonic()
     if control.reason is not None and (jpr.signal == 9 or jpr.timed_out or jpr.returncode is None):
         return _interrupted(job, control.reason, jpr)
-    cand_pr, _ = done.get("candidate", (jpr, 0))
-    escaped = sum(n for _, n in done.values())
+    cand_pr = done["candidate"][0] if "candidate" in done else jpr
+    escaped = sum(n for _, n, _ in done.values())
+    unwatched = any(u for _, _, u in done.values())
     inner = _read_result(result_file)
     base_run = None
     if "base" in tools and "base" in done:
@@ -544,7 +551,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         base_run = BaseRun(dirs["base"], done["base"][0], roots["base"])
     result = _judge_result(job, opts, workdir, jpr, cand_pr, inner, timeout, module, base_run)
     _time_outside(result, marks)
-    return _with_escapes(result, escaped, avail) if escaped else result
+    return _with_escapes(result, escaped, avail, unwatched) if escaped or unwatched else result
 
 
 def _time_outside(result: JobResult, marks: dict[str, float]) -> None:
@@ -628,15 +635,21 @@ def _hunt_orphans(start: int) -> int:
     return total
 
 
-def _with_escapes(result: JobResult, n: int, avail: sandbox.Available) -> JobResult:
-    """A job that left processes running: a blocking finding, whatever the check said (its
-    result could have been written by them). Required whatever the job's level: an escape
-    attempt is about the gate's integrity, not the kernel's quality."""
+def _with_escapes(result: JobResult, n: int, avail: sandbox.Available, unwatched: bool = False) -> JobResult:
+    """A job that left processes running, or killed the sandbox's waiter that counts them: a
+    blocking finding, whatever the check said (its result could have been written by them).
+    Required whatever the job's level: an escape attempt is about the gate's integrity, not the
+    kernel's quality."""
     how = ("they were killed with the sandbox's PID namespace" if avail.works
            else "they were found re-parented to gpu-gate and killed")
+    message = (f"the job left {n} process(es) running after its worker exited ({how}): code under "
+               f"test must not outlive its job")
+    if unwatched:
+        message = ("a process of the job killed the sandbox's waiter, which counts the processes left "
+                   "behind (everything in the sandbox was killed with it): code under test must not "
+                   "tamper with its sandbox" + (f"; and {message}" if n else ""))
     f = Finding(check=result.check, kind="escaped-process", severity=Severity.ERROR, spec=result.spec,
-                message=f"the job left {n} process(es) running after its worker exited ({how}): code under "
-                        f"test must not outlive its job")
+                message=message)
     status = Status.FAILED if result.status is Status.PASSED else result.status
     return dataclasses.replace(result, status=status, level="required", findings=[*result.findings, f])
 
@@ -803,6 +816,12 @@ def shared_bytecode(work_root: Path | None = None, store: Path | None = None) ->
 def sandbox_findings(avail: sandbox.Available, mode: sandbox.Mode) -> list[Finding]:
     """What the run says about its sandbox: nothing when one works; else ``sandbox-unavailable``,
     blocking when the policy requires one, a loud warning under ``auto``, a note when ``off``."""
+    if avail.kind == "unshare":
+        return [Finding(check="sandbox", kind="sandbox-weak", severity=Severity.WARNING,
+                        message=f"jobs ran in an unshare sandbox, not bubblewrap ({avail.detail}): /tmp and the "
+                                f"rest of the filesystem are shared with code under test, and compute-sanitizer runs "
+                                f"inside its sandbox, where that code could rewrite the tool's report (install "
+                                f"bubblewrap: apt-get install bubblewrap)")]
     if avail.works:
         return []
     if mode == "off":

@@ -15,12 +15,16 @@ The executor runs every job's process tree inside one of these, chosen once per 
 - ``none``: a plain subprocess in its own session. Nothing above holds; the executor still kills
   the session and hunts down processes that left it (see :mod:`gpu_gate.executor`).
 
-A tool that watches the worker from outside (compute-sanitizer's front end) runs the sandbox as its
-program (:func:`wrap`'s ``tool``): it shares only the sandbox's network namespace, a new empty one.
+A tool that watches the worker (compute-sanitizer's front end) runs a bwrap sandbox as its program,
+from outside (:func:`wrap`'s ``tool``): it shares only the sandbox's network namespace, a new empty
+one. In an unshare sandbox it runs inside, with the worker (see :attr:`Available.tool_outside`).
 
 In both namespaced kinds the sandbox's first process (PID 1) is a small shell waiter, not the
 worker: it runs the worker, then counts the processes still alive in the namespace and writes
-that count to a descriptor the worker does not hold. When it exits, the kernel kills everything
+that count to a descriptor the worker does not hold. (Under a tool that watches a bwrap sandbox
+from outside, the waiter is the second process and bwrap's own init the first: with a shell as
+PID 1, compute-sanitizer never exited, measured on an H100. The worker could then kill the waiter;
+the executor reports that as an escape attempt.) When it exits, the kernel kills everything
 left in the namespace, so nothing the worker started outlives its job; the count only says that
 something tried (an ``escaped-process`` finding). The gate's own processes are in another PID
 namespace: a job cannot see their environment or send them a signal.
@@ -49,6 +53,7 @@ Mode = Literal["required", "auto", "off"]
 # descriptors only); the worker runs with it closed. PID 1 cannot re-raise the signal that killed
 # the worker on itself, so the status says it: 128 + the signal, as the shell reports it.
 WAITER = r"""
+echo started >&FD
 "$@" FD>&-
 rc=$?
 n=0
@@ -74,6 +79,13 @@ class Available:
     @property
     def works(self) -> bool:
         return self.kind != "none"
+
+    @property
+    def tool_outside(self) -> bool:
+        """Whether a tool that watches the worker (compute-sanitizer) runs outside its sandbox. Not
+        under ``unshare``: there, on an H100, the sandboxed jobs under the real tool failed (the same
+        run's bubblewrap jobs passed), so the tool stays inside, as before, with its report in reach."""
+        return self.kind != "unshare"
 
     @property
     def protects_files(self) -> bool:
@@ -131,14 +143,9 @@ def _try(argv: Sequence[str]) -> str | None:
     return _first_line(r.stderr + "\n" + r.stdout) or r.describe()
 
 
-def _user() -> list[str]:
-    """unshare's options for a user namespace, where the gate is not root."""
-    return [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
-
-
-def _unshare_base(unshare: str, net: bool = True) -> list[str]:
-    return [unshare, *_user(), "--pid", "--fork", "--mount-proc", "--mount", *(["--net"] if net else []),
-            "--kill-child"]
+def _unshare_base(unshare: str) -> list[str]:
+    user = [] if os.geteuid() == 0 else ["--user", "--map-root-user"]
+    return [unshare, *user, "--pid", "--fork", "--mount-proc", "--mount", "--net", "--kill-child"]
 
 
 @functools.lru_cache(maxsize=1)
@@ -160,7 +167,7 @@ def probe() -> Available:
     else:
         err = _try([*_unshare_base(unshare), "--", "true"])
         if err is None:
-            return Available("unshare", unshare, "util-linux unshare (PID, mount and network namespaces)")
+            return Available("unshare", unshare, f"util-linux unshare (PID, mount and network namespaces); {why[0]}")
         why.append(f"unshare: {err}")
     restriction = userns_restriction() if os.geteuid() != 0 else None
     if restriction:
@@ -280,11 +287,11 @@ def _quote(p: Path) -> str:
     return shlex.quote(str(p))
 
 
-def unshare_argv(unshare: str, layout: Layout, inner: Sequence[str], fd: int, net: bool = True) -> list[str]:
+def unshare_argv(unshare: str, layout: Layout, inner: Sequence[str], fd: int) -> list[str]:
     setpriv = shutil.which("setpriv") or "setpriv"
     drop = [setpriv, "--bounding-set=-all", "--inh-caps=-all", "--no-new-privs", "--"]
     script = _unshare_setup(layout) + "\n" + waiter(fd)
-    return [*_unshare_base(unshare, net), "--", _bash(), "-c", script, "sh", *drop, *inner]
+    return [*_unshare_base(unshare), "--", _bash(), "-c", script, "sh", *drop, *inner]
 
 
 def waiter(fd: int) -> str:
@@ -301,7 +308,8 @@ def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int, tool: 
     :func:`read_waiter`; ignored without a sandbox).
 
     ``tool``: a program that runs the sandbox as its own program, from outside it
-    (compute-sanitizer's front end, which writes the report). It stays out of the worker's PID and
+    (compute-sanitizer's front end, which writes the report), where the sandbox is bwrap; inside
+    it, before the worker, where it is unshare. Outside, it stays out of the worker's PID and
     mount namespaces: the worker can neither see nor signal it, and what it writes lies where the
     worker cannot reach. It talks to its collector in the worker's process through their network
     namespace (across namespaces it never connects), so the two share one: a new, empty one made
@@ -312,23 +320,26 @@ def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int, tool: 
             return bwrap_argv(avail.path, layout, inner, fd)
         outer = [avail.path, "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--"]
         return [*outer, *tool, *bwrap_argv(avail.path, layout, inner, fd, net=False, pid1=False)]
-    if avail.kind == "unshare":
+    if avail.kind == "unshare":  # the tool inside the sandbox (see Available.tool_outside)
         assert avail.path is not None
-        if not tool:
-            return unshare_argv(avail.path, layout, inner, fd)
-        outer = [avail.path, *_user(), "--net", "--kill-child", "--"]
-        return [*outer, *tool, *unshare_argv(avail.path, layout, inner, fd, net=False)]
+        return unshare_argv(avail.path, layout, [*tool, *inner], fd)
     return [*tool, *inner]
 
 
 def read_waiter(text: str) -> tuple[int | None, int]:
     """(the worker's exit status, negative for a signal; the processes that outlived it) from what
-    the waiter wrote; (None, 0) when it wrote nothing (the sandbox itself was killed)."""
-    parts = text.split()
+    the waiter wrote; (None, 0) when it did not finish (the sandbox itself was killed)."""
+    lines = text.splitlines()
+    parts = lines[-1].split() if lines and lines[0] == "started" else []
     if len(parts) != 2 or not all(p.isdigit() for p in parts):
         return None, 0
     rc, n = int(parts[0]), int(parts[1])
     return (-(rc - 128) if rc > 128 else rc), n
+
+
+def waiter_started(text: str) -> bool:
+    """Whether the waiter started its worker (from what it wrote)."""
+    return text.startswith("started\n")
 
 
 def python_install_paths() -> tuple[Path, ...]:

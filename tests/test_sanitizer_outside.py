@@ -30,6 +30,11 @@ from gpu_gate.findings import JobResult, Status
 from gpu_gate.jobs import Job, SpecRef
 from test_sandbox import BOXES, NONE, _ids, needs_box
 
+BWRAP = [b for b in BOXES if b.kind == "bwrap"]
+UNSHARE = [b for b in BOXES if b.kind == "unshare"]
+needs_bwrap = pytest.mark.skipif(not BWRAP, reason="bwrap does not work here")
+needs_unshare = pytest.mark.skipif(not UNSHARE, reason="unshare does not work here")
+
 DATA = Path(__file__).parent / "data" / "sanitizer"
 
 # Stands in for compute-sanitizer: writes its report first (records are saved as they come), runs its
@@ -86,7 +91,7 @@ print(json.dumps({"pid_ns": os.readlink("/proc/self/ns/pid"), "net_ns": os.readl
 """
 
 
-@pytest.mark.parametrize("box", [*BOXES, NONE], ids=_ids([*BOXES, NONE]))
+@pytest.mark.parametrize("box", [*BWRAP, NONE], ids=_ids([*BWRAP, NONE]))
 def test_the_tool_runs_outside_the_sandbox_and_shares_only_its_empty_network(tmp_path: Path,
                                                                             box: sandbox.Available) -> None:
     outer = tmp_path / "job"
@@ -209,8 +214,8 @@ def _gate(tmp_path: Path, tool: Path, job: Job, box: sandbox.Available, errors: 
     return executor.run_one(job, opts, None)
 
 
-@needs_box
-@pytest.mark.parametrize("box", BOXES, ids=_ids(BOXES))
+@needs_bwrap
+@pytest.mark.parametrize("box", BWRAP, ids=_ids(BWRAP))
 def test_a_candidate_that_rewrites_the_report_still_fails(tmp_path: Path, box: sandbox.Available,
                                                           cpu_sanitizer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     root = tmp_path / "repo"
@@ -231,3 +236,99 @@ def test_the_attack_is_real_where_nothing_separates_the_tool_from_the_worker(
     forger = _memcheck(tmp_path / "repo", "forger", True)
     forged = _gate(tmp_path, cpu_sanitizer, forger, NONE, True, monkeypatch)
     assert forged.status is Status.PASSED, (forged.reason, forged.findings)
+
+
+# --- the sandbox's first process, under a tool -------------------------------------------------------
+
+WHO = """
+import json, os
+def cmd(pid):
+    with open(f"/proc/{pid}/cmdline", "rb") as f:
+        return [a.decode() for a in f.read().split(b"\\0") if a]
+print(json.dumps({"pid1": cmd(1), "me": os.getpid(), "parent": os.getppid(), "parent_cmd": cmd(os.getppid())}))
+"""
+
+
+def _contained(tmp_path: Path, box: sandbox.Available, program: str, tool: bool) -> tuple[proc.ProcResult, int, bool]:
+    outer = tmp_path / "job"
+    workdir = outer / "w"
+    workdir.mkdir(parents=True, exist_ok=True)
+    tool_argv = [str(_tool(tmp_path / "bin")), "--save", str(outer / "memcheck.w.xml"), "--show-backtrace",
+                 "device"] if tool else []
+    opts = ExecOptions(repo_root=tmp_path, gpus=(), timeout_s=60, sandbox=box, sandbox_mode="required",
+                       work_root=tmp_path)
+    env = {**os.environ, "TMPDIR": str(workdir)}
+    ran = executor._contained_run([sys.executable, "-c", program], opts, None, workdir, env, 60, box,
+                                  executor.RunControl(), tool=tool_argv)
+    return ran  # type: ignore[return-value]
+
+
+@needs_bwrap
+@pytest.mark.parametrize("box", BWRAP, ids=_ids(BWRAP))
+def test_under_a_tool_the_namespaces_first_process_is_not_a_shell(tmp_path: Path, box: sandbox.Available) -> None:
+    """With a shell as the namespace's PID 1, the real compute-sanitizer never exited (H100): under a
+    tool, bwrap's own init is PID 1 and the waiter PID 2."""
+    pr, n, *_ = _contained(tmp_path, box, WHO, tool=True)
+    seen = json.loads(pr.stdout.strip().splitlines()[-1])
+    assert not os.path.basename(seen["pid1"][0]).endswith("sh"), seen
+    assert seen["parent"] == 2 and os.path.basename(seen["parent_cmd"][0]) == "bash", seen  # the waiter
+    assert pr.returncode == 0 and n == 0
+    # without a tool the waiter is PID 1, where no signal from inside can end it
+    pr, n, *_ = _contained(tmp_path, box, WHO, tool=False)
+    seen = json.loads(pr.stdout.strip().splitlines()[-1])
+    assert os.path.basename(seen["pid1"][0]) == "bash" and seen["parent"] == 1, seen
+
+
+KILL_THE_WAITER = """
+import os, signal, time
+if os.fork() == 0:
+    time.sleep(30)  # would outlive the worker, and be counted, if the waiter lived to count it
+    os._exit(0)
+os.kill(os.getppid(), signal.SIGKILL)
+time.sleep(5)
+"""
+
+
+@needs_bwrap
+@pytest.mark.parametrize("box", BWRAP, ids=_ids(BWRAP))
+def test_a_worker_that_kills_the_waiter_under_a_tool_is_caught(tmp_path: Path, box: sandbox.Available) -> None:
+    """Under a tool the waiter is not PID 1, so the worker can kill it, and with it the count of what
+    it left behind: that is itself an escape attempt. The twins: a worker that leaves a process
+    behind is counted; one that does neither is clean."""
+    pr, n, *rest = _contained(tmp_path, box, KILL_THE_WAITER, tool=True)
+    assert rest and rest[0] is True, (pr.describe(), n, rest)
+    pr, n, *rest = _contained(tmp_path, box, "import os, time\nif os.fork() == 0:\n    time.sleep(30)\n", tool=True)
+    assert n == 1 and rest == [False], (pr.describe(), n, rest)
+    pr, n, *rest = _contained(tmp_path, box, "print('ok')", tool=True)
+    assert pr.returncode == 0 and n == 0 and rest == [False], (pr.describe(), n, rest)
+
+
+# --- unshare: the tool stays inside the sandbox, and the run says what that costs ----------------------
+
+@needs_unshare
+def test_under_unshare_the_tool_runs_inside_and_its_report_is_in_reach(tmp_path: Path, cpu_sanitizer: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an H100 the unshare sandbox's jobs under the real tool, run from outside, failed where the
+    bwrap ones passed: under unshare the tool runs inside, as it always did. The attack then works,
+    and the run carries a ``sandbox-weak`` warning that says so; the honest twins are judged as ever."""
+    [box] = UNSHARE
+    assert not box.tool_outside and BWRAP[0].tool_outside if BWRAP else not box.tool_outside
+    root = tmp_path / "repo"
+    forger, honest = _memcheck(root, "forger", True), _memcheck(root, "honest", False)
+    forged = _gate(tmp_path, cpu_sanitizer, forger, box, True, monkeypatch)
+    assert forged.status is Status.PASSED, (forged.reason, forged.findings)  # the known weakness
+    assert _gate(tmp_path, cpu_sanitizer, honest, box, True, monkeypatch).status is Status.FAILED
+    assert _gate(tmp_path, cpu_sanitizer, honest, box, False, monkeypatch).status is Status.PASSED
+    [weak] = executor.sandbox_findings(box, "auto")
+    assert weak.kind == "sandbox-weak" and weak.severity.value == "warning"
+    assert "compute-sanitizer" in weak.message and "bubblewrap" in weak.message
+    assert executor.sandbox_findings(box, "required") == [weak]
+
+
+@needs_box
+@pytest.mark.parametrize("box", BOXES, ids=_ids(BOXES))
+def test_where_the_waiter_is_pid_1_a_kill_from_inside_does_nothing(tmp_path: Path, box: sandbox.Available) -> None:
+    """No tool outside (every unshare job, and bwrap's jobs without compute-sanitizer): the waiter is
+    PID 1, which no signal from inside can end; it lives, and counts what the worker left."""
+    pr, n, *rest = _contained(tmp_path, box, KILL_THE_WAITER, tool=False)
+    assert n == 1 and rest == [False], (pr.describe(), n, rest)  # the waiter lived and counted the daemon

@@ -22,6 +22,9 @@ class WrapContext:
     sanitizer_path: str | None
     timeout_s: float
     env: dict[str, str]
+    # The tool's front end runs outside the worker's sandbox (bwrap, or none); False: inside it
+    # (unshare), where its report lies in the worker's own directory.
+    tool_outside: bool = True
 
 
 def make_outcome(

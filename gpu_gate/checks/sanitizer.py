@@ -97,11 +97,13 @@ def wrap(job: Job, workdir: Path, ctx: WrapContext) -> list[str] | Any:
     """compute-sanitizer's command line, to which the executor appends the worker's sandbox and the
     worker (see :func:`gpu_gate.sandbox.wrap`), or an Outcome saying why it cannot run.
 
-    The tool's front end runs outside the worker's sandbox: it writes its XML report beside
+    In a bubblewrap sandbox the tool's front end runs outside it: it writes its XML report beside
     ``workdir`` (the worker's own directory), in the job's directory that the sandbox hides, so the
     code under review can neither rewrite the report nor reach the process that writes it and sets
     the exit code. Both keep the worker's directory as ``TMPDIR``: the front end finds its collector
-    through it (measured on an H100: given another one, it never connects)."""
+    through it (measured on an H100: given another one, it never connects). In an ``unshare``
+    sandbox (``ctx.tool_outside`` false) the tool runs inside, and its report lies in ``workdir``:
+    within the worker's reach, which the run's ``sandbox-weak`` warning says."""
     tool = job.check
     if not has_gpu(ctx):
         return make_outcome(Status.NOT_RUN, reason=NO_GPU)
@@ -117,9 +119,10 @@ def wrap(job: Job, workdir: Path, ctx: WrapContext) -> list[str] | Any:
         msg = (f"no kernel names found in {', '.join(job.kernels) or 'the covered files'}; set "
                f"checks.{tool}.kernel_names (an unfiltered run over torch's own kernels does not finish)")
         return make_outcome(Status.ERROR, [Finding(tool, "no-kernel-names", msg)], reason="nothing to filter on")
+    outside = getattr(ctx, "tool_outside", True)
     opts = cs.Options(
         tool=tool,
-        xml_path=str(xml_file(workdir, tool)),
+        xml_path=str(xml_file(workdir, tool) if outside else Path(workdir) / f"{tool}.xml"),
         kernels=tuple(names),
         print_limit=int(job.options.get("print_limit", 100)),
         launch_timeout=int(job.options.get("launch_timeout", 60)),
@@ -128,7 +131,8 @@ def wrap(job: Job, workdir: Path, ctx: WrapContext) -> list[str] | Any:
         track_filtered=found.supports("--initcheck-track-filtered-global-memory"),
     )
     Path(workdir).mkdir(parents=True, exist_ok=True)
-    _targets_file(workdir, tool).write_text(json.dumps({"kernels": names, "repo_root": str(ctx.repo_root)}))
+    _targets_file(workdir, tool).write_text(json.dumps({"kernels": names, "repo_root": str(ctx.repo_root),
+                                                        "xml": opts.xml_path}))
     env_prefix = [shutil.which("env") or "env", *(f"{k}={v}" for k, v in cs.sanitizer_env(tool).items())]
     return [*env_prefix, *cs.argv(found.path, opts, ())]
 
@@ -161,7 +165,8 @@ def _read_run(job: Job, workdir: Path, proc: ProcResult) -> tuple[list[Finding],
     nothing was checked, and what ``wrap`` recorded."""
     tool = job.check
     failures = tool_failures(tool, proc)
-    xml_path = xml_file(workdir, tool)
+    targets = _read_targets(workdir, tool)
+    xml_path = Path(targets["xml"]) if targets.get("xml") else xml_file(workdir, tool)
     records: list[cs.Record] = []
     if xml_path.is_file() and xml_path.stat().st_size:
         try:
@@ -170,7 +175,6 @@ def _read_run(job: Job, workdir: Path, proc: ProcResult) -> tuple[list[Finding],
             failures.append(Finding(tool, "unreadable-output", f"compute-sanitizer's XML could not be read: {exc}"))
     elif not failures and proc.returncode not in (0, None):
         failures.append(_crash(tool, proc, "and wrote no XML"))
-    targets = _read_targets(workdir, tool)
     records, others = _split_by_kernel(records, targets.get("kernels") or [])
     findings = findings_from_records(tool, records, job, targets.get("repo_root"))
     if others:
@@ -262,7 +266,8 @@ def xml_file(workdir: Path, tool: str) -> Path:
 
 
 def _read_targets(workdir: Path, tool: str) -> dict[str, Any]:
-    """What ``wrap`` recorded for ``collect``: the kernels under test and the repository root."""
+    """What ``wrap`` recorded for ``collect``: the kernels under test, the repository root and where
+    the tool's report is (beside the worker's directory, out of its reach, where it could be)."""
     path = _targets_file(workdir, tool)
     try:
         return dict(json.loads(path.read_text()))

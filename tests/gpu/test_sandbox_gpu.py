@@ -1,12 +1,13 @@
 """GPU jobs in the sandbox: CUDA, Triton and compute-sanitizer work inside it, and catch what they catch outside.
 
 The executor runs a real repository's spec with ``runner.sandbox: required``: the worker sees the
-NVIDIA device nodes and a private /tmp (Triton's cache lives there), compute-sanitizer runs in the
-same sandbox as the worker, and memcheck still catches a planted unmasked Triton tail overrun,
+NVIDIA device nodes and a private /tmp (Triton's cache lives there), compute-sanitizer runs the sandbox
+from outside it (bwrap; inside it under unshare), and memcheck still catches a planted unmasked Triton tail overrun,
 while the masked twin passes. Without a working sandbox these tests fail rather than pass quietly.
 """
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -76,16 +77,34 @@ def _repo(root: Path) -> list[Job]:
     return jobs
 
 
-def _box() -> sandbox.Available:
-    box = sandbox.probe()
-    assert box.works, f"no sandbox works on this GPU runner: {box.detail} (install bubblewrap)"
+def _boxes() -> list[sandbox.Available]:
+    """Every kind of sandbox that starts on this runner (bwrap first, which the runner image installs)."""
+    out = []
+    bwrap, unshare = shutil.which("bwrap"), shutil.which("unshare")
+    if bwrap and sandbox._try([bwrap, *sandbox._bwrap_base(), "--", "true"]) is None:
+        out.append(sandbox.Available("bwrap", bwrap, "bwrap"))
+    if unshare and sandbox._try([*sandbox._unshare_base(unshare), "--", "true"]) is None:
+        out.append(sandbox.Available("unshare", unshare, "unshare"))
+    return out
+
+
+BOXES = _boxes() if shutil.which("nvidia-smi") else []
+
+
+def _box(kind: str) -> sandbox.Available:
+    box = next((b for b in BOXES if b.kind == kind), None)
+    if box is None and kind == "bwrap":
+        pytest.fail(f"bwrap does not work on this GPU runner: {sandbox.probe().detail} (install bubblewrap)")
+    if box is None:
+        pytest.skip(f"{kind} does not start on this runner")
     return box
 
 
-def test_memcheck_inside_the_sandbox_catches_the_tail_overrun_and_passes_the_twin(tmp_path: Path) -> None:
+@pytest.mark.parametrize("kind", ["bwrap", "unshare"])
+def test_memcheck_on_the_sandbox_catches_the_tail_overrun_and_passes_the_twin(tmp_path: Path, kind: str) -> None:
     if cs.locate(None) is None:
         pytest.fail("compute-sanitizer not found on this GPU runner")
-    box = _box()
+    box = _box(kind)
     gpus = detect_gpus()[:1]
     start = time.monotonic()
     results: dict[str, JobResult] = {r.job_id: r for r in execute(_repo(tmp_path), ExecOptions(
@@ -174,11 +193,12 @@ def forger(x):
 
 
 def test_a_candidate_that_rewrites_the_sanitizers_report_is_still_caught(tmp_path: Path) -> None:
-    """compute-sanitizer's front end runs outside the worker's sandbox: the report it writes is out
-    of the candidate's reach, and the planted overrun is reported whatever the candidate does."""
+    """compute-sanitizer's front end runs outside the worker's bwrap sandbox: the report it writes is
+    out of the candidate's reach, and the planted overrun is reported whatever the candidate does.
+    (Under unshare the tool runs inside, and this attack is not stopped: tests/test_sanitizer_outside.py.)"""
     if cs.locate(None) is None:
         pytest.fail("compute-sanitizer not found on this GPU runner")
-    box = _box()
+    box = _box("bwrap")
     jobs = [j for j in _repo(tmp_path) if j.check == "memcheck"]
     (tmp_path / "kernels" / "forge.py").write_text(FORGE)
     (tmp_path / "gate" / "forger_gate.py").write_text(FORGER)
