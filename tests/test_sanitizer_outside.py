@@ -100,7 +100,7 @@ def test_the_tool_runs_outside_the_sandbox_and_shares_only_its_empty_network(tmp
     tool = _tool(tmp_path / "bin")
     report = outer / "memcheck.w.xml"
     tool_argv = [str(tool), "--save", str(report), "--show-backtrace", "device"]
-    layout = sandbox.Layout(repo=tmp_path, jobdir=workdir, hide=(outer,))
+    layout = sandbox.Layout(repo=tmp_path, jobdir=workdir, hide=(outer,), readonly=sandbox.python_install_paths())
     env = {**os.environ, "TMPDIR": str(workdir), "TOOL_WHERE": str(tmp_path / "where.json")}
     with open(tmp_path / "count", "w+b") as count:
         argv = sandbox.wrap(box, layout, [sys.executable, "-c", PEEK, str(report)], count.fileno(), tool_argv)
