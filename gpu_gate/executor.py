@@ -362,15 +362,17 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
 def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir: Path, env: dict[str, str],
                    timeout: float, avail: sandbox.Available, control: RunControl, extra_fds: tuple[int, ...] = (),
                    on_start: Callable[[int], None] | None = None, source: Path | None = None,
-                   lent: tuple[tuple[Path, Path], ...] = (), tool: Sequence[str] = ()) -> tuple[proc.ProcResult, int, bool]:
+                   lent: tuple[tuple[Path, Path], ...] = (),
+                   tool: Sequence[str] = ()) -> tuple[proc.ProcResult, int, bool]:
     """Run ``argv`` in the sandbox; also return how many processes outlived the worker (they
     are dead by the time this returns), and whether a process of the job killed the sandbox's
     waiter, which counts them (possible only where a tool watches from outside: the waiter is then
-    not PID 1; the sandbox dies with it, so what it would have counted is dead too). ``extra_fds``: descriptors the process inherits (its end
-    of the socket to the judge); ``source``: the tree shown at the repository's path (the base's);
-    ``lent``: (a directory of the gate's, where the sandbox shows it read-only: the kept kernels);
-    ``tool``: compute-sanitizer's command line, run outside the sandbox with the sandbox as its
-    program. The result's exit code is then the tool's, else the worker's."""
+    not PID 1; the sandbox dies with it, so what it would have counted is dead too).
+    ``extra_fds``: descriptors the process inherits (its end of the socket to the judge);
+    ``source``: the tree shown at the repository's path (the base's); ``lent``: (a directory of the
+    gate's, where the sandbox shows it read-only: the kept kernels); ``tool``: compute-sanitizer's
+    command line, run with the sandbox as its program (outside a bwrap sandbox; inside an unshare
+    one, before the worker). The result's exit code is then the tool's, else the worker's."""
     with tempfile.TemporaryFile() as count:
         layout = _layout(opts, gpu, workdir, avail, source, lent)
         full = _niced(sandbox.wrap(avail, layout, argv, count.fileno(), tool), opts)
@@ -394,9 +396,10 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
             status, n = sandbox.read_waiter(text)
             if status is not None and pr.returncode is not None and not tool:
                 pr = dataclasses.replace(pr, returncode=status)  # the worker's, not the wrapper's
-            # Started, never finished, and nobody killed it: a process inside did.
-            unwatched = (status is None and sandbox.waiter_started(text) and not pr.timed_out
-                         and control.reason is None)
+            # Under a tool outside, the waiter is not PID 1: started, never finished, and the gate did
+            # not kill it, a process inside did.
+            unwatched = (bool(tool) and avail.tool_outside and status is None and sandbox.waiter_started(text)
+                         and not pr.timed_out and control.reason is None)
             return pr, n, unwatched
         return pr, _hunt_orphans(start), False
 
@@ -470,8 +473,9 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     argvs = {role: worker_argv(opts, dirs[role] / "context.json", None, role=role, fd=b.fileno())
              for role, (_, b) in pairs.items()}
     wrap = getattr(module, "wrap", None)
-    # compute-sanitizer runs the candidate's worker's sandbox, from outside it; in a differential run
-    # the base's too, so that each report can be told new from pre-existing.
+    # compute-sanitizer runs the candidate's worker's sandbox as its program (from outside a bwrap
+    # sandbox); in a differential run the base's too, so that each report can be told new from
+    # pre-existing.
     tools: dict[str, list[str]] = {}
     for role in ("candidate", "base"):
         if wrap is None or role not in dirs:
