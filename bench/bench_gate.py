@@ -219,7 +219,8 @@ def time_gates(repo: Path, base: str, head: str, paths: list[Path], tmp: Path, r
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--liger", type=Path, required=True, help="a Liger-Kernel clone (work tree or bare)")
+    ap.add_argument("--liger", type=Path, required=True,
+                    help="a Liger-Kernel clone (work tree or bare; bench/slim_clone.py makes a 5 MiB one of the commit)")
     ap.add_argument("--commit", default=LIGER_COMMIT, help=f"the base commit (default: {LIGER_COMMIT[:12]}, Liger-Kernel main on 2026-08-21)")
     ap.add_argument("--gate-path", type=Path, action="append", help="a gpu-gate source tree to time (repeatable)")
     ap.add_argument("--repeats", type=int, default=1)

@@ -4,7 +4,8 @@
                                     [--bug L8 ...] [--runs all|pr|nightly] [--gate-path DIR] [--keep DIR] [--cpu]
 
 Each PATH is a clone (bare or not) of Liger-Kernel, flash-linear-attention, mamba or LightLLM that
-holds the bugs' commits.
+holds the bugs' commits; ``bench/slim_clone.py`` makes one of a few MiB with just those commits'
+packages, for a machine without network access.
 
 For each bug (the list below, from the project's corpus of real bugs: a buggy commit and the commit
 that fixed it), a scratch repository gets the library's sources at the buggy commit, a gate spec
