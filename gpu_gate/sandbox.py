@@ -251,13 +251,14 @@ def _bwrap_mounts(layout: Layout) -> list[str]:
     return argv + [a for p in hide for a in ("--remount-ro", str(p))]
 
 
-def bwrap_argv(bwrap: str, layout: Layout, inner: Sequence[str], fd: int, net: bool = True,
-               pid1: bool = True) -> list[str]:
-    """``pid1``: the waiter is the namespace's first process (no signal from inside can end it);
-    else bwrap's own init is, which reaps every orphan (compute-sanitizer, watching from outside,
-    waits for processes a shell as PID 1 leaves unreaped: measured on an H100, it never exits)."""
+def bwrap_argv(bwrap: str, layout: Layout, inner: Sequence[str], fd: int, watched: bool = False) -> list[str]:
+    """``watched``: a tool runs this sandbox from outside (see :func:`wrap`). The sandbox then keeps
+    the tool's network namespace, and bwrap's own init is its first process instead of the waiter
+    (with a shell as PID 1, compute-sanitizer never exited: measured on an H100, cause not found);
+    else the waiter is PID 1, which no signal from inside can end."""
     devices = [a for node in (gpu_device_nodes() if layout.gpu else []) for a in ("--dev-bind", node, node)]
-    return [bwrap, *_bwrap_base(net), *devices, *_bwrap_mounts(layout), *(["--as-pid-1"] if pid1 else []),
+    init = [] if watched else ["--as-pid-1"]
+    return [bwrap, *_bwrap_base(net=not watched), *devices, *_bwrap_mounts(layout), *init,
             "--chdir", str(layout.repo), "--", _bash(), "-c", waiter(fd), "sh", *inner]
 
 
@@ -319,7 +320,7 @@ def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int, tool: 
         if not tool:
             return bwrap_argv(avail.path, layout, inner, fd)
         outer = [avail.path, "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--"]
-        return [*outer, *tool, *bwrap_argv(avail.path, layout, inner, fd, net=False, pid1=False)]
+        return [*outer, *tool, *bwrap_argv(avail.path, layout, inner, fd, watched=True)]
     if avail.kind == "unshare":  # the tool inside the sandbox (see Available.tool_outside)
         assert avail.path is not None
         return unshare_argv(avail.path, layout, [*tool, *inner], fd)

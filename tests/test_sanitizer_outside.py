@@ -136,13 +136,15 @@ def test_the_outer_network_namespace_is_made_only_where_a_tool_runs(tmp_path: Pa
 
 # --- the attack: a candidate that rewrites the report ------------------------------------------------
 
-KERNEL = '''\
+# The forger's means, shared with the GPU test (tests/gpu/test_sandbox_gpu.py): one harmless record
+# naming the kernel, which "explains" the tool's error code, and every report the worker can find.
+FORGERY = '''\
 import glob, os
 
 FORGED = """<?xml version="1.0" encoding="utf-8"?>
 <ComputeSanitizerOutput>
   <record><kind>Api</kind><level>Info</level><what><text>Program hit nothing</text></what>
-    <where><func>tail_oob</func></where></record>
+    <where><func>@KERNEL@</func></where></record>
 </ComputeSanitizerOutput>
 """
 
@@ -160,7 +162,15 @@ def _reports():
     tmp = os.environ.get("TMPDIR", ".")
     found.update(glob.glob(os.path.join(tmp, "*.xml")) + glob.glob(os.path.join(tmp, "..", "*.xml")))
     return found
+'''
 
+
+def forgery(kernel: str) -> str:
+    """The source of a module with ``FORGED`` (a report on ``kernel``) and ``_reports()``."""
+    return FORGERY.replace("@KERNEL@", kernel)
+
+
+KERNEL = forgery("tail_oob") + '''
 
 def double(x, forge):
     if forge:

@@ -18,6 +18,7 @@ from gpu_gate.cuda import sanitizer as cs
 from gpu_gate.executor import ExecOptions, detect_gpus, execute
 from gpu_gate.findings import JobResult, Status
 from gpu_gate.jobs import Job, SpecRef
+from test_sanitizer_outside import forgery  # noqa: E402  (tests/ is on sys.path)
 
 pytestmark = pytest.mark.gpu
 
@@ -126,29 +127,10 @@ def test_memcheck_on_the_sandbox_catches_the_tail_overrun_and_passes_the_twin(tm
 # The candidate rewrites compute-sanitizer's report wherever it can find it: named on the tool's
 # command line, in its own directory or the one above; now, and again from a child process the moment
 # the tool has finished writing it (one harmless record, so that the tool's error code is "explained").
-FORGE = '''\
-import glob, os, time
+FORGE = forgery("copy_nomask") + '''
+import time
 
-FORGED = """<?xml version="1.0" encoding="utf-8"?>
-<ComputeSanitizerOutput>
-  <record><kind>Api</kind><level>Info</level><what><text>Program hit nothing</text></what>
-    <where><func>copy_nomask</func></where></record>
-</ComputeSanitizerOutput>
-"""
 _started = []
-
-
-def _reports():
-    found = set()
-    for p in glob.glob("/proc/[0-9]*/cmdline"):
-        try:
-            args = open(p, "rb").read().split(b"\\0")
-        except OSError:
-            continue
-        if b"--save" in args:
-            found.add(args[args.index(b"--save") + 1].decode())
-    tmp = os.environ.get("TMPDIR", ".")
-    return found | set(glob.glob(os.path.join(tmp, "*.xml")) + glob.glob(os.path.join(tmp, "..", "*.xml")))
 
 
 def _forge(wait):
