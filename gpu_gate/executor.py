@@ -23,13 +23,14 @@ import json
 import os
 import queue
 import shutil
+import signal
 import sys
 import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from . import bytecode, compiled_store, proc, sandbox
 from .checks import CHECKS, SANITIZER_TOOLS
@@ -351,7 +352,7 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
     argv = worker_argv(opts, job_file, result_file)
     # A job never outlives the whole run's deadline.
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
-    pr, escaped, unwatched = _contained_run(argv, opts, gpu, workdir, env, timeout, avail, control)
+    pr, escaped, unwatched, _ = _contained_run(argv, opts, gpu, workdir, env, timeout, avail, control)
     if control.reason is not None and (pr.signal == 9 or pr.timed_out or pr.returncode is None):
         return _interrupted(job, control.reason, pr)
     inner = _read_result(result_file)
@@ -363,11 +364,12 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
                    timeout: float, avail: sandbox.Available, control: RunControl, extra_fds: tuple[int, ...] = (),
                    on_start: Callable[[int], None] | None = None, source: Path | None = None,
                    lent: tuple[tuple[Path, Path], ...] = (),
-                   tool: Sequence[str] = ()) -> tuple[proc.ProcResult, int, bool]:
+                   tool: Sequence[str] = ()) -> Contained:
     """Run ``argv`` in the sandbox; also return how many processes outlived the worker (they
-    are dead by the time this returns), and whether a process of the job killed the sandbox's
+    are dead by the time this returns), whether a process of the job killed the sandbox's
     waiter, which counts them (possible only where a tool watches from outside: the waiter is then
-    not PID 1; the sandbox dies with it, so what it would have counted is dead too).
+    not PID 1; the sandbox dies with it, so what it would have counted is dead too), and how many
+    of the sandbox's own processes the gate had to end after the worker (see :class:`_ToolWatch`).
     ``extra_fds``: descriptors the process inherits (its end of the socket to the judge);
     ``source``: the tree shown at the repository's path (the base's); ``lent``: (a directory of the
     gate's, where the sandbox shows it read-only: the kept kernels); ``tool``: compute-sanitizer's
@@ -385,11 +387,18 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
             if on_start is not None:
                 on_start(p)
 
+        watch = None
+        if tool and avail.works and avail.tool_outside and avail.path is not None:
+            # The sandbox's leftovers come to the gate, not to init, where the sweep below finds them.
+            sandbox.become_subreaper()
+            watch = _ToolWatch(count.fileno(), avail.path)
         try:
-            pr = proc.run(full, cwd=opts.repo_root, env=env, timeout=timeout, on_start=started,
+            pr = proc.run(full, cwd=opts.repo_root, env=env, timeout=timeout,
+                          on_start=watch.wrap(started) if watch is not None else started,
                           pass_fds=((count.fileno(),) if avail.works else ()) + extra_fds)
         finally:
             control.ended(pid[0] if pid else None)
+            ended = watch.finish(start) if watch is not None else 0
         if avail.works:
             count.seek(0)
             text = count.read().decode(errors="replace")
@@ -399,9 +408,78 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
             # Under a tool outside, the waiter is not PID 1: started, never finished, and the gate did
             # not kill it, a process inside did.
             unwatched = (bool(tool) and avail.tool_outside and status is None and sandbox.waiter_started(text)
-                         and not pr.timed_out and control.reason is None)
-            return pr, n, unwatched
-        return pr, _hunt_orphans(start), False
+                         and not pr.timed_out and control.reason is None and not ended)
+            return Contained(pr, n, unwatched, ended)
+        return Contained(pr, _hunt_orphans(start), False, 0)
+
+
+class Contained(NamedTuple):
+    """What :func:`_contained_run` saw: the run, the processes that outlived the worker, whether the
+    waiter was killed from inside, and the sandbox processes the gate ended after the worker."""
+
+    pr: proc.ProcResult
+    escaped: int
+    unwatched: bool
+    ended: int
+
+
+# How long a sandbox watched by a tool may stay after its worker has ended before the gate ends it.
+TOOL_EXIT_GRACE_S = 20.0
+
+
+class _ToolWatch:
+    """Under a tool outside a bwrap sandbox: once the waiter has written the worker's end, nothing
+    is left for the sandbox to run. If its processes are still there after
+    :data:`TOOL_EXIT_GRACE_S`, the gate kills them (:func:`sandbox.end_watched_sandbox`), so that
+    the tool sees its program end and writes its report; if the tool is still there after as long
+    again, its whole process group. Measured on an H100: bwrap's init, forked inside a process the
+    tool had injected, now and then spun at full CPU instead of reporting its child's end; the
+    tool, the judge (the init still held the worker's end of their socket) and the gate then waited
+    until the job's time limit, and init outlived them all. When the run ends, what the sandbox
+    left re-parented to the gate is killed too (:meth:`finish`)."""
+
+    def __init__(self, fd: int, bwrap: str) -> None:
+        self.fd, self.bwrap = fd, bwrap
+        self.root: int | None = None
+        self.ended = 0
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def wrap(self, started: Callable[[int], None]) -> Callable[[int], None]:
+        def on_start(pid: int) -> None:
+            started(pid)
+            self.root = pid
+            self.thread.start()
+        return on_start
+
+    def _worker_ended(self) -> bool:
+        try:
+            text = os.pread(self.fd, 4096, 0).decode(errors="replace")
+        except OSError:
+            return False
+        return sandbox.read_waiter(text)[0] is not None
+
+    def _run(self) -> None:
+        while not self._worker_ended():
+            if self.stop.wait(0.2):
+                return
+        if self.stop.wait(TOOL_EXIT_GRACE_S) or self.root is None:
+            return
+        self.ended = sandbox.end_watched_sandbox(self.root, self.bwrap)
+        if self.stop.wait(TOOL_EXIT_GRACE_S):
+            return
+        try:
+            os.killpg(self.root, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def finish(self, start: int) -> int:
+        """Stop watching; kill what the sandbox left re-parented to the gate; return how many of its
+        processes the gate ended."""
+        self.stop.set()
+        if self.thread.is_alive():
+            self.thread.join()
+        return self.ended + _hunt_orphans(start)
 
 
 LESS_URGENT = 10  # the nice value of the jobs that run beside a GPU's lead job
@@ -490,7 +568,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
             return _outcome_to_result(job, wrapped, 0.0, None)  # fail closed
         tools[role] = wrapped
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
-    done: dict[str, tuple[proc.ProcResult, int, bool]] = {}
+    done: dict[str, Contained] = {}
     pids: dict[str, int] = {}
 
     def worker(role: str) -> None:
@@ -545,8 +623,9 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     if control.reason is not None and (jpr.signal == 9 or jpr.timed_out or jpr.returncode is None):
         return _interrupted(job, control.reason, jpr)
     cand_pr = done["candidate"][0] if "candidate" in done else jpr
-    escaped = sum(n for _, n, _ in done.values())
-    unwatched = any(u for _, _, u in done.values())
+    escaped = sum(c.escaped for c in done.values())
+    unwatched = any(c.unwatched for c in done.values())
+    ended = {role: c.ended for role, c in done.items() if c.ended}
     inner = _read_result(result_file)
     base_run = None
     if "base" in tools and "base" in done:
@@ -555,6 +634,8 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         base_run = BaseRun(dirs["base"], done["base"][0], roots["base"])
     result = _judge_result(job, opts, workdir, jpr, cand_pr, inner, timeout, module, base_run)
     _time_outside(result, marks)
+    if ended:
+        result = _with_sandbox_ended(result, ended)
     return _with_escapes(result, escaped, avail, unwatched) if escaped or unwatched else result
 
 
@@ -637,6 +718,18 @@ def _hunt_orphans(start: int) -> int:
         total += len(found)
         sandbox.kill_and_reap(found)
     return total
+
+
+def _with_sandbox_ended(result: JobResult, ended: dict[str, int]) -> JobResult:
+    """A note that a sandbox watched by compute-sanitizer did not end with its worker and the gate
+    ended it (:class:`_ToolWatch`): the tool's report was read as ever; the note says why the job
+    took :data:`TOOL_EXIT_GRACE_S` longer."""
+    roles = " and ".join(f"the {role}'s ({n})" for role, n in sorted(ended.items()))
+    f = Finding(check=result.check, kind="sandbox-ended", severity=Severity.NOTE, spec=result.spec,
+                message=f"under compute-sanitizer, a sandbox did not end with its worker: gpu-gate killed the "
+                        f"processes it left, {roles}, so that the tool could write its report (the job took up "
+                        f"to {TOOL_EXIT_GRACE_S:.0f}s longer)")
+    return dataclasses.replace(result, findings=[*result.findings, f])
 
 
 def _with_escapes(result: JobResult, n: int, avail: sandbox.Available, unwatched: bool = False) -> JobResult:

@@ -419,6 +419,47 @@ def adopted_since(ticks: int) -> list[int]:
     return found
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, from /proc (those that exit meanwhile may be missing)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            st = _stat(entry)
+            if st is not None:
+                children.setdefault(st[0], []).append(int(entry))
+    found: list[int] = []
+    todo = [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _exe(pid: int) -> str | None:
+    try:
+        return os.readlink(f"/proc/{pid}/exe")
+    except OSError:
+        return None
+
+
+def end_watched_sandbox(root: int, bwrap: str) -> int:
+    """Kill the bubblewrap processes below ``root`` (a tool's process tree whose program is a
+    sandbox): the sandbox's monitor and its init, and with the init everything in its PID
+    namespace. The tool itself and its launcher are left to see their program end and to write
+    their report. Returns how many were killed."""
+    import signal
+
+    target = os.path.realpath(bwrap)
+    found = [p for p in descendants(root) if _exe(p) == target]
+    for pid in found:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return len(found)
+
+
 def kill_and_reap(pids: Iterable[int]) -> None:
     import signal
 

@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,29 @@ if where:
 program = args[args.index("--show-backtrace") + 2:]
 while program and program[0].startswith("--"):
     program = program[2:]
-rc = subprocess.call(program, close_fds=False)
+child = subprocess.Popen(program, close_fds=False)
+if os.environ.get("TOOL_STOP_INIT"):
+    # what the real tool's injected bwrap init did on an H100: it stops answering (it spun), so the
+    # sandbox's monitor never learns that the worker ended, and this program never ends by itself
+    import signal, time
+    def kids(pid):
+        try:
+            return [int(c) for c in open(f"/proc/{{pid}}/task/{{pid}}/children").read().split()]
+        except OSError:
+            return []
+    for _ in range(2000):
+        inits = [i for i in kids(child.pid) if kids(i)]  # the init, once it has started the waiter
+        if inits:
+            os.kill(inits[0], signal.SIGSTOP)
+            break
+        time.sleep(0.005)
+if os.environ.get("TOOL_LEAVE") and os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        import time
+        time.sleep(60)
+    os._exit(0)
+rc = child.wait()
 sys.exit(86 if errors else rc)
 '''
 
@@ -308,9 +331,73 @@ def test_a_worker_that_kills_the_waiter_under_a_tool_is_caught(tmp_path: Path, b
     pr, n, *rest = _contained(tmp_path, box, KILL_THE_WAITER, tool=True)
     assert rest and rest[0] is True, (pr.describe(), n, rest)
     pr, n, *rest = _contained(tmp_path, box, "import os, time\nif os.fork() == 0:\n    time.sleep(30)\n", tool=True)
-    assert n == 1 and rest == [False], (pr.describe(), n, rest)
+    assert n == 1 and rest == [False, 0], (pr.describe(), n, rest)
     pr, n, *rest = _contained(tmp_path, box, "print('ok')", tool=True)
-    assert pr.returncode == 0 and n == 0 and rest == [False], (pr.describe(), n, rest)
+    assert pr.returncode == 0 and n == 0 and rest == [False, 0], (pr.describe(), n, rest)
+
+
+# --- a sandbox that does not end with its worker ------------------------------------------------------
+
+@needs_bwrap
+@pytest.mark.parametrize("box", BWRAP, ids=_ids(BWRAP))
+def test_a_sandbox_that_outlives_its_worker_under_a_tool_is_ended(tmp_path: Path, box: sandbox.Available,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an H100, bwrap's init under the real tool now and then spun instead of reporting that the
+    worker had ended: the tool never ended, and the gate waited out the job's time limit. The
+    stand-in tool stops the init once it has started the worker, which has the same effect. The
+    gate ends the sandbox a grace after the waiter's last word, and the run is over in seconds.
+    The twin: a sandbox that ends by itself is left alone."""
+    monkeypatch.setattr(executor, "TOOL_EXIT_GRACE_S", 1.0)
+    monkeypatch.setenv("TOOL_STOP_INIT", "1")
+    t = time.monotonic()
+    pr, n, unwatched, ended = _contained(tmp_path, box, "print('ok')", tool=True)
+    assert not pr.timed_out and time.monotonic() - t < 30, pr.describe()
+    assert pr.stdout.strip() == "ok" and ended == 2 and n == 0 and not unwatched, (pr.describe(), n, ended)
+    monkeypatch.delenv("TOOL_STOP_INIT")
+    pr, n, unwatched, ended = _contained(tmp_path, box, "print('ok')", tool=True)
+    assert pr.returncode == 0 and (n, unwatched, ended) == (0, False, 0), (pr.describe(), n, ended)
+
+
+@needs_bwrap
+@pytest.mark.parametrize("box", BWRAP, ids=_ids(BWRAP))
+def test_nothing_a_watched_run_leaves_outlives_it(tmp_path: Path, box: sandbox.Available,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """What leaves the tool's process tree (on an H100, sandbox processes orphaned when their
+    monitor died) comes to the gate, which kills it when the run ends."""
+    monkeypatch.setenv("TOOL_LEAVE", "1")
+    before = set(os.listdir("/proc"))
+    pr, n, unwatched, ended = _contained(tmp_path, box, "print('ok')", tool=True)
+    assert pr.returncode == 0 and ended == 1, (pr.describe(), ended)
+    left = [p for p in set(os.listdir("/proc")) - before if p.isdigit() and _sleeps(p)]
+    assert not left, left
+
+
+def _sleeps(pid: str) -> bool:
+    """A live process of the stand-in tool (the daemon it leaves is a fork of it)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        return state not in ("Z", "X") and b"compute-sanitizer" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return False
+
+
+@needs_bwrap
+@pytest.mark.parametrize("box", BWRAP, ids=_ids(BWRAP))
+def test_a_sanitizer_job_whose_sandbox_outlives_its_worker_is_judged(tmp_path: Path, box: sandbox.Available,
+                                                                     cpu_sanitizer: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole job, where the stuck sandbox also held the worker's end of the judge's socket:
+    judged in seconds, its report read (red with the tool's errors, green without), with a note."""
+    monkeypatch.setattr(executor, "TOOL_EXIT_GRACE_S", 1.0)
+    monkeypatch.setenv("TOOL_STOP_INIT", "1")
+    honest = _memcheck(tmp_path / "repo", "honest", False)
+    t = time.monotonic()
+    red = _gate(tmp_path, cpu_sanitizer, honest, box, True, monkeypatch)
+    green = _gate(tmp_path, cpu_sanitizer, honest, box, False, monkeypatch)
+    assert time.monotonic() - t < 90
+    assert red.status is Status.FAILED and "invalid-global-read" in {f.kind for f in red.findings}, red.findings
+    assert green.status is Status.PASSED, (green.reason, green.findings)
+    assert "sandbox-ended" in {f.kind for f in green.findings}
 
 
 # --- unshare: the tool stays inside the sandbox, and the run says what that costs ----------------------
@@ -341,4 +428,4 @@ def test_where_the_waiter_is_pid_1_a_kill_from_inside_does_nothing(tmp_path: Pat
     """No tool outside (every unshare job, and bwrap's jobs without compute-sanitizer): the waiter is
     PID 1, which no signal from inside can end; it lives, and counts what the worker left."""
     pr, n, *rest = _contained(tmp_path, box, KILL_THE_WAITER, tool=False)
-    assert n == 1 and rest == [False], (pr.describe(), n, rest)  # the waiter lived and counted the daemon
+    assert n == 1 and rest == [False, 0], (pr.describe(), n, rest)  # the waiter lived and counted the daemon
