@@ -193,6 +193,18 @@ def run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl | 
         return JobResult(job_id=job.id, check=job.check, status=Status.NOT_RUN, level=job.level,
                          spec=job.spec.id if job.spec else None, kernels=job.kernels,
                          reason=f"no GPU on this machine: {job.check} needs a CUDA device")
+    result = _run_one(job, opts, gpu, control or RunControl())
+    if any(f.kind == STUCK for f in result.findings) and (control is None or control.reason is None):
+        # the hang seen on an H100 came now and then, not every time: once more, and say so
+        again = _run_one(job, opts, gpu, control or RunControl())
+        note = Finding(check=job.check, kind="retried", severity=Severity.NOTE,
+                       spec=job.spec.id if job.spec else None,
+                       message=f"run twice: the first time, {result.findings[0].message}")
+        return dataclasses.replace(again, findings=[*again.findings, note])
+    return result
+
+
+def _run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl) -> JobResult:
     # Two levels: the outer directory is the gate's (a sanitizer's targets, the count of
     # processes left behind); only the inner one is shown to the job, writable. The name is
     # tempfile's own, like any program's temporary directory.
@@ -203,7 +215,7 @@ def run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl | 
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot create a job directory: {exc}", None)
     try:
-        return _run_in(job, opts, gpu, workdir, control or RunControl())
+        return _run_in(job, opts, gpu, workdir, control)
     finally:
         if opts.keep_workdirs is not None:
             dest = opts.keep_workdirs / job.id.replace("/", "_").replace(":", "_")
@@ -352,7 +364,7 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
     argv = worker_argv(opts, job_file, result_file)
     # A job never outlives the whole run's deadline.
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
-    pr, escaped, unwatched, _ = _contained_run(argv, opts, gpu, workdir, env, timeout, avail, control)
+    pr, escaped, unwatched, *_ = _contained_run(argv, opts, gpu, workdir, env, timeout, avail, control)
     if control.reason is not None and (pr.signal == 9 or pr.timed_out or pr.returncode is None):
         return _interrupted(job, control.reason, pr)
     inner = _read_result(result_file)
@@ -409,22 +421,27 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
             # not kill it, a process inside did.
             unwatched = (bool(tool) and avail.tool_outside and status is None and sandbox.waiter_started(text)
                          and not pr.timed_out and control.reason is None and not ended)
-            return Contained(pr, n, unwatched, ended)
+            return Contained(pr, n, unwatched, ended, watch is not None and watch.stuck)
         return Contained(pr, _hunt_orphans(start), False, 0)
 
 
 class Contained(NamedTuple):
     """What :func:`_contained_run` saw: the run, the processes that outlived the worker, whether the
-    waiter was killed from inside, and the sandbox processes the gate ended after the worker."""
+    waiter was killed from inside, the sandbox processes the gate ended after the worker, and
+    whether a sandbox watched by a tool never started its worker (:class:`_ToolWatch`)."""
 
     pr: proc.ProcResult
     escaped: int
     unwatched: bool
     ended: int
+    stuck: bool = False
 
 
 # How long a sandbox watched by a tool may stay after its worker has ended before the gate ends it.
 TOOL_EXIT_GRACE_S = 20.0
+# How long it may take to start its worker (the waiter's first word; compute-sanitizer's own
+# --launch-timeout, for the worker's first CUDA call, is 60 s).
+TOOL_START_LIMIT_S = 60.0
 
 
 class _ToolWatch:
@@ -432,16 +449,21 @@ class _ToolWatch:
     is left for the sandbox to run. If its processes are still there after
     :data:`TOOL_EXIT_GRACE_S`, the gate kills them (:func:`sandbox.end_watched_sandbox`), so that
     the tool sees its program end and writes its report; if the tool is still there after as long
-    again, its whole process group. Measured on an H100: bwrap's init, forked inside a process the
-    tool had injected, now and then spun at full CPU instead of reporting its child's end; the
-    tool, the judge (the init still held the worker's end of their socket) and the gate then waited
-    until the job's time limit, and init outlived them all. When the run ends, what the sandbox
-    left re-parented to the gate is killed too (:meth:`finish`)."""
+    again, its whole process group. A sandbox that has not started its worker
+    :data:`TOOL_START_LIMIT_S` after it began is ended the same way, and the run is ``stuck``.
+
+    Measured on an H100: bwrap's init, cloned from a bwrap that the tool had injected (its
+    libraries loaded, a second thread running), now and then spun at full CPU from its first
+    instant, before it started the waiter. The tool said "No attachable process found ... Awaiting
+    target completion" and waited for ever; so did the judge (the init held the worker's end of
+    their socket) and the gate, until the job's time limit, and the init outlived them all. When
+    the run ends, what the sandbox left re-parented to the gate is killed too (:meth:`finish`)."""
 
     def __init__(self, fd: int, bwrap: str) -> None:
         self.fd, self.bwrap = fd, bwrap
         self.root: int | None = None
         self.ended = 0
+        self.stuck = False
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -452,18 +474,27 @@ class _ToolWatch:
             self.thread.start()
         return on_start
 
-    def _worker_ended(self) -> bool:
+    def _said(self) -> str:
         try:
-            text = os.pread(self.fd, 4096, 0).decode(errors="replace")
+            return os.pread(self.fd, 4096, 0).decode(errors="replace")
         except OSError:
-            return False
-        return sandbox.read_waiter(text)[0] is not None
+            return ""
 
     def _run(self) -> None:
-        while not self._worker_ended():
+        began = time.monotonic()
+        while not sandbox.waiter_started(self._said()):
+            if time.monotonic() - began > TOOL_START_LIMIT_S:
+                self.stuck = True
+                break
             if self.stop.wait(0.2):
                 return
-        if self.stop.wait(TOOL_EXIT_GRACE_S) or self.root is None:
+        if not self.stuck:
+            while sandbox.read_waiter(self._said())[0] is None:
+                if self.stop.wait(0.2):
+                    return
+            if self.stop.wait(TOOL_EXIT_GRACE_S):
+                return
+        if self.root is None:
             return
         self.ended = sandbox.end_watched_sandbox(self.root, self.bwrap)
         if self.stop.wait(TOOL_EXIT_GRACE_S):
@@ -622,6 +653,9 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     marks["kept"] = time.monotonic()
     if control.reason is not None and (jpr.signal == 9 or jpr.timed_out or jpr.returncode is None):
         return _interrupted(job, control.reason, jpr)
+    stuck = sorted(role for role, c in done.items() if c.stuck)
+    if stuck:
+        return _stuck_result(job, stuck, done[stuck[0]].pr)
     cand_pr = done["candidate"][0] if "candidate" in done else jpr
     escaped = sum(c.escaped for c in done.values())
     unwatched = any(c.unwatched for c in done.values())
@@ -718,6 +752,18 @@ def _hunt_orphans(start: int) -> int:
         total += len(found)
         sandbox.kill_and_reap(found)
     return total
+
+
+STUCK = "sandbox-stuck"
+
+
+def _stuck_result(job: Job, roles: list[str], pr: proc.ProcResult) -> JobResult:
+    """A job whose sandbox, watched by compute-sanitizer, never started its worker: nothing was
+    checked (fails closed; :func:`run_one` tries such a job once more)."""
+    res = _error_result(job, STUCK, f"the sandbox of the {' and '.join(roles)} worker did not start it within "
+                        f"{TOOL_START_LIMIT_S:.0f}s under compute-sanitizer (its bwrap init hung in the tool's "
+                        f"injected code, as seen on an H100), and was ended: nothing was checked", pr)
+    return dataclasses.replace(res, reason=f"{job.check} could not start its sandboxed worker")
 
 
 def _with_sandbox_ended(result: JobResult, ended: dict[str, int]) -> JobResult:

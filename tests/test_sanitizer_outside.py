@@ -60,6 +60,15 @@ if where:
 program = args[args.index("--show-backtrace") + 2:]
 while program and program[0].startswith("--"):
     program = program[2:]
+once = os.environ.get("TOOL_STUCK_ONCE")
+if os.environ.get("TOOL_STUCK") or (once and not os.path.exists(once)):
+    # what the real tool's injected bwrap init did on an H100: it hung before it started the
+    # waiter; here bwrap waits for a byte that never comes, before it starts its command
+    if once:
+        open(once, "w").close()
+    never, held = os.pipe()  # this tool holds the write end: bwrap waits until it is killed
+    os.set_inheritable(never, True)
+    program = [program[0], "--block-fd", str(never), *program[1:]]
 child = subprocess.Popen(program, close_fds=False)
 if os.environ.get("TOOL_STOP_INIT"):
     # what the real tool's injected bwrap init did on an H100: it stops answering (it spun), so the
@@ -282,7 +291,7 @@ print(json.dumps({"pid1": cmd(1), "me": os.getpid(), "parent": os.getppid(), "pa
 """
 
 
-def _contained(tmp_path: Path, box: sandbox.Available, program: str, tool: bool) -> tuple[proc.ProcResult, int, bool]:
+def _contained(tmp_path: Path, box: sandbox.Available, program: str, tool: bool) -> executor.Contained:
     outer = tmp_path / "job"
     workdir = outer / "w"
     workdir.mkdir(parents=True, exist_ok=True)
@@ -291,9 +300,8 @@ def _contained(tmp_path: Path, box: sandbox.Available, program: str, tool: bool)
     opts = ExecOptions(repo_root=tmp_path, gpus=(), timeout_s=60, sandbox=box, sandbox_mode="required",
                        work_root=tmp_path)
     env = {**os.environ, "TMPDIR": str(workdir)}
-    ran = executor._contained_run([sys.executable, "-c", program], opts, None, workdir, env, 60, box,
-                                  executor.RunControl(), tool=tool_argv)
-    return ran  # type: ignore[return-value]
+    return executor._contained_run([sys.executable, "-c", program], opts, None, workdir, env, 60, box,
+                                   executor.RunControl(), tool=tool_argv)
 
 
 @needs_bwrap
@@ -328,12 +336,12 @@ def test_a_worker_that_kills_the_waiter_under_a_tool_is_caught(tmp_path: Path, b
     """Under a tool the waiter is not PID 1, so the worker can kill it, and with it the count of what
     it left behind: that is itself an escape attempt. The twins: a worker that leaves a process
     behind is counted; one that does neither is clean."""
-    pr, n, *rest = _contained(tmp_path, box, KILL_THE_WAITER, tool=True)
-    assert rest and rest[0] is True, (pr.describe(), n, rest)
-    pr, n, *rest = _contained(tmp_path, box, "import os, time\nif os.fork() == 0:\n    time.sleep(30)\n", tool=True)
-    assert n == 1 and rest == [False, 0], (pr.describe(), n, rest)
-    pr, n, *rest = _contained(tmp_path, box, "print('ok')", tool=True)
-    assert pr.returncode == 0 and n == 0 and rest == [False, 0], (pr.describe(), n, rest)
+    c = _contained(tmp_path, box, KILL_THE_WAITER, tool=True)
+    assert c.unwatched is True, c
+    c = _contained(tmp_path, box, "import os, time\nif os.fork() == 0:\n    time.sleep(30)\n", tool=True)
+    assert c.escaped == 1 and not c.unwatched and not c.ended, c
+    c = _contained(tmp_path, box, "print('ok')", tool=True)
+    assert c.pr.returncode == 0 and (c.escaped, c.unwatched, c.ended, c.stuck) == (0, False, 0, False), c
 
 
 # --- a sandbox that does not end with its worker ------------------------------------------------------
@@ -350,12 +358,12 @@ def test_a_sandbox_that_outlives_its_worker_under_a_tool_is_ended(tmp_path: Path
     monkeypatch.setattr(executor, "TOOL_EXIT_GRACE_S", 1.0)
     monkeypatch.setenv("TOOL_STOP_INIT", "1")
     t = time.monotonic()
-    pr, n, unwatched, ended = _contained(tmp_path, box, "print('ok')", tool=True)
-    assert not pr.timed_out and time.monotonic() - t < 30, pr.describe()
-    assert pr.stdout.strip() == "ok" and ended == 2 and n == 0 and not unwatched, (pr.describe(), n, ended)
+    c = _contained(tmp_path, box, "print('ok')", tool=True)
+    assert not c.pr.timed_out and time.monotonic() - t < 30, c.pr.describe()
+    assert c.pr.stdout.strip() == "ok" and (c.escaped, c.unwatched, c.ended, c.stuck) == (0, False, 2, False), c
     monkeypatch.delenv("TOOL_STOP_INIT")
-    pr, n, unwatched, ended = _contained(tmp_path, box, "print('ok')", tool=True)
-    assert pr.returncode == 0 and (n, unwatched, ended) == (0, False, 0), (pr.describe(), n, ended)
+    c = _contained(tmp_path, box, "print('ok')", tool=True)
+    assert c.pr.returncode == 0 and (c.escaped, c.unwatched, c.ended, c.stuck) == (0, False, 0, False), c
 
 
 @needs_bwrap
@@ -366,8 +374,8 @@ def test_nothing_a_watched_run_leaves_outlives_it(tmp_path: Path, box: sandbox.A
     monitor died) comes to the gate, which kills it when the run ends."""
     monkeypatch.setenv("TOOL_LEAVE", "1")
     before = set(os.listdir("/proc"))
-    pr, n, unwatched, ended = _contained(tmp_path, box, "print('ok')", tool=True)
-    assert pr.returncode == 0 and ended == 1, (pr.describe(), ended)
+    c = _contained(tmp_path, box, "print('ok')", tool=True)
+    assert c.pr.returncode == 0 and c.ended == 1, c
     left = [p for p in set(os.listdir("/proc")) - before if p.isdigit() and _sleeps(p)]
     assert not left, left
 
@@ -400,6 +408,46 @@ def test_a_sanitizer_job_whose_sandbox_outlives_its_worker_is_judged(tmp_path: P
     assert "sandbox-ended" in {f.kind for f in green.findings}
 
 
+@needs_bwrap
+@pytest.mark.parametrize("box", BWRAP, ids=_ids(BWRAP))
+def test_a_sandbox_that_never_starts_its_worker_under_a_tool_is_ended(tmp_path: Path, box: sandbox.Available,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """On an H100 the injected init hung before it started the waiter: the worker never ran, and the
+    tool waited for it for ever. The gate ends such a sandbox once the start limit has passed, and
+    says the run was stuck; the twin, a sandbox that starts, is not."""
+    monkeypatch.setattr(executor, "TOOL_START_LIMIT_S", 1.0)
+    monkeypatch.setenv("TOOL_STUCK", "1")
+    t = time.monotonic()
+    c = _contained(tmp_path, box, "print('ok')", tool=True)
+    assert not c.pr.timed_out and time.monotonic() - t < 30, c.pr.describe()
+    assert c.stuck and c.ended >= 1 and c.pr.stdout == "" and not c.unwatched, c
+    monkeypatch.delenv("TOOL_STUCK")
+    c = _contained(tmp_path, box, "print('ok')", tool=True)
+    assert c.pr.stdout.strip() == "ok" and not c.stuck and not c.ended, c
+
+
+@needs_bwrap
+@pytest.mark.parametrize("box", BWRAP, ids=_ids(BWRAP))
+def test_a_sanitizer_job_whose_sandbox_never_starts_fails_closed_or_is_run_again(
+        tmp_path: Path, box: sandbox.Available, cpu_sanitizer: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The whole job: a sandbox that never starts under the tool, every time, is an error that
+    checked nothing (never a pass); one that hangs once, as on the H100, is run again and judged
+    as ever (red with the tool's errors), with a note that says so."""
+    monkeypatch.setattr(executor, "TOOL_START_LIMIT_S", 1.0)
+    honest = _memcheck(tmp_path / "repo", "honest", False)
+    monkeypatch.setenv("TOOL_STUCK", "1")
+    t = time.monotonic()
+    stuck = _gate(tmp_path, cpu_sanitizer, honest, box, False, monkeypatch)
+    assert time.monotonic() - t < 90
+    assert stuck.status is Status.ERROR and stuck.findings[0].kind == "sandbox-stuck", stuck.findings
+    assert "retried" in {f.kind for f in stuck.findings}
+    monkeypatch.delenv("TOOL_STUCK")
+    monkeypatch.setenv("TOOL_STUCK_ONCE", str(tmp_path / "stuck-once"))
+    again = _gate(tmp_path, cpu_sanitizer, honest, box, True, monkeypatch)
+    assert again.status is Status.FAILED and "invalid-global-read" in {f.kind for f in again.findings}, again.findings
+    assert "retried" in {f.kind for f in again.findings} and (tmp_path / "stuck-once").exists()
+
+
 # --- unshare: the tool stays inside the sandbox, and the run says what that costs ----------------------
 
 @needs_unshare
@@ -427,5 +475,5 @@ def test_under_unshare_the_tool_runs_inside_and_its_report_is_in_reach(tmp_path:
 def test_where_the_waiter_is_pid_1_a_kill_from_inside_does_nothing(tmp_path: Path, box: sandbox.Available) -> None:
     """No tool outside (every unshare job, and bwrap's jobs without compute-sanitizer): the waiter is
     PID 1, which no signal from inside can end; it lives, and counts what the worker left."""
-    pr, n, *rest = _contained(tmp_path, box, KILL_THE_WAITER, tool=False)
-    assert n == 1 and rest == [False, 0], (pr.describe(), n, rest)  # the waiter lived and counted the daemon
+    c = _contained(tmp_path, box, KILL_THE_WAITER, tool=False)
+    assert c.escaped == 1 and not c.unwatched, c  # the waiter lived and counted the daemon
