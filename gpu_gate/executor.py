@@ -380,8 +380,9 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
     """Run ``argv`` in the sandbox; also return how many processes outlived the worker (they
     are dead by the time this returns), whether a process of the job killed the sandbox's
     waiter, which counts them (possible only where a tool watches from outside: the waiter is then
-    not PID 1; the sandbox dies with it, so what it would have counted is dead too), and how many
-    of the sandbox's own processes the gate had to end after the worker (see :class:`_ToolWatch`).
+    not PID 1; the sandbox dies with it, so what it would have counted is dead too), how many
+    of the sandbox's own processes the gate had to end, and whether the sandbox never started
+    the worker (both only under a tool outside: see :class:`_ToolWatch`).
     ``extra_fds``: descriptors the process inherits (its end of the socket to the judge);
     ``source``: the tree shown at the repository's path (the base's); ``lent``: (a directory of the
     gate's, where the sandbox shows it read-only: the kept kernels); ``tool``: compute-sanitizer's
@@ -420,7 +421,7 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
             # Under a tool outside, the waiter is not PID 1: started, never finished, and the gate did
             # not kill it, a process inside did.
             unwatched = (bool(tool) and avail.tool_outside and status is None and sandbox.waiter_started(text)
-                         and not pr.timed_out and control.reason is None and not ended)
+                         and not pr.timed_out and control.reason is None)
             return Contained(pr, n, unwatched, ended, watch is not None and watch.stuck)
         return Contained(pr, _hunt_orphans(start), False, 0)
 
