@@ -194,12 +194,13 @@ def run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl | 
                          spec=job.spec.id if job.spec else None, kernels=job.kernels,
                          reason=f"no GPU on this machine: {job.check} needs a CUDA device")
     result = _run_one(job, opts, gpu, control or RunControl())
-    if any(f.kind == STUCK for f in result.findings) and (control is None or control.reason is None):
+    stuck = next((f for f in result.findings if f.kind == STUCK), None)
+    if stuck is not None and (control is None or control.reason is None):
         # the hang seen on an H100 came now and then, not every time: once more, and say so
         again = _run_one(job, opts, gpu, control or RunControl())
         note = Finding(check=job.check, kind="retried", severity=Severity.NOTE,
                        spec=job.spec.id if job.spec else None,
-                       message=f"run twice: the first time, {result.findings[0].message}")
+                       message=f"run twice: the first time, {stuck.message}")
         return dataclasses.replace(again, findings=[*again.findings, note])
     return result
 

@@ -448,15 +448,9 @@ def end_watched_sandbox(root: int, bwrap: str) -> int:
     sandbox): the sandbox's monitor and its init, and with the init everything in its PID
     namespace. The tool itself and its launcher are left to see their program end and to write
     their report. Returns how many were killed."""
-    import signal
-
     target = os.path.realpath(bwrap)
     found = [p for p in descendants(root) if _exe(p) == target]
-    for pid in found:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    kill_and_reap(found)  # not the gate's children: the tool's launcher reaps them
     return len(found)
 
 
