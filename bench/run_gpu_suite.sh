@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run gpu-gate's GPU tests, the GPU demo and the benchmarks on a machine with an NVIDIA GPU.
 # Usage: bench/run_gpu_suite.sh OUT_DIR   (logs and JUnit go there; a summary table is printed last)
-# The whole of tests/gpu takes about 18 min on one H100 (GPU_TESTS_LIMIT, in seconds, bounds it).
+# The whole of tests/gpu takes about 18 min on one H100 (GPU_TESTS_LIMIT, in seconds, bounds it;
+# GPU_TEST_TIMEOUT bounds each test).
 set -u
 cd "$(dirname "$0")/.."
 out=${1:-gpu-results}
@@ -24,8 +25,28 @@ step() {
 
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$out/gpu.txt" 2>&1
 step doctor 120 "$py" -m gpu_gate.cli doctor
-step gpu-tests "${GPU_TESTS_LIMIT:-1500}" "$py" -m pytest -q -p no:cacheprovider ${GPU_TESTS:-tests/gpu} -rs \
-  --durations 15 --junitxml "$out/gpu-tests.xml"
+# Each test file in its own pytest, each test bounded (pytest-timeout, where installed): a test that
+# hangs fails with its traceback and the files after it still run. After each file, processes the
+# tests left behind (a sandbox or a sanitizer's launcher holding GPU memory makes the doctor refuse
+# the GPU for every later gate) are listed and killed.
+gpu_tests() {
+  local per_test=() rc=0 f
+  "$py" -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout "${GPU_TEST_TIMEOUT:-300}")
+  for f in ${GPU_TESTS:-tests/gpu/test_*.py}; do
+    echo "=== $f"
+    "$py" -m pytest -q -p no:cacheprovider "$f" -rs "${per_test[@]}" --durations 5 \
+      --junitxml "$out/$(basename "$f" .py).xml" || [[ $? == 5 ]] || rc=1
+    local left
+    left=$(pgrep -a -f 'bwrap|TreeLauncherSubreaper|compute-sanitizer')
+    if [[ -n $left ]]; then
+      echo "left behind by $f:"; echo "$left"
+      pkill -9 -f TreeLauncherSubreaper; pkill -9 -x bwrap; rc=1
+    fi
+  done
+  return $rc
+}
+export -f gpu_tests; export out py GPU_TESTS GPU_TEST_TIMEOUT
+step gpu-tests "${GPU_TESTS_LIMIT:-1800}" bash -c gpu_tests
 step demo-gpu 300 "$py" -m gpu_gate.cli demo --gpu
 step bench-equivalence 240 "$py" bench/bench_equivalence.py
 step bench-sanitizer 300 "$py" bench/bench_sanitizer.py
@@ -37,7 +58,7 @@ step bench-multigpu "${MULTIGPU_LIMIT:-580}" "$py" bench/bench_multigpu.py --run
 echo
 echo "== GPU =="; cat "$out/gpu.txt"
 if [[ -f $out/gpu-tests.log ]]; then
-  echo "== gpu tests =="; grep -E "passed|failed|error" "$out/gpu-tests.log" | tail -3
+  echo "== gpu tests =="; grep -E "^=== |passed|failed|error|left behind" "$out/gpu-tests.log"
   grep -E "^(FAILED|ERROR)" "$out/gpu-tests.log" | head -30
 fi
 [[ -f $out/demo-gpu.log ]] && { echo "== demo =="; grep -A3 "demo verdicts" "$out/demo-gpu.log"; }

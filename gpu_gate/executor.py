@@ -193,16 +193,24 @@ def run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl | 
         return JobResult(job_id=job.id, check=job.check, status=Status.NOT_RUN, level=job.level,
                          spec=job.spec.id if job.spec else None, kernels=job.kernels,
                          reason=f"no GPU on this machine: {job.check} needs a CUDA device")
-    result = _run_one(job, opts, gpu, control or RunControl())
-    stuck = next((f for f in result.findings if f.kind == STUCK), None)
-    if stuck is not None and (control is None or control.reason is None):
-        # the hang seen on an H100 came now and then, not every time: once more, and say so
-        again = _run_one(job, opts, gpu, control or RunControl())
-        note = Finding(check=job.check, kind="retried", severity=Severity.NOTE,
-                       spec=job.spec.id if job.spec else None,
-                       message=f"run twice: the first time, {stuck.message}")
-        return dataclasses.replace(again, findings=[*again.findings, note])
-    return result
+    control = control or RunControl()
+    stuck: list[str] = []
+    while True:
+        result = _run_one(job, opts, gpu, control)
+        found = next((f for f in result.findings if f.kind == STUCK), None)
+        if found is None or control.reason is not None or len(stuck) + 1 >= STUCK_ATTEMPTS:
+            break
+        # the hang seen on an H100 came now and then, not every time (twice in a row, once): again
+        stuck.append(found.message)
+    if not stuck:
+        return result
+    times = "; ".join(f"{_ORDINAL[i]}, {m}" for i, m in enumerate(stuck))
+    note = Finding(check=job.check, kind="retried", severity=Severity.NOTE, spec=job.spec.id if job.spec else None,
+                   message=f"run {len(stuck) + 1} times: {times}")
+    return dataclasses.replace(result, findings=[*result.findings, note])
+
+
+_ORDINAL = ("the first time", "the second time", "the third time", "the fourth time")
 
 
 def _run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl) -> JobResult:
@@ -441,9 +449,11 @@ class Contained(NamedTuple):
 
 # How long a sandbox watched by a tool may stay after its worker has ended before the gate ends it.
 TOOL_EXIT_GRACE_S = 20.0
-# How long it may take to start its worker (the waiter's first word; compute-sanitizer's own
-# --launch-timeout, for the worker's first CUDA call, is 60 s).
-TOOL_START_LIMIT_S = 60.0
+# How long it may take to start its worker (the waiter's first word: the tool's own start and
+# bwrap's, a few seconds on an H100; compute-sanitizer's --launch-timeout, for the worker's first
+# CUDA call, is 60 s). A run that passes it is tried again, up to STUCK_ATTEMPTS runs in all.
+TOOL_START_LIMIT_S = 30.0
+STUCK_ATTEMPTS = 3
 
 
 class _ToolWatch:
