@@ -975,8 +975,9 @@ def sandbox_findings(avail: sandbox.Available, mode: sandbox.Mode) -> list[Findi
         return [Finding(check="sandbox", kind="sandbox-weak", severity=Severity.WARNING,
                         message=f"jobs ran in an unshare sandbox, not bubblewrap ({avail.detail}): /tmp and the "
                                 f"rest of the filesystem are shared with code under test, and compute-sanitizer runs "
-                                f"inside its sandbox, where that code could rewrite the tool's report (install "
-                                f"bubblewrap: apt-get install bubblewrap)")]
+                                f"inside its sandbox, where that code could rewrite the tool's report, and where, on "
+                                f"an H100, the tool never saw the worker's CUDA calls: its jobs failed closed "
+                                f"(install bubblewrap: apt-get install bubblewrap)")]
     if avail.works:
         return []
     if mode == "off":
