@@ -431,7 +431,8 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
             # not kill it, a process inside did.
             unwatched = (bool(tool) and avail.tool_outside and status is None and sandbox.waiter_started(text)
                          and not pr.timed_out and control.reason is None)
-            return Contained(pr, n, unwatched, ended, watch is not None and watch.stuck)
+            return Contained(pr, n, unwatched, ended, watch is not None and watch.stuck,
+                             watch.started_s if watch is not None else None)
         return Contained(pr, _hunt_orphans(start), False, 0)
 
 
@@ -445,6 +446,7 @@ class Contained(NamedTuple):
     unwatched: bool
     ended: int
     stuck: bool = False
+    started_s: float | None = None  # under a tool outside: how long the sandbox took to start its worker
 
 
 # How long a sandbox watched by a tool may stay after its worker has ended before the gate ends it.
@@ -476,6 +478,7 @@ class _ToolWatch:
         self.root: int | None = None
         self.ended = 0
         self.stuck = False
+        self.started_s: float | None = None
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -501,6 +504,7 @@ class _ToolWatch:
             if self.stop.wait(0.2):
                 return
         if not self.stuck:
+            self.started_s = round(time.monotonic() - began, 2)
             while sandbox.read_waiter(self._said())[0] is None:
                 if self.stop.wait(0.2):
                     return
@@ -679,17 +683,19 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
 
         base_run = BaseRun(dirs["base"], done["base"][0], roots["base"])
     result = _judge_result(job, opts, workdir, jpr, cand_pr, inner, timeout, module, base_run)
-    _time_outside(result, marks)
+    _time_outside(result, marks, {role: c.started_s for role, c in done.items() if c.started_s is not None})
     if ended:
         result = _with_sandbox_ended(result, ended)
     return _with_escapes(result, escaped, avail, unwatched) if escaped or unwatched else result
 
 
-def _time_outside(result: JobResult, marks: dict[str, float]) -> None:
+def _time_outside(result: JobResult, marks: dict[str, float], sandbox_start: dict[str, float]) -> None:
     """Where a judged job's time went outside the judge's process (``extra.timing.outside``):
     its files, sandboxes and processes started (``start_s``, of which writing the job's files,
     ``files_s``), the workers' exit after the judge's
-    (``workers_exit_s``), the base's compiled kernels kept (``keep_s``)."""
+    (``workers_exit_s``), the base's compiled kernels kept (``keep_s``); under a tool outside the
+    sandbox, how long each sandbox took to start its worker (``sandbox_start_s``, by role: what
+    :data:`TOOL_START_LIMIT_S` is measured against)."""
     if "judge" not in marks or not isinstance(result.extra, dict):
         return
     timing = result.extra.setdefault("timing", {})
@@ -698,6 +704,8 @@ def _time_outside(result: JobResult, marks: dict[str, float]) -> None:
                              "start_s": round(marks["judge"] - marks["enter"], 2),
                              "workers_exit_s": round(marks["workers_gone"] - marks["judged"], 2),
                              "keep_s": round(marks["kept"] - marks["workers_gone"], 2)}
+        if sandbox_start:
+            timing["outside"]["sandbox_start_s"] = sandbox_start
 
 
 def _wait_started(pids: dict[str, int], n: int, limit_s: float = 30.0) -> None:

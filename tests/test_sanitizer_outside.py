@@ -458,6 +458,9 @@ def test_a_sanitizer_job_whose_sandbox_never_starts_fails_closed_or_is_run_again
     assert again.status is Status.FAILED and "invalid-global-read" in {f.kind for f in again.findings}, again.findings
     notes = [f.message for f in again.findings if f.kind == "retried"]
     assert count.read_text() == "xx" and len(notes) == 1 and notes[0].startswith("run 3 times:"), notes
+    # how long the sandbox that did start took, for the start limit to be measured against
+    started = again.extra["timing"]["outside"]["sandbox_start_s"]
+    assert 0 < started["candidate"] < executor.TOOL_START_LIMIT_S, started
 
 
 # --- unshare: the tool stays inside the sandbox, and the run says what that costs ----------------------
