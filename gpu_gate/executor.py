@@ -378,7 +378,47 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
         return _interrupted(job, control.reason, pr)
     inner = _read_result(result_file)
     result = _judge_run(job, opts, pr, inner, timeout)
-    return _with_escapes(result, escaped, avail, unwatched) if escaped or unwatched else result
+    if escaped or unwatched:
+        return _with_escapes(result, escaped, avail, unwatched)
+    commit = base_commit(job)
+    if job.check == "compile" and commit and opts.base_root is not None and result.status is not Status.ERROR:
+        from .checks.compiled_base import against_base
+
+        result = against_base(job, result, _compile_at_base(job, opts, gpu, workdir, control, avail, timeout), commit)
+    return result
+
+
+def _compile_at_base(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control: RunControl,
+                     avail: sandbox.Available, timeout: float) -> JobResult | None:
+    """The same compile job on the base's tree (a pull request), in a sandbox of its own, so that
+    the findings read from the head's compiled code can be told new from pre-existing. None where
+    it produced no result, or left processes behind (then nothing it wrote is read)."""
+    from .checks.compiled_races import lint_arch
+    from .cuda.archs import DEFAULT_ARCHS, normalise_archs
+
+    # only the architecture whose PTX is read: the base's resources and compile errors are not compared
+    job = dataclasses.replace(job, options={
+        **job.options, "archs": [lint_arch(normalise_archs(job.options.get("archs") or DEFAULT_ARCHS))]})
+    bdir = workdir.parent / "b"
+    remap = avail.protects_files  # in a sandbox the base's tree is shown at the repository's path
+    root = opts.repo_root if remap else opts.base_root
+    assert root is not None
+    try:
+        bdir.mkdir(exist_ok=True)
+        job_file, result_file = bdir / "in.json", bdir / "out.json"
+        context = {**_context(opts, gpu, job), "repo_root": str(root)}
+        job_file.write_text(json.dumps({"job": job.to_json(), "context": context}))
+    except OSError:
+        return None
+    threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
+    env = _env_for(opts, gpu, bdir, threads, job.check, avail.works)
+    wopts = opts if remap else dataclasses.replace(opts, repo_root=root)
+    pr, escaped, unwatched, *_ = _contained_run(worker_argv(opts, job_file, result_file), wopts, gpu, bdir, env,
+                                                timeout, avail, control,
+                                                source=opts.base_root if remap else None)
+    if escaped or unwatched or pr.timed_out:
+        return None
+    return _read_result(result_file)
 
 
 def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir: Path, env: dict[str, str],

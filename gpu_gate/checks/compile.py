@@ -23,7 +23,7 @@ from typing import Any
 from .. import proc
 from ..cuda import nvcc, tritonc
 from ..cuda.archs import DEFAULT_ARCHS, arch_number, normalise_archs
-from . import compiled_races
+from . import compiled_offsets, compiled_races
 from ..cuda.names import triton_kernel_names
 from ..cuda.nvcc import KernelResources
 from .outcome import Context, make_outcome
@@ -107,8 +107,11 @@ def _cuda_file(job: Job, repo_root: Path, rel: str, archs: list[str]) -> tuple[l
             findings += _nvcc_findings(res, rel, arch, repo_root)
             if res.ok:
                 resources += nvcc.parse_resources(res.stderr + res.stdout, arch)
-        findings += compiled_races.cuda_findings(tool, source, rel, compiled_races.lint_arch(archs), includes, extra,
-                                                 repo_root, timeout)
+        lint_arch = compiled_races.lint_arch(archs)
+        ptx = compiled_races.cuda_ptx(tool, source, lint_arch, includes, extra, repo_root, timeout)
+        if ptx is not None:
+            findings += compiled_races.findings_from_ptx(ptx, rel, repo_root, lint_arch)
+            findings += compiled_offsets.findings_from_ptx(ptx, rel, repo_root, lint_arch)
     return findings, resources, len(archs)
 
 
@@ -226,6 +229,7 @@ def _triton_kernel(fn: Any, rel: str, line: int, given: dict[str, Any] | None, a
         resources += [_renamed(r, name, arch) for r in build.resources]
         if arch == compiled_races.lint_arch(archs):
             findings += compiled_races.triton_findings(fn, build.ptx, rel, arch)
+            findings += compiled_offsets.findings_from_ptx(build.ptx, rel, compiled_races.source_root(fn, rel), arch)
     if config.guessed and compiled:
         sig = ", ".join(f"{k}: {v}" for k, v in config.signature.items())
         findings.append(Finding(CHECK, "guessed-signature", f"{rel}:{line}: Triton kernel {name} compiled with a guessed "

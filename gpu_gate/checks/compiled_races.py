@@ -19,7 +19,7 @@ LINT_ARCH = "sm_90"
 def findings_from_ptx(ptx: str, rel: str, repo_root: Path, arch: str) -> list[Finding]:
     out = []
     for hit in ptxlint.lint(ptx):
-        file = _relative(hit.file, repo_root) or rel
+        file = relative_path(hit.file, repo_root) or rel
         where = f"{file}:{hit.line}" if hit.line else f"{rel} ({hit.kernel})"
         if hit.kind == "lock-release-without-barrier" and hit.flag:
             missing = " and ".join(w for w, ok in (("no block barrier", hit.barrier), ("no fence", hit.fence))
@@ -48,12 +48,16 @@ def findings_from_ptx(ptx: str, rel: str, repo_root: Path, arch: str) -> list[Fi
 
 def triton_findings(fn: object, ptx: str, rel: str, arch: str) -> list[Finding]:
     """A Triton kernel's PTX, linted; ``rel`` is its file, relative to the repository."""
+    return findings_from_ptx(ptx, rel, source_root(fn, rel), arch)
+
+
+def source_root(fn: object, rel: str) -> Path:
+    """The repository a Triton kernel's file ``rel`` (relative to it) was imported from."""
     source = os.path.realpath(getattr(getattr(getattr(fn, "fn", None), "__code__", None), "co_filename", "") or rel)
-    root = Path(source[: -len(rel)]) if source.endswith(rel) else Path(source).parent
-    return findings_from_ptx(ptx, rel, root, arch)
+    return Path(source[: -len(rel)]) if source.endswith(rel) else Path(source).parent
 
 
-def _relative(path: str | None, repo_root: Path) -> str | None:
+def relative_path(path: str | None, repo_root: Path) -> str | None:
     if not path:
         return None
     try:
@@ -71,11 +75,18 @@ def cuda_findings(tool: str, source: str, rel: str, arch: str, includes: list[st
                   repo_root: Path, timeout: float) -> list[Finding]:
     """PTX of one CUDA translation unit (nvcc -ptx -lineinfo), linted. A build that fails here
     has already been reported by the cubin build."""
+    ptx = cuda_ptx(tool, source, arch, includes, flags, repo_root, timeout)
+    return findings_from_ptx(ptx, rel, repo_root, arch) if ptx is not None else []
+
+
+def cuda_ptx(tool: str, source: str, arch: str, includes: list[str], flags: list[str], repo_root: Path,
+             timeout: float) -> str | None:
+    """The PTX of one CUDA translation unit, with line information; None where it does not build."""
     with tempfile.TemporaryDirectory(prefix="gpu-gate-ptx-") as tmp:
         out = Path(tmp) / "k.ptx"
         argv = [tool, f"-arch={arch}", "-ptx", "-lineinfo", "-std=c++17", *(f"-I{d}" for d in includes), *flags,
                 source, "-o", str(out)]
         res = proc.run(argv, cwd=repo_root, timeout=timeout, env=proc.scrubbed_env())
         if not res.ok or not out.is_file():
-            return []
-        return findings_from_ptx(out.read_text(errors="replace"), rel, repo_root, arch)
+            return None
+        return out.read_text(errors="replace")

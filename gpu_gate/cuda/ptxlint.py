@@ -44,7 +44,7 @@ _BRANCH = re.compile(r"^\s*(?:@!?%\w+\s+)?bra(?:\.uni)?\s+([$\w]+)\s*;")
 
 @dataclasses.dataclass(frozen=True)
 class Hit:
-    kind: str  # "lock-release-without-barrier" | "global-scatter-without-atomics"
+    kind: str  # "lock-release-without-barrier" | "global-scatter-without-atomics" | "int32-offset"
     kernel: str
     file: str | None
     line: int | None
@@ -52,6 +52,7 @@ class Hit:
     flag: bool = False  # a flag that other programs poll, not a lock
     barrier: bool = False  # (a flag) a block barrier came between the stores and the flag
     fence: bool = True  # (a flag) a fence came between them, or the flag store releases by itself
+    product_line: int | None = None  # (a 32-bit offset) the line of the product, where not the address's
 
     @property
     def location(self) -> str:
@@ -68,6 +69,10 @@ class _Insn:
     @property
     def operands(self) -> list[str]:
         return [a.strip() for a in _split(self.args)]
+
+
+# What other readers of PTX share with this one (:mod:`.ptx_offsets`).
+Insn = _Insn
 
 
 def _split(args: str) -> list[str]:
@@ -311,3 +316,13 @@ def _from_loaded(regs: list[str], defs: dict[str, _Insn], loaded: set[str]) -> b
     """Whether an address register is computed from a value loaded from global memory (not
     from the address of a load: ``ld.global %r, [%rd]`` makes ``%r`` loaded, not ``%rd``)."""
     return any(reg in loaded and ".global" in d.op for reg, d in _origins(regs, defs))
+
+
+def parse(ptx: str) -> tuple[dict[int, str], dict[str, list[_Insn]]]:
+    """The module's source files by number, and each kernel's instructions in program order."""
+    return _kernels(ptx)
+
+
+def source_of(i: _Insn, files: dict[int, str]) -> tuple[str | None, int | None]:
+    """The source file and line of an instruction (``.loc``), where the build kept them."""
+    return _where(i, files)

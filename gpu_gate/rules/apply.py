@@ -48,6 +48,7 @@ def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool =
     judged = [_judged_by_base(j, head_specs, pairs, mode, plan.base) for j in jobs]
     if differential and choice.loaded.policy.checks.equivalence.differential:
         judged = [_differential(j, pairs, plan.base) for j in judged]
+        judged = _compiled_at_base(repo, judged, plan.base)
     plan.jobs = sorted(judged, key=lambda j: j.id)
 
 
@@ -161,6 +162,18 @@ def _differential(job: Job, pairs: dict[str, SpecRules], base: str) -> Job:
     if job.check not in DIFFERENTIAL_CHECKS or job.spec is None or job.spec.id not in pairs or job.case:
         return job
     return dataclasses.replace(job, options={**job.options, DIFFERENTIAL: base})
+
+
+def _compiled_at_base(repo: Path, jobs: list[Job], base: str) -> list[Job]:
+    """A compile job whose kernel files all exist at the base builds the base's too (see
+    ``checks/compiled_base.py``): what it reads from the compiled code is then new, pre-existing or
+    fixed. A new file has no base: the absolute rules apply."""
+    wanted = {k for j in jobs if j.check == "compile" for k in j.kernels}
+    if not wanted:
+        return jobs
+    at_base = git.Snapshot(repo, base).object_ids(sorted(wanted))
+    return [dataclasses.replace(j, options={**j.options, DIFFERENTIAL: base})
+            if j.check == "compile" and j.kernels and all(k in at_base for k in j.kernels) else j for j in jobs]
 
 
 def rule_findings(findings: list[Finding]) -> list[Finding]:

@@ -1,0 +1,75 @@
+"""The compile check's findings from the compiled code, against the base's build (a pull request).
+
+The findings read from the PTX (a lock or flag released without a barrier, a scatter without
+atomics, an offset computed in 32 bits: :mod:`.compiled_races`, :mod:`.compiled_offsets`) say
+what a kernel file's code does, not what a change did. In a pull request the same compile job
+runs on the base's tree too, and each of the head's findings is compared with the base's for the
+same kernel: as many or fewer of a kind there, it is the repository's debt (pre-existing, which
+the policy's ``preexisting`` rule decides); more, they are the change's (new), and a new 32-bit
+offset blocks; what the base has and the head no longer does is reported fixed. A base whose
+build could not be read leaves the head's findings as they are, with a note that says so.
+"""
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+
+from ..cuda import ptx_offsets
+from ..findings import Finding, JobResult, Severity, Status
+from ..jobs import Job
+
+LINT_KINDS = frozenset({ptx_offsets.KIND, "lock-release-without-barrier", "global-scatter-without-atomics"})
+PRE_EXISTING = "pre-existing (the base's build of this kernel has it too): "
+NEW = "new in this change (the base's build of this kernel does not have it): "
+
+
+def against_base(job: Job, head: JobResult, base: JobResult | None, commit: str) -> JobResult:
+    short = commit[:12]
+    if not any(f.kind in LINT_KINDS for f in [*head.findings, *(base.findings if base else [])]):
+        return head  # nothing read from either build: nothing to compare
+    if base is None or base.status in (Status.ERROR, Status.NOT_RUN):
+        why = "it produced no result" if base is None else (base.reason or base.status.value)
+        return _with(head, head.findings, _note(f"not compared with the base's build ({short}): {why}; the "
+                                                f"findings read from the compiled code are judged as they are"))
+    at_base = Counter(_key(f) for f in base.findings if f.kind in LINT_KINDS)
+    at_head = Counter(_key(f) for f in head.findings if f.kind in LINT_KINDS)
+    out: list[Finding] = []
+    for f in head.findings:
+        if f.kind not in LINT_KINDS:
+            out.append(f)
+        elif at_head[_key(f)] <= at_base[_key(f)]:
+            out.append(_marked(dataclasses.replace(f, message=PRE_EXISTING + f.message), "pre-existing"))
+        else:
+            severity = Severity.ERROR if f.kind == ptx_offsets.KIND else f.severity
+            out.append(_marked(dataclasses.replace(f, severity=severity, message=NEW + f.message), "new"))
+    fixed = []
+    for key, n in sorted(at_base.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+        if n > at_head[key]:
+            f = next(b for b in base.findings if _key(b) == key)
+            fixed.append(_marked(dataclasses.replace(f, severity=Severity.NOTE, message=(
+                f"fixed by this change: the base's build of kernel {key[1]} has {n} of these, the head's "
+                f"{at_head[key]}: {f.message}")), "fixed"))
+    new = sum(1 for f in out if f.details.get("change") == "new")
+    old = sum(1 for f in out if f.details.get("change") == "pre-existing")
+    note = _note(f"compared with the base's build ({short}) of the same kernels: {new} new, {old} pre-existing and "
+                 f"{len(fixed)} fixed finding(s) read from the compiled code")
+    return _with(head, out + fixed, note)
+
+
+def _key(f: Finding) -> tuple[str, str | None]:
+    kernel = f.details.get("kernel")
+    return f.kind, kernel if isinstance(kernel, str) else None
+
+
+def _marked(f: Finding, change: str) -> Finding:
+    return dataclasses.replace(f, details={**f.details, "change": change})
+
+
+def _note(message: str) -> Finding:
+    return Finding("compile", "differential", message, Severity.NOTE)
+
+
+def _with(head: JobResult, findings: list[Finding], note: Finding) -> JobResult:
+    failing = any(f.severity is Severity.ERROR for f in findings)
+    status = Status.FAILED if failing and head.status is Status.PASSED else head.status
+    return dataclasses.replace(head, findings=[*findings, note], status=status)
