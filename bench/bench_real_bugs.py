@@ -83,6 +83,11 @@ BUGS = {
     "L7": {"library": "liger", "buggy": "6cdc93deee15ab6c843149d6ed660c297c5c2d4a",
            "fix": "1c0c75c3455e788d575966bfc5edec3ef166835e", "spec": "liger_fljsd_gate.py",
            "bug": "Liger-Kernel #330: fused linear JSD reads the labels of the first chunk for every chunk"},
+    "L2": {"library": "liger", "buggy": "9cf2019a6c234be2102571dc35741ee844c7903d",
+           "fix": "b27b4c5f2c312f3e006c39bc3e62c6627c18d8a4", "spec": "liger_rms_norm_gate.py",
+           "policy": "policy_liger_compile.yml", "also": ["liger_rope_gate.py"],
+           "bug": "Liger-Kernel #804: RMSNorm and RoPE offsets are program_id x stride in int32, which wraps past "
+                  "2^31 elements"},
     "L5": {"library": "liger", "buggy": "e44a5fe86d3ee00def43913329e4c4ff70c3b416",
            "fix": "9ac26bb82226c9279f0fda784300f5e02ce444b2", "spec": "liger_flce_none_gate.py",
            "bug": "Liger-Kernel #1298: reduction='none' scales dW/db by one upstream gradient, not each token's"},
@@ -123,8 +128,9 @@ def scratch(library: Path, bug: dict[str, str], where: Path, cpu: bool = False) 
                                  + "".join(f"{line}\n" for line in kept))
     git(repo, "init", "-q", "-b", "buggy")
     (repo / "gate").mkdir(exist_ok=True)
-    shutil.copy(HERE / bug["spec"], repo / "gate" / bug["spec"])
-    policy = (HERE / str(config["policy"])).read_text()
+    for spec in [bug["spec"], *bug.get("also", [])]:  # also: the specs of other files the fix touches
+        shutil.copy(HERE / spec, repo / "gate" / spec)
+    policy = (HERE / str(bug.get("policy") or config["policy"])).read_text()
     if cpu:  # a dry run: the checks that need a GPU are "not run", which must not hide red from green
         policy += "not_run: warn\n"
     (repo / ".gpu-gate.yml").write_text(policy)

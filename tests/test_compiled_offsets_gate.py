@@ -108,6 +108,9 @@ def test_a_change_that_brings_a_32_bit_offset_back_blocks(make_repo) -> None:  #
     assert _offsets(compiled) == [(11, "error", "new"), (12, "error", "new")], compiled["findings"]
     assert p.returncode == 1 and "new in this change" in p.stdout, p.stdout + p.stderr
     assert compiled["status"] == "failed"
+    report = (r.path / ".gpu-gate" / "out" / "report.md").read_text()
+    assert "**compile** (new: the base's build does not have it)" in report
+    assert "the base's code passes this case" not in report  # that is said of cases, not builds
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from ..jobs import Job
 
 LINT_KINDS = frozenset({ptx_offsets.KIND, "lock-release-without-barrier", "global-scatter-without-atomics"})
 PRE_EXISTING = "pre-existing (the base's build of this kernel has it too): "
-NEW = "new in this change (the base's build of this kernel does not have it): "
+NEW = "new in this change: "
 
 
 def against_base(job: Job, head: JobResult, base: JobResult | None, commit: str) -> JobResult:

@@ -234,7 +234,9 @@ def _blocking_line(item: Item) -> str:
     if f is None:
         return f"- {escape(first_line(item.reason, 300))}"
     target = f" {code(f.spec)}" if f.spec else ""
-    if f.details.get("change") == "new":
+    if f.details.get("change") == "new" and f.check == "compile":
+        target += " (new: the base's build does not have it)"
+    elif f.details.get("change") == "new":
         target += (" (new: the base's code fails this case too, far less)" if f.details.get("base_fails_less")
                    else " (new: the base's code passes this case)")
     where = f" — {code(f.location)}" if f.location else ""
