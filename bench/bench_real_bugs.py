@@ -1,11 +1,12 @@
 """Real kernel bugs from public libraries, judged as a merge gate judges them.
 
-    python bench/bench_real_bugs.py --repo liger=PATH [--repo fla=PATH --repo mamba=PATH --repo lightllm=PATH]
+    python bench/bench_real_bugs.py --repo liger=PATH [--repo fla=PATH --repo mamba=PATH --repo lightllm=PATH
+                                    --repo flash_attn=PATH]
                                     [--bug L8 ...] [--runs all|pr|nightly] [--gate-path DIR] [--keep DIR] [--cpu]
 
-Each PATH is a clone (bare or not) of Liger-Kernel, flash-linear-attention, mamba or LightLLM that
-holds the bugs' commits; ``bench/slim_clone.py`` makes one of a few MiB with just those commits'
-packages, for a machine without network access.
+Each PATH is a clone (bare or not) of Liger-Kernel, flash-linear-attention, mamba, LightLLM or
+flash-attention that holds the bugs' commits; ``bench/slim_clone.py`` makes one of a few MiB with
+just those commits' packages, for a machine without network access.
 
 For each bug (the list below, from the project's corpus of real bugs: a buggy commit and the commit
 that fixed it), a scratch repository gets the library's sources at the buggy commit, a gate spec
@@ -53,6 +54,8 @@ LIBRARIES: dict[str, dict[str, Any]] = {
             "hollow": ["fla/__init__.py", "fla/ops/__init__.py", "fla/ops/kda/__init__.py"]},
     "mamba": {"keep": ["mamba_ssm", "pyproject.toml", "setup.py"], "policy": "policy_mamba.yml",
               "hollow": ["mamba_ssm/__init__.py"]},
+    "flash_attn": {"keep": ["flash_attn", "setup.py"], "policy": "policy_flash_attn.yml",
+                   "hollow": ["flash_attn/__init__.py"]},
     "lightllm": {"keep": ["lightllm", "setup.py"], "policy": "policy_lightllm.yml",
                  "hollow": ["lightllm/__init__.py", "lightllm/models/__init__.py"]},
 }
@@ -88,6 +91,10 @@ BUGS = {
            "policy": "policy_liger_compile.yml", "also": ["liger_rope_gate.py"],
            "bug": "Liger-Kernel #804: RMSNorm and RoPE offsets are program_id x stride in int32, which wraps past "
                   "2^31 elements"},
+    "F6": {"library": "flash_attn", "buggy": "02ac572f3ffc4f402e4183aaa6824b45859d3ed3",
+           "fix": "c79de85ffa0d19b80fa468f90c5086e837499d72", "spec": "flash_attn_cross_entropy_gate.py",
+           "bug": "flash-attention: Triton cross entropy offsets are row x stride in int32, which wraps past 2^31 "
+                  "elements"},
     "L5": {"library": "liger", "buggy": "e44a5fe86d3ee00def43913329e4c4ff70c3b416",
            "fix": "9ac26bb82226c9279f0fda784300f5e02ce444b2", "spec": "liger_flce_none_gate.py",
            "bug": "Liger-Kernel #1298: reduction='none' scales dW/db by one upstream gradient, not each token's"},
