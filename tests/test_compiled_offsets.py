@@ -138,3 +138,27 @@ def test_against_the_base_counts_per_kernel_and_kind() -> None:
     # nothing read from either build: the result is the head's as it was
     plain = _result(Finding("compile", "guessed-signature", "x", Severity.NOTE))
     assert against_base(job, plain, _result(), "0123456789abcdef") == plain
+
+
+def test_a_value_read_at_the_programs_address_is_data_not_the_program_index() -> None:
+    """A ticket taken with an atomic at an address computed from the program index, times a stride:
+    the ticket is data, like a loaded row index (gather_rows in rows_bug.cu), and is not reported."""
+    ptx = """
+.visible .entry k(.param .u64 k_param_0, .param .u32 k_param_1)
+{
+	ld.param.u64 	%rd1, [k_param_0];
+	ld.param.u32 	%r1, [k_param_1];
+	mov.u32 	%r2, %ctaid.x;
+	mul.wide.u32 	%rd2, %r2, 4;
+	add.s64 	%rd3, %rd1, %rd2;
+	atom.global.add.u32 	%r5, [%rd3], 1;
+	mul.lo.s32 	%r6, %r5, %r1;
+	mul.wide.s32 	%rd4, %r6, 4;
+	add.s64 	%rd5, %rd1, %rd4;
+	st.global.u32 	[%rd5], %r6;
+	ret;
+}
+"""
+    assert ptx_offsets.lint(ptx) == []
+    # the same product of the program index itself is reported
+    assert len(ptx_offsets.lint(ptx.replace("mul.lo.s32 \t%r6, %r5, %r1", "mul.lo.s32 \t%r6, %r2, %r1"))) == 1

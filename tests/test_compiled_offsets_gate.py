@@ -19,29 +19,11 @@ import pytest
 
 pytest.importorskip("triton")
 
-KERNEL = '''\
-import torch
-import triton
-import triton.language as tl
+from test_compile_triton_gate import KERNEL as TRITON_KERNEL  # noqa: E402  (tests/ is on sys.path)
 
-
-@triton.jit
-def _scale_kernel(x_ptr, out_ptr, n_cols, stride, alpha, BLOCK: tl.constexpr):
-    row = ROW
-    cols = tl.arange(0, BLOCK)
-    mask = cols < n_cols
-    x = tl.load(x_ptr + row * stride + cols, mask=mask, other=0.0)
-    tl.store(out_ptr + row * n_cols + cols, x * alpha, mask=mask)
-
-
-def scale(x: torch.Tensor, alpha: float) -> torch.Tensor:
-    if x.stride(-1) != 1:
-        x = x.contiguous()
-    rows, cols = x.shape
-    out = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
-    _scale_kernel[(rows,)](x, out, cols, x.stride(0), alpha, BLOCK=triton.next_power_of_2(cols))
-    return out
-'''
+# The row-scaling kernel of the Triton end-to-end test, its program index written as ROW here.
+KERNEL = TRITON_KERNEL.replace("    row = tl.program_id(0)\n", "    row = ROW\n")
+assert "ROW" in KERNEL
 NARROW, WIDE = "tl.program_id(0)", "tl.program_id(0).to(tl.int64)"
 
 SPEC = '''\

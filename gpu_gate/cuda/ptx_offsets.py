@@ -20,7 +20,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from .ptxlint import Hit, Insn, parse, source_of
+from .ptxlint import Hit, Insn, behind, parse, source_of
 
 KIND = "int32-offset"
 _NARROW_MUL = re.compile(r"^(?:mul|mad)\.lo\.[su]32$")
@@ -90,23 +90,8 @@ def _is_param32(i: Insn) -> bool:
 
 def _from(operand: str, defs: dict[str, Insn], test: Callable[[Insn], bool]) -> bool:
     """Whether ``operand`` is computed from an instruction that passes ``test``, walking back
-    through definitions (a load from global memory ends the walk: what it read is data)."""
-    seen: set[str] = set()
-    todo = _REG.findall(operand)
-    while todo:
-        reg = todo.pop()
-        if reg in seen:
-            continue
-        seen.add(reg)
-        d = defs.get(reg)
-        if d is None:
-            continue
-        if test(d):
-            return True
-        if d.op.startswith(("ld.", "atom.")):
-            continue
-        todo += [r for op in d.operands[1:] for r in _REG.findall(op)]
-    return False
+    through definitions (a load or an atomic ends the walk: what it read is data)."""
+    return any(test(d) for _, d in behind(_REG.findall(operand), defs, stop=("ld.", "atom.")))
 
 
 def _widened(product: str, insns: list[Insn], uses: dict[str, list[int]]) -> int | None:

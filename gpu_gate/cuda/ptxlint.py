@@ -184,6 +184,14 @@ def _origins(regs: list[str], defs: dict[str, _Insn]) -> Iterator[tuple[str, _In
     """The loads that registers are computed from, walking back through their definitions (each
     register once): (the loaded register, its load). A load is where a walk stops: what it read
     is a value, not an address computed from the registers before it."""
+    return ((reg, d) for reg, d in behind(regs, defs) if d.op.startswith("ld."))
+
+
+def behind(regs: list[str], defs: dict[str, _Insn], stop: tuple[str, ...] = ("ld.",)
+           ) -> Iterator[tuple[str, _Insn]]:
+    """Every definition that registers are computed from, walking back (each register once):
+    (the register, the instruction that defines it). An instruction whose op starts with one of
+    ``stop`` (a load: what it read is a value) ends its branch of the walk."""
     seen: set[str] = set()
     todo = list(regs)
     while todo:
@@ -194,10 +202,9 @@ def _origins(regs: list[str], defs: dict[str, _Insn]) -> Iterator[tuple[str, _In
         d = defs.get(reg)
         if d is None:
             continue
-        if d.op.startswith("ld."):
-            yield reg, d
-            continue
-        todo += [r for op in d.operands[1:] for r in _REG.findall(op)]
+        yield reg, d
+        if not d.op.startswith(stop):
+            todo += [r for op in d.operands[1:] for r in _REG.findall(op)]
 
 
 def _params(reg_or_addr: str, defs: dict[str, _Insn]) -> set[str]:
