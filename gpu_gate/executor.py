@@ -384,7 +384,8 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
     if job.check == "compile" and commit and opts.base_root is not None and result.status is not Status.ERROR:
         from .checks.compiled_base import against_base
 
-        result = against_base(job, result, _compile_at_base(job, opts, gpu, workdir, control, avail, timeout), commit)
+        left = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))  # within the run's deadline
+        result = against_base(job, result, _compile_at_base(job, opts, gpu, workdir, control, avail, left), commit)
     return result
 
 
