@@ -162,3 +162,26 @@ def test_a_value_read_at_the_programs_address_is_data_not_the_program_index() ->
     assert ptx_offsets.lint(ptx) == []
     # the same product of the program index itself is reported
     assert len(ptx_offsets.lint(ptx.replace("mul.lo.s32 \t%r6, %r5, %r1", "mul.lo.s32 \t%r6, %r2, %r1"))) == 1
+
+
+def test_a_base_that_could_not_build_a_kernel_makes_nothing_of_it_new() -> None:
+    """A pull request that repairs a kernel file which did not import at the base, or one kernel
+    that did not compile there: nothing was read from the base's build of it, so the head's
+    findings there are judged by absolute rules (a 32-bit offset stays a warning), never as new."""
+    from gpu_gate.checks.compiled_base import against_base
+    from gpu_gate.jobs import Job
+
+    job = Job(id="compile:k.py", check="compile", level="required", kernels=("k.py",))
+    head = _result(_lint("int32-offset", "a", 10), _lint("int32-offset", "b", 20))
+    broken = _result(Finding("compile", "import-error", "k.py: importing the module failed: ImportError: x",
+                             Severity.ERROR, file="k.py"))
+    out = against_base(job, head, broken, "0123456789abcdef")
+    assert [(f.severity.value, f.details.get("change")) for f in out.findings[:2]] == [("warning", None)] * 2
+    assert "not compared with the base's build" in out.findings[-1].message and "ImportError" in out.findings[-1].message
+    one = _result(_lint("int32-offset", "a", 9),
+                  Finding("compile", "compile-error", "k.py:19: Triton kernel b does not compile for sm_90: x",
+                          Severity.ERROR, file="k.py", line=19, details={"kernel": "b"}))
+    out = against_base(job, head, one, "0123456789abcdef")
+    assert [(f.details.get("kernel"), f.severity.value, f.details.get("change")) for f in out.findings[:2]] == [
+        ("a", "warning", "pre-existing"), ("b", "warning", None)]
+    assert out.findings[-1].message.endswith("not compared, the base could not build them: b")

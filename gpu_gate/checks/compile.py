@@ -257,7 +257,7 @@ def _triton_error(fn: Any, rel: str, line: int, arch: str, config: tritonc.Trito
         return Finding(CHECK, NO_VALUES, msg, no_values, file=rel, line=line,
                        details={"arch": arch, "kernel": name, "error": "\n".join(text[-20:])})
     return Finding(CHECK, "compile-error", f"{rel}:{err_line}: Triton kernel {name} does not compile for {arch}: {first}",
-                   file=rel, line=err_line, details={"arch": arch, "error": "\n".join(text[:40])})
+                   file=rel, line=err_line, details={"arch": arch, "kernel": name, "error": "\n".join(text[:40])})
 
 
 def _triton_message(exc: BaseException) -> str:

@@ -19,6 +19,10 @@ from ..findings import Finding, JobResult, Severity, Status
 from ..jobs import Job
 
 LINT_KINDS = frozenset({ptx_offsets.KIND, "lock-release-without-barrier", "global-scatter-without-atomics"})
+# A base build that these say nothing was read from (a file that does not import or build) ...
+UNBUILT = frozenset({"import-error", "missing-file", "tool-missing", "timeout"})
+# ... or that one kernel of it was not (its findings name it)
+UNBUILT_KERNEL = frozenset({"compile-error", "not-compiled-no-values"})
 PRE_EXISTING = "pre-existing (the base's build of this kernel has it too): "
 NEW = "new in this change: "
 
@@ -27,15 +31,20 @@ def against_base(job: Job, head: JobResult, base: JobResult | None, commit: str)
     short = commit[:12]
     if not any(f.kind in LINT_KINDS for f in [*head.findings, *(base.findings if base else [])]):
         return head  # nothing read from either build: nothing to compare
-    if base is None or base.status in (Status.ERROR, Status.NOT_RUN):
-        why = "it produced no result" if base is None else (base.reason or base.status.value)
+    unbuilt = next((f for f in base.findings if f.kind in UNBUILT or (f.kind == "compile-error"
+                                                                     and "kernel" not in f.details)), None) if base else None
+    if base is None or base.status in (Status.ERROR, Status.NOT_RUN) or unbuilt is not None:
+        why = ("it produced no result" if base is None else unbuilt.message.splitlines()[0][:300] if unbuilt
+               else (base.reason or base.status.value))
         return _with(head, head.findings, _note(f"not compared with the base's build ({short}): {why}; the "
                                                 f"findings read from the compiled code are judged as they are"))
+    # kernels the base has but could not build: nothing was read from them there
+    unread = {k for f in base.findings if f.kind in UNBUILT_KERNEL and isinstance(k := f.details.get("kernel"), str)}
     at_base = Counter(_key(f) for f in base.findings if f.kind in LINT_KINDS)
     at_head = Counter(_key(f) for f in head.findings if f.kind in LINT_KINDS)
     out: list[Finding] = []
     for f in head.findings:
-        if f.kind not in LINT_KINDS:
+        if f.kind not in LINT_KINDS or _key(f)[1] in unread:
             out.append(f)
         elif at_head[_key(f)] <= at_base[_key(f)]:
             out.append(_marked(dataclasses.replace(f, message=PRE_EXISTING + f.message), "pre-existing"))
@@ -51,8 +60,10 @@ def against_base(job: Job, head: JobResult, base: JobResult | None, commit: str)
                 f"{at_head[key]}: {f.message}")), "fixed"))
     new = sum(1 for f in out if f.details.get("change") == "new")
     old = sum(1 for f in out if f.details.get("change") == "pre-existing")
+    alone = sorted(k for k in unread if any(key[1] == k for key in at_head))
     note = _note(f"compared with the base's build ({short}) of the same kernels: {new} new, {old} pre-existing and "
-                 f"{len(fixed)} fixed finding(s) read from the compiled code")
+                 f"{len(fixed)} fixed finding(s) read from the compiled code"
+                 + (f"; not compared, the base could not build them: {', '.join(alone)}" if alone else ""))
     return _with(head, out + fixed, note)
 
 
