@@ -28,7 +28,8 @@ step doctor 120 "$py" -m gpu_gate.cli doctor
 # Each test file in its own pytest, each test bounded (pytest-timeout, where installed): a test that
 # hangs fails with its traceback and the files after it still run. After each file, processes the
 # tests left behind (a sandbox or a sanitizer's launcher holding GPU memory makes the doctor refuse
-# the GPU for every later gate) are listed and killed.
+# the GPU for every later gate) are listed and killed: every bwrap and sanitizer launcher on the
+# machine, so run this suite on a machine of its own.
 gpu_tests() {
   local per_test=() rc=0 f
   "$py" -c "import pytest_timeout" 2>/dev/null && per_test=(--timeout "${GPU_TEST_TIMEOUT:-300}")
