@@ -104,9 +104,9 @@ def test_the_fixed_form_compiles_to_64_bit_arithmetic() -> None:
     assert ptx_offsets.lint(ptx) == []
 
 
-def _result(*findings: Finding) -> JobResult:
+def _result(*findings: Finding, linted: tuple[str, ...] = ()) -> JobResult:
     return JobResult(job_id="compile:k.py", check="compile", status=Status.PASSED, level="required",
-                     kernels=("k.py",), findings=list(findings))
+                     kernels=("k.py",), findings=list(findings), extra={"linted": list(linted)})
 
 
 def _lint(kind: str, kernel: str, line: int, severity: Severity = Severity.WARNING) -> Finding:
@@ -116,24 +116,27 @@ def _lint(kind: str, kernel: str, line: int, severity: Severity = Severity.WARNI
 
 def test_against_the_base_counts_per_kernel_and_kind() -> None:
     """Lines move in a change: findings are matched by kernel and kind, by count. One more in a
-    kernel than the base had is new (a new 32-bit offset blocks); a race the base has too is debt."""
+    kernel than the base had is new (a new 32-bit offset blocks); a race the base has too is debt;
+    a kernel the base's build does not have (new in an existing file) is judged by absolute rules."""
     from gpu_gate.checks.compiled_base import against_base
     from gpu_gate.jobs import Job
 
     job = Job(id="compile:k.py", check="compile", level="required", kernels=("k.py",))
     head = _result(_lint("int32-offset", "a", 10), _lint("int32-offset", "a", 11), _lint("int32-offset", "b", 20),
-                   _lint("lock-release-without-barrier", "c", 30, Severity.ERROR))
+                   _lint("lock-release-without-barrier", "c", 30, Severity.ERROR), _lint("int32-offset", "e", 50))
     base = _result(_lint("int32-offset", "a", 8), _lint("int32-offset", "a", 9),
-                   _lint("lock-release-without-barrier", "c", 28, Severity.ERROR), _lint("int32-offset", "d", 40))
+                   _lint("lock-release-without-barrier", "c", 28, Severity.ERROR), _lint("int32-offset", "d", 40),
+                   linted=("a", "b", "c", "d"))
     out = against_base(job, head, base, "0123456789abcdef")
     marks = [(f.details.get("kernel"), f.severity.value, f.details.get("change")) for f in out.findings
              if f.kind != "differential"]
     assert marks == [("a", "warning", "pre-existing"), ("a", "warning", "pre-existing"), ("b", "error", "new"),
-                     ("c", "error", "pre-existing"), ("d", "note", "fixed")], marks
+                     ("c", "error", "pre-existing"), ("e", "warning", None), ("d", "note", "fixed")], marks
+    assert out.findings[-1].message.endswith("has no such kernel or could not build it: e")
     assert out.status is Status.FAILED  # the new offset in b
     # a base whose build gave no result: nothing is compared, and the run says so
     alone = against_base(job, head, None, "0123456789abcdef")
-    assert [f.details.get("change") for f in alone.findings] == [None] * 5
+    assert [f.details.get("change") for f in alone.findings] == [None] * 6
     assert "not compared with the base's build (0123456789ab)" in alone.findings[-1].message
     # nothing read from either build: the result is the head's as it was
     plain = _result(Finding("compile", "guessed-signature", "x", Severity.NOTE))
@@ -180,8 +183,8 @@ def test_a_base_that_could_not_build_a_kernel_makes_nothing_of_it_new() -> None:
     assert "not compared with the base's build" in out.findings[-1].message and "ImportError" in out.findings[-1].message
     one = _result(_lint("int32-offset", "a", 9),
                   Finding("compile", "compile-error", "k.py:19: Triton kernel b does not compile for sm_90: x",
-                          Severity.ERROR, file="k.py", line=19, details={"kernel": "b"}))
+                          Severity.ERROR, file="k.py", line=19, details={"kernel": "b"}), linted=("a",))
     out = against_base(job, head, one, "0123456789abcdef")
     assert [(f.details.get("kernel"), f.severity.value, f.details.get("change")) for f in out.findings[:2]] == [
         ("a", "warning", "pre-existing"), ("b", "warning", None)]
-    assert out.findings[-1].message.endswith("not compared, the base could not build them: b")
+    assert out.findings[-1].message.endswith("has no such kernel or could not build it: b")

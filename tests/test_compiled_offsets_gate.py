@@ -52,7 +52,21 @@ checks:
       _scale_kernel:
         signature: {x_ptr: "*fp32", out_ptr: "*fp32", n_cols: i32, stride: i32, alpha: fp32}
         constexprs: {BLOCK: 1024}
+      _shift_kernel:
+        signature: {x_ptr: "*fp32", out_ptr: "*fp32", n_cols: i32, stride: i32}
+        constexprs: {BLOCK: 1024}
 """
+
+# A second kernel, new in the change, in the same file: it has no base.
+SHIFT = '''
+
+@triton.jit
+def _shift_kernel(x_ptr, out_ptr, n_cols, stride, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    tl.store(out_ptr + row * stride + cols, tl.load(x_ptr + row * stride + cols, mask=mask) + 1.0, mask=mask)
+'''
 
 
 def gate(cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -61,14 +75,15 @@ def gate(cwd: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, env=env, timeout=900)
 
 
-def _repo(make_repo, base_row: str, head_row: str, comment: bool = False):  # type: ignore[no-untyped-def]
+def _repo(make_repo, base_row: str, head_row: str, comment: bool = False,  # type: ignore[no-untyped-def]
+          added: str = ""):
     r = make_repo("lib", {"mylib/__init__.py": "", "mylib/scale.py": KERNEL.replace("ROW", base_row),
                           "gate/scale_gate.py": SPEC, ".gpu-gate.yml": POLICY})
     r.branch("feature")
     head = KERNEL.replace("ROW", head_row)
     if comment:
         head = head.replace("    cols = tl.arange", "    # one program per row\n    cols = tl.arange")
-    r.commit("the change", {"mylib/scale.py": head})
+    r.commit("the change", {"mylib/scale.py": head + added})
     return r
 
 
@@ -115,3 +130,18 @@ def test_the_fix_is_reported_fixed_and_is_green(make_repo) -> None:  # type: ign
     assert _offsets(compiled) == [(11, "note", "fixed")], compiled["findings"]
     assert "has 2 of these, the head's 0" in str(compiled["findings"])
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+@pytest.mark.slow
+def test_a_new_kernel_in_an_existing_file_has_no_base_and_is_judged_by_absolute_rules(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """New kernels have no base: a 32-bit offset in one is a warning, as in a new file, even though
+    the file it is added to is compared with the base's build."""
+    r = _repo(make_repo, WIDE, WIDE, added=SHIFT)
+    p = gate(r.path)
+    compiled = _compile(r.path)
+    shifted = [(f["details"]["kernel"], f["severity"], f["details"].get("change"))  # type: ignore[index]
+               for f in compiled["findings"] if f["kind"] == "int32-offset"]  # type: ignore[union-attr]
+    assert shifted and set(shifted) == {("_shift_kernel", "warning", None)}, compiled["findings"]
+    assert p.returncode == 0, p.stdout + p.stderr
+    note = next(f for f in compiled["findings"] if f["kind"] == "differential")  # type: ignore[union-attr]
+    assert note["message"].endswith("has no such kernel or could not build it: _shift_kernel")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import proc
-from ..cuda import nvcc, tritonc
+from ..cuda import nvcc, ptxlint, tritonc
 from ..cuda.archs import DEFAULT_ARCHS, arch_number, normalise_archs
 from . import compiled_offsets, compiled_races
 from ..cuda.names import triton_kernel_names
@@ -41,6 +41,7 @@ def run(job: Job, ctx: Context) -> Any:
     archs = normalise_archs(job.options.get("archs") or DEFAULT_ARCHS)
     findings: list[Finding] = []
     resources: list[KernelResources] = []
+    linted: list[str] = []  # the kernels whose compiled code was read (the base's build is compared on these)
     compiled = 0
     for rel in job.kernels:
         path = repo_root / rel
@@ -49,20 +50,21 @@ def run(job: Job, ctx: Context) -> Any:
                                     Severity.NOTE, file=rel))
             continue
         if rel.endswith(".py"):
-            f, r, n = _triton_file(job, repo_root, rel, archs)
+            f, r, n = _triton_file(job, repo_root, rel, archs, linted)
         elif rel.endswith(CUDA_SUFFIXES + HEADER_SUFFIXES):
-            f, r, n = _cuda_file(job, repo_root, rel, archs)
+            f, r, n = _cuda_file(job, repo_root, rel, archs, linted)
         else:
             continue
         findings += f
         resources += r
         compiled += n
     findings += resource_findings(job, resources)
-    return _outcome(findings, resources, compiled)
+    return _outcome(findings, resources, compiled, linted)
 
 
-def _outcome(findings: list[Finding], resources: list[KernelResources], compiled: int) -> Any:
-    extra = {"resources": [_resource_row(r) for r in resources]}
+def _outcome(findings: list[Finding], resources: list[KernelResources], compiled: int,
+             linted: list[str] | None = None) -> Any:
+    extra: dict[str, Any] = {"resources": [_resource_row(r) for r in resources], "linted": sorted(set(linted or []))}
     if any(f.kind == "tool-missing" for f in findings):
         return make_outcome(Status.ERROR, findings, reason="a compiler could not be found", extra=extra)
     if any(f.severity is Severity.ERROR for f in findings):
@@ -88,7 +90,8 @@ def _resource_row(r: KernelResources) -> dict[str, object]:
 # --- CUDA -------------------------------------------------------------------
 
 
-def _cuda_file(job: Job, repo_root: Path, rel: str, archs: list[str]) -> tuple[list[Finding], list[KernelResources], int]:
+def _cuda_file(job: Job, repo_root: Path, rel: str, archs: list[str],
+               linted: list[str]) -> tuple[list[Finding], list[KernelResources], int]:
     tool = nvcc.find_nvcc()
     if tool is None:
         msg = f"{rel}: nvcc not found (install the CUDA toolkit or set CUDA_HOME); the kernel was not compiled"
@@ -110,6 +113,7 @@ def _cuda_file(job: Job, repo_root: Path, rel: str, archs: list[str]) -> tuple[l
         lint_arch = compiled_races.lint_arch(archs)
         ptx = compiled_races.cuda_ptx(tool, source, lint_arch, includes, extra, repo_root, timeout)
         if ptx is not None:
+            linted += ptxlint.parse(ptx)[1]
             findings += compiled_races.findings_from_ptx(ptx, rel, repo_root, lint_arch)
             findings += compiled_offsets.findings_from_ptx(ptx, rel, repo_root, lint_arch)
     return findings, resources, len(archs)
@@ -165,7 +169,8 @@ def resource_findings_for(options: dict[str, Any], resources: list[KernelResourc
 # --- Triton -----------------------------------------------------------------
 
 
-def _triton_file(job: Job, repo_root: Path, rel: str, archs: list[str]) -> tuple[list[Finding], list[KernelResources], int]:
+def _triton_file(job: Job, repo_root: Path, rel: str, archs: list[str],
+                 linted: list[str]) -> tuple[list[Finding], list[KernelResources], int]:
     declared = triton_kernel_names((repo_root / rel).read_text(errors="replace"))
     if not declared:
         return [], [], 0
@@ -188,7 +193,7 @@ def _triton_file(job: Job, repo_root: Path, rel: str, archs: list[str]) -> tuple
             findings.append(Finding(CHECK, "not-compiled", f"{rel}:{decl.line}: Triton kernel {decl.name} is not a "
                                     "module-level name; it was not compiled", Severity.NOTE, file=rel, line=decl.line))
             continue
-        f, r, n = _triton_kernel(fn, rel, decl.line, given.get(decl.name), archs, _no_values_severity(job))
+        f, r, n = _triton_kernel(fn, rel, decl.line, given.get(decl.name), archs, _no_values_severity(job), linted)
         findings += f
         resources += r
         compiled += n
@@ -204,7 +209,8 @@ def _no_values_severity(job: Job) -> Severity:
 
 
 def _triton_kernel(fn: Any, rel: str, line: int, given: dict[str, Any] | None, archs: list[str],
-                   no_values: Severity = Severity.WARNING) -> tuple[list[Finding], list[KernelResources], int]:
+                   no_values: Severity = Severity.WARNING, linted: list[str] | None = None
+                   ) -> tuple[list[Finding], list[KernelResources], int]:
     name = fn.fn.__name__
     config = tritonc.config_from_options(fn, given) if given else tritonc.default_config(fn)
     if config.missing:
@@ -228,6 +234,8 @@ def _triton_kernel(fn: Any, rel: str, line: int, given: dict[str, Any] | None, a
         compiled += 1
         resources += [_renamed(r, name, arch) for r in build.resources]
         if arch == compiled_races.lint_arch(archs):
+            if linted is not None:
+                linted += ptxlint.parse(build.ptx)[1]
             findings += compiled_races.triton_findings(fn, build.ptx, rel, arch)
             findings += compiled_offsets.findings_from_ptx(build.ptx, rel, compiled_races.source_root(fn, rel), arch)
     if config.guessed and compiled:

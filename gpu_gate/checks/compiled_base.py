@@ -6,8 +6,10 @@ what a kernel file's code does, not what a change did. In a pull request the sam
 runs on the base's tree too, and each of the head's findings is compared with the base's for the
 same kernel: as many or fewer of a kind there, it is the repository's debt (pre-existing, which
 the policy's ``preexisting`` rule decides); more, they are the change's (new), and a new 32-bit
-offset blocks; what the base has and the head no longer does is reported fixed. A base whose
-build could not be read leaves the head's findings as they are, with a note that says so.
+offset blocks; what the base has and the head no longer does is reported fixed. A kernel whose
+compiled code the base's build did not read (new in the file, or not built there) has no base,
+and the absolute rules apply; a base whose build could not be read at all leaves the head's
+findings as they are. A note says which.
 """
 from __future__ import annotations
 
@@ -21,8 +23,6 @@ from ..jobs import Job
 LINT_KINDS = frozenset({ptx_offsets.KIND, "lock-release-without-barrier", "global-scatter-without-atomics"})
 # A base build that these say nothing was read from (a file that does not import or build) ...
 UNBUILT = frozenset({"import-error", "missing-file", "tool-missing", "timeout"})
-# ... or that one kernel of it was not (its findings name it)
-UNBUILT_KERNEL = frozenset({"compile-error", "not-compiled-no-values"})
 PRE_EXISTING = "pre-existing (the base's build of this kernel has it too): "
 NEW = "new in this change: "
 
@@ -38,8 +38,12 @@ def against_base(job: Job, head: JobResult, base: JobResult | None, commit: str)
                else (base.reason or base.status.value))
         return _with(head, head.findings, _note(f"not compared with the base's build ({short}): {why}; the "
                                                 f"findings read from the compiled code are judged as they are"))
-    # kernels the base has but could not build: nothing was read from them there
-    unread = {k for f in base.findings if f.kind in UNBUILT_KERNEL and isinstance(k := f.details.get("kernel"), str)}
+    # kernels whose compiled code was not read at the base: new there (a new kernel in an existing
+    # file has no base, and the absolute rules apply), or there but not built
+    read = base.extra.get("linted") if isinstance(base.extra, dict) else None
+    read_at_base = {k for k in read if isinstance(k, str)} if isinstance(read, list) else set()
+    unread = {k for f in head.findings if f.kind in LINT_KINDS
+              if isinstance(k := f.details.get("kernel"), str) and k not in read_at_base}
     at_base = Counter(_key(f) for f in base.findings if f.kind in LINT_KINDS)
     at_head = Counter(_key(f) for f in head.findings if f.kind in LINT_KINDS)
     out: list[Finding] = []
@@ -63,7 +67,8 @@ def against_base(job: Job, head: JobResult, base: JobResult | None, commit: str)
     alone = sorted(k for k in unread if any(key[1] == k for key in at_head))
     note = _note(f"compared with the base's build ({short}) of the same kernels: {new} new, {old} pre-existing and "
                  f"{len(fixed)} fixed finding(s) read from the compiled code"
-                 + (f"; not compared, the base could not build them: {', '.join(alone)}" if alone else ""))
+                 + (f"; not compared, the base's build has no such kernel or could not build it: "
+                    f"{', '.join(alone)}" if alone else ""))
     return _with(head, out + fixed, note)
 
 
