@@ -21,7 +21,7 @@ from ..findings import Finding, JobResult, Severity, Status
 from ..jobs import Job
 
 LINT_KINDS = frozenset({ptx_offsets.KIND, "lock-release-without-barrier", "global-scatter-without-atomics"})
-# A base build that these say nothing was read from (a file that does not import or build) ...
+# A base build that these say nothing was read from (a file that does not import or build)
 UNBUILT = frozenset({"import-error", "missing-file", "tool-missing", "timeout"})
 PRE_EXISTING = "pre-existing (the base's build of this kernel has it too): "
 NEW = "new in this change: "
@@ -64,7 +64,7 @@ def against_base(job: Job, head: JobResult, base: JobResult | None, commit: str)
                 f"{at_head[key]}: {f.message}")), "fixed"))
     new = sum(1 for f in out if f.details.get("change") == "new")
     old = sum(1 for f in out if f.details.get("change") == "pre-existing")
-    alone = sorted(k for k in unread if any(key[1] == k for key in at_head))
+    alone = sorted(unread)
     note = _note(f"compared with the base's build ({short}) of the same kernels: {new} new, {old} pre-existing and "
                  f"{len(fixed)} fixed finding(s) read from the compiled code"
                  + (f"; not compared, the base's build has no such kernel or could not build it: "
