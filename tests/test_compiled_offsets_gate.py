@@ -145,3 +145,19 @@ def test_a_new_kernel_in_an_existing_file_has_no_base_and_is_judged_by_absolute_
     assert p.returncode == 0, p.stdout + p.stderr
     note = next(f for f in compiled["findings"] if f["kind"] == "differential")  # type: ignore[union-attr]
     assert note["message"].endswith("has no such kernel or could not build it: _shift_kernel")
+
+
+def test_only_a_kernel_file_the_base_has_is_compiled_at_the_base_too(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The plan: a new kernel file's compile job has no base to compare with."""
+    r = make_repo("lib", {"mylib/__init__.py": "", "mylib/scale.py": KERNEL.replace("ROW", WIDE),
+                          "gate/scale_gate.py": SPEC, ".gpu-gate.yml": POLICY})
+    r.branch("feature")
+    r.commit("a change and a new file", {"mylib/scale.py": KERNEL.replace("ROW", NARROW),
+                                         "mylib/shift.py": "import triton\nimport triton.language as tl\n" + SHIFT,
+                                         "gate/shift_gate.py": SPEC.replace("scale_gate", "shift_gate")
+                                         .replace("from mylib.scale import scale", "import mylib.shift\nfrom mylib.scale import scale")})
+    p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "plan", "--base", "main"], cwd=r.path,
+                       capture_output=True, text=True, timeout=300)
+    compiles = {j["kernels"][0]: "base_commit" in j["options"]
+                for j in json.loads(p.stdout)["jobs"] if j["check"] == "compile"}
+    assert compiles == {"mylib/scale.py": True, "mylib/shift.py": False}, p.stdout[-2000:] + p.stderr

@@ -323,15 +323,16 @@ def test_shrinking_keeps_a_new_failure_new(make_repo) -> None:  # type: ignore[n
 
 def test_the_sanitizer_jobs_run_the_bases_code_too(make_repo) -> None:  # type: ignore[no-untyped-def]
     """memcheck, racecheck, synccheck and initcheck of a spec the base has are differential (on a
-    GPU the base's worker runs under the same tool: `tests/gpu/test_differential_gpu.py`); the
-    compile check of a kernel file is not (it judges the head's file alone)."""
+    GPU the base's worker runs under the same tool: `tests/gpu/test_differential_gpu.py`); so is
+    the compile check of a kernel file the base has (what it reads from the compiled code is
+    compared with the base's build: `tests/test_compiled_offsets_gate.py`)."""
     r = _repo(make_repo, EXACT, POLICY.replace("  memcheck: off\n", "  memcheck: required\n")
               .replace("  racecheck: off\n", "").replace("  compile: off\n", ""))
     _pr(r, None)
     plan = json.loads(gate("plan", "--base", "main", cwd=r.path).stdout)
     differential = {j["check"]: "base_commit" in j["options"] for j in plan["jobs"]}
-    assert differential == {"equivalence": True, "memcheck": True, "racecheck": True, "compile": False}, differential
-    assert len({j["options"].get("base_commit") for j in plan["jobs"] if j["check"] != "compile"}) == 1
+    assert differential == {"equivalence": True, "memcheck": True, "racecheck": True, "compile": True}, differential
+    assert len({j["options"].get("base_commit") for j in plan["jobs"]}) == 1
 
 
 def test_far_worse_than_a_base_that_fails_too_is_new_and_says_so(make_repo) -> None:  # type: ignore[no-untyped-def]
