@@ -44,6 +44,13 @@ def _small_only(x_ptr, n, BLOCK: tl.constexpr):
     tl.store(x_ptr + offs, tl.zeros([BLOCK], dtype=tl.float32), mask=offs < n)
 
 
+@triton.jit
+def _cast_kernel(x_ptr, out_ptr, n, X_dtype: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n, other=0.0)
+    tl.store(out_ptr + offs, (x.to(tl.float32) * 2).to(X_dtype), mask=offs < n)
+
+
 def scale(x: torch.Tensor, alpha: float) -> torch.Tensor:
     rows, cols = x.shape
     out = torch.empty((rows, cols), dtype=x.dtype, device=x.device)
@@ -158,6 +165,29 @@ def test_a_launched_specialization_is_compiled_for_each_arch_with_its_resources(
     limited, _ = compile_launched.judge(facts, {"level": "required", "max_local_bytes": -1,
                                                 "resources_level": "required"})
     assert [f.kind for f in limited if f.severity is Severity.ERROR].count("local-memory") == len(rows)
+
+
+def test_a_dtype_constexpr_is_compiled_as_the_dtype_the_call_passed(root: Path) -> None:
+    """Real kernels take dtypes as constexprs (Liger's RMSNorm backward: ``X_dtype=tl.float32``). The
+    launch lists it as text ("fp32"), but compiles it as the dtype: compiled from the text, Triton
+    took it for a string and every launched specialization was a compile error ("'str' object has
+    no attribute 'scalar'"), a red gate on a correct kernel."""
+    out = _python("""
+        import json, sys, torch
+        import triton.language as tl
+        sys.path.insert(0, sys.argv[1])
+        from gpu_gate.cuda.tritonlaunch import describe
+        from gpu_gate.worker.specializations import compile_launched
+        from tlib import kern
+        x = torch.randn(100)
+        launch = describe(kern._cast_kernel, (x, torch.empty_like(x), 100), {"X_dtype": tl.bfloat16, "BLOCK": 128})
+        print(json.dumps({"listed": launch.to_json()["constexprs"],
+                          "compiled": compile_launched([("tlib/kern.py", launch)], ["sm_90"])}))
+        """, root, interpret=False)
+    facts = json.loads(out)
+    assert facts["listed"] == {"X_dtype": "bf16", "BLOCK": 128}, "the result lists the dtype as text"
+    assert facts["compiled"]["errors"] == [], facts["compiled"]["errors"]
+    assert [(r["kernel"], r["arch"]) for r in facts["compiled"]["rows"]] == [("_cast_kernel", "sm_90")]
 
 
 def test_what_the_worker_reports_is_read_field_by_field() -> None:

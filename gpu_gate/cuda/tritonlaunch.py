@@ -38,6 +38,15 @@ class Launch:
     options: dict[str, Any]
     fn: Any = dataclasses.field(default=None, repr=False, compare=False)  # the JITFunction, to compile it again
     count: int = 1
+    # the constexprs as the call passed them (a tl.dtype stays one), to compile it again; never sent
+    values: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def compile_constexprs(self) -> dict[str, Any]:
+        """The constexprs to compile this specialization with: the values the call passed where
+        known (``constexprs`` has them as JSON text: ``X_dtype=tl.float32`` is ``"fp32"`` there,
+        which Triton would take for a string)."""
+        return {k: self.values.get(k, v) for k, v in self.constexprs.items()}
 
     @property
     def key(self) -> tuple[str, str, str, str, str]:
@@ -154,6 +163,7 @@ def describe(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Laun
     except (TypeError, ValueError):
         return None
     constexprs: dict[str, Any] = {}
+    values: dict[str, Any] = {}
     signature: dict[str, str] = {}
     for name, param in sig.parameters.items():
         if name not in bound.arguments:
@@ -161,10 +171,12 @@ def describe(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Laun
         value = bound.arguments[name]
         if _is_constexpr(param.annotation) or value is None:
             constexprs[name] = _plain(value)
+            values[name] = value
         else:
             signature[name] = arg_type(value)
     options = {k: kwargs[k] for k in OPTIONS if isinstance(kwargs.get(k), int)}
-    return Launch(code.co_filename, fn.__name__, constexprs, signature, options, fn=_jit_function(kernel))
+    return Launch(code.co_filename, fn.__name__, constexprs, signature, options, fn=_jit_function(kernel),
+                  values=values)
 
 
 def _is_constexpr(annotation: Any) -> bool:

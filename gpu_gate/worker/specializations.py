@@ -54,7 +54,8 @@ def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known
     launches and the archs, whatever the threads' timing. ``known``: builds already made for the same
     launch and arch (by the worker's compiling sibling, see :mod:`.ahead`), taken as they are."""
     compilable = [(rel, launch) for rel, launch in launches if launch.fn is not None]
-    configs = [(rel, launch, tritonc.launched_config(launch.fn, launch.constexprs, launch.signature, launch.options))
+    configs = [(rel, launch,
+                tritonc.launched_config(launch.fn, launch.compile_constexprs, launch.signature, launch.options))
                for rel, launch in compilable[:MAX_COMPILED]]
     tasks = [(rel, launch, config, arch) for rel, launch, config in configs for arch in archs]
     known = known or {}
@@ -102,7 +103,7 @@ def build_ahead(launches: list[tuple[str, Launch]], archs: list[str], threads: i
     def build(task: tuple[Launch, str]) -> dict[str, Any] | None:
         launch, arch = task
         try:
-            config = tritonc.launched_config(launch.fn, launch.constexprs, launch.signature, launch.options)
+            config = tritonc.launched_config(launch.fn, launch.compile_constexprs, launch.signature, launch.options)
             built = tritonc.compile_kernel(launch.fn, config, arch_number(arch))
         except Exception:  # noqa: BLE001 - the worker compiles it again and reports the error
             return None
