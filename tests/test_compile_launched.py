@@ -230,3 +230,44 @@ def test_compiles_side_by_side_report_as_one_after_another(root: Path) -> None:
     assert [(x["constexprs"]["BLOCK"], x["arch"]) for x in rows] == \
         [(b, a) for b in (64, 256, 1024, 4096) for a in ("sm_80", "sm_90")]
     assert [(e["kernel"], e["arch"]) for e in runs["8"]["errors"]] == [("_small_only", "sm_80"), ("_small_only", "sm_90")]
+
+
+def _facts(*, errors=(), rows=()):
+    where = {"file": "tlib/kern.py", "kernel": "_cast_kernel", "arch": "sm_90"}
+    return {"errors": [{**where, "constexprs": c, "error": "CompilationError: at 4:10\nboom"} for c in errors],
+            "rows": [{**where, "constexprs": c, "symbol": "_cast_kernel", "registers": 16} for c in rows],
+            "not_compiled": 0}
+
+
+def test_a_launched_specialization_that_fails_at_the_base_too_is_debt_not_the_change() -> None:
+    """In a pull request the launched specializations that do not compile are looked up in what the
+    base's worker compiled: failing there too, pre-existing (the policy's ``preexisting`` rule
+    decides); compiling there, new; never launched by the base's cases, judged as they are."""
+    from gpu_gate.verdict import Rules, _mode_for
+
+    a, b, c = {"X_dtype": "fp32", "BLOCK": 128}, {"X_dtype": "bf16", "BLOCK": 128}, {"X_dtype": "fp32", "BLOCK": 64}
+    head, _ = compile_launched.judge(_facts(errors=[a, b, c]), {"level": "required"})
+    marked = compile_launched.against_base(head, _facts(errors=[a], rows=[b]), "0123456789abcdef")
+    by = {json.dumps(f.details["constexprs"], sort_keys=True): f for f in marked if f.kind == "compile-error"}
+    old, new, alone = (by[json.dumps(x, sort_keys=True)] for x in (a, b, c))
+    assert old.details["change"] == "pre-existing" and old.message.startswith("pre-existing")
+    assert new.details["change"] == "new" and new.message.startswith("new in this change")
+    assert "change" not in alone.details and alone.severity is Severity.ERROR
+    note = [f for f in marked if f.kind == "differential"]
+    assert len(note) == 1 and "0123456789ab" in note[0].message and "1 new, 1 pre-existing" in note[0].message
+    assert "1 the base's cases never launched" in note[0].message
+    assert _mode_for(old, Rules()) == "warn", "debt does not block by default"
+    assert _mode_for(old, Rules(preexisting="fail")) == "fail"
+    assert _mode_for(new, Rules()) == "fail" and _mode_for(alone, Rules()) == "fail"
+
+
+def test_a_base_answer_that_cannot_be_read_leaves_the_heads_errors_blocking() -> None:
+    """The base's worker runs code under test too: an answer it cannot back up (not an object, or
+    entries without a kernel) never turns the head's errors into debt."""
+    a = {"X_dtype": "fp32", "BLOCK": 128}
+    head, _ = compile_launched.judge(_facts(errors=[a]), {"level": "required"})
+    for answer in (None, "all failed", {"errors": [{"constexprs": a, "error": "x"}]}):
+        marked = compile_launched.against_base(head, answer, "0123456789abcdef")
+        errors = [f for f in marked if f.kind == "compile-error"]
+        assert len(errors) == 1 and "change" not in errors[0].details and errors[0].severity is Severity.ERROR
+        assert any(f.kind == "differential" for f in marked)

@@ -13,6 +13,8 @@ malformed is said so instead of trusted or dropped.
 """
 from __future__ import annotations
 
+import dataclasses
+import json
 from typing import Any
 
 from ..cuda.nvcc import KernelResources
@@ -59,6 +61,57 @@ def judge(compiled: Any, options: dict[str, Any] | None) -> tuple[list[Finding],
     return findings + resource_findings_for(options, resources), rows
 
 
+def against_base(findings: list[Finding], base_compiled: Any, commit: str) -> list[Finding]:
+    """In a pull request: each launched specialization that does not compile at head, looked up in
+    what the base's worker compiled of its own launches (the same kernel file, kernel, constexprs
+    and arch). It fails there too: pre-existing, the repository's debt (the policy's
+    ``preexisting`` rule decides); it compiles there: new; the base's cases never launched it: no
+    base, the absolute rule stands. A note says how many of each. ``base_compiled``: the base
+    worker's ``compile`` answer, read field by field like the head's (it is code under test too)."""
+    errors = [f for f in findings if f.kind == "compile-error" and isinstance(f.details.get("kernel"), str)]
+    if not errors:
+        return findings
+    short = commit[:12]
+    if not isinstance(base_compiled, dict):
+        return findings + [_note(f"the launched specializations that do not compile were not compared with the base's "
+                                 f"code ({short}): its worker gave no readable answer")]
+    failing, built = set(), set()
+    for raw in _list(base_compiled.get("errors")):
+        if _where(raw) is not None:
+            failing.add(_spec_key(raw.get("file"), raw.get("kernel"), raw.get("arch"), raw.get("constexprs")))
+    for raw in _list(base_compiled.get("rows")):
+        if _where(raw) is not None:
+            built.add(_spec_key(raw.get("file"), raw.get("kernel"), raw.get("arch"), raw.get("constexprs")))
+    out, counts = [], {"new": 0, "pre-existing": 0, "no base": 0}
+    for f in findings:
+        if f not in errors:
+            out.append(f)
+            continue
+        key = _spec_key(f.file, f.details["kernel"], f.details.get("arch"), f.details.get("constexprs"))
+        if key in failing:
+            change, prefix = "pre-existing", "pre-existing (the base's code, launched the same way, does not compile either): "
+        elif key in built:
+            change, prefix = "new", "new in this change (the base's code compiles as launched the same way): "
+        else:
+            counts["no base"] += 1
+            out.append(f)
+            continue
+        counts[change] += 1
+        out.append(dataclasses.replace(f, message=prefix + f.message, details={**f.details, "change": change}))
+    unmatched = f"; {counts['no base']} the base's cases never launched (judged as they are)" if counts["no base"] else ""
+    return out + [_note(f"compared the launched specializations that do not compile with the base's code ({short}): "
+                        f"{counts['new']} new, {counts['pre-existing']} pre-existing{unmatched}")]
+
+
+def _spec_key(file: Any, kernel: Any, arch: Any, constexprs: Any) -> tuple[str, str, str, str]:
+    values = json.dumps(constexprs if isinstance(constexprs, dict) else {}, sort_keys=True, default=str)
+    return str(file), str(kernel), str(arch), values
+
+
+def _note(message: str) -> Finding:
+    return Finding(CHECK, "differential", message, Severity.NOTE)
+
+
 def _list(value: Any) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
@@ -79,8 +132,8 @@ def _error(where: dict[str, str], raw: dict[str, Any], severity: Severity) -> Fi
     values = ", ".join(f"{k}={v}" for k, v in constexprs.items())
     return Finding(CHECK, "compile-error", f"{where['file']}: Triton kernel {where['kernel']}, as the cases launched "
                    f"it ({values}), does not compile for {where['arch']}: {first}", severity, file=where["file"],
-                   details={"arch": where["arch"], "constexprs": constexprs, "signature": _dict(raw.get("signature")),
-                            "error": "\n".join(text[:40])})
+                   details={"kernel": where["kernel"], "arch": where["arch"], "constexprs": constexprs,
+                            "signature": _dict(raw.get("signature")), "error": "\n".join(text[:40])})
 
 
 def _malformed(what: str, severity: Severity) -> Finding:

@@ -279,7 +279,26 @@ class Equivalence:
         from .compile_launched import judge
 
         findings, extra["launch_resources"] = judge(compiled, settings)
+        if any(f.kind == "compile-error" for f in findings) and self.workers.base is not None:
+            findings = self._launched_against_base(findings, settings)
         return notes + findings
+
+    def _launched_against_base(self, findings: list[Finding], settings: Any) -> list[Finding]:
+        """A launched specialization that does not compile at head is the change's only if the base's
+        code compiles when launched the same way: the base's worker compiles its own launches now (only
+        when the head's have errors; see :func:`compile_launched.against_base`)."""
+        from ..judge.workers import BaseLost
+        from ..rules.judging import base_commit
+        from .compile_launched import against_base
+
+        commit = str(base_commit(self.job) or "")
+        try:
+            assert self.workers.base is not None
+            answer = self.workers.base.finish(settings).get("compile")
+        except BaseLost as exc:
+            return findings + [self._note("differential", f"the launched specializations that do not compile were not "
+                                          f"compared with the base's code ({commit[:12]}): {exc}")]
+        return against_base(findings, answer, commit)
 
     def _run_cases(self, cases: list[Any], results: list[Any], refusals: list[Any], notes: list[Finding]) -> None:
         for i, case in enumerate(cases):

@@ -57,7 +57,9 @@ class Worker:
 
         self.ahead = Ahead()  # the sibling that compiles the cases' kernels ahead (see worker.ahead)
         self.context: CudaContext | None = None
-        if role == "candidate":
+        if role in ("candidate", "base"):
+            # the base's too: a launched specialization that does not compile at head is compared
+            # with the base's, launched the same way (see checks/compile_launched.against_base)
             self._record()
 
     def load(self, job: Job, spec: Any = None) -> dict[str, Any]:
