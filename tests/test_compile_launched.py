@@ -271,3 +271,75 @@ def test_a_base_answer_that_cannot_be_read_leaves_the_heads_errors_blocking() ->
         errors = [f for f in marked if f.kind == "compile-error"]
         assert len(errors) == 1 and "change" not in errors[0].details and errors[0].severity is Severity.ERROR
         assert any(f.kind == "differential" for f in marked)
+
+
+ROWS = '''\
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _rows_kernel(Y, Y_stride, X, X_stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0){widen}
+    cols = tl.arange(0, BLOCK)
+    mask = cols < n_cols
+    x = tl.load(X + row * X_stride + cols, mask=mask, other=0.0)
+    tl.store(Y + row * Y_stride + cols, x * 2.0, mask=mask)
+'''
+
+LAUNCH_ROWS = """
+    import json, sys, torch
+    sys.path.insert(0, sys.argv[1])
+    from gpu_gate.cuda.tritonlaunch import describe
+    from gpu_gate.worker.specializations import compile_launched
+    from tlib import rows
+    x = torch.randn(4, 100)
+    launches = [("tlib/rows.py", describe(rows._rows_kernel, (x, x.stride(0), x, x.stride(0), 100), {"BLOCK": b}))
+                for b in (128, 256)]
+    print(json.dumps(compile_launched(launches, ["sm_80", "sm_90"], root=sys.argv[1])))
+    """
+
+
+def _rows_answer(tmp_path: Path, name: str, widen: bool) -> dict:
+    root = tmp_path / name
+    (root / "tlib").mkdir(parents=True)
+    (root / "tlib" / "__init__.py").write_text("")
+    (root / "tlib" / "rows.py").write_text(ROWS.format(widen=".to(tl.int64)" if widen else ""))
+    return json.loads(_python(LAUNCH_ROWS, root, interpret=False))
+
+
+def test_offsets_in_32_bits_are_read_from_the_specializations_the_cases_launched(tmp_path: Path) -> None:
+    """Most real Triton kernels get their constexprs at the call site, so the compile job cannot
+    build them without policy values; the cases launch them. The worker sends the PTX of each
+    launched specialization for the lint architecture as text, and the judge reads the 32-bit
+    offsets in it: one warning per source line (by absolute rules), however many specializations
+    share the line. The twin that widens the program index has none."""
+    bug, fixed = _rows_answer(tmp_path, "bug", widen=False), _rows_answer(tmp_path, "fixed", widen=True)
+    assert {p["arch"] for p in bug["ptx"]} == {"sm_90"} and len(bug["ptx"]) == 2, "one PTX per launch, lint arch only"
+    findings, _ = compile_launched.judge(bug, {"archs": ["sm_80", "sm_90"], "level": "required"})
+    hits = [f for f in findings if f.kind == "int32-offset"]
+    assert hits and {f.file for f in hits} == {"tlib/rows.py"}, [f.file for f in hits]
+    assert len({f.line for f in hits}) == len(hits), "one finding per line, not one per specialization"
+    assert all(f.severity is Severity.WARNING and "as the cases launched it: BLOCK=128" in f.message for f in hits)
+    assert {f.line for f in hits} == {10, 11}, "the load and the store"
+    twin, _ = compile_launched.judge(fixed, {"archs": ["sm_80", "sm_90"], "level": "required"})
+    assert [f for f in twin if f.kind == "int32-offset"] == [] and fixed["ptx"]
+    assert compile_launched.offsets(fixed)[1] == {"_rows_kernel"}, "the twin's kernel was read"
+
+
+def test_a_launched_32_bit_offset_blocks_only_when_the_change_brings_it(tmp_path: Path) -> None:
+    """Against the base's launches: the bug brought back by a pull request is new, an error; the same
+    code at base and head is debt; the base's answer is read as the head's is."""
+    bug, fixed = _rows_answer(tmp_path, "bug", widen=False), _rows_answer(tmp_path, "fixed", widen=True)
+    head, _ = compile_launched.judge(bug, {"level": "required"})
+    read = compile_launched.offsets(bug)[1]
+    back = compile_launched.against_base(head, fixed, "0123456789abcdef", read)
+    new = [f for f in back if f.kind == "int32-offset"]
+    assert new and all(f.details["change"] == "new" and f.severity is Severity.ERROR for f in new)
+    assert any(f.kind == "differential" and f"{len(new)} new, 0 pre-existing" in f.message for f in back)
+    debt = compile_launched.against_base(head, bug, "0123456789abcdef", read)
+    assert all(f.details["change"] == "pre-existing" for f in debt if f.kind == "int32-offset")
+    for forged in (None, {"ptx": "not a list"}, {"ptx": [{"ptx": "garbage"}]}):
+        kept = [f for f in compile_launched.against_base(head, forged, "0123456789abcdef", read)
+                if f.kind == "int32-offset"]
+        assert kept and all(f.details.get("change") in (None, "new") for f in kept), forged

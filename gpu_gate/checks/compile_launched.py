@@ -15,10 +15,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from pathlib import Path
 from typing import Any
 
+from ..cuda import ptxlint
 from ..cuda.nvcc import KernelResources
 from ..findings import Finding, Severity
+from . import compiled_base, compiled_offsets
 from .compile import CHECK, resource_findings_for
 
 ROW_INTS = ("registers", "spill_store", "spill_load", "local_bytes", "shared_bytes", "constant_bytes", "barriers")
@@ -54,6 +57,11 @@ def judge(compiled: Any, options: dict[str, Any] | None) -> tuple[list[Finding],
                      "launches": raw.get("launches") if type(raw.get("launches")) is int else 0,
                      **{k: values[k] for k in ("registers", "spill_store", "spill_load", "local_bytes",
                                                "shared_bytes")}})
+    findings += offsets(compiled)[0]
+    unread = compiled.get("ptx_left_out", 0)
+    if type(unread) is int and unread > 0:
+        findings.append(Finding(CHECK, "launches-not-read", f"the PTX of {unread} launched Triton specializations was "
+                                f"not read for 32-bit offsets (more than the judge takes from one job)", Severity.NOTE))
     skipped = compiled.get("not_compiled", 0)
     if type(skipped) is int and skipped > 0:
         findings.append(Finding(CHECK, "launches-not-compiled", f"{skipped} more launched Triton specializations "
@@ -61,7 +69,32 @@ def judge(compiled: Any, options: dict[str, Any] | None) -> tuple[list[Finding],
     return findings + resource_findings_for(options, resources), rows
 
 
-def against_base(findings: list[Finding], base_compiled: Any, commit: str) -> list[Finding]:
+def offsets(compiled: Any) -> tuple[list[Finding], set[str]]:
+    """32-bit offsets read from the PTX of the launched specializations (the worker sends it as
+    text; the reading is the judge's, :mod:`gpu_gate.cuda.ptx_offsets`), one finding per kernel
+    and source line however many specializations share it, and the kernels whose PTX was read.
+    By absolute rules each is a warning, as in the compile check (see :mod:`.compiled_offsets`)."""
+    if not isinstance(compiled, dict):
+        return [], set()
+    root = compiled.get("root") if isinstance(compiled.get("root"), str) else ""
+    seen: dict[tuple[str, str | None, int | None, str], Finding] = {}
+    read: set[str] = set()
+    for raw in _list(compiled.get("ptx")):
+        where, text = _where(raw), raw.get("ptx")
+        if where is None or not isinstance(text, str):
+            continue
+        read.update(k for k in ptxlint.parse(text)[1] if isinstance(k, str))
+        values = ", ".join(f"{k}={v}" for k, v in _dict(raw.get("constexprs")).items())
+        for f in compiled_offsets.findings_from_ptx(text, where["file"], Path(root or "."), where["arch"]):
+            key = (f.kind, f.file, f.line, str(f.details.get("kernel")))
+            if key not in seen:
+                seen[key] = dataclasses.replace(f, message=f"{f.message} (read from the PTX of {where['kernel']} as the "
+                                                           f"cases launched it: {values})")
+    return list(seen.values()), read
+
+
+def against_base(findings: list[Finding], base_compiled: Any, commit: str,
+                 read_at_head: set[str] | None = None) -> list[Finding]:
     """In a pull request: each launched specialization that does not compile at head, looked up in
     what the base's worker compiled of its own launches (the same kernel file, kernel, constexprs
     and arch). It fails there too: pre-existing, the repository's debt (the policy's
@@ -69,12 +102,24 @@ def against_base(findings: list[Finding], base_compiled: Any, commit: str) -> li
     base, the absolute rule stands. A note says how many of each. ``base_compiled``: the base
     worker's ``compile`` answer, read field by field like the head's (it is code under test too)."""
     errors = [f for f in findings if f.kind == "compile-error" and isinstance(f.details.get("kernel"), str)]
-    if not errors:
+    linted = [f for f in findings if f.kind == compiled_offsets.KIND]
+    if not errors and not linted:
         return findings
     short = commit[:12]
     if not isinstance(base_compiled, dict):
-        return findings + [_note(f"the launched specializations that do not compile were not compared with the base's "
-                                 f"code ({short}): its worker gave no readable answer")]
+        return findings + [_note(f"the launched specializations were not compared with the base's code ({short}): "
+                                 f"its worker gave no readable answer; what they show is judged as it is")]
+    base_offsets, read_at_base = offsets(base_compiled)
+    findings, fixed, unread = compiled_base.compare(findings, base_offsets, read_at_base, read_at_head)
+    findings += fixed
+    if linted:
+        new = sum(1 for f in findings if f.kind == compiled_offsets.KIND and f.details.get("change") == "new")
+        old = sum(1 for f in findings if f.kind == compiled_offsets.KIND and f.details.get("change") == "pre-existing")
+        alone = f"; not compared, the base's cases never launched {', '.join(unread)}" if unread else ""
+        findings.append(_note(f"compared the PTX of the launched specializations with the base's ({short}): {new} new, "
+                              f"{old} pre-existing and {len(fixed)} fixed 32-bit offset(s){alone}"))
+    if not errors:
+        return findings
     failing, built = set(), set()
     for raw in _list(base_compiled.get("errors")):
         if _where(raw) is not None:

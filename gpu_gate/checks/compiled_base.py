@@ -42,12 +42,29 @@ def against_base(job: Job, head: JobResult, base: JobResult | None, commit: str)
     # file has no base, and the absolute rules apply), or there but not built
     read = base.extra.get("linted") if isinstance(base.extra, dict) else None
     read_at_base = {k for k in read if isinstance(k, str)} if isinstance(read, list) else set()
-    unread = {k for f in head.findings if f.kind in LINT_KINDS
+    out, fixed, unread = compare(head.findings, base.findings, read_at_base)
+    new = sum(1 for f in out if f.details.get("change") == "new")
+    old = sum(1 for f in out if f.details.get("change") == "pre-existing")
+    note = _note(f"compared with the base's build ({short}) of the same kernels: {new} new, {old} pre-existing and "
+                 f"{len(fixed)} fixed finding(s) read from the compiled code"
+                 + (f"; not compared, the base's build has no such kernel or could not build it: "
+                    f"{', '.join(unread)}" if unread else ""))
+    return _with(head, out + fixed, note)
+
+
+def compare(head: list[Finding], base: list[Finding], read_at_base: set[str], read_at_head: set[str] | None = None
+            ) -> tuple[list[Finding], list[Finding], list[str]]:
+    """The head's findings, those read from the compiled code marked against the base's (kernel by
+    kernel, kind by kind: as many or fewer at the base, pre-existing; more, new, and a new 32-bit
+    offset is an error), the base's that the head no longer has (fixed, notes; only of the kernels
+    in ``read_at_head`` where given: one the head's build did not read is not fixed), and the
+    kernels of the head's findings whose code the base's build did not read (left as they are)."""
+    unread = {k for f in head if f.kind in LINT_KINDS
               if isinstance(k := f.details.get("kernel"), str) and k not in read_at_base}
-    at_base = Counter(_key(f) for f in base.findings if f.kind in LINT_KINDS)
-    at_head = Counter(_key(f) for f in head.findings if f.kind in LINT_KINDS)
+    at_base = Counter(_key(f) for f in base if f.kind in LINT_KINDS)
+    at_head = Counter(_key(f) for f in head if f.kind in LINT_KINDS)
     out: list[Finding] = []
-    for f in head.findings:
+    for f in head:
         if f.kind not in LINT_KINDS or _key(f)[1] in unread:
             out.append(f)
         elif at_head[_key(f)] <= at_base[_key(f)]:
@@ -57,19 +74,12 @@ def against_base(job: Job, head: JobResult, base: JobResult | None, commit: str)
             out.append(_marked(dataclasses.replace(f, severity=severity, message=NEW + f.message), "new"))
     fixed = []
     for key, n in sorted(at_base.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
-        if n > at_head[key]:
-            f = next(b for b in base.findings if _key(b) == key)
+        if n > at_head[key] and (read_at_head is None or key[1] in read_at_head):
+            f = next(b for b in base if _key(b) == key)
             fixed.append(_marked(dataclasses.replace(f, severity=Severity.NOTE, message=(
                 f"fixed by this change: the base's build of kernel {key[1]} has {n} of these, the head's "
                 f"{at_head[key]}: {f.message}")), "fixed"))
-    new = sum(1 for f in out if f.details.get("change") == "new")
-    old = sum(1 for f in out if f.details.get("change") == "pre-existing")
-    alone = sorted(unread)
-    note = _note(f"compared with the base's build ({short}) of the same kernels: {new} new, {old} pre-existing and "
-                 f"{len(fixed)} fixed finding(s) read from the compiled code"
-                 + (f"; not compared, the base's build has no such kernel or could not build it: "
-                    f"{', '.join(alone)}" if alone else ""))
-    return _with(head, out + fixed, note)
+    return out, fixed, sorted(unread)
 
 
 def _key(f: Finding) -> tuple[str, str | None]:

@@ -10,10 +10,10 @@ from pathlib import Path
 
 from .. import proc
 from ..cuda import ptxlint
+from ..cuda.archs import lint_arch  # noqa: F401 - the compile check's lint architecture, named here too
 from ..findings import Finding, Severity
 
 CHECK = "compile"
-LINT_ARCH = "sm_90"
 
 
 def findings_from_ptx(ptx: str, rel: str, repo_root: Path, arch: str) -> list[Finding]:
@@ -64,11 +64,6 @@ def relative_path(path: str | None, repo_root: Path) -> str | None:
         return Path(os.path.realpath(path)).relative_to(os.path.realpath(repo_root)).as_posix()
     except ValueError:
         return path if not os.path.isabs(path) else None
-
-
-def lint_arch(archs: list[str]) -> str:
-    """sm_90 if the policy builds for it, else the newest architecture it builds for."""
-    return LINT_ARCH if LINT_ARCH in archs else max(archs, key=lambda a: int("".join(c for c in a if c.isdigit())))
 
 
 def cuda_findings(tool: str, source: str, rel: str, arch: str, includes: list[str], flags: list[str],

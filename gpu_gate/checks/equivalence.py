@@ -276,17 +276,19 @@ class Equivalence:
         compiled = done.get("compile")
         if not wanted or (compiled is None and not done.get("specializations")):
             return notes
-        from .compile_launched import judge
+        from .compile_launched import judge, offsets
+        from .compiled_offsets import KIND as KIND_OFFSET
 
         findings, extra["launch_resources"] = judge(compiled, settings)
-        if any(f.kind == "compile-error" for f in findings) and self.workers.base is not None:
-            findings = self._launched_against_base(findings, settings)
+        if any(f.kind in ("compile-error", KIND_OFFSET) for f in findings) and self.workers.base is not None:
+            findings = self._launched_against_base(findings, settings, offsets(compiled)[1])
         return notes + findings
 
-    def _launched_against_base(self, findings: list[Finding], settings: Any) -> list[Finding]:
-        """A launched specialization that does not compile at head is the change's only if the base's
-        code compiles when launched the same way: the base's worker compiles its own launches now (only
-        when the head's have errors; see :func:`compile_launched.against_base`)."""
+    def _launched_against_base(self, findings: list[Finding], settings: Any, read: set[str]) -> list[Finding]:
+        """A launched specialization that does not compile at head, or whose PTX computes an offset
+        in 32 bits, is the change's only if the base's code, launched by the same cases, does not do
+        the same: the base's worker compiles its own launches now (only when the head's show either;
+        see :func:`compile_launched.against_base`). ``read``: the kernels whose PTX the head sent."""
         from ..judge.workers import BaseLost
         from ..rules.judging import base_commit
         from .compile_launched import against_base
@@ -296,9 +298,9 @@ class Equivalence:
             assert self.workers.base is not None
             answer = self.workers.base.finish(settings).get("compile")
         except BaseLost as exc:
-            return findings + [self._note("differential", f"the launched specializations that do not compile were not "
-                                          f"compared with the base's code ({commit[:12]}): {exc}")]
-        return against_base(findings, answer, commit)
+            return findings + [self._note("differential", f"the launched specializations were not compared with the "
+                                          f"base's code ({commit[:12]}): {exc}")]
+        return against_base(findings, answer, commit, read)
 
     def _run_cases(self, cases: list[Any], results: list[Any], refusals: list[Any], notes: list[Finding]) -> None:
         for i, case in enumerate(cases):

@@ -6,6 +6,7 @@ from collections.abc import Iterable
 from typing import Any
 
 DEFAULT_ARCHS = ("sm_80", "sm_90")
+LINT_ARCH = "sm_90"  # the architecture whose PTX gpu-gate reads (races, 32-bit offsets)
 
 
 def normalise_archs(archs: Iterable[Any]) -> list[str]:
@@ -19,3 +20,8 @@ def normalise_archs(archs: Iterable[Any]) -> list[str]:
 
 def arch_number(arch: str) -> int:
     return int("".join(ch for ch in arch.removeprefix("sm_") if ch.isdigit()))
+
+
+def lint_arch(archs: list[str]) -> str:
+    """sm_90 if the policy builds for it, else the newest architecture it builds for."""
+    return LINT_ARCH if LINT_ARCH in archs else max(archs, key=arch_number)

@@ -186,7 +186,7 @@ class Worker:
             # the sibling compiled most of them beside the cases (see worker.ahead); the rest are compiled here
             archs = normalise_archs(settings.get("archs") or DEFAULT_ARCHS)
             known = self.ahead.builds()
-            reply["compile"] = compile_launched(mine, archs, known)
+            reply["compile"] = compile_launched(mine, archs, known, root=str(self.repo_root))
             reply["compile_taken"] = sum((launch.key, arch) in known for _, launch in mine[:MAX_COMPILED]
                                          for arch in archs)  # for the timing report
         mark("compile_s")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..cuda import tritonc
-from ..cuda.archs import arch_number
+from ..cuda.archs import arch_number, lint_arch
 from ..cuda.tritonlaunch import Launch
 
 MAX_COMPILED = 16  # distinct specializations compiled per job (each one costs a compile per arch)
@@ -27,6 +27,7 @@ MAX_COMPILED = 16  # distinct specializations compiled per job (each one costs a
 # this step was 6 s of the Liger GEGLU equivalence job, the last thing it does.
 MAX_THREADS = 8
 ERROR_LINES = 40
+PTX_BYTES = 24 << 20  # PTX sent to the judge per job, in all (a message's header holds at most 64 MiB)
 
 
 def repo_launches(launches: list[Launch], repo_root: Path, kernels: tuple[str, ...]) -> list[tuple[str, Launch]]:
@@ -47,12 +48,15 @@ def repo_launches(launches: list[Launch], repo_root: Path, kernels: tuple[str, .
 Built = dict[tuple[tuple[str, ...], str], tritonc.TritonBuild]  # (launch key, arch) -> what came out
 
 
-def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known: Built | None = None
-                     ) -> dict[str, Any]:
+def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known: Built | None = None,
+                     root: str = "") -> dict[str, Any]:
     """Compile each launched specialization for each of ``archs`` (normalised, ``sm_90``):
-    ``{"rows": [...], "errors": [...], "not_compiled": n}``, rows and errors in the order of the
-    launches and the archs, whatever the threads' timing. ``known``: builds already made for the same
-    launch and arch (by the worker's compiling sibling, see :mod:`.ahead`), taken as they are."""
+    ``{"rows": [...], "errors": [...], "ptx": [...], "root": ..., "not_compiled": n}``, rows and
+    errors in the order of the launches and the archs, whatever the threads' timing; ``ptx``: the
+    PTX of each specialization for the lint architecture (see ``archs.lint_arch``), as text for the
+    judge to read (32-bit offsets: it lints, not this process); ``root``: the repository as this
+    process sees it (the PTX names source files by that path). ``known``: builds already made for
+    the same launch and arch (by the worker's compiling sibling, see :mod:`.ahead`), taken as they are."""
     compilable = [(rel, launch) for rel, launch in launches if launch.fn is not None]
     configs = [(rel, launch,
                 tritonc.launched_config(launch.fn, launch.compile_constexprs, launch.signature, launch.options))
@@ -78,6 +82,9 @@ def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known
         builds = [build(task) if isinstance(built, Exception) else built for task, built in zip(tasks, builds)]
     rows: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []
+    ptx: list[dict[str, Any]] = []
+    read = lint_arch(archs) if archs else None
+    ptx_left_out = 0
     for (rel, launch, _, arch), built in zip(tasks, builds):
         where = {"file": rel, "kernel": launch.function, "arch": arch, "constexprs": launch.constexprs,
                  "signature": launch.signature}
@@ -85,12 +92,18 @@ def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known
             text = str(built).strip().splitlines() or [type(built).__name__]
             errors.append({**where, "error": "\n".join(text[:ERROR_LINES])})
             continue
+        if arch == read and built.ptx:
+            if sum(len(p["ptx"]) for p in ptx) + len(built.ptx) <= PTX_BYTES:
+                ptx.append({**where, "ptx": built.ptx})
+            else:
+                ptx_left_out += 1
         for r in built.resources:
             rows.append({**where, "symbol": r.symbol, "launches": launch.count, "registers": r.registers,
                          "spill_store": r.spill_store, "spill_load": r.spill_load, "local_bytes": r.local_bytes,
                          "shared_bytes": r.shared_bytes, "constant_bytes": r.constant_bytes,
                          "barriers": r.barriers})
-    return {"rows": rows, "errors": errors, "not_compiled": max(0, len(compilable) - MAX_COMPILED)}
+    return {"rows": rows, "errors": errors, "ptx": ptx, "root": root, "ptx_left_out": ptx_left_out,
+            "not_compiled": max(0, len(compilable) - MAX_COMPILED)}
 
 
 def build_ahead(launches: list[tuple[str, Launch]], archs: list[str], threads: int) -> list[dict[str, Any]]:
@@ -99,6 +112,7 @@ def build_ahead(launches: list[tuple[str, Launch]], archs: list[str], threads: i
     Only what compiled is listed (a failure is compiled again, and reported, by the worker)."""
     compilable = [launch for _, launch in launches if launch.fn is not None][:MAX_COMPILED]
     tasks = [(launch, arch) for launch in compilable for arch in archs]
+    read = lint_arch(archs) if archs else None
 
     def build(task: tuple[Launch, str]) -> dict[str, Any] | None:
         launch, arch = task
@@ -108,7 +122,8 @@ def build_ahead(launches: list[tuple[str, Launch]], archs: list[str], threads: i
         except Exception:  # noqa: BLE001 - the worker compiles it again and reports the error
             return None
         return {"key": list(launch.key), "arch": arch, "name": built.name,
-                "resources": [r.to_json() for r in built.resources]}
+                "resources": [r.to_json() for r in built.resources],
+                "ptx": built.ptx if arch == read else ""}  # read by the judge (see compile_launched)
 
     with ThreadPoolExecutor(max(1, min(threads, len(tasks) or 1))) as pool:
         return [b for b in pool.map(build, tasks) if b is not None]
@@ -125,7 +140,9 @@ def builds_from_json(data: Any) -> Built:
         try:
             key = tuple(str(k) for k in item["key"])
             resources = [KernelResources(**{k: v for k, v in r.items() if k in fields}) for r in item["resources"]]
-            out[(key, str(item["arch"]))] = tritonc.TritonBuild(str(item["name"]), "", resources)
+            ptx = item.get("ptx")
+            out[(key, str(item["arch"]))] = tritonc.TritonBuild(str(item["name"]), ptx if isinstance(ptx, str) else "",
+                                                                resources)
         except (KeyError, TypeError, ValueError):
             continue
     return out
