@@ -363,17 +363,12 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
         return _refused(job, avail)
     if CHECKS[job.check].scope == "spec":
         return _run_judged(job, opts, gpu, workdir, control, avail)
-    job_file, result_file = workdir / "in.json", workdir / "out.json"
-    try:
-        job_file.write_text(json.dumps({"job": job.to_json(), "context": _context(opts, gpu, job)}))
-    except OSError as exc:
-        return _error_result(job, "infrastructure", f"cannot write the job file ({exc}): no disk space left?", None)
-    threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
-    env = _env_for(opts, gpu, workdir, threads, job.check, avail.works)
-    argv = worker_argv(opts, job_file, result_file)
     # A job never outlives the whole run's deadline.
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
-    pr, escaped, unwatched, *_ = _contained_run(argv, opts, gpu, workdir, env, timeout, avail, control)
+    try:
+        (pr, escaped, unwatched, *_), result_file = _run_job_file(job, opts, gpu, workdir, control, avail, timeout)
+    except OSError as exc:
+        return _error_result(job, "infrastructure", f"cannot write the job file ({exc}): no disk space left?", None)
     if control.reason is not None and (pr.signal == 9 or pr.timed_out or pr.returncode is None):
         return _interrupted(job, control.reason, pr)
     inner = _read_result(result_file)
@@ -394,32 +389,37 @@ def _compile_at_base(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path
     """The same compile job on the base's tree (a pull request), in a sandbox of its own, so that
     the findings read from the head's compiled code can be told new from pre-existing. None where
     it produced no result, or left processes behind (then nothing it wrote is read)."""
-    from .checks.compiled_races import lint_arch
-    from .cuda.archs import DEFAULT_ARCHS, normalise_archs
+    from .cuda.archs import DEFAULT_ARCHS, lint_arch, normalise_archs
 
     # only the architecture whose PTX is read: the base's resources and compile errors are not compared
     job = dataclasses.replace(job, options={
         **job.options, "archs": [lint_arch(normalise_archs(job.options.get("archs") or DEFAULT_ARCHS))]})
     bdir = workdir.parent / "b"
     remap = avail.protects_files  # in a sandbox the base's tree is shown at the repository's path
-    root = opts.repo_root if remap else opts.base_root
-    assert root is not None
+    assert opts.base_root is not None
+    wopts = opts if remap else dataclasses.replace(opts, repo_root=opts.base_root)
     try:
         bdir.mkdir(exist_ok=True)
-        job_file, result_file = bdir / "in.json", bdir / "out.json"
-        context = {**_context(opts, gpu, job), "repo_root": str(root)}
-        job_file.write_text(json.dumps({"job": job.to_json(), "context": context}))
+        (pr, escaped, unwatched, *_), result_file = _run_job_file(
+            job, wopts, gpu, bdir, control, avail, timeout, source=opts.base_root if remap else None)
     except OSError:
         return None
-    threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
-    env = _env_for(opts, gpu, bdir, threads, job.check, avail.works)
-    wopts = opts if remap else dataclasses.replace(opts, repo_root=root)
-    pr, escaped, unwatched, *_ = _contained_run(worker_argv(opts, job_file, result_file), wopts, gpu, bdir, env,
-                                                timeout, avail, control,
-                                                source=opts.base_root if remap else None)
     if escaped or unwatched or pr.timed_out:
         return None
     return _read_result(result_file)
+
+
+def _run_job_file(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control: RunControl,
+                  avail: sandbox.Available, timeout: float, source: Path | None = None) -> tuple[Contained, Path]:
+    """Write the job file into ``workdir`` and run a job worker on it, contained (the head's tree,
+    or ``source`` shown at the repository's path); the run and the result file it was given (read
+    only by the caller, once it knows nothing escaped). Raises OSError where the file cannot be written."""
+    job_file, result_file = workdir / "in.json", workdir / "out.json"
+    job_file.write_text(json.dumps({"job": job.to_json(), "context": _context(opts, gpu, job)}))
+    threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
+    env = _env_for(opts, gpu, workdir, threads, job.check, avail.works)
+    return _contained_run(worker_argv(opts, job_file, result_file), opts, gpu, workdir, env, timeout, avail, control,
+                          source=source), result_file
 
 
 def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir: Path, env: dict[str, str],
