@@ -129,6 +129,31 @@ def test_a_fix_is_reported_as_fixed(tmp_path: Path) -> None:
     assert "### Fixed by this change" in text
 
 
+# --- 32-bit offsets, read from the specializations the cases launched ------------------------
+# BLOCK has no default, so the compile job cannot build the kernel without policy values; the
+# equivalence job's cases launch it, and the judge reads the launched PTX (checks/compile_launched).
+
+NARROW = KERNEL.replace("row = tl.program_id(0).to(tl.int64)", "row = tl.program_id(0)")
+POLICY_COMPILE = POLICY.replace("  compile: off\n", "")
+
+
+def _offsets(findings: list[dict]) -> list[dict]:  # type: ignore[type-arg]
+    return [f for f in findings if f["kind"] == "int32-offset"]
+
+
+def test_a_32_bit_offset_the_change_brings_is_read_from_the_launches_and_blocks(tmp_path: Path) -> None:
+    code, text, findings = _gate(tmp_path, KERNEL, NARROW, policy=POLICY_COMPILE)
+    assert code == 1, text
+    new = [f for f in _offsets(findings) if f["details"].get("change") == "new"]
+    assert new and all(f["severity"] == "error" and "as the cases launched it" in f["message"] for f in new), text
+
+
+def test_a_32_bit_offset_the_base_has_too_is_debt(tmp_path: Path) -> None:
+    code, text, findings = _gate(tmp_path, NARROW, NARROW, policy=POLICY_COMPILE)
+    assert code == 0, text
+    assert _offsets(findings) and all(f["details"].get("change") == "pre-existing" for f in _offsets(findings)), text
+
+
 # --- determinism: fp32 atomics, whose order changes from run to run --------------------------
 
 COLSUM = '''\
