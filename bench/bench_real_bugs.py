@@ -23,6 +23,10 @@ gates run:
 
 Each run prints one line (expected and actual verdict, the error findings with their new,
 pre-existing or fixed marks, the wall time) and one JSON line; a table ends the output.
+
+``--kernelbench`` also runs, at S and at F, the check KernelBench-style benchmarks run
+(``bench/kernelbench_style.py``: one size, randn inputs, forward only, allclose at 1e-2): the
+baseline a merge gate is measured against. It catches a bug where it fails at S.
 """
 from __future__ import annotations
 
@@ -181,6 +185,22 @@ def gate(gate_path: Path, repo: Path, checkout: str, args: list[str], out: Path)
             "tail": (p.stdout + p.stderr)[-1500:] if p.returncode not in (0, 1) else ""}
 
 
+def kernelbench(gate_path: Path, repo: Path, checkout: str, spec: str, cpu: bool) -> dict[str, object]:
+    """The KernelBench-style check of ``spec`` at ``checkout`` (see ``bench/kernelbench_style.py``)."""
+    git(repo, "checkout", "-q", checkout)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(gate_path), os.environ.get("PYTHONPATH")]))}
+    if cpu:
+        env["TRITON_INTERPRET"] = "1"
+    script = Path(__file__).resolve().parent / "kernelbench_style.py"
+    start = time.monotonic()
+    p = subprocess.run([sys.executable, str(script), str(repo), spec, *(["--device", "cpu"] if cpu else [])],
+                       cwd=repo, env=env, capture_output=True, text=True, timeout=1200)
+    lines = [line for line in p.stdout.splitlines() if line.startswith("{")]
+    res: dict[str, object] = json.loads(lines[-1]) if lines else {"passed": False, "error": (p.stderr or "")[-500:]}
+    res["wall_s"] = round(time.monotonic() - start, 1)
+    return res
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--repo", action="append", default=[], help="LIBRARY=PATH of a clone with full history")
@@ -188,9 +208,11 @@ def main() -> int:
     ap.add_argument("--gate-path", default=str(Path(__file__).resolve().parent.parent), help="gpu-gate source tree")
     ap.add_argument("--keep", help="keep the scratch repositories and reports here")
     ap.add_argument("--cpu", action="store_true", help="run on the CPU (Triton's interpreter): a dry run of the flow")
-    ap.add_argument("--runs", choices=("all", "pr", "nightly", "fix", "back"), default="all",
+    ap.add_argument("--kernelbench", action="store_true", help="also run the KernelBench-style check at the buggy "
+                                                                  "and the fixed commit")
+    ap.add_argument("--runs", choices=("all", "pr", "nightly", "fix", "back", "none"), default="all",
                     help="pr: only the two pull-request runs; nightly: only the two --all runs; fix: only the fix "
-                         "as a PR; back: only the bug back as a PR")
+                         "as a PR; back: only the bug back as a PR; none: no gate (with --kernelbench: only that)")
     args = ap.parse_args()
     # a relative path names a clone from here, not from the scratch repository git runs in
     libraries = {name: str(Path(path).resolve()) for name, path in (r.split("=", 1) for r in args.repo)}
@@ -207,10 +229,23 @@ def main() -> int:
                 ("fixed, --all", shas["F"], ["--all", "--spec", spec], 0),
                 ("the fix as a PR", shas["F"], ["--base", shas["S"], "--head", shas["F"]], 0),
                 ("the bug back as a PR", shas["R"], ["--base", shas["F"], "--head", shas["R"]], 1)]
-        if args.runs in ("pr", "nightly"):
+        if args.runs == "none":
+            runs = []
+        elif args.runs in ("pr", "nightly"):
             runs = [r for r in runs if ("PR" in r[0]) == (args.runs == "pr")]
         elif args.runs != "all":
             runs = [r for r in runs if r[0] == {"fix": "the fix as a PR", "back": "the bug back as a PR"}[args.runs]]
+        if args.kernelbench:
+            for name, checkout, catches in (("KernelBench-style, buggy", shas["S"], True),
+                                            ("KernelBench-style, fixed", shas["F"], False)):
+                kb = kernelbench(Path(args.gate_path), repo, checkout, spec, args.cpu)
+                kb.update({"bug": bug_id, "run": name})
+                print(json.dumps(kb), flush=True)
+                verdict = "error" if "error" in kb else "passed" if kb["passed"] else "failed"
+                note = ("caught" if verdict == "failed" else "missed") if catches else \
+                    ("ok" if verdict == "passed" else "red at the fix")
+                table.append(f"| {bug_id} | {name} | allclose at 1e-2 | {verdict} ({note}) | "
+                             f"{str(kb.get('error', ''))[:120] or '-'} | {kb['wall_s']} s |")
         for name, checkout, gate_args, expected in runs:
             res = gate(Path(args.gate_path), repo, checkout, gate_args + (["--cpu"] if args.cpu else []),
                        where / name.replace(" ", "_").replace(",", ""))
