@@ -363,12 +363,13 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
         return _refused(job, avail)
     if CHECKS[job.check].scope == "spec":
         return _run_judged(job, opts, gpu, workdir, control, avail)
-    # A job never outlives the whole run's deadline.
-    timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
     try:
-        (pr, escaped, unwatched, *_), result_file = _run_job_file(job, opts, gpu, workdir, control, avail, timeout)
+        job_file, result_file = _job_file(job, opts, gpu, workdir)
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job file ({exc}): no disk space left?", None)
+    # A job never outlives the whole run's deadline.
+    timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
+    pr, escaped, unwatched, *_ = _run_job_file(job, opts, gpu, workdir, job_file, result_file, control, avail, timeout)
     if control.reason is not None and (pr.signal == 9 or pr.timed_out or pr.returncode is None):
         return _interrupted(job, control.reason, pr)
     inner = _read_result(result_file)
@@ -400,26 +401,33 @@ def _compile_at_base(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path
     wopts = opts if remap else dataclasses.replace(opts, repo_root=opts.base_root)
     try:
         bdir.mkdir(exist_ok=True)
-        (pr, escaped, unwatched, *_), result_file = _run_job_file(
-            job, wopts, gpu, bdir, control, avail, timeout, source=opts.base_root if remap else None)
+        job_file, result_file = _job_file(job, wopts, gpu, bdir)
     except OSError:
         return None
+    pr, escaped, unwatched, *_ = _run_job_file(job, wopts, gpu, bdir, job_file, result_file, control, avail, timeout,
+                                               source=opts.base_root if remap else None)
     if escaped or unwatched or pr.timed_out:
         return None
     return _read_result(result_file)
 
 
-def _run_job_file(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control: RunControl,
-                  avail: sandbox.Available, timeout: float, source: Path | None = None) -> tuple[Contained, Path]:
-    """Write the job file into ``workdir`` and run a job worker on it, contained (the head's tree,
-    or ``source`` shown at the repository's path); the run and the result file it was given (read
-    only by the caller, once it knows nothing escaped). Raises OSError where the file cannot be written."""
+def _job_file(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path) -> tuple[Path, Path]:
+    """Write the job file of a job worker into ``workdir``: its path and the result file's. Raises
+    OSError where it cannot be written."""
     job_file, result_file = workdir / "in.json", workdir / "out.json"
     job_file.write_text(json.dumps({"job": job.to_json(), "context": _context(opts, gpu, job)}))
+    return job_file, result_file
+
+
+def _run_job_file(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, job_file: Path, result_file: Path,
+                  control: RunControl, avail: sandbox.Available, timeout: float, source: Path | None = None
+                  ) -> Contained:
+    """A job worker on ``job_file``, contained (the head's tree, or ``source`` shown at the
+    repository's path); the result file is read by the caller, once it knows nothing escaped."""
     threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
     env = _env_for(opts, gpu, workdir, threads, job.check, avail.works)
     return _contained_run(worker_argv(opts, job_file, result_file), opts, gpu, workdir, env, timeout, avail, control,
-                          source=source), result_file
+                          source=source)
 
 
 def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir: Path, env: dict[str, str],
