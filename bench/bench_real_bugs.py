@@ -1,11 +1,11 @@
 """Real kernel bugs from public libraries, judged as a merge gate judges them.
 
     python bench/bench_real_bugs.py --repo liger=PATH [--repo fla=PATH --repo mamba=PATH --repo lightllm=PATH
-                                    --repo flash_attn=PATH]
+                                    --repo flash_attn=PATH --repo unsloth=PATH]
                                     [--bug L8 ...] [--runs all|pr|nightly] [--gate-path DIR] [--keep DIR] [--cpu]
 
-Each PATH is a clone (bare or not) of Liger-Kernel, flash-linear-attention, mamba, LightLLM or
-flash-attention that holds the bugs' commits; ``bench/slim_clone.py`` makes one of a few MiB with
+Each PATH is a clone (bare or not) of Liger-Kernel, flash-linear-attention, mamba, LightLLM,
+flash-attention or unsloth that holds the bugs' commits; ``bench/slim_clone.py`` makes one of a few MiB with
 just those commits' packages, for a machine without network access.
 
 For each bug (the list below, from the project's corpus of real bugs: a buggy commit and the commit
@@ -62,6 +62,21 @@ LIBRARIES: dict[str, dict[str, Any]] = {
                    "hollow": ["flash_attn/__init__.py"]},
     "lightllm": {"keep": ["lightllm", "setup.py"], "policy": "policy_lightllm.yml",
                  "hollow": ["lightllm/__init__.py", "lightllm/models/__init__.py"]},
+    # unsloth's kernel modules import its companion package unsloth_zoo at module level, for a logger,
+    # a version class and a torch.compile decorator of the matmul paths; the GPU machine has no
+    # unsloth_zoo. The benchmark writes stand-ins for exactly those names (``standins``), marked as
+    # such; the kernels and their wrappers are unsloth's own, unchanged.
+    "unsloth": {"keep": ["unsloth", "pyproject.toml"], "policy": "policy_unsloth.yml",
+                "hollow": ["unsloth/__init__.py", "unsloth/kernels/__init__.py"],
+                "standins": {
+                    "unsloth_zoo/__init__.py": "",
+                    "unsloth_zoo/utils.py": "from packaging.version import Version  # noqa: F401\n",
+                    "unsloth_zoo/log.py": "import logging\n\nlogger = logging.getLogger('unsloth_zoo')\n",
+                    "unsloth_zoo/temporary_patches/__init__.py": "",
+                    "unsloth_zoo/temporary_patches/common.py":
+                        "def torch_compile(fn=None, **options):\n"
+                        "    return fn if fn is not None else (lambda f: f)  # eager: not the code under test\n",
+                }},
 }
 
 # id -> the library, the buggy and the fixing commit, the spec, what the bug is
@@ -99,6 +114,9 @@ BUGS = {
            "fix": "c79de85ffa0d19b80fa468f90c5086e837499d72", "spec": "flash_attn_cross_entropy_gate.py",
            "bug": "flash-attention: Triton cross entropy offsets are row x stride in int32, which wraps past 2^31 "
                   "elements"},
+    "U3": {"library": "unsloth", "buggy": "487b420948ef6fea0a77dac7b7970aa3e6b2f5c0",
+           "fix": "f4d1dc541fbbca17e7ed59daea07465696877255", "spec": "unsloth_fp8_dequant_gate.py",
+           "bug": "unsloth #6884: weight_dequant_kernel computes offs_m * N in int32, which wraps past 2^31 elements"},
     "L5": {"library": "liger", "buggy": "e44a5fe86d3ee00def43913329e4c4ff70c3b416",
            "fix": "9ac26bb82226c9279f0fda784300f5e02ce444b2", "spec": "liger_flce_none_gate.py",
            "bug": "Liger-Kernel #1298: reduction='none' scales dW/db by one upstream gradient, not each token's"},
@@ -137,6 +155,12 @@ def scratch(library: Path, bug: dict[str, str], where: Path, cpu: bool = False) 
         kept = [line for line in (repo / path).read_text().splitlines() if line.startswith("__version__")]
         (repo / path).write_text("# emptied by the benchmark: it imports what the GPU machine lacks\n"
                                  + "".join(f"{line}\n" for line in kept))
+    for path, text in config.get("standins", {}).items():
+        if (repo / path).exists():
+            raise SystemExit(f"{bug['library']}: the stand-in {path} would replace the library's own file")
+        (repo / path).parent.mkdir(parents=True, exist_ok=True)
+        (repo / path).write_text("# a stand-in written by the benchmark for a dependency the GPU machine lacks\n"
+                                 + text)
     git(repo, "init", "-q", "-b", "buggy")
     (repo / "gate").mkdir(exist_ok=True)
     for spec in [bug["spec"], *bug.get("also", [])]:  # also: the specs of other files the fix touches
