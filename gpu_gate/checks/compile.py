@@ -22,7 +22,7 @@ from typing import Any
 
 from .. import proc
 from ..cuda import nvcc, ptxlint, tritonc
-from ..cuda.archs import DEFAULT_ARCHS, arch_number, normalise_archs
+from ..cuda.archs import DEFAULT_ARCHS, arch_number, lint_arch, normalise_archs
 from . import compiled_offsets, compiled_races
 from ..cuda.names import triton_kernel_names
 from ..cuda.nvcc import KernelResources
@@ -110,12 +110,12 @@ def _cuda_file(job: Job, repo_root: Path, rel: str, archs: list[str],
             findings += _nvcc_findings(res, rel, arch, repo_root)
             if res.ok:
                 resources += nvcc.parse_resources(res.stderr + res.stdout, arch)
-        lint_arch = compiled_races.lint_arch(archs)
-        ptx = compiled_races.cuda_ptx(tool, source, lint_arch, includes, extra, repo_root, timeout)
+        read_arch = lint_arch(archs)
+        ptx = compiled_races.cuda_ptx(tool, source, read_arch, includes, extra, repo_root, timeout)
         if ptx is not None:
             linted += ptxlint.parse(ptx)[1]
-            findings += compiled_races.findings_from_ptx(ptx, rel, repo_root, lint_arch)
-            findings += compiled_offsets.findings_from_ptx(ptx, rel, repo_root, lint_arch)
+            findings += compiled_races.findings_from_ptx(ptx, rel, repo_root, read_arch)
+            findings += compiled_offsets.findings_from_ptx(ptx, rel, repo_root, read_arch)
     return findings, resources, len(archs)
 
 
@@ -233,7 +233,7 @@ def _triton_kernel(fn: Any, rel: str, line: int, given: dict[str, Any] | None, a
             continue
         compiled += 1
         resources += [_renamed(r, name, arch) for r in build.resources]
-        if arch == compiled_races.lint_arch(archs):
+        if arch == lint_arch(archs):
             if linted is not None:
                 linted += ptxlint.parse(build.ptx)[1]
             findings += compiled_races.triton_findings(fn, build.ptx, rel, arch)

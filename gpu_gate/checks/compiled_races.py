@@ -10,7 +10,6 @@ from pathlib import Path
 
 from .. import proc
 from ..cuda import ptxlint
-from ..cuda.archs import lint_arch  # noqa: F401 - the compile check's lint architecture, named here too
 from ..findings import Finding, Severity
 
 CHECK = "compile"
