@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from . import bytecode, compiled_store, proc, sandbox
+from . import bytecode, compiled_store, gpu_nodes, proc, sandbox
 from .checks import CHECKS, SANITIZER_TOOLS
 from .checks.outcome import WrapContext
 from .findings import Finding, JobResult, Severity, Status
@@ -239,10 +239,21 @@ def _run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl) 
 _GATE_ENV_PREFIXES = ("GPU_GATE_", "INPUT_")
 
 
+def job_gpu(gpu: str | None, avail: sandbox.Available) -> gpu_nodes.JobGpu | None:
+    """The device nodes and the CUDA name of a job's GPU, where its sandbox builds its own ``/dev``
+    (bwrap); None where the job has no GPU, or sees the machine's ``/dev`` (unshare, no sandbox)."""
+    if gpu is None or avail.kind != "bwrap":
+        return None
+    return gpu_nodes.for_job(gpu)
+
+
 def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int, check: str,
-             sandboxed: bool) -> dict[str, str]:
+             avail: sandbox.Available) -> dict[str, str]:
+    sandboxed = avail.works
+    own = job_gpu(gpu, avail)
     extra = {
-        "CUDA_VISIBLE_DEVICES": gpu if gpu is not None else "",
+        # by UUID where the sandbox holds the one GPU's node: CUDA numbers it 0 in there
+        "CUDA_VISIBLE_DEVICES": own.cuda_name if own is not None else gpu if gpu is not None else "",
         "TMPDIR": str(workdir),
         "OMP_NUM_THREADS": str(threads),
     }
@@ -345,8 +356,17 @@ def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Av
     if opts.pycache is not None:
         keep.append(opts.pycache)
     return sandbox.Layout(repo=opts.repo_root, jobdir=workdir, hide=tuple(hide), readonly=tuple(keep),
-                          gpu=gpu is not None, source=source,
+                          devices=_devices(gpu, avail), source=source,
                           lent=tuple((Path(os.path.realpath(a)), Path(os.path.realpath(b))) for a, b in lent))
+
+
+def _devices(gpu: str | None, avail: sandbox.Available) -> tuple[str, ...]:
+    """The NVIDIA device nodes a job's bwrap sandbox binds: none without a GPU; the shared ones and
+    the job's own GPU's (every GPU's where that one cannot be told apart: see gpu_nodes)."""
+    own = job_gpu(gpu, avail)
+    if own is not None:
+        return own.nodes
+    return tuple(gpu_nodes.node_names()) if gpu is not None else ()
 
 
 def _context(opts: ExecOptions, gpu: str | None, job: Job) -> dict[str, Any]:
@@ -425,7 +445,7 @@ def _run_job_file(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, j
     """A job worker on ``job_file``, contained (the head's tree, or ``source`` shown at the
     repository's path); the result file is read by the caller, once it knows nothing escaped."""
     threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
-    env = _env_for(opts, gpu, workdir, threads, job.check, avail.works)
+    env = _env_for(opts, gpu, workdir, threads, job.check, avail)
     return _contained_run(worker_argv(opts, job_file, result_file), opts, gpu, workdir, env, timeout, avail, control,
                           source=source)
 
@@ -641,7 +661,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     job_file, result_file = judge_dir / "in.json", judge_dir / "out.json"
     job_file.write_text(json.dumps({"job": job.to_json(), "context": context}))
     threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
-    env = _env_for(opts, gpu, workdir, threads, job.check, avail.works)
+    env = _env_for(opts, gpu, workdir, threads, job.check, avail)
     judge_env = {**env, "TMPDIR": str(judge_dir)}
     module = CHECKS[job.check].load()
     argvs = {role: worker_argv(opts, dirs[role] / "context.json", None, role=role, fd=b.fileno())
@@ -670,7 +690,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     def worker(role: str) -> None:
         # Each worker's caches (Triton's, CuPy's, the driver's) and temporary files in its own
         # directory: the only one its sandbox can write. The candidate's may carry the sanitizer's.
-        wenv = env if role == "candidate" else _env_for(opts, gpu, dirs[role], threads, job.check, avail.works)
+        wenv = env if role == "candidate" else _env_for(opts, gpu, dirs[role], threads, job.check, avail)
         b = pairs[role][1]
         # The judge keeps the time: a worker outlives it only until it is killed after the judge.
         def started(p: int) -> None:

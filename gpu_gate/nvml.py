@@ -263,3 +263,21 @@ def _shutdown(lib: Any) -> None:
         lib.nvmlShutdown()
     except lib.NVMLError:
         pass
+
+
+def identities(lib: Any | None = None) -> list[tuple[int, str, str]]:
+    """(minor number, UUID, PCI bus id) of every GPU: which ``/dev/nvidiaN`` is which GPU. Raises
+    :class:`NvmlUnavailable` when NVML cannot start or say."""
+    lib = load() if lib is None else lib
+    _init(lib)
+    try:
+        out = []
+        for i in range(int(lib.nvmlDeviceGetCount())):
+            handle = lib.nvmlDeviceGetHandleByIndex(i)
+            bus = lib.nvmlDeviceGetPciInfo(handle).busId
+            out.append((int(lib.nvmlDeviceGetMinorNumber(handle)), _text(lib.nvmlDeviceGetUUID(handle)), _text(bus)))
+        return out
+    except lib.NVMLError as exc:
+        raise NvmlUnavailable(_describe(exc), _code(exc)) from exc
+    finally:
+        _shutdown(lib)

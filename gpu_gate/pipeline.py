@@ -97,6 +97,19 @@ def _places(record: RunRecord, tree: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def _shared_gpu_nodes(gpus: Sequence[str], box: Any) -> list[str]:
+    """A note for each GPU whose jobs' sandbox holds every GPU's device node (see gpu_nodes): on a
+    runner with several GPUs, a job there could reach the GPUs other jobs are judged on."""
+    from .executor import job_gpu
+
+    notes = []
+    for g in gpus:
+        own = job_gpu(g, box)
+        if own is not None and own.whole is not None:
+            notes.append(f"sandbox: the jobs on GPU {g} hold every GPU's device node: {own.whole}")
+    return notes
+
+
 def _environment(gpus: tuple[str, ...]) -> dict[str, Any]:
     import platform
 
@@ -363,6 +376,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
             for i, r in enumerate(results, 1):
                 progress(r, i, len(results), 0.0)
         else:
+            record.notes += _shared_gpu_nodes(gpus, box)
             opts = ExecOptions(repo_root=repo, gpus=gpus,
                                timeout_s=args.job_timeout or policy.runner.job_timeout_minutes * 60,
                                run_deadline=time.monotonic() + policy.runner.run_timeout_minutes * 60,

@@ -4,14 +4,16 @@ The executor runs every job's process tree inside one of these, chosen once per 
 
 - ``bwrap`` (bubblewrap): a new PID, mount, network and IPC namespace, all capabilities
   dropped. The whole filesystem is read-only; ``/tmp`` is a private tmpfs; ``/dev`` is a
-  minimal one plus the NVIDIA device nodes on a GPU job; the report directory, the result
+  minimal one plus, on a GPU job, the NVIDIA driver's shared nodes and its own GPU's alone
+  (:mod:`gpu_gate.gpu_nodes`); the report directory, the result
   cache and the run's other job directories are empty read-only mounts; the job's own
   directory is the only writable place that outlives the sandbox.
 - ``unshare`` (util-linux), where bubblewrap is missing or cannot start: new PID, mount and
   network namespaces; the repository, the report directory, the cache, the run's job
   directories and Python's installation (gpu-gate's included) are bind-mounted read-only, the
   job's own directory writable again, and the capabilities are dropped before the worker starts.
-  ``/tmp`` and the rest of the filesystem stay as they are: weaker than bwrap, and said so.
+  ``/tmp``, ``/dev`` (every GPU's node) and the rest of the filesystem stay as they are: weaker
+  than bwrap, and said so.
 - ``none``: a plain subprocess in its own session. Nothing above holds; the executor still kills
   the session and hunts down processes that left it (see :mod:`gpu_gate.executor`).
 
@@ -33,7 +35,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import glob
 import os
 import shutil
 import site
@@ -101,7 +102,7 @@ class Layout:
     jobdir: Path  # the job's own directory: writable, and the only thing it keeps
     hide: tuple[Path, ...] = ()  # shown empty and read-only: report dir, result cache, other jobs' dirs
     readonly: tuple[Path, ...] = ()  # shown read-only where they would be hidden (under /tmp or a hidden dir)
-    gpu: bool = False  # bind the NVIDIA device nodes
+    devices: tuple[str, ...] = ()  # the NVIDIA device nodes to bind (a GPU job's: see gpu_nodes)
     # the tree shown at ``repo``, where it is another one: the base's work tree, seen at the head's
     # path, so that the base's code compiles to the same kernels (paths in line info included)
     source: Path | None = None
@@ -188,11 +189,6 @@ def _bwrap_base(net: bool = True) -> list[str]:
             "--new-session", "--cap-drop", "ALL"]
 
 
-def gpu_device_nodes() -> list[str]:
-    """The NVIDIA device nodes a CUDA process opens (control, UVM, the GPUs, MIG capabilities)."""
-    return sorted(glob.glob("/dev/nvidia*"))
-
-
 def _depth(p: Path) -> int:
     return len(p.parts)
 
@@ -256,7 +252,7 @@ def bwrap_argv(bwrap: str, layout: Layout, inner: Sequence[str], fd: int, watche
     the tool's network namespace, and bwrap's own init is its first process instead of the waiter
     (with a shell as PID 1, compute-sanitizer never exited: measured on an H100, cause not found);
     else the waiter is PID 1, which no signal from inside can end."""
-    devices = [a for node in (gpu_device_nodes() if layout.gpu else []) for a in ("--dev-bind", node, node)]
+    devices = [a for node in layout.devices for a in ("--dev-bind", node, node)]
     init = [] if watched else ["--as-pid-1"]
     return [bwrap, *_bwrap_base(net=not watched), *devices, *_bwrap_mounts(layout), *init,
             "--chdir", str(layout.repo), "--", _bash(), "-c", waiter(fd), "sh", *inner]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_gate import executor
+from gpu_gate import executor, sandbox
 from gpu_gate.executor import ExecOptions, execute
 from gpu_gate.findings import Status
 from gpu_gate.jobs import Job, SpecRef
@@ -216,14 +216,16 @@ def test_bytecode_is_shared_only_where_the_installed_packages_lack_it(tmp_path: 
 
 
 def test_jobs_number_gpus_as_nvidia_smi_and_the_doctor_do(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """CUDA_VISIBLE_DEVICES=2 must mean the GPU the doctor examined as GPU 2 (PCI bus order)."""
+    """CUDA_VISIBLE_DEVICES=2 must mean the GPU the doctor examined as GPU 2 (PCI bus order). (Under
+    unshare, which keeps the machine's /dev; in bwrap the job names its GPU by UUID: test_gpu_nodes.py.)"""
     monkeypatch.delenv("CUDA_DEVICE_ORDER", raising=False)
+    box = sandbox.Available("unshare", "unshare", "unshare")
     opts = ExecOptions(repo_root=tmp_path, gpus=("2",))
-    env = executor._env_for(opts, "2", tmp_path, 4, "equivalence", True)
+    env = executor._env_for(opts, "2", tmp_path, 4, "equivalence", box)
     assert env["CUDA_VISIBLE_DEVICES"] == "2" and env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
-    assert "CUDA_DEVICE_ORDER" not in executor._env_for(opts, None, tmp_path, 4, "equivalence", True)  # CPU job
+    assert "CUDA_DEVICE_ORDER" not in executor._env_for(opts, None, tmp_path, 4, "equivalence", box)  # CPU job
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")  # the runner's own choice is kept
-    assert executor._env_for(opts, "2", tmp_path, 4, "equivalence", True)["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+    assert executor._env_for(opts, "2", tmp_path, 4, "equivalence", box)["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
 
 
 def test_a_judged_jobs_time_outside_its_judge_is_in_its_timing(tmp_path: Path) -> None:

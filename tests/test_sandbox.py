@@ -283,7 +283,7 @@ def test_the_jobs_environment_names_nothing_of_gpu_gate(tmp_path: Path, monkeypa
     monkeypatch.setenv("GPU_GATE_WORK_DIR", "/somewhere")
     monkeypatch.setenv("INPUT_TOKEN", "t")
     opts = ExecOptions(repo_root=tmp_path, gpus=())
-    env = executor._env_for(opts, None, tmp_path / "tmpab12cd" / "w", 2, "equivalence", True)
+    env = executor._env_for(opts, None, tmp_path / "tmpab12cd" / "w", 2, "equivalence", BOXES[0] if BOXES else NONE)
     assert not [k for k in env if "GPU_GATE" in k or k.startswith("INPUT_")]
     assert not [v for k, v in env.items() if ("gpu-gate" in v or "gpu_gate" in v) and not k.startswith("PYTEST_")]
     argv = executor.worker_argv(opts, tmp_path / "in.json", tmp_path / "out.json")

@@ -44,7 +44,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from .. import proc, sandbox
+from .. import gpu_nodes, proc, sandbox
 from . import sealed
 
 Mode = Literal["required", "auto", "off"]
@@ -174,7 +174,7 @@ def layout(workspace: Path, venv: Path, readonly: Sequence[Path], cache_home: Pa
         r = _real(p)
         if r.exists() and r != Path("/") and r not in ro:
             ro.append(r)
-    return Layout(ws, _real(venv), tuple(writable), tuple(ro), tuple(sandbox.gpu_device_nodes()))
+    return Layout(ws, _real(venv), tuple(writable), tuple(ro), tuple(gpu_nodes.node_names()))
 
 
 def bwrap_base() -> list[str]:
