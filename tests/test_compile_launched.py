@@ -331,8 +331,9 @@ def test_a_launched_32_bit_offset_blocks_only_when_the_change_brings_it(tmp_path
     """Against the base's launches: the bug brought back by a pull request is new, an error; the same
     code at base and head is debt; the base's answer is read as the head's is."""
     bug, fixed = _rows_answer(tmp_path, "bug", widen=False), _rows_answer(tmp_path, "fixed", widen=True)
-    head, _ = compile_launched.judge(bug, {"level": "required"})
-    read = compile_launched.offsets(bug)[1]
+    read: set[str] = set()
+    head, _ = compile_launched.judge(bug, {"level": "required"}, read)
+    assert read == compile_launched.offsets(bug)[1] == {"_rows_kernel"}, "judge says which kernels it read"
     back = compile_launched.against_base(head, fixed, "0123456789abcdef", read)
     new = [f for f in back if f.kind == "int32-offset"]
     assert new and all(f.details["change"] == "new" and f.severity is Severity.ERROR for f in new)

@@ -28,9 +28,11 @@ ROW_INTS = ("registers", "spill_store", "spill_load", "local_bytes", "shared_byt
 WHERE = ("file", "kernel", "arch")
 
 
-def judge(compiled: Any, options: dict[str, Any] | None) -> tuple[list[Finding], list[dict[str, Any]]]:
+def judge(compiled: Any, options: dict[str, Any] | None,
+          read: set[str] | None = None) -> tuple[list[Finding], list[dict[str, Any]]]:
     """Findings and resource rows (for the report) from the worker's ``compile`` answer; ``options``:
-    the compile check's settings."""
+    the compile check's settings; ``read``, where given, gets the kernels whose PTX was read (the
+    PTX is parsed once)."""
     options = options or {}
     severity = Severity.ERROR if options.get("level", "required") == "required" else Severity.WARNING
     if not isinstance(compiled, dict):
@@ -57,7 +59,10 @@ def judge(compiled: Any, options: dict[str, Any] | None) -> tuple[list[Finding],
                      "launches": raw.get("launches") if type(raw.get("launches")) is int else 0,
                      **{k: values[k] for k in ("registers", "spill_store", "spill_load", "local_bytes",
                                                "shared_bytes")}})
-    findings += offsets(compiled)[0]
+    lint, was_read = offsets(compiled)
+    findings += lint
+    if read is not None:
+        read.update(was_read)
     unread = compiled.get("ptx_left_out", 0)
     if type(unread) is int and unread > 0:
         findings.append(Finding(CHECK, "launches-not-read", f"the PTX of {unread} launched Triton specializations was "

@@ -276,12 +276,13 @@ class Equivalence:
         compiled = done.get("compile")
         if not wanted or (compiled is None and not done.get("specializations")):
             return notes
-        from .compile_launched import judge, offsets
+        from .compile_launched import judge
         from .compiled_offsets import KIND as KIND_OFFSET
 
-        findings, extra["launch_resources"] = judge(compiled, settings)
+        read: set[str] = set()
+        findings, extra["launch_resources"] = judge(compiled, settings, read)
         if any(f.kind in ("compile-error", KIND_OFFSET) for f in findings) and self.workers.base is not None:
-            findings = self._launched_against_base(findings, settings, offsets(compiled)[1])
+            findings = self._launched_against_base(findings, settings, read)
         return notes + findings
 
     def _launched_against_base(self, findings: list[Finding], settings: Any, read: set[str]) -> list[Finding]:
