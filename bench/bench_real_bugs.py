@@ -63,9 +63,11 @@ LIBRARIES: dict[str, dict[str, Any]] = {
     "lightllm": {"keep": ["lightllm", "setup.py"], "policy": "policy_lightllm.yml",
                  "hollow": ["lightllm/__init__.py", "lightllm/models/__init__.py"]},
     # unsloth's kernel modules import its companion package unsloth_zoo at module level, for a logger,
-    # a version class and a torch.compile decorator of the matmul paths; the GPU machine has no
-    # unsloth_zoo. The benchmark writes stand-ins for exactly those names (``standins``), marked as
-    # such; the kernels and their wrappers are unsloth's own, unchanged.
+    # a version class and a torch.compile decorator of the matmul paths, and kernels/utils.py imports
+    # bitsandbytes for its 4-bit dequantisation (a C library, bound at import); the GPU machine has
+    # neither. The benchmark writes stand-ins for exactly those names (``standins``), marked as such:
+    # bitsandbytes' functions raise if called, and no kernel the specs reach calls them. The kernels
+    # and their wrappers are unsloth's own, unchanged.
     "unsloth": {"keep": ["unsloth", "pyproject.toml"], "policy": "policy_unsloth.yml",
                 "hollow": ["unsloth/__init__.py", "unsloth/kernels/__init__.py"],
                 "standins": {
@@ -76,6 +78,17 @@ LIBRARIES: dict[str, dict[str, Any]] = {
                     "unsloth_zoo/temporary_patches/common.py":
                         "def torch_compile(fn=None, **options):\n"
                         "    return fn if fn is not None else (lambda f: f)  # eager: not the code under test\n",
+                    "bitsandbytes/__init__.py": "from . import functional  # noqa: F401\n\n__version__ = '0.45.5'\n",
+                    "bitsandbytes/functional.py":
+                        "class _Missing:\n"
+                        "    def __init__(self, name):\n"
+                        "        self.name = name\n\n"
+                        "    def __call__(self, *args, **kwargs):\n"
+                        "        raise RuntimeError(f'bitsandbytes.{self.name}: a stand-in (no bitsandbytes here)')\n\n"
+                        "    def __getattr__(self, name):\n"
+                        "        return _Missing(f'{self.name}.{name}')\n\n\n"
+                        "get_ptr = _Missing('functional.get_ptr')\n"
+                        "lib = _Missing('functional.lib')\n",
                 }},
 }
 
@@ -117,6 +130,10 @@ BUGS = {
     "U3": {"library": "unsloth", "buggy": "487b420948ef6fea0a77dac7b7970aa3e6b2f5c0",
            "fix": "f4d1dc541fbbca17e7ed59daea07465696877255", "spec": "unsloth_fp8_dequant_gate.py",
            "bug": "unsloth #6884: weight_dequant_kernel computes offs_m * N in int32, which wraps past 2^31 elements"},
+    "U2": {"library": "unsloth", "buggy": "6180adda1bcd3edacc9bdb167083b252af161761",
+           "fix": "dabf2a901bf11864f730e386d6eab27a48809494", "spec": "unsloth_rope_qk_gate.py",
+           "bug": "unsloth #3782: `not dQ.is_contiguous` (a bound method, never false) never clones, so the backward "
+                  "rotates an expanded upstream gradient in place, rows sharing memory"},
     "L5": {"library": "liger", "buggy": "e44a5fe86d3ee00def43913329e4c4ff70c3b416",
            "fix": "9ac26bb82226c9279f0fda784300f5e02ce444b2", "spec": "liger_flce_none_gate.py",
            "bug": "Liger-Kernel #1298: reduction='none' scales dW/db by one upstream gradient, not each token's"},
