@@ -63,10 +63,11 @@ LIBRARIES: dict[str, dict[str, Any]] = {
     "lightllm": {"keep": ["lightllm", "setup.py"], "policy": "policy_lightllm.yml",
                  "hollow": ["lightllm/__init__.py", "lightllm/models/__init__.py"]},
     # unsloth's kernel modules import its companion package unsloth_zoo at module level, for a logger,
-    # a version class and a torch.compile decorator of the matmul paths, and kernels/utils.py imports
-    # bitsandbytes for its 4-bit dequantisation (a C library, bound at import); the GPU machine has
-    # neither. The benchmark writes stand-ins for exactly those names (``standins``), marked as such:
-    # bitsandbytes' functions raise if called, and no kernel the specs reach calls them. The kernels
+    # a version class, a torch.compile decorator of the matmul paths and the hooks that patch
+    # transformers' losses; kernels/utils.py imports bitsandbytes for its 4-bit dequantisation (a C
+    # library, bound at import); the cross entropy module takes transformers' logger. The GPU machine
+    # has none of them. The benchmark writes stand-ins for exactly those names (``standins``), marked
+    # as such: their functions raise if called, and no kernel the specs reach calls them. The kernels
     # and their wrappers are unsloth's own, unchanged.
     "unsloth": {"keep": ["unsloth", "pyproject.toml"], "policy": "policy_unsloth.yml",
                 "hollow": ["unsloth/__init__.py", "unsloth/kernels/__init__.py"],
@@ -78,6 +79,15 @@ LIBRARIES: dict[str, dict[str, Any]] = {
                     "unsloth_zoo/temporary_patches/common.py":
                         "def torch_compile(fn=None, **options):\n"
                         "    return fn if fn is not None else (lambda f: f)  # eager: not the code under test\n",
+                    "unsloth_zoo/loss_utils.py":
+                        "def patch_loss_functions(*args, **kwargs):\n"
+                        "    raise RuntimeError('unsloth_zoo: a stand-in (it patches transformers, absent here)')\n\n\n"
+                        "post_patch_loss_function = patch_loss_functions\n",
+                    "transformers/__init__.py": "",
+                    "transformers/models/__init__.py": "",
+                    "transformers/models/llama/__init__.py": "",
+                    "transformers/models/llama/modeling_llama.py":
+                        "import logging\n\nlogger = logging.getLogger('transformers')\n",
                     "bitsandbytes/__init__.py": "from . import functional  # noqa: F401\n\n__version__ = '0.45.5'\n",
                     "bitsandbytes/functional.py":
                         "class _Missing:\n"
@@ -134,6 +144,10 @@ BUGS = {
            "fix": "dabf2a901bf11864f730e386d6eab27a48809494", "spec": "unsloth_rope_qk_gate.py",
            "bug": "unsloth #3782: `not dQ.is_contiguous` (a bound method, never false) never clones, so the backward "
                   "rotates an expanded upstream gradient in place, rows sharing memory"},
+    "U4": {"library": "unsloth", "buggy": "5eddfd8cfe409b70d28ac4a5ba48afecbd97d77c",
+           "fix": "eaff11e1c3ccd3573ede2a6a09b2183955c210a7", "spec": "unsloth_cross_entropy_gate.py",
+           "bug": "unsloth: the cross entropy kernels' offsets are row x stride in int32, which wraps past 2^31 "
+                  "elements"},
     "L5": {"library": "liger", "buggy": "e44a5fe86d3ee00def43913329e4c4ff70c3b416",
            "fix": "9ac26bb82226c9279f0fda784300f5e02ce444b2", "spec": "liger_flce_none_gate.py",
            "bug": "Liger-Kernel #1298: reduction='none' scales dW/db by one upstream gradient, not each token's"},
