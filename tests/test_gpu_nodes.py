@@ -173,7 +173,8 @@ def test_a_job_pinned_to_one_gpu_cannot_open_another_gpus_node(tmp_path: Path, r
     repo, jobdir = tmp_path / "repo", tmp_path / "w"
     repo.mkdir()
     jobdir.mkdir()
-    layout = sandbox.Layout(repo=repo, jobdir=jobdir, devices=own.nodes if restricted else tuple(nodes))
+    layout = sandbox.Layout(repo=repo, jobdir=jobdir, readonly=sandbox.python_install_paths(),
+                            devices=own.nodes if restricted else tuple(nodes))
     assert BWRAP is not None and BWRAP.path is not None
     with (tmp_path / "count").open("w+") as count:
         argv = sandbox.bwrap_argv(BWRAP.path, layout, [sys.executable, "-I", "-c", PROBE, *nodes], count.fileno())
