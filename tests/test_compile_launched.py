@@ -344,3 +344,24 @@ def test_a_launched_32_bit_offset_blocks_only_when_the_change_brings_it(tmp_path
         kept = [f for f in compile_launched.against_base(head, forged, "0123456789abcdef", read)
                 if f.kind == "int32-offset"]
         assert kept and all(f.details.get("change") in (None, "new") for f in kept), forged
+
+
+def test_the_ptx_sent_to_the_judge_stops_at_its_byte_cap_and_says_how_many_were_left_out(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A job that launches many large specializations sends PTX up to PTX_BYTES in all; the rest is
+    counted, and the judge says that much was not read (never silently dropped)."""
+    from types import SimpleNamespace
+
+    from gpu_gate.cuda.tritonc import TritonBuild
+    from gpu_gate.cuda.tritonlaunch import Launch
+    from gpu_gate.worker import specializations as sp
+
+    fn = SimpleNamespace(fn=lambda x_ptr, BLOCK: None)
+    launches = [("tlib/k.py", Launch("/r/tlib/k.py", "k", {"BLOCK": b}, {"x_ptr": "*fp32"}, {}, fn=fn))
+                for b in (16, 32, 64, 128)]
+    known = {(launch.key, "sm_90"): TritonBuild("k", "x" * 400, []) for _, launch in launches}
+    monkeypatch.setattr(sp, "PTX_BYTES", 1000)
+    answer = sp.compile_launched(launches, ["sm_90"], known)
+    assert [p["constexprs"]["BLOCK"] for p in answer["ptx"]] == [16, 32] and answer["ptx_left_out"] == 2
+    findings, _ = compile_launched.judge(answer, {"level": "required"})
+    assert any(f.kind == "launches-not-read" and "of 2 launched" in f.message for f in findings)

@@ -118,8 +118,7 @@ def against_base(findings: list[Finding], base_compiled: Any, commit: str,
     findings, fixed, unread = compiled_base.compare(findings, base_offsets, read_at_base, read_at_head)
     findings += fixed
     if linted:
-        new = sum(1 for f in findings if f.kind == compiled_offsets.KIND and f.details.get("change") == "new")
-        old = sum(1 for f in findings if f.kind == compiled_offsets.KIND and f.details.get("change") == "pre-existing")
+        new, old = compiled_base.tally([f for f in findings if f.kind == compiled_offsets.KIND])
         alone = f"; not compared, the base's cases never launched {', '.join(unread)}" if unread else ""
         findings.append(_note(f"compared the PTX of the launched specializations with the base's ({short}): {new} new, "
                               f"{old} pre-existing and {len(fixed)} fixed 32-bit offset(s){alone}"))

@@ -43,8 +43,7 @@ def against_base(job: Job, head: JobResult, base: JobResult | None, commit: str)
     read = base.extra.get("linted") if isinstance(base.extra, dict) else None
     read_at_base = {k for k in read if isinstance(k, str)} if isinstance(read, list) else set()
     out, fixed, unread = compare(head.findings, base.findings, read_at_base)
-    new = sum(1 for f in out if f.details.get("change") == "new")
-    old = sum(1 for f in out if f.details.get("change") == "pre-existing")
+    new, old = tally(out)
     note = _note(f"compared with the base's build ({short}) of the same kernels: {new} new, {old} pre-existing and "
                  f"{len(fixed)} fixed finding(s) read from the compiled code"
                  + (f"; not compared, the base's build has no such kernel or could not build it: "
@@ -80,6 +79,12 @@ def compare(head: list[Finding], base: list[Finding], read_at_base: set[str], re
                 f"fixed by this change: the base's build of kernel {key[1]} has {n} of these, the head's "
                 f"{at_head[key]}: {f.message}")), "fixed"))
     return out, fixed, sorted(unread)
+
+
+def tally(findings: list[Finding]) -> tuple[int, int]:
+    """How many of ``findings`` :func:`compare` marked new, and how many pre-existing."""
+    changes = [f.details.get("change") for f in findings]
+    return changes.count("new"), changes.count("pre-existing")
 
 
 def _key(f: Finding) -> tuple[str, str | None]:

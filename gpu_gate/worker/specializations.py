@@ -84,7 +84,7 @@ def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known
     errors: list[dict[str, Any]] = []
     ptx: list[dict[str, Any]] = []
     read = lint_arch(archs) if archs else None
-    ptx_left_out = 0
+    ptx_left_out = ptx_bytes = 0
     for (rel, launch, _, arch), built in zip(tasks, builds):
         where = {"file": rel, "kernel": launch.function, "arch": arch, "constexprs": launch.constexprs,
                  "signature": launch.signature}
@@ -93,8 +93,9 @@ def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known
             errors.append({**where, "error": "\n".join(text[:ERROR_LINES])})
             continue
         if arch == read and built.ptx:
-            if sum(len(p["ptx"]) for p in ptx) + len(built.ptx) <= PTX_BYTES:
+            if ptx_bytes + len(built.ptx) <= PTX_BYTES:
                 ptx.append({**where, "ptx": built.ptx})
+                ptx_bytes += len(built.ptx)
             else:
                 ptx_left_out += 1
         for r in built.resources:
