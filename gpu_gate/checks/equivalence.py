@@ -33,6 +33,33 @@ _CHAINED = re.compile(r"^(The above exception was the direct cause of the follow
                       r"During handling of the above exception, another exception occurred:)$", re.M)
 
 
+def _canonical_refused_alone(refusals: list[Any]) -> bool:
+    """The canonical case was refused and the job stopped there (not refused at the base too)."""
+    return bool(refusals) and refusals[0].case.id == "c0000" and refusals[0].refused_at_base is None
+
+
+_OWN = (Path(__file__).resolve().parent.parent / "worker").as_posix()  # the worker's frames: gpu-gate's call
+
+
+def _trace_tail(trace: str | None, lines: int = 12) -> str:
+    """The end of a refusal's traceback, for the message (the whole one is in the details), without
+    the frames of gpu-gate's own worker that made the call: what the spec and the code under test
+    did, and what they raised."""
+    if not trace:
+        return ""
+    kept: list[str] = []
+    own = False
+    for line in trace.rstrip().splitlines():
+        m = _FRAME.match(line)
+        if m:
+            own = Path(m.group(1)).as_posix().startswith(_OWN)
+        elif not line.startswith(" "):
+            own = False  # the exception's own lines, a chain's separator, "Traceback ..."
+        if not own:
+            kept.append(line)
+    return "\n" + "\n".join(kept[-lines:])
+
+
 def innermost_repo_frame(trace: str, repo_root: Any) -> tuple[str, int] | None:
     """(repo-relative file, line) of the innermost frame inside the repository of the first error
     in ``trace`` (Python prints a chain's root cause first): the kernel's line where the Triton
@@ -184,7 +211,7 @@ class Equivalence:
             with self._timed("cases"):
                 self._run_cases(cases, results, refusals, notes)
             want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
-            if want_growth and not (refusals and refusals[0].case.id == "c0000"):
+            if want_growth and not _canonical_refused_alone(refusals):
                 with self._timed("growth"):
                     growth = self._growth()
                 with self._timed("thresholds"):
@@ -318,8 +345,8 @@ class Equivalence:
             results.append(r)
             if r.refused:
                 refusals.append(r)
-                if i == 0 and not self.job.case:
-                    break  # the canonical case was refused: nothing was verified
+                if i == 0 and not self.job.case and r.refused_at_base is None:
+                    break  # the canonical case was refused, and not at the base too: nothing was verified
 
     def _replay(self, results: list[Any]) -> list[Finding]:
         """A few passed cases again, last of all and in reverse order, in plain tensors: the
@@ -391,7 +418,7 @@ class Equivalence:
                                     spec=first.spec, case=first.case, repro=first.repro,
                                     details={**first.details, "failed_cases": len(fs), "cases": len(results)}))
         if refusals:
-            findings.append(self._refusal(refusals, len(results)))
+            findings += self._refusal(refusals, len(results))
         findings += self._fixed(results)
         return [_with_change_note(f) for f in findings]
 
@@ -471,19 +498,74 @@ class Equivalence:
             text += f"; {self.runner.base_lost}: the cases after it are judged by absolute rules only"
         return [self._note("differential", text)]
 
-    def _refusal(self, refusals: list[Any], total: int) -> Finding:
-        r0 = refusals[0]
-        repro = self.runner.repro_cmd.format(token=r0.case.token())
-        details = {"refused_cases": len(refusals), "token": r0.case.token(), "case": r0.case.describe()}
+    def _refusal(self, refusals: list[Any], total: int) -> list[Finding]:
+        """What the head's code refused (raised on). In a differential run each refusal is told
+        apart by what the base's code did with the same case: refused it too (the repository's
+        debt: a canonical case refused at both commits no longer stops the job, the other cases
+        are run); ran it and passed (new: a change that makes the kernel refuse an input it handled
+        blocks, unless the policy says ``refusals: ignore``); ran it and got it wrong, or no base."""
+        from ..equivalence.engine import marked
+
+        out: list[Finding] = []
+        rest = list(refusals)
+        r0 = rest[0]
         if r0.case.id == "c0000" and not self.job.case:
-            return Finding(check="equivalence", kind="refused-canonical", spec=self.spec_id, case=r0.case.id,
-                           repro=repro, details=details,
-                           message=f"the candidate refused the canonical case ({r0.case.describe()}): {r0.refused}; "
-                                   f"nothing was verified")
-        return Finding(check="equivalence", kind="refused", severity=Severity.WARNING, spec=self.spec_id,
-                       case=r0.case.id, repro=repro, details=details,
-                       message=f"the candidate refused {len(refusals)} of {total} cases, first "
-                               f"{r0.case.describe()}: {r0.refused}")
+            rest.pop(0)
+            out.append(self._refused_canonical(r0, ran=total - len(refusals)))
+        both = [r for r in rest if r.refused_at_base is not None]
+        new = [r for r in rest if r.refused_at_base is None and r.base_passed]
+        other = [r for r in rest if r not in both and r not in new]
+        if new:
+            out.append(marked(self._refused(new, total, "refused", Severity.ERROR,
+                                            f"the head's code refuses {len(new)} of {total} cases that the base's "
+                                            f"code runs and passes"),
+                              "new", "the base's code runs these cases and passes them"))
+        if both:
+            out.append(marked(self._refused(both, total, "refused", Severity.WARNING,
+                                            f"the candidate refused {len(both)} of {total} cases, as the base's "
+                                            f"code does"), "pre-existing", "the base's code refuses them too"))
+        if other:
+            wrong = sum(r.base_passed is False for r in other)
+            text = f"the candidate refused {len(other)} of {total} cases"
+            if wrong:
+                text += f" (the base's code ran {wrong} of them and got them wrong)"
+            out.append(self._refused(other, total, "refused", Severity.WARNING, text))
+        return out
+
+    def _refused(self, refusals: list[Any], total: int, kind: str, severity: Severity, text: str) -> Finding:
+        r0 = refusals[0]
+        where = innermost_repo_frame(r0.trace or "", self.ctx.repo_root)
+        return Finding(check="equivalence", kind=kind, severity=severity, spec=self.spec_id, case=r0.case.id,
+                       repro=self.runner.repro_cmd.format(token=r0.case.token()),
+                       file=where[0] if where else None, line=where[1] if where else None,
+                       details={"refused_cases": len(refusals), "cases": total, "token": r0.case.token(),
+                                "case": r0.case.describe(), "traceback": r0.trace},
+                       message=f"{text}, first {r0.case.describe()}: {r0.refused}{_trace_tail(r0.trace)}")
+
+    def _refused_canonical(self, r0: Any, ran: int) -> Finding:
+        """The canonical case refused: nothing was verified, unless the base's code refuses it too
+        and other cases ran, when it is the repository's debt (a kernel that no longer compiles for
+        that dtype with this Triton at either commit, say)."""
+        where = innermost_repo_frame(r0.trace or "", self.ctx.repo_root)
+        details = {"refused_cases": 1, "token": r0.case.token(), "case": r0.case.describe(), "traceback": r0.trace}
+        head = f"the candidate refused the canonical case ({r0.case.describe()}): {r0.refused}"
+        f = Finding(check="equivalence", kind="refused-canonical", spec=self.spec_id, case=r0.case.id,
+                    repro=self.runner.repro_cmd.format(token=r0.case.token()), details=details,
+                    file=where[0] if where else None, line=where[1] if where else None,
+                    message=f"{head}; nothing was verified{_trace_tail(r0.trace)}")
+        from ..equivalence.engine import marked
+
+        if r0.refused_at_base is not None:
+            if ran:
+                same = "" if r0.refused_at_base == r0.refused else f" ({r0.refused_at_base})"
+                return marked(dataclasses.replace(f, message=f"{head}; the base's code refuses it too{same}, so "
+                                                             f"the other cases were run{_trace_tail(r0.trace)}"),
+                              "pre-existing", "the base's code refuses it too")
+            return dataclasses.replace(f, message=f"{head}; the base's code refuses it too, and every other case "
+                                                  f"was refused: nothing was verified{_trace_tail(r0.trace)}")
+        if r0.base_passed:
+            return marked(f, "new", "the base's code runs this case and passes it")
+        return f
 
     def _shrink(self, finding: Finding) -> Finding:
         from ..equivalence.shrink import shrink
@@ -644,8 +726,8 @@ def _references_differ(ours: dict[str, Any], theirs: dict[str, Any] | str, torch
 
 def _with_change_note(f: Finding) -> Finding:
     """A failure the base's code has too says so where it is read."""
-    if f.details.get("change") != "pre-existing" or f.severity is Severity.NOTE:
-        return f
+    if f.details.get("change") != "pre-existing" or f.severity is Severity.NOTE or f.kind.startswith("refused"):
+        return f  # (a refusal's message says what the base's code did with the case)
     return dataclasses.replace(f, message=f"pre-existing (the base's code fails the same cases the same way): "
                                           f"{f.message}")
 

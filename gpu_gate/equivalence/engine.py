@@ -48,6 +48,10 @@ class CaseResult:
     # Differential runs: the base's code on the same case. None: not compared (no base, or it refused).
     base_comparisons: list[Comparison] | None = None
     fixed: list[Finding] = dataclasses.field(default_factory=list)  # the base's failures the head no longer has
+    # Where the head's code refused the case, in a differential run: the base's refusal of it too
+    # (the repository's debt), or whether the base's code ran it and passed (None: not known)
+    refused_at_base: str | None = None
+    base_passed: bool | None = None
 
     @property
     def failed(self) -> bool:
@@ -192,9 +196,34 @@ class CaseRunner:
             with self._step("base"):
                 if result.refused is None and result.unsupported is None:
                     self._against_base(case, m, upstream, repro, sensitivity, result, truth, base_first)
+                elif result.refused is not None:
+                    self._refused_against_base(case, m, upstream, repro, result, base_first)
                 else:
                     self._base_wait(base_first, case)
         return result
+
+    def _refused_against_base(self, case: Case, m: Any, upstream: dict[str, Any] | None, repro: str,
+                              result: CaseResult, first: Any) -> None:
+        """The head's code refused the case (it raised): what did the base's code do with it? It
+        refused it too: the refusal is the repository's debt (``refused_at_base``), as a kernel that
+        no longer compiles with this Triton at either commit. It ran it: ``base_passed`` says
+        whether it got it right (against the truth, computed for that), so that a change that makes
+        the kernel refuse an input it handled is told from one that refuses an input it got wrong.
+        Anything else (the base ran out of memory, could not run it here): not known."""
+        rep = self._base_wait(first, case)
+        if rep is None or self.base is None:
+            return
+        if rep.status == "refused":
+            result.refused_at_base = rep.message or "it raised"
+            return
+        if rep.status != "ok":
+            return
+        try:
+            bres, _ = self._run(self.base, case, m, upstream, repro, False, None, light=True, first=rep)
+        except (BaseLost, ContextLost) as exc:
+            self.base, self.base_lost = None, f"{exc} (case {case.id})"
+            return
+        result.base_passed = not bres.failed
 
     def _base_later(self, case: Case, m: Any, upstream: dict[str, Any] | None) -> Any:
         """The base's first call on the case, sent now; None without a base (or once it is lost)."""
@@ -529,7 +558,7 @@ class CaseRunner:
                                               repro)])
         if rep.status == "unsupported":
             return CaseResult(case, [], unsupported=rep.message, trace=rep.trace)
-        return CaseResult(case, [], refused=rep.message)
+        return CaseResult(case, [], refused=rep.message, trace=rep.trace)
 
     def _second_run(self, cand: Candidate, case: Case, upstream: dict[str, Any] | None, repro: str,
                     findings: list[Finding], rep1: CallReport) -> dict[str, Any] | None:

@@ -247,7 +247,8 @@ class Policy(_Frozen):
         "null: the package directories named in pyproject.toml (a src/ layout), else the root"))
     uncovered: Literal["fail", "warn", "ignore"] = Field(default="fail", description="a changed kernel with no gate spec")
     not_run: Literal["fail", "warn"] = Field(default="fail", description="a required check that could not run")
-    refusals: Literal["fail", "warn", "ignore"] = Field(default="warn", description="a kernel that refuses an input loudly")
+    refusals: Literal["fail", "warn", "ignore"] = Field(default="warn", description="a kernel that refuses an input loudly (one the base's code ran and passed blocks "
+                                                        "unless this is ignore)")
     unrecognised: Literal["fail", "warn"] = Field(default="fail", description=(
         "a changed file under kernels.include that uses a GPU module but defines no kernel gpu-gate recognises"))
     submodules: Literal["fail", "warn"] = Field(default="fail", description=(

@@ -50,7 +50,7 @@ def signature_broke(job: Job, findings: list[Finding]) -> str | None:
     for f in findings:
         if f.kind in ("spec-import-error", "spec-not-found"):
             return f.message.split(" (")[0]
-        if f.kind == "refused-canonical" and ": TypeError" in f.message:
+        if f.kind == "refused-canonical" and ": TypeError" in f.message and f.details.get("change") != "pre-existing":
             return f.message
     return None
 

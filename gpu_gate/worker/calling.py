@@ -138,9 +138,16 @@ def interpreter_error(exc: BaseException) -> BaseException | None:
 
 
 
-def first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return f"{type(exc).__name__}: {text.splitlines()[0] if text else ''}".rstrip(": ")
+def first_line(exc: BaseException, limit: int = 400) -> str:
+    """The exception in one line: its type and first line; where that line only says where (it ends
+    with a colon, as Triton's ``CompilationError`` does before the source and the reason), its last
+    line too, which says what."""
+    lines = [ln.strip() for ln in str(exc).strip().splitlines() if ln.strip()]
+    head = lines[0] if lines else ""
+    if len(lines) > 1 and head.endswith(":"):
+        head = f"{head} {lines[-1]}"
+    line = f"{type(exc).__name__}: {head}".rstrip(": ")
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 
