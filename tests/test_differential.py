@@ -66,9 +66,9 @@ def row_sum_gate(x):
 KERNEL = "__global__ void rows(const float* x, float* y, int n) { /* row sums */ }\n"
 
 
-def _repo(make_repo, ops: str, policy: str = POLICY) -> GitRepo:  # type: ignore[no-untyped-def]
+def _repo(make_repo, ops: str, policy: str = POLICY, spec: str = SPEC) -> GitRepo:  # type: ignore[no-untyped-def]
     r = make_repo("proj", {".gpu-gate.yml": policy, "mylib/__init__.py": "", "mylib/ops.py": ops,
-                           "csrc/rows.cu": KERNEL, "gate/rows_gate.py": SPEC})
+                           "csrc/rows.cu": KERNEL, "gate/rows_gate.py": spec})
     r.branch("feature")
     return r
 

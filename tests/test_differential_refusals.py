@@ -12,27 +12,18 @@ test_differential.
 from __future__ import annotations
 
 from conftest_git import GitRepo
-from test_differential import KERNEL, POLICY, _changes, _check, _findings, _pr
+from test_differential import EXACT, POLICY
+from test_differential import SPEC as DIFFERENTIAL_SPEC
+from test_differential import _changes, _check, _findings, _pr
+from test_differential import _repo as _differential_repo
 
 from gpu_gate.worker.calling import first_line
 
 # The spec a user writes for a row sum that their models call in half and single precision: the
 # first dtype is the canonical case's.
-SPEC = """\
-import gpu_gate as gg
-from mylib.ops import row_sum
+SPEC = DIFFERENTIAL_SPEC.replace('dtypes=["float32"]', 'dtypes=["float16", "float32"]')
+assert SPEC != DIFFERENTIAL_SPEC
 
-
-@gg.spec(dims={"rows": gg.Dim(1, 64), "n": gg.Dim(1, 256, reduction=True)},
-         inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float16", "float32"])},
-         reference=lambda x: x.sum(-1),
-         covers=["csrc/rows.cu"],
-         devices=["cuda", "cpu"])
-def row_sum_gate(x):
-    return row_sum(x)
-"""
-
-EXACT = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype)\n"
 # No half-precision path at all, at either commit: it raises, as a Triton kernel that does not
 # compile for bf16 logits raises CompilationError.
 NO_HALF = """\
@@ -71,10 +62,7 @@ def row_sum(x):
 
 
 def _repo(make_repo, ops: str) -> GitRepo:  # type: ignore[no-untyped-def]
-    r = make_repo("proj", {".gpu-gate.yml": POLICY, "mylib/__init__.py": "", "mylib/ops.py": ops,
-                           "csrc/rows.cu": KERNEL, "gate/rows_gate.py": SPEC})
-    r.branch("feature")
-    return r
+    return _differential_repo(make_repo, ops, spec=SPEC)  # type: ignore[no-any-return]
 
 
 def _kinds(results: dict, severity: str | None = None) -> set[str]:  # type: ignore[type-arg]
