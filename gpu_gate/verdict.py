@@ -64,16 +64,17 @@ class Verdict:
 
 
 def _mode_for(finding: Finding, rules: Rules) -> Mode:
+    if finding.kind == "refused":
+        # an input the base's code ran and passed, that the change makes the kernel refuse: a
+        # regression, whatever the policy says of refusals in general, unless it ignores them; a
+        # refusal the base's code makes too is a refusal like any (not a failure that blocks as debt)
+        if finding.details.get("change") == "new" and finding.severity is Severity.ERROR:
+            return "ignore" if rules.refusals == "ignore" else "fail"
+        return rules.refusals
     if finding.details.get("change") == "pre-existing" and finding.severity is not Severity.NOTE:
         return rules.preexisting
     if finding.kind == "uncovered":
         return rules.uncovered
-    if finding.kind == "refused":
-        # an input the base's code ran and passed, that the change makes the kernel refuse: a
-        # regression, whatever the policy says of refusals in general, unless it ignores them
-        if finding.details.get("change") == "new" and finding.severity is Severity.ERROR:
-            return "ignore" if rules.refusals == "ignore" else "fail"
-        return rules.refusals
     if finding.kind == "shape-not-run" and finding.severity is Severity.ERROR:
         return rules.not_run  # a production shape this machine could not run: not verified
     if finding.kind == "unrecognised-kernel":

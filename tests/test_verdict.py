@@ -39,6 +39,23 @@ def test_advisory_failures_warn_and_refusals_follow_policy() -> None:
     assert len(decide(rec, Rules(refusals="ignore")).warnings) == 1
 
 
+def test_a_new_refusal_blocks_unless_refusals_are_ignored_and_an_old_one_is_a_refusal() -> None:
+    """Differential runs: a case the base's code ran and passed, refused by the head, blocks under
+    the default `refusals: warn`; one the base's code refuses too follows `refusals`, not
+    `preexisting` (a documented limit at both commits is not a failure of either)."""
+    new = Finding(check="equivalence", kind="refused", message="r", details={"change": "new"})
+    rec = RunRecord(results=[_job("equivalence:x", Status.FAILED, findings=[new])])
+    assert not decide(rec, Rules()).passed
+    assert not decide(rec, Rules(refusals="warn", preexisting="warn")).passed
+    ignored = decide(rec, Rules(refusals="ignore"))
+    assert ignored.passed and not ignored.warnings
+    old = Finding(check="equivalence", kind="refused", message="r", severity=Severity.WARNING,
+                  details={"change": "pre-existing"})
+    rec = RunRecord(results=[_job("equivalence:x", Status.PASSED, findings=[old])])
+    assert decide(rec, Rules(preexisting="fail")).passed
+    assert not decide(rec, Rules(refusals="fail")).passed
+
+
 def test_uncovered_follows_policy() -> None:
     f = Finding(check="coverage", kind="uncovered", message="k.cu changed but no gate spec covers it")
     rec = RunRecord(plan_findings=[f])
