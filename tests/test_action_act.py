@@ -177,23 +177,42 @@ def run_act(repo: Path, event: Path, gh: FakeGitHub, workflow: str, out: Path, h
     copy_action(out / "gpu-gate-src")  # what the reusable workflow checks out at gpu-gate-ref
     env = {**os.environ, "HOME": str(home)}  # act keeps its copies of the workspace under ~/.cache
     env.pop("GITHUB_ACTIONS", None)
+    before = out / ".actions-cache-before"  # the cache store as this run found it
+    if cache.exists():
+        shutil.rmtree(before, ignore_errors=True)
+        shutil.copytree(cache, before)
     done = subprocess.run(argv, cwd=repo, capture_output=True, text=True, env=env, timeout=540)
-    if ACT_WITHOUT_DOCKER in done.stdout + done.stderr:
-        # Every job here runs on the host (-self-hosted): act asking for Docker is act's own failure,
-        # seen now and then under load, never the workflow's. Once more, from empty artifacts.
+    if act_failed_itself(done.stdout + done.stderr):
+        # act's own failure, never the workflow's: once more, from empty artifacts and the cache
+        # store as the failed run found it
         shutil.rmtree(artifacts)
         artifacts.mkdir()
+        shutil.rmtree(cache, ignore_errors=True)
+        if before.exists():
+            shutil.copytree(before, cache)
         done = subprocess.run(argv, cwd=repo, capture_output=True, text=True, env=env, timeout=540)
     return done
 
 
 ACT_WITHOUT_DOCKER = "couldn't get a valid docker connection"
+# A Go runtime crash of act itself: act 0.2.89 now and then dies with "fatal error: concurrent map
+# read and map write" (or a panic) in its remote-action `pre` stage, even one job at a time (seen
+# in CI: step_action_remote.go:104, from the reusable workflow's shards); nektos/act#6055 is the
+# same race in its --local-repository cache.
+ACT_CRASH = re.compile(r"^(fatal error: |panic: )", re.M)
+
+
+def act_failed_itself(log: str) -> bool:
+    """act asking for Docker (every job here runs on the host: seen now and then under load), or a
+    Go runtime crash in act's own code: act's failures, never the workflow's."""
+    return ACT_WITHOUT_DOCKER in log or (ACT_CRASH.search(log) is not None and "github.com/nektos/act/" in log)
 
 
 def test_run_act_runs_act_again_only_after_acts_own_docker_failure(tmp_path: Path, gh: FakeGitHub,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    """The harness's one retry: act that asks for Docker (its own failure) runs once more, from
-    empty artifacts; a workflow that fails for any other reason is not run again."""
+    """The harness's one retry: act that asks for Docker or crashes in its own Go code (its own
+    failures) runs once more, from empty artifacts and the cache store as it was; a workflow that
+    fails for any other reason is not run again."""
     calls = tmp_path / "calls"
     fake = tmp_path / "act"
     fake.write_text(f"""#!/bin/sh
@@ -212,6 +231,26 @@ echo ok; exit 0
     assert not (out / "artifacts" / "from-the-failed-run").exists()
     calls.unlink()
     (tmp_path / "fail-with").write_text("Error: Job 'report' failed\n")
+    done = run_act(tmp_path, tmp_path / "event.json", gh, "w.yml", out, tmp_path / "home")
+    assert done.returncode == 1 and calls.read_text().count("run") == 1
+    # act's own Go crash: once more, with the cache store as the crashed run found it
+    calls.unlink()
+    store = out / "actions-cache"
+    store.mkdir(exist_ok=True)
+    (store / "kept").write_text("saved by an earlier run")
+    (tmp_path / "fail-with").write_text(
+        f"fatal error: concurrent map read and map write\n\ngoroutine 7 [running]:\n"
+        f"github.com/nektos/act/pkg/runner.(*stepActionRemote).prepareActionExecutor.func1()\n"
+        f"\tgithub.com/nektos/act@v0.2.89/pkg/runner/step_action_remote.go:104\n")
+    fake.write_text(fake.read_text().replace(f"[ -e {tmp_path}/fail-with ] && cat",
+                                             f"[ -e {tmp_path}/fail-with ] && touch {store}/from-the-crashed-run && cat"))
+    assert "from-the-crashed-run" in fake.read_text()
+    done = run_act(tmp_path, tmp_path / "event.json", gh, "w.yml", out, tmp_path / "home")
+    assert done.returncode == 0 and calls.read_text().count("run") == 2
+    assert (store / "kept").exists() and not (store / "from-the-crashed-run").exists()
+    # a workflow whose own step panics (no act frames in the log) is the workflow's failure
+    calls.unlink()
+    (tmp_path / "fail-with").write_text("panic: runtime error in the user's Go tool\n")
     done = run_act(tmp_path, tmp_path / "event.json", gh, "w.yml", out, tmp_path / "home")
     assert done.returncode == 1 and calls.read_text().count("run") == 1
 
