@@ -2,10 +2,10 @@
 
 - Refused at both commits: the repository's debt. A canonical case refused at both (a kernel that
   no longer compiles for its first dtype with this Triton, as unsloth's cross entropy with bf16
-  logits) no longer stops the job: the other cases run, and a bug on them is still caught.
+  inputs) no longer stops the job: the other cases run, and a bug on them is still caught.
 - Run and passed by the base: the change makes the kernel refuse an input it handled. It blocks,
-  even with the default `refusals: warn` (a kernel that counts its calls and raises after the
-  first case, so that only the canonical case is ever checked, was green before).
+  even with the default `refusals: warn` (a kernel that handles only the canonical case's shape
+  and raises on every other, so that only that case is ever checked, was green before).
 Real git repositories and sandboxed workers on the CPU, plain torch wrappers, as in
 test_differential.
 """
@@ -25,15 +25,15 @@ SPEC = DIFFERENTIAL_SPEC.replace('dtypes=["float32"]', 'dtypes=["float16", "floa
 assert SPEC != DIFFERENTIAL_SPEC
 
 # No half-precision path at all, at either commit: it raises, as a Triton kernel that does not
-# compile for bf16 logits raises CompilationError.
+# compile for bf16 inputs raises CompilationError.
 NO_HALF = """\
 import torch
 
 
 def row_sum(x):
     if x.dtype == torch.float16:
-        raise RuntimeError("at 47:4:\\n    if DO_LOGIT_SCALING: logits = LOGIT_SCALE * logits\\n    ^\\n"
-                           "AssertionError('the then block redefines logits as fp32')")
+        raise RuntimeError("at 47:4:\\n    if SCALED: acc = scale * acc\\n    ^\\n"
+                           "AssertionError('the then block redefines acc as fp32')")
     return x.double().sum(-1).to(x.dtype)
 """
 # The same, and it drops the tail beyond 64 columns: a bug on the cases that do run.
@@ -78,7 +78,7 @@ def test_a_canonical_case_refused_at_both_commits_is_debt_and_the_rest_runs(make
     canonical = next(f for f in _findings(results) if f["kind"] == "refused-canonical")
     assert "the base's code refuses it too, so the other cases were run" in canonical["message"]
     # the reason, not only where (the exception's first line ends with a colon)
-    assert "RuntimeError: at 47:4: AssertionError('the then block redefines logits as fp32')" in canonical["message"]
+    assert "RuntimeError: at 47:4: AssertionError('the then block redefines acc as fp32')" in canonical["message"]
     assert "Traceback" in canonical["details"]["traceback"]
     job = next(j for j in results["results"] if j["check"] == "equivalence")
     assert job["cases"] == 8  # every case ran (the job fails, on debt: the verdict is green)
@@ -158,9 +158,9 @@ def test_a_new_refusal_follows_refusals_ignore(make_repo) -> None:  # type: igno
 
 
 def test_an_exception_that_says_where_before_what_keeps_both() -> None:
-    exc = RuntimeError("at 47:4:\n    if DO_LOGIT_SCALING: logits = LOGIT_SCALE * logits\n    ^\n"
-                       "AssertionError('initial value for `logits` is of type bf16')")
-    assert first_line(exc) == ("RuntimeError: at 47:4: AssertionError('initial value for `logits` is of "
+    exc = RuntimeError("at 47:4:\n    if SCALED: acc = scale * acc\n    ^\n"
+                       "AssertionError('initial value for `acc` is of type bf16')")
+    assert first_line(exc) == ("RuntimeError: at 47:4: AssertionError('initial value for `acc` is of "
                                "type bf16')")
     assert first_line(ValueError("rows longer than 128\nsee the docs")) == "ValueError: rows longer than 128"
     assert first_line(ValueError()) == "ValueError"

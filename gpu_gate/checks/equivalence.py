@@ -516,12 +516,12 @@ class Equivalence:
         new = [r for r in rest if r.refused_at_base is None and r.base_passed]
         other = [r for r in rest if r not in both and r not in new]
         if new:
-            out.append(marked(self._refused(new, total, "refused", Severity.ERROR,
+            out.append(marked(self._refused(new, total, Severity.ERROR,
                                             f"the head's code refuses {len(new)} of {total} cases that the base's "
                                             f"code runs and passes"),
                               "new", "the base's code runs these cases and passes them"))
         if both:
-            out.append(marked(self._refused(both, total, "refused", Severity.WARNING,
+            out.append(marked(self._refused(both, total, Severity.WARNING,
                                             f"the candidate refused {len(both)} of {total} cases, as the base's "
                                             f"code does"), "pre-existing", "the base's code refuses them too"))
         if other:
@@ -529,13 +529,13 @@ class Equivalence:
             text = f"the candidate refused {len(other)} of {total} cases"
             if wrong:
                 text += f" (the base's code ran {wrong} of them and got them wrong)"
-            out.append(self._refused(other, total, "refused", Severity.WARNING, text))
+            out.append(self._refused(other, total, Severity.WARNING, text))
         return out
 
-    def _refused(self, refusals: list[Any], total: int, kind: str, severity: Severity, text: str) -> Finding:
+    def _refused(self, refusals: list[Any], total: int, severity: Severity, text: str) -> Finding:
         r0 = refusals[0]
         where = innermost_repo_frame(r0.trace or "", self.ctx.repo_root)
-        return Finding(check="equivalence", kind=kind, severity=severity, spec=self.spec_id, case=r0.case.id,
+        return Finding(check="equivalence", kind="refused", severity=severity, spec=self.spec_id, case=r0.case.id,
                        repro=self.runner.repro_cmd.format(token=r0.case.token()),
                        file=where[0] if where else None, line=where[1] if where else None,
                        details={"refused_cases": len(refusals), "cases": total, "token": r0.case.token(),
@@ -546,6 +546,8 @@ class Equivalence:
         """The canonical case refused: nothing was verified, unless the base's code refuses it too
         and other cases ran, when it is the repository's debt (a kernel that no longer compiles for
         that dtype with this Triton at either commit, say)."""
+        from ..equivalence.engine import marked
+
         where = innermost_repo_frame(r0.trace or "", self.ctx.repo_root)
         details = {"refused_cases": 1, "token": r0.case.token(), "case": r0.case.describe(), "traceback": r0.trace}
         head = f"the candidate refused the canonical case ({r0.case.describe()}): {r0.refused}"
@@ -553,8 +555,6 @@ class Equivalence:
                     repro=self.runner.repro_cmd.format(token=r0.case.token()), details=details,
                     file=where[0] if where else None, line=where[1] if where else None,
                     message=f"{head}; nothing was verified{_trace_tail(r0.trace)}")
-        from ..equivalence.engine import marked
-
         if r0.refused_at_base is not None:
             if ran:
                 same = "" if r0.refused_at_base == r0.refused else f" ({r0.refused_at_base})"
