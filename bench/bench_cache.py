@@ -24,9 +24,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpu_gate.cache import ResultCache, cache_key  # noqa: E402
+from gpu_gate.store.results import ResultCache, cache_key  # noqa: E402
 from gpu_gate.findings import Finding, JobResult, Status  # noqa: E402
-from gpu_gate.jobs import Job, SpecRef  # noqa: E402
+from gpu_gate.protocol.jobs import Job, SpecRef  # noqa: E402
 
 TARGET_S = 2.0
 ENV = {"gpu": "NVIDIA H100 80GB HBM3", "driver": "580.159.04", "cuda": "13.0", "torch": "2.11.0+cu130",
@@ -76,7 +76,7 @@ def time_hits(repeat: int) -> tuple[list[float], float]:
 def time_cli_twice() -> tuple[float, float, str] | str:
     if not (Path(__file__).resolve().parent.parent / "gpu_gate" / "cli.py").exists():
         return "skipped: gpu_gate/cli.py does not exist yet"
-    from gpu_gate.demo import build_repo as build_demo
+    from gpu_gate.commands.demo import build_repo as build_demo
 
     with tempfile.TemporaryDirectory(prefix="gpu-gate-bench-cli-") as tmp:
         repo = build_demo(Path(tmp) / "repo")

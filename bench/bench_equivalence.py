@@ -38,8 +38,9 @@ def rmsnorm_gate(x, w):
 
 
 def _load(root: Path, rows: int, hidden: int, dtypes: list[str]) -> object:
-    from gpu_gate.harness import Context, load_spec
-    from gpu_gate.jobs import Job, SpecRef
+    from gpu_gate.inprocess import Context
+    from gpu_gate.worker.loader import load_spec
+    from gpu_gate.protocol.jobs import Job, SpecRef
 
     (root / "bench_gate.py").write_text(SPEC.format(rows=rows, hidden=hidden, dtypes=dtypes))
     job = Job(id="b", check="equivalence", level="required", kernels=(), spec=SpecRef("bench_gate.py", "rmsnorm_gate"))
@@ -49,10 +50,10 @@ def _load(root: Path, rows: int, hidden: int, dtypes: list[str]) -> object:
 def cases_per_second(root: Path, device: str, n: int, cases: int) -> tuple[float, float]:
     import torch
 
-    from gpu_gate.checks.equivalence import torch_settings
-    from gpu_gate.equivalence.cases import Case, InputChoice
-    from gpu_gate.equivalence.compare import Rule
-    from gpu_gate.equivalence.engine import CaseRunner
+    from gpu_gate.judge.checks.equivalence import torch_settings
+    from gpu_gate.protocol.cases import Case, InputChoice
+    from gpu_gate.judge.equivalence.compare import Rule
+    from gpu_gate.judge.equivalence.engine import CaseRunner
 
     spec = _load(root, n, n, ["bfloat16"])
     runner = CaseRunner(spec, "bench_gate.py::rmsnorm_gate", device, Rule(), "gpu-gate repro x --case {token}")
@@ -76,8 +77,9 @@ def cases_per_second(root: Path, device: str, n: int, cases: int) -> tuple[float
 
 
 def default_budget_seconds(root: Path) -> tuple[float, int, str]:
-    from gpu_gate.harness import Context, run_job
-    from gpu_gate.jobs import Job, SpecRef
+    from gpu_gate.inprocess import Context
+    from gpu_gate.judge.job import run_job
+    from gpu_gate.protocol.jobs import Job, SpecRef
     from gpu_gate.policy.models import EquivalencePolicy
 
     _load(root, 64, 1 << 18, ["float32", "float16", "bfloat16"])

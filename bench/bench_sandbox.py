@@ -11,10 +11,11 @@ import tempfile
 import time
 from pathlib import Path
 
-from gpu_gate import sandbox
-from gpu_gate.executor import ExecOptions, execute
+from gpu_gate.executor import sandbox
+from gpu_gate.executor.options import ExecOptions
+from gpu_gate.executor.scheduling import execute
 from gpu_gate.findings import Status
-from gpu_gate.jobs import Job, SpecRef
+from gpu_gate.protocol.jobs import Job, SpecRef
 
 SPEC = """\
 import gpu_gate as gg

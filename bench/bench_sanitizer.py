@@ -21,7 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from gpu_gate import proc  # noqa: E402
-from gpu_gate.checks.sanitizer import has_gpu  # noqa: E402
+from gpu_gate.judge.checks.sanitizer import has_gpu  # noqa: E402
 from gpu_gate.cuda import sanitizer as cs  # noqa: E402
 
 CASE = [sys.executable, str(REPO / "tests" / "gpu" / "kernels" / "run_case.py"), "workload"]

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import cudascan, git, kernelscan, pyscan, scancache
+from . import cudascan, git, kernelscan, pyscan
+from .store import scans as scancache
 from .findings import Finding, Severity
 from .git import FileChange
 from .record import ChangedKernel
@@ -308,7 +309,7 @@ class ImportGraph:
         self.direct: dict[str, set[str]] = {}
         self.trees = _Trees()
         self._c_strings: dict[str, frozenset[str]] = {}
-        self.store = scancache.active  # what earlier runs read (see gpu_gate.scancache)
+        self.store = scancache.active  # what earlier runs read (see gpu_gate.store.scans)
 
     def closure(self, start: str) -> set[str]:
         """Repository files ``start`` imports, directly or not (``start`` itself excluded)."""

@@ -2,7 +2,7 @@
 
 Nothing here imports torch: ``--help``, ``plan``, ``report`` and ``validate-policy``
 run on machines without a GPU stack. ``check`` makes the plan here and hands it to
-:mod:`gpu_gate.pipeline`, which runs the rest (cache, doctor, jobs, verdict, reports).
+:mod:`gpu_gate.commands.check`, which runs the rest (cache, doctor, jobs, verdict, reports).
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from . import cli_output as out
-from . import scancache
+from .commands import output as out
+from .store import scans as scancache
 from .errors import GateError
 from .exitcodes import ExitCode
 
@@ -153,9 +153,9 @@ def _cache_dir(policy: Any, repo: Path, args: argparse.Namespace) -> Path | None
 
 
 def _scan_store(policy: Any, repo: Path, args: argparse.Namespace) -> Any:
-    """What earlier runs read of the repository's modules (gpu_gate.scancache), beside the result
+    """What earlier runs read of the repository's modules (gpu_gate.store.scans), beside the result
     cache and under its rule: none without a cache, none in a directory the commit carries."""
-    from .cachebridge import carried_by_commit
+    from .store.bridge import carried_by_commit
 
     directory = _cache_dir(policy, repo, args)
     if directory is None:
@@ -200,7 +200,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
 
 
 def cmd_list_kernels(args: argparse.Namespace) -> int:
-    from .cli_json import list_kernels_json
+    from .commands.json_output import list_kernels_json
 
     _, loaded, plan = _make_plan(args)
     say(loaded.banner)
@@ -279,7 +279,7 @@ def worker_python(given: str | None) -> Path | None:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from .pipeline import check
+    from .commands.check import check
 
     args.worker_python = worker_python(getattr(args, "worker_python", None))
     if args.plan and (args.spec or args.all_specs):
@@ -320,7 +320,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     loaded = _report_policy(record, args)
     if args.github is None:
         args.github = _in_actions() and bool(os.environ.get("GITHUB_TOKEN") or os.environ.get("INPUT_TOKEN"))
-    from .pipeline import finish
+    from .commands.check import finish
 
     return finish(record, loaded, Path(args.out), args)
 
@@ -384,8 +384,10 @@ def _validate_staged(args: argparse.Namespace) -> tuple[int, list[str]]:
 
 
 def cmd_repro(args: argparse.Namespace) -> int:
-    from .executor import ExecOptions, detect_gpus, run_one
-    from .jobs import Job, SpecRef
+    from .executor.options import ExecOptions
+    from .executor.slots import detect_gpus
+    from .executor.job import run_one
+    from .protocol.jobs import Job, SpecRef
     from .plan import job_seed
     from .report.console import progress_line
 
@@ -416,7 +418,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
         options["seed"] = args.seed
     if args.base:
         from . import git
-        from .rules.judging import BASE_SPEC
+        from .protocol.jobs import BASE_SPEC
 
         try:
             base_source = git.show(repo, merge_base, ref.file).decode("utf-8", errors="replace")
@@ -445,20 +447,20 @@ def cmd_repro(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import run_demo
+    from .commands.demo import run_demo
 
     passed_on = [{0: "-q", 2: "-v"}[out.level()]] if out.level() != out.Level.NORMAL else []
     return run_demo(Path(args.out), main, gpu=args.gpu, flags=[*passed_on, "--color", "always" if out.colour() else "never"])
 
 
 def cmd_init(args: argparse.Namespace) -> int:
-    from .init import run_init
+    from .commands.init import run_init
 
     return run_init(_repo(args), specs_dir=args.specs_dir, kernel=args.kernel, force=args.force)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    from .doctor import doctor_main, run_doctor
+    from .commands.doctor import doctor_main, run_doctor
 
     thresholds, source = _doctor_limits(args)
     if args.json or not out.quiet():
@@ -487,7 +489,7 @@ def _doctor_limits(args: argparse.Namespace) -> tuple[Any, str | None]:
     loaded = load_policy(repo or Path.cwd(), args.policy)
     for w in loaded.warnings:
         warn(w)
-    from .pipeline import health_limits
+    from .commands.check import health_limits
 
     return health_limits(loaded.policy, None), loaded.source
 

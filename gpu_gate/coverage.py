@@ -9,7 +9,7 @@ covers; or a module it imports that the change deletes. Each reason is kept in w
 **Coverage.** Which specs exercise a changed kernel. The static guess is the import closure
 (plus ``covers=`` and ``.cu`` paths named in the spec's modules). A package ``__init__`` that
 re-exports every op makes every spec import every kernel, so for Triton kernels what a spec
-was seen to launch (recorded in the job by :mod:`gpu_gate.launches`, with the ``@triton.jit``
+was seen to launch (recorded in the job by :mod:`gpu_gate.worker.launches`, with the ``@triton.jit``
 helpers compiled into each launched kernel) replaces the guess once known:
 
 - after a run, this run's launches decide (:func:`revise`): a changed Triton kernel that the

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import Any
 
 from . import changes, coverage, discovery, git, pythonpath, spec_filter
-from .checks import CHECKS
+from .judge.checks import CHECKS
 from .findings import Finding, Severity
-from .jobs import Job, SpecRef
+from .protocol.jobs import Job, SpecRef
 from .policy import LoadedPolicy, Policy
 from .errors import GitError
 from .record import ChangedKernel, read_changed_lines

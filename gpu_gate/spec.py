@@ -301,7 +301,7 @@ def spec(
       before its producer finished (no ``gdc_wait()`` / ``cudaGridDependencySynchronize()``, or
       work on a stream of its own that never waits for the caller's) reads garbage there.
     """
-    from .equivalence.rounding import ACCUMULATE_DTYPES
+    from .protocol.rounding import ACCUMULATE_DTYPES
 
     if accumulate is not None and accumulate not in ACCUMULATE_DTYPES:
         raise SpecError(f"spec: accumulate={accumulate!r} is not one of {', '.join(ACCUMULATE_DTYPES)}")

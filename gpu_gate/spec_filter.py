@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from .discovery import SpecInfo
 from .errors import GateError
-from .jobs import Job
+from .protocol.jobs import Job
 
 ALL_REASON = "--all: every spec in the repository runs"
 

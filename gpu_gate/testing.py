@@ -39,7 +39,7 @@ def repo_root_for(path: Path) -> Path:
 def job_for(root: Path, file: str, name: str, check: str, *, policy: Any = None, cases: int | None = None,
             seed: int | None = None) -> Any:
     """The job ``gpu-gate check`` would run for this spec and check, from the repository's policy."""
-    from .jobs import Job, SpecRef
+    from .protocol.jobs import Job, SpecRef
     from .plan import _options
     from .policy import load_policy
     from .pythonpath import python_path
@@ -61,7 +61,8 @@ def job_for(root: Path, file: str, name: str, check: str, *, policy: Any = None,
 
 
 def run(root: Path, file: str, name: str, check: str, *, device: str | None = None, **kw: Any) -> JobResult:
-    from .harness import Context, pick_device, run_job
+    from .inprocess import Context
+    from .judge.job import pick_device, run_job
 
     job = job_for(root, file, name, check, **kw)
     with tempfile.TemporaryDirectory(prefix="gate-") as tmp:

@@ -1,4 +1,18 @@
-"""Shared test configuration. GPU tests live in tests/gpu and skip cleanly without a GPU."""
+"""Shared test configuration. GPU tests live in tests/gpu and skip cleanly without a GPU.
+
+The tests mirror the package (``tests/judge``, ``tests/worker``, ``tests/protocol``, ...). Some test
+modules share helpers with a module of another folder (``gate`` of ``commands/test_cli.py``, the
+report fixtures): every folder is on ``sys.path``, as ``tests/`` itself is, so that those imports do
+not depend on which module pytest happened to import first.
+"""
 from __future__ import annotations
 
-from conftest_git import GitRepo, git_env, make_repo, repo  # noqa: F401 - fixtures for every test module
+import sys
+from pathlib import Path
+
+_HERE = Path(__file__).resolve().parent
+for _folder in sorted(p for p in _HERE.iterdir() if p.is_dir() and list(p.glob("test_*.py"))):
+    if str(_folder) not in sys.path:
+        sys.path.append(str(_folder))
+
+from conftest_git import GitRepo, git_env, make_repo, repo  # noqa: E402,F401 - fixtures for every test module

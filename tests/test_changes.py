@@ -9,7 +9,7 @@ import pytest
 from gpu_gate import changes
 from gpu_gate.changes import match
 from gpu_gate.findings import Finding, Severity
-from tests.conftest_git import GitRepo, git_env, make_repo, repo  # noqa: F401  (fixtures)
+from conftest_git import GitRepo, git_env, make_repo, repo  # noqa: F401  (fixtures)
 
 
 def policy(include: tuple[str, ...] = ("csrc/**/*.cu", "csrc/**/*.cuh", "mylib/**/*.py"),

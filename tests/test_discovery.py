@@ -6,7 +6,7 @@ from types import SimpleNamespace
 
 from gpu_gate import changes, discovery
 from gpu_gate.findings import Finding, Severity
-from tests.conftest_git import GitRepo, git_env, make_repo, repo  # noqa: F401  (fixtures)
+from conftest_git import GitRepo, git_env, make_repo, repo  # noqa: F401  (fixtures)
 
 POLICY = SimpleNamespace(
     kernels=SimpleNamespace(include=("csrc/**/*.cu", "csrc/**/*.cuh", "mylib/**/*.py"), exclude=()),

@@ -12,7 +12,7 @@ import pytest
 from gpu_gate import git
 from gpu_gate.errors import GitError
 from gpu_gate.git import FileChange
-from tests.conftest_git import GitRepo, git_env, make_repo, repo  # noqa: F401  (fixtures)
+from conftest_git import GitRepo, git_env, make_repo, repo  # noqa: F401  (fixtures)
 
 
 def by_path(changes: list[FileChange]) -> dict[str, FileChange]:

@@ -1,4 +1,4 @@
-"""CUDA and Triton tooling: raw ``.cu`` kernels through NVRTC, nvcc/Triton compile checks, compute-sanitizer.
+"""CUDA tools (nvcc, compute-sanitizer, kernel names) and the spec API for raw ``.cu`` kernels (``gg.cuda``).
 
 Import-light: CuPy, torch and Triton are imported only when a function that needs
 them is called (``plan`` and ``validate-policy`` must not pull them in).
@@ -36,4 +36,4 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'gpu_gate.cuda' has no attribute {name!r}")
     from importlib import import_module
 
-    return getattr(import_module(f"gpu_gate.cuda.{module}"), name)
+    return getattr(import_module(f"gpu_gate.worker.{module}"), name)

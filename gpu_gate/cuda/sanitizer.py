@@ -97,7 +97,7 @@ def parse_options(help_text: str) -> frozenset[str]:
 
 
 def sanitizer_env(tool: str) -> dict[str, str]:
-    """Environment the wrapped harness gets (the contract with ``gpu_gate.harness``).
+    """Environment the wrapped harness gets (the contract with ``gpu_gate.judge.job``).
 
     - ``PYTORCH_NO_CUDA_MEMORY_CACHING=1``: torch allocates each tensor with its
       own cudaMalloc, so a tail overrun leaves the allocation and memcheck sees it.

@@ -44,7 +44,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Literal
 
-from .. import gpu_nodes, proc, sandbox
+from ..executor import gpu_nodes, sandbox
+from .. import proc
 from . import sealed
 
 Mode = Literal["required", "auto", "off"]

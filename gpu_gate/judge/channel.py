@@ -12,7 +12,7 @@ import socket
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from .. import wire
+from ..protocol import wire
 
 
 class WorkerLost(Exception):

@@ -11,12 +11,13 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import wire
-from ..equivalence.cases import Case
-from ..equivalence.guard import geometry
-from ..equivalence.inputs import Materialized
+from ..protocol import wire
+from ..protocol.cases import Case
+from ..protocol.guard import geometry
+from ..protocol.inputs import Materialized
 from ..findings import Finding
-from ..jobs import Job
+from ..protocol.jobs import Job
+from ..protocol.messages import SpecImportFacts
 from ..spec import Dim, Index, Spec, Tensor, Tolerance
 from .channel import Channel, WorkerLost, WorkerTimeout
 
@@ -37,6 +38,13 @@ class SpecDidNotImport(Exception):
     def __init__(self, finding: Finding) -> None:
         super().__init__(finding.message)
         self.finding = finding
+
+
+def import_finding(job: Job, facts: SpecImportFacts) -> Finding:
+    """The judge's finding for a spec that a worker could not import (what the worker said, as facts)."""
+    return Finding(check=job.check, kind=facts.kind, spec=job.spec.id if job.spec else None, file=facts.file,
+                   line=facts.line, message=facts.message,
+                   details={"traceback": facts.traceback} if facts.traceback else {})
 
 
 def _not_here(*args: Any, **kwargs: Any) -> Any:
@@ -425,7 +433,7 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
     with. A spec that does not import is :class:`SpecDidNotImport`."""
     import time
 
-    from ..rules.judging import base_commit
+    from ..protocol.jobs import base_commit
 
     from ..proc import alive_s
 
@@ -444,8 +452,8 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
             asked[role] = None
         except WorkerLost as exc:
             asked[role] = exc
-    uses_triton, load_times, late = _loaded("candidate", channels["candidate"], asked["candidate"], deadline)
-    _loaded("reference", channels["reference"], asked["reference"], deadline)
+    uses_triton, load_times, late = _loaded(job, "candidate", channels["candidate"], asked["candidate"], deadline)
+    _loaded(job, "reference", channels["reference"], asked["reference"], deadline)
     reference = Reference(channels["reference"], device, deadline)
     reply, _ = reference._ask({"op": "describe"})
     workers = Workers(spec_from_description(reply["spec"]), Candidate(channels["candidate"], device, deadline),
@@ -459,7 +467,7 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
     return workers
 
 
-def _loaded(role: str, channel: Channel, lost: WorkerLost | None, deadline: float
+def _loaded(job: Job, role: str, channel: Channel, lost: WorkerLost | None, deadline: float
             ) -> tuple[bool, dict[str, float], list[str]]:
     """The answer to ``load`` from the candidate or the reference worker: whether the code it
     imported uses Triton (the candidate's answer), how long importing torch and the spec took
@@ -476,7 +484,7 @@ def _loaded(role: str, channel: Channel, lost: WorkerLost | None, deadline: floa
             raise WorkerDied("the candidate's worker died while importing the spec and the code under test") from exc
         raise ContextLost(f"the reference worker died while importing the spec: {exc}") from exc
     if reply.get("error") == "spec-import":
-        raise SpecDidNotImport(Finding.from_json(reply["finding"]))
+        raise SpecDidNotImport(import_finding(job, SpecImportFacts.from_json(reply.get("facts"))))
     if reply.get("error"):
         raise ContextLost(f"the {role} worker failed: {reply.get('message')}")
     late = reply.get("late_cuda_settings")
@@ -513,7 +521,7 @@ def _connect_base(channel: Channel | None, lost: WorkerLost | None, device: str,
     except WorkerLost:
         return None, "the base's worker died while importing the spec", {}
     if reply.get("error") == "spec-import":
-        msg = str((reply.get("finding") or {}).get("message") or "an import error").splitlines()[0]
+        msg = SpecImportFacts.from_json(reply.get("facts")).message.splitlines()[0]
         return None, f"the spec does not import against the base's code ({msg})", {}
     if reply.get("error"):
         return None, f"the base's worker failed: {reply.get('message')}", {}

@@ -10,7 +10,7 @@ from typing import Any, get_args
 from pydantic import BaseModel, ValidationError
 from pydantic_core import ErrorDetails
 
-from ..checks import CHECKS
+from ..judge.checks import CHECKS
 from .models import Policy
 from .source import Document, KeyPath, Where, one_line
 

@@ -7,7 +7,7 @@ import posixpath
 from pathlib import Path
 from typing import Any
 
-from ..checks import CHECKS
+from ..judge.checks import CHECKS
 from ..errors import PolicyError
 from .source import Document, KeyPath, Spot, parse_document
 from .tree import PolicyTree, PresetTree, inside, outside_error

@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Union
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 
-from ..checks import CHECKS
+from ..judge.checks import CHECKS
 from ..verdict import Rules
 
 Level = Literal["required", "advisory", "off"]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ..checks import CHECKS
+from ..judge.checks import CHECKS
 from ..findings import Finding, JobResult, Status
 from ..verdict import Item, Verdict
 

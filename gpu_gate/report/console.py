@@ -1,7 +1,7 @@
 """Terminal output: one progress line per finished job, a summary at the end, and the
 GitHub Actions workflow commands (log groups, annotations) the CLI prints when
 ``GITHUB_ACTIONS=true``. Plain ASCII apart from what the findings themselves contain, and the ANSI
-colours of verdicts and statuses when the CLI asks for them (a terminal, see gpu_gate.cli_output).
+colours of verdicts and statuses when the CLI asks for them (a terminal, see gpu_gate.commands.output).
 """
 from __future__ import annotations
 

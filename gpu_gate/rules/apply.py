@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 from .. import cudascan, git, pyscan
 from ..changes import match
-from ..checks import SANITIZER_TOOLS
+from ..judge.checks import SANITIZER_TOOLS
 from ..findings import Finding
-from ..jobs import Job
+from ..protocol.jobs import Job
 from . import policydiff, specdiff
 from .change import RuleChange
 from .specrules import SpecRules, read_specs
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..plan import Plan
     from ..policy.base import PolicyInForce
 
-from .judging import BASE_SPEC, DIFFERENTIAL  # the job options: the base's spec source; the base commit to run
+from ..protocol.jobs import BASE_SPEC, DIFFERENTIAL  # the job options: the base's spec source; the base commit to run
 
 DIFFERENTIAL_CHECKS = frozenset({"equivalence", "determinism", *SANITIZER_TOOLS})
 
@@ -54,8 +54,8 @@ def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool =
 
 def _base_checks(plan: Plan, choice: PolicyInForce, pairs: dict[str, SpecRules]) -> list[Job]:
     """The jobs the base's spec asks for that the head's `checks=` dropped: the base decides them too."""
-    from ..checks import CHECKS
-    from ..jobs import SpecRef
+    from ..judge.checks import CHECKS
+    from ..protocol.jobs import SpecRef
     from ..plan import _cost, _options, job_seed
 
     policy = choice.loaded.policy

@@ -3,45 +3,8 @@ kernels. When that source no longer runs against the head (it does not import, o
 no longer fits the kernel's signature), the head's spec judges instead, and the job says so."""
 from __future__ import annotations
 
-import dataclasses
-from pathlib import Path
-from typing import Any
-
 from ..findings import Finding, Severity
-from ..jobs import Job
-
-BASE_SPEC = "base_spec"
-DIFFERENTIAL = "base_commit"  # the job also runs the base's code at this commit (differential runs)
-
-
-def base_commit(job: Job) -> str | None:
-    value = job.options.get(DIFFERENTIAL)
-    return value if isinstance(value, str) and value else None
-
-
-def carried(job: Job) -> dict[str, Any] | None:
-    value = job.options.get(BASE_SPEC)
-    return value if isinstance(value, dict) and isinstance(value.get("source"), str) else None
-
-
-def base_copy(job: Job, workdir: Path) -> Path | None:
-    """The base's spec module written where the judge keeps its own files (never into the repository)."""
-    spec = carried(job)
-    if spec is None:
-        return None
-    folder = workdir / "base-spec"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / Path(str(spec.get("file") or "spec.py")).name
-    path.write_text(spec["source"], encoding="utf-8")
-    return path
-
-
-def without_base(job: Job) -> Job:
-    """The job judged by the head's spec: the base's spec, and the base's code with it, are out (the
-    base's code cannot run the head's spec when the call signature changed)."""
-    return dataclasses.replace(job, options={k: v for k, v in job.options.items()
-                                             if k not in (BASE_SPEC, DIFFERENTIAL)})
-
+from ..protocol.jobs import Job, carried
 
 def signature_broke(job: Job, findings: list[Finding]) -> str | None:
     """Why the base's spec could not run against the head, or None when it ran."""

@@ -223,7 +223,7 @@ def _checks(base: SpecRules, head: SpecRules, add: Add) -> None:
         add("weakened", "checks= changed and is not a literal list, so gpu-gate cannot tell which checks still run",
             "checks")
         return
-    from ..checks import CHECKS
+    from ..judge.checks import CHECKS
 
     before = list(CHECKS) if old is None else list(old)
     after = list(CHECKS) if new is None else list(new)

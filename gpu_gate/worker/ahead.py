@@ -44,7 +44,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..jobs import Job
+from ..protocol.jobs import Job
 
 LAUNCHED_WAIT_S = 20.0  # the worker's finish waits this long, at most, for the sibling's builds
 BUDGET_S = 120.0  # the dry runs stop starting cases after this (the compiles they started finish)
@@ -195,8 +195,8 @@ def dry_runs(spec: Any, tokens: list[str], threads: int, budget_s: float = BUDGE
     import torch
     from triton.runtime._async_compile import AsyncCompileMode
 
-    from ..equivalence.cases import Case
-    from ..equivalence.inputs import materialize
+    from ..protocol.cases import Case
+    from ..protocol.inputs import materialize
     from .calling import kwargs_for
 
     start = time.monotonic()
@@ -232,7 +232,7 @@ def dry_runs(spec: Any, tokens: list[str], threads: int, budget_s: float = BUDGE
 
 
 def _case_bytes(spec: Any, case: Any) -> int:
-    from ..equivalence.cases import case_bytes
+    from ..protocol.cases import case_bytes
 
     try:
         return int(case_bytes(spec, case.dims, case.inputs))
@@ -262,7 +262,7 @@ def _launches_compile_only(record: Any = None) -> Any:
     specializations were sent to compile. ``record``: a recorder given each launch."""
     from triton.runtime.jit import JITFunction
 
-    from ..cuda.tritonlaunch import describe
+    from .tritonlaunch import describe
 
     count = [0]
     run = JITFunction.run
@@ -296,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     _die_with_parent()
     data = json.loads(path.read_text())
     job = Job.from_json(data["job"])
-    from ..cuda.tritonlaunch import Recorder
+    from .tritonlaunch import Recorder
     from .loader import load_spec
 
     repo_root = Path(data["repo_root"])
@@ -374,7 +374,7 @@ def _build_launched(launches: list[Any], settings: dict[str, Any], job: Job, rep
     """The dry runs' launches of the job's kernels, compiled for the compile check's archs, into
     ``launched.json`` for the worker's ``finish``; ``building`` says it is under way, and is gone
     once they are written."""
-    from ..cuda.archs import DEFAULT_ARCHS, normalise_archs
+    from ..protocol.archs import DEFAULT_ARCHS, normalise_archs
     from .specializations import build_ahead, repo_launches
 
     start = time.monotonic()

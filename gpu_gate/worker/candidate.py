@@ -18,13 +18,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .. import wire
-from ..equivalence.guard import GUARD_BYTES, Guarded, geometry, guarded_from
+from ..protocol import wire
+from ..protocol.guard import GUARD_BYTES, Guarded, geometry, guarded_from
 from .hold_sms import SmHolder
 from .producer import Producer
 from .watch import OutputWatch, SideStreams
-from ..jobs import Job
-from ..launches import compile_seconds
+from ..protocol.jobs import Job
+from .launches import compile_seconds
 from ..spec import Spec
 from .calling import (call_with_grads, first_line, interpreter_error, is_fatal, kwargs_for, sync,
                       upstream_from_recipe)
@@ -356,7 +356,7 @@ def _no_fill(quiet: bool) -> Iterator[None]:
 
 def _pools_off() -> bool:
     try:
-        from ..cuda.nvrtc import disable_pools
+        from .nvrtc import disable_pools
 
         disable_pools()
     except ImportError:

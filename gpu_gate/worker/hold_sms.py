@@ -68,7 +68,7 @@ class SmHolder:
             return False
         import cupy
 
-        from ..cuda.nvrtc import cupy_stream
+        from .nvrtc import cupy_stream
 
         ns = int(min(MAX_HOLD_S, max(MIN_HOLD_S, seconds)) * 1e9)
         with cupy_stream(cupy, self._stream):

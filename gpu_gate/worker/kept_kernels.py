@@ -1,4 +1,4 @@
-"""In the worker: its spec's kept kernels (see :mod:`gpu_gate.compiled_store`), copied into its own
+"""In the worker: its spec's kept kernels (see :mod:`gpu_gate.store.compiled`), copied into its own
 Triton cache directory while it imports torch and the spec.
 
 The gate keeps what the base's code compiled, per spec, in a shelf of the result cache. It used to
@@ -35,7 +35,7 @@ class Seeding:
         self._thread.start()
 
     def _copy(self, shelf: Path, dest: Path) -> None:
-        from ..compiled_store import seed
+        from ..store.compiled import seed
 
         start = time.monotonic()
         try:

@@ -10,14 +10,16 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from ..findings import Finding
-from ..jobs import Job
+from ..protocol.jobs import Job
+from ..protocol.messages import SpecImportFacts
 
 
 class SpecImportError(Exception):
-    def __init__(self, finding: Finding) -> None:
-        super().__init__(finding.message)
-        self.finding = finding
+    """The spec did not import, or names no such spec: the facts, which the judge turns into its finding."""
+
+    def __init__(self, facts: SpecImportFacts) -> None:
+        super().__init__(facts.message)
+        self.facts = facts
 
 
 def _module_name(rel: str) -> str:
@@ -43,17 +45,17 @@ def _forget_other_roots(root: str) -> None:
 
 def load_spec(job: Job, repo_root: Path, workdir: Path, *, stub_repository: bool = False) -> Any:
     """Import the spec module in isolation and return the named spec. A spec that exists at the base is
-    loaded from the base's source (gpu_gate.rules.judging); the head's file judges only when it cannot."""
-    from ..rules import judging
+    loaded from the base's source (gpu_gate.protocol.jobs.base_copy); the head's file judges only when it cannot."""
+    from ..protocol.jobs import base_copy
 
     assert job.spec is not None
-    base = judging.base_copy(job, workdir)
+    base = base_copy(job, workdir)
     path = base if base is not None else repo_root / job.spec.file
     return _load_spec_file(job, repo_root, path, stub_repository)
 
 
 def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool) -> Any:
-    from .. import launches
+    from . import launches
     from ..spec import specs_in_module
     from . import stubs
 
@@ -81,16 +83,16 @@ def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool
             raise
         tb = traceback.format_exc()
         line = _user_line(tb, job.spec.file)
-        raise SpecImportError(Finding(
-            check=job.check, kind="spec-import-error", spec=job.spec.id, file=job.spec.file, line=line,
+        raise SpecImportError(SpecImportFacts(
+            kind="spec-import-error", file=job.spec.file, line=line,
             message=f"{job.spec.file}:{line or 1}: the spec does not import: {type(exc).__name__}: {exc} "
                     f"({_import_hint(exc, job)})",
-            details={"traceback": tb})) from exc
+            traceback=tb)) from exc
     found = [s for s in specs_in_module(name) if s.name == job.spec.name]
     if not found:
         names = [s.name for s in specs_in_module(name)]
-        raise SpecImportError(Finding(
-            check=job.check, kind="spec-not-found", spec=job.spec.id, file=job.spec.file,
+        raise SpecImportError(SpecImportFacts(
+            kind="spec-not-found", file=job.spec.file, line=None,
             message=f"{job.spec.file}: no gate spec named {job.spec.name!r} (found: {', '.join(names) or 'none'}; "
                     f"decorate the function with @gg.spec)"))
     return found[0]

@@ -85,7 +85,7 @@ class Producer:
         import cupy
         import torch
 
-        from ..cuda.nvrtc import cupy_stream
+        from .nvrtc import cupy_stream
 
         wait_ns = int(min(MAX_WAIT_S, max(MIN_WAIT_S, seconds)) * 1e9)
         caller = torch.cuda.current_stream()

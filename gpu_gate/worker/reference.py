@@ -14,11 +14,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from .. import wire
-from ..equivalence.cases import Case
-from ..equivalence.inputs import Materialized, materialize, perturbed_inputs, reference_inputs
-from ..equivalence.rounding import RoundingNoise, accumulation_dtype, arithmetic_dtype, unit_roundoff
-from ..jobs import Job
+from ..protocol import wire
+from ..protocol.cases import Case
+from ..protocol.inputs import Materialized, materialize, perturbed_inputs, reference_inputs
+from ..protocol.rounding import RoundingNoise, accumulation_dtype, arithmetic_dtype, unit_roundoff
+from ..protocol.jobs import Job
 from ..spec import Spec, upcast
 from .calling import (call_with_grads, first_line, is_fatal, kwargs_for, normalize, upstream_from_recipe,
                       upstream_recipe)
@@ -47,7 +47,7 @@ class ReferenceSide:
     def conditioning(self, m: Materialized, upstream: dict[str, Any] | None, *, storage: bool = False
                      ) -> dict[str, Any]:
         """The float64 reference on inputs moved by up to one ulp of the kernel's arithmetic,
-        with the rounding of every operation put back in (see :mod:`gpu_gate.equivalence.rounding`):
+        with the rounding of every operation put back in (see :mod:`gpu_gate.protocol.rounding`):
         how far a correct kernel computing in that precision, accumulating in the spec's declared
         dtype in any order, may land from the truth on *these* inputs. ``storage``: the kernel
         also stores every intermediate in the data's own dtype (as torch's own bfloat16 or float16
@@ -244,7 +244,7 @@ class ReferenceServer:
         return {"reference": wire.encode_dict(ref, blobs), **self._status()}, blobs
 
     def _head_spec(self) -> ReferenceServer | str:
-        from ..rules.judging import without_base
+        from ..protocol.jobs import without_base
         from .loader import SpecImportError
 
         if self._head is None:
@@ -252,7 +252,7 @@ class ReferenceServer:
                 head = ReferenceServer(without_base(self.job), self.repo_root, self.workdir, self.device,
                                        isolate=self.isolate)
             except SpecImportError as exc:
-                self._head = f"the head's spec does not import ({exc.finding.message.splitlines()[0]})"
+                self._head = f"the head's spec does not import ({exc.facts.message.splitlines()[0]})"
             except Exception as exc:  # noqa: BLE001 - the head's spec is code under review
                 self._head = f"the head's spec does not import ({first_line(exc)})"
             else:

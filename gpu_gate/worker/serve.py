@@ -15,9 +15,9 @@ import types
 from pathlib import Path
 from typing import Any
 
-from .. import wire
+from ..protocol import wire
 from ..proc import alive_s
-from ..jobs import Job
+from ..protocol.jobs import Job
 
 
 def uses_triton(repo_root: Path) -> bool:
@@ -98,7 +98,7 @@ class Worker:
                 self.server = CandidateServer(job, self.repo_root, self.device, loaded)
                 self._record_specializations()
         except SpecImportError as exc:
-            return {"error": "spec-import", "finding": exc.finding.to_json()}
+            return {"error": "spec-import", "facts": exc.facts.to_json()}
         spec_s = time.monotonic() - start
         late = self.context.late_settings() if self.context is not None else []
         # the kept kernels are in this worker's cache before any case (or the sibling) compiles
@@ -110,7 +110,7 @@ class Worker:
 
     def _record(self) -> None:
         """Coverage: every launch of the repository's kernels (hooked once Triton is imported)."""
-        from .. import launches
+        from . import launches
 
         coverage = launches.recording(self.repo_root)
         self._recorders = [coverage, coverage.__enter__(), None]
@@ -118,7 +118,7 @@ class Worker:
     def _record_specializations(self) -> None:
         """The Triton specializations launched, from the spec's import on (as the spec imports
         Triton, its launch classes exist by then)."""
-        from ..cuda import tritonlaunch
+        from . import tritonlaunch
 
         if self._recorders is not None and self._recorders[2] is None:
             rec = tritonlaunch.Recorder()
@@ -126,7 +126,7 @@ class Worker:
             self._recorders[2] = rec
 
     def close(self) -> None:
-        from ..cuda import tritonlaunch
+        from . import tritonlaunch
 
         if self._recorders is not None:
             if self._recorders[2] is not None:
@@ -174,7 +174,7 @@ class Worker:
             now = time.monotonic()
             laps[name], lap[0] = round(now - lap[0], 2), now
 
-        from ..cuda.archs import DEFAULT_ARCHS, normalise_archs
+        from ..protocol.archs import DEFAULT_ARCHS, normalise_archs
         from .specializations import MAX_COMPILED, compile_launched, repo_launches
 
         mine = repo_launches(specializations.launches if specializations else [], self.repo_root, self.job.kernels)
@@ -195,7 +195,7 @@ class Worker:
         taken = untimed()
         if taken:
             reply["untimed_autotune"] = taken
-        from ..bytecode import uncompiled_modules
+        from ..store.bytecode import uncompiled_modules
 
         reply["uncompiled"] = uncompiled_modules(self.repo_root)  # the gate keeps their bytecode (see bytecode)
         mark("bytecode_s")

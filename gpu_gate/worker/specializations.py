@@ -3,11 +3,11 @@ check's architectures, and report what came out, as facts.
 
 Real Triton kernels choose their constexprs at the call site, so the compile job, which reads kernel
 files without running them, often knows no values for them. The equivalence job's candidate worker
-does: it recorded every launch (see :mod:`gpu_gate.cuda.tritonlaunch`), and the launched ``JITFunction``
+does: it recorded every launch (see :mod:`gpu_gate.worker.tritonlaunch`), and the launched ``JITFunction``
 objects exist only in its process. So it compiles them here, after the cases, and answers with the
 resources of each compiled kernel and the text of each compiler error. What they mean (an error's
 severity, a resource over the policy's limits) is the judge's decision, in
-:mod:`gpu_gate.checks.compile_launched`; nothing here imports it.
+:mod:`gpu_gate.judge.checks.compile_launched`; nothing here imports it.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from ..cuda import tritonc
-from ..cuda.archs import arch_number, lint_arch
-from ..cuda.tritonlaunch import Launch
+from . import tritonc
+from ..protocol.archs import arch_number, lint_arch
+from .tritonlaunch import Launch
 
 MAX_COMPILED = 16  # distinct specializations compiled per job (each one costs a compile per arch)
 # Compiles at once: Triton's passes and ptxas run outside the GIL for most of their time. Measured on

@@ -8,7 +8,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ..equivalence.guard import Guarded, contiguous_stride, guarded_strided, poison_value
+from ..protocol.guard import Guarded, contiguous_stride, guarded_strided, poison_value
 
 _active = threading.local()
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpu_gate.findings import JobResult, Severity
-from gpu_gate.harness import Context, run_job
-from gpu_gate.jobs import Job, SpecRef
+from gpu_gate.inprocess import Context
+from gpu_gate.judge.job import run_job
+from gpu_gate.protocol.jobs import Job, SpecRef
 
 
 def run(root: Path, name: str, tmp_path: Path, seed: int, check: str = "equivalence",

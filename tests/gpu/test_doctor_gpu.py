@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from gpu_gate.doctor import doctor_main, infrastructure_findings, run_doctor
+from gpu_gate.commands.doctor import doctor_main, infrastructure_findings, run_doctor
 
 pytestmark = pytest.mark.gpu
 
@@ -56,7 +56,7 @@ def test_doctor_main_json_and_findings(capsys: pytest.CaptureFixture[str]) -> No
 def test_a_gpu_named_by_uuid_is_the_one_examined_and_probed() -> None:
     """CUDA_VISIBLE_DEVICES may name a GPU by its UUID (as `nvidia-smi -L` prints it): the doctor
     examines that GPU, and its CUDA probes run on it."""
-    from gpu_gate.doctor import judge_runner
+    from gpu_gate.commands.doctor import judge_runner
 
     everyone = run_doctor()
     first = everyone.gpus[0]

@@ -2,7 +2,7 @@
 NVRTC and launched through gg.cuda.load) through the equivalence check with device "cuda":
 each bug is caught by the finding kind that names it over five seeds, and each correct twin
 passes. The same bugs as Triton kernels are in test_equivalence_gpu.py; the CPU test
-tests/test_corpus_cuda_compiles.py compiles every kernel here without a GPU."""
+tests/judge/test_corpus_cuda_compiles.py compiles every kernel here without a GPU."""
 from __future__ import annotations
 
 import functools

@@ -114,8 +114,8 @@ def test_the_launches_compiled_beside_the_cases_report_what_the_worker_would(
     """The head's sibling also compiles the launched specializations for the compile check's archs
     (gpu_gate.worker.ahead); the worker's finish takes them. Each reported row is what compiling
     that launch here gives."""
-    from gpu_gate.cuda import tritonc
-    from gpu_gate.cuda.archs import arch_number
+    from gpu_gate.worker import tritonc
+    from gpu_gate.protocol.archs import arch_number
 
     r = run("tt_gelu", tmp_path, 0, cases=64, compile={"archs": ["sm_80", "sm_90"]})
     assert r.status is Status.PASSED, [f.message for f in r.findings]
@@ -142,8 +142,8 @@ def test_the_launches_compiled_beside_the_cases_report_what_the_worker_would(
 def test_dry_runs_compile_every_cases_kernels(tmp_path: Path) -> None:
     """The sibling's dry runs: every case of a schedule called with Triton's launches turned into
     compiles, on four threads; none fails, and each case sent its kernel to compile."""
-    from gpu_gate.equivalence.cases import ScheduleOptions, schedule
-    from gpu_gate.jobs import Job, SpecRef
+    from gpu_gate.protocol.cases import ScheduleOptions, schedule
+    from gpu_gate.protocol.jobs import Job, SpecRef
     from gpu_gate.worker import ahead
     from gpu_gate.worker.loader import load_spec
 

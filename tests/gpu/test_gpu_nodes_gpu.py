@@ -16,10 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from gpu_gate import executor, gpu_nodes, sandbox
-from gpu_gate.executor import ExecOptions, execute
+from gpu_gate.executor import argv, gpu_nodes, sandbox
+from gpu_gate.executor.options import ExecOptions
+from gpu_gate.executor.scheduling import execute
 from gpu_gate.findings import Status
-from gpu_gate.jobs import Job, SpecRef
+from gpu_gate.protocol.jobs import Job, SpecRef
 
 pytestmark = pytest.mark.gpu
 
@@ -82,7 +83,7 @@ def test_a_job_on_one_gpu_cannot_reach_the_other(tmp_path: Path, monkeypatch: py
         pytest.skip(f"needs two GPUs; the driver lists {len(found)}")
     box = _bwrap()
     # the second GPU in PCI bus order, named by index as a runner's CUDA_VISIBLE_DEVICES would
-    own = executor.job_gpu("1", box)
+    own = argv.job_gpu("1", box)
     assert own is not None and own.whole is None, own
     second = sorted(found, key=lambda g: g.bus)[1]
     assert own.cuda_name == second.uuid and f"/dev/nvidia{second.minor}" in own.nodes
@@ -93,7 +94,7 @@ def test_a_job_on_one_gpu_cannot_reach_the_other(tmp_path: Path, monkeypatch: py
     assert res["plain"].status is Status.PASSED, (res["plain"].reason, res["plain"].log_tail)
     assert res["reach"].status is Status.PASSED, (res["reach"].reason, res["reach"].findings, res["reach"].log_tail)
     # every node bound, as before: the attack reaches the other GPU
-    monkeypatch.setattr(executor, "job_gpu", lambda gpu, avail: None)
+    monkeypatch.setattr(argv, "job_gpu", lambda gpu, avail: None)
     again = tmp_path / "before"
     before = {r.job_id.split("::")[1]: r
               for r in execute(_jobs(again), dataclasses.replace(opts, repo_root=again))}

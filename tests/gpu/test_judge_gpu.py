@@ -15,9 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from gpu_gate.executor import ExecOptions, detect_gpus, execute
+from gpu_gate.executor.options import ExecOptions
+from gpu_gate.executor.slots import detect_gpus
+from gpu_gate.executor.scheduling import execute
 from gpu_gate.findings import JobResult, Severity, Status
-from gpu_gate.jobs import Job, SpecRef
+from gpu_gate.protocol.jobs import Job, SpecRef
 
 pytestmark = pytest.mark.gpu
 

@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from gpu_gate.findings import Status
-from gpu_gate.harness import Context, run_job
-from gpu_gate.jobs import Job, SpecRef
+from gpu_gate.inprocess import Context
+from gpu_gate.judge.job import run_job
+from gpu_gate.protocol.jobs import Job, SpecRef
 
 GPU = Path(__file__).parent
 

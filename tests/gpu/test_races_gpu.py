@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from gpu_gate.findings import Status
-from gpu_gate.harness import Context, run_job
-from gpu_gate.jobs import Job, SpecRef
+from gpu_gate.inprocess import Context
+from gpu_gate.judge.job import run_job
+from gpu_gate.protocol.jobs import Job, SpecRef
 
 ROOT = Path(__file__).parent.parent / "corpus_races"
 
@@ -38,7 +39,7 @@ def test_contention_races_are_caught_and_twins_pass(bug: str, twin: str, seed: i
     if bug == "dw_lock_no_barrier" and not triton.__version__.startswith(("3.6", "3.5", "3.4")):
         pytest.skip(f"triton {triton.__version__} puts a barrier before the release itself")
     assert r.status is Status.FAILED and {f.kind for f in r.findings} == {"nondeterministic"}, r.findings
-    from gpu_gate.checks.determinism import FEWER_SMS
+    from gpu_gate.judge.checks.determinism import FEWER_SMS
 
     tally = r.findings[0].details["runs_differed"]
     print(f"{bug} seed {seed}: runs that differed: {tally}")
@@ -73,7 +74,7 @@ def test_reads_before_the_producer_finished_are_caught_and_twins_pass(bug: str, 
     """producer=["x"]: a kernel of gpu-gate's writes x just before the repeats. The kernel that
     reads x before gdc_wait() under programmatic dependent launch, and the wrapper whose stream
     never waits for the caller's, read the fill there; their twins never do."""
-    from gpu_gate.checks.determinism import PRODUCED_ON_EVENT, PRODUCED_ON_STREAM
+    from gpu_gate.judge.checks.determinism import PRODUCED_ON_EVENT, PRODUCED_ON_STREAM
 
     t = time.monotonic()
     r = determinism(bug, seed, tmp_path, monkeypatch)
@@ -110,7 +111,7 @@ def test_a_stream_that_reads_before_the_callers_stream_wrote_is_caught_and_its_t
         seed: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every other setting delays the wrapper's own stream, which hides its missing wait; with the
     caller's stream held back, the second step reads a buffer the first has not written yet."""
-    from gpu_gate.checks.determinism import CALLER_LATE
+    from gpu_gate.judge.checks.determinism import CALLER_LATE
 
     r = determinism("gelu_streams_unordered", seed, tmp_path, monkeypatch)
     print(f"\ngelu_streams_unordered seed {seed}: {r.status.value}: {[f.message[:300] for f in r.findings]}")

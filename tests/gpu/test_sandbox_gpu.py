@@ -13,11 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from gpu_gate import sandbox
+from gpu_gate.executor import sandbox
 from gpu_gate.cuda import sanitizer as cs
-from gpu_gate.executor import ExecOptions, detect_gpus, execute
+from gpu_gate.executor.options import ExecOptions
+from gpu_gate.executor.slots import detect_gpus
+from gpu_gate.executor.scheduling import execute
 from gpu_gate.findings import JobResult, Status
-from gpu_gate.jobs import Job, SpecRef
+from gpu_gate.protocol.jobs import Job, SpecRef
 from test_sanitizer_outside import forgery  # noqa: E402  (tests/ is on sys.path)
 
 pytestmark = pytest.mark.gpu
@@ -182,7 +184,7 @@ def forger(x):
 def test_a_candidate_that_rewrites_the_sanitizers_report_is_still_caught(tmp_path: Path) -> None:
     """compute-sanitizer's front end runs outside the worker's bwrap sandbox: the report it writes is
     out of the candidate's reach, and the planted overrun is reported whatever the candidate does.
-    (Under unshare the tool runs inside, and this attack is not stopped: tests/test_sanitizer_outside.py.)"""
+    (Under unshare the tool runs inside, and this attack is not stopped: tests/executor/test_sanitizer_outside.py.)"""
     if cs.locate(None) is None:
         pytest.fail("compute-sanitizer not found on this GPU runner")
     box = _box("bwrap")

@@ -15,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from gpu_gate import proc
-from gpu_gate.checks import sanitizer as check
+from gpu_gate.judge.checks import sanitizer as check
 from gpu_gate.cuda import sanitizer as cs
 from gpu_gate.findings import Finding, Severity, Status
-from gpu_gate.jobs import Job
+from gpu_gate.protocol.jobs import Job
 
 pytestmark = pytest.mark.gpu
 

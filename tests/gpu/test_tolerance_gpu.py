@@ -8,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from gpu_gate.equivalence.cases import Case, InputChoice
+from gpu_gate.protocol.cases import Case, InputChoice
 from gpu_gate.findings import Severity, Status
-from gpu_gate.harness import Context, run_job
-from gpu_gate.jobs import Job, SpecRef
+from gpu_gate.inprocess import Context
+from gpu_gate.judge.job import run_job
+from gpu_gate.protocol.jobs import Job, SpecRef
 
 pytestmark = pytest.mark.gpu
 

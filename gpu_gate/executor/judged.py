@@ -1,0 +1,242 @@
+"""A job that runs code under review: the judge (gpu-gate's own process, outside the sandbox) and
+its sandboxed workers, talking over socket pairs."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from ..store import compiled as compiled_store
+from . import sandbox
+from .. import proc
+from ..judge.checks import CHECKS
+from ..judge.checks.outcome import WrapContext
+from ..findings import JobResult
+from ..protocol.jobs import Job
+from ..protocol.jobs import base_commit
+from .argv import _context, _env_for, _niced, _worker_context, judge_argv, worker_argv
+from .containment import Contained, _contained_run
+from .control import RunControl, _kill_group
+from .options import ExecOptions, concurrency
+from .results import _classify_failure, _error_result, _interrupted, _outcome_to_result, _read_result, _stuck_result, _with_escapes, _with_sandbox_ended
+
+
+WORKER_ROLES = ("candidate", "reference")  # and "base", the base's code, in a differential run
+
+
+KEPT = ".kept"  # in a worker's directory: where its sandbox shows the spec's kept kernels, read-only
+
+
+WORKER_GRACE_S = 5.0  # after the judge is done, how long a worker may take to exit before it is killed
+
+
+def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control: RunControl,
+                avail: sandbox.Available) -> JobResult:
+    """A job that runs code under review: the judge (gpu-gate's own process, outside the sandbox,
+    which never imports that code) and two sandboxed workers, each in a directory of its own,
+    talking over socket pairs. The result file is the judge's, in a directory no worker sees; a
+    worker's exit code and files decide nothing (compute-sanitizer's report aside, read from the
+    candidate worker's directory by the sanitizer check)."""
+    import socket
+
+    marks = {"enter": time.monotonic()}  # the job's time outside the judge's process, for its timing
+    outer = workdir.parent
+    judge_dir = outer / "judge"
+    dirs = {"candidate": workdir, "reference": outer / "r"}
+    # Differential runs: the base's code in a worker of its own, on the base's work tree.
+    roots = {"candidate": opts.repo_root, "reference": opts.repo_root}
+    if base_commit(job) and opts.base_root is not None:
+        dirs["base"], roots["base"] = outer / "b", opts.base_root
+    # In a sandbox the base's tree is shown at the repository's own path: its code compiles to the
+    # very kernels the head's unchanged code does, and its reports name the same files.
+    remap = avail.protects_files
+    roles = tuple(dirs)
+    shelf = compiled_store.shelf(opts.kernel_store, job) if opts.kernel_store is not None and remap else None
+    try:
+        judge_dir.mkdir()
+        for role, d in dirs.items():
+            d.mkdir(exist_ok=True)
+            shown = opts.repo_root if remap else roots[role]
+            context_json = _worker_context(opts, gpu, shown)
+            if shelf is not None and shelf.is_dir() and role != "reference":
+                # the worker copies its spec's kept kernels into its own cache itself, while it
+                # imports torch and the spec, from a read-only mount of the shelf in its own
+                # directory: the shelf cannot be written from there, and the base's worker, whose
+                # repository path shows the base's tree, sees it too (the reference's torch code
+                # launches none of them)
+                (d / KEPT).mkdir()
+                context_json["shelf"] = str(d / KEPT)
+            (d / "context.json").write_text(json.dumps(context_json))
+    except OSError as exc:
+        return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
+    marks["files"] = time.monotonic()
+    pairs = {role: socket.socketpair() for role in roles}
+    context = {**_context(opts, gpu, job), "channels": {role: a.fileno() for role, (a, _) in pairs.items()}}
+    job_file, result_file = judge_dir / "in.json", judge_dir / "out.json"
+    job_file.write_text(json.dumps({"job": job.to_json(), "context": context}))
+    threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
+    env = _env_for(opts, gpu, workdir, threads, job.check, avail)
+    judge_env = {**env, "TMPDIR": str(judge_dir)}
+    module = CHECKS[job.check].load()
+    argvs = {role: worker_argv(opts, dirs[role] / "context.json", None, role=role, fd=b.fileno())
+             for role, (_, b) in pairs.items()}
+    wrap = getattr(module, "wrap", None)
+    # compute-sanitizer runs the candidate's worker's sandbox as its program (from outside a bwrap
+    # sandbox); in a differential run the base's too, so that each report can be told new from
+    # pre-existing.
+    tools: dict[str, list[str]] = {}
+    for role in ("candidate", "base"):
+        if wrap is None or role not in dirs:
+            continue
+        wctx = WrapContext(opts.repo_root if remap else roots[role], gpu is not None, opts.sanitizer_path,
+                           opts.timeout_s, env, avail.tool_outside)
+        wrapped = wrap(job, dirs[role], wctx)
+        if not isinstance(wrapped, list):  # an Outcome: the tool cannot run
+            if role != "candidate":
+                continue  # the base's reports cannot be compared: the head's are judged as they are
+            _close_pairs(pairs)
+            return _outcome_to_result(job, wrapped, 0.0, None)  # fail closed
+        tools[role] = wrapped
+    timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
+    done: dict[str, Contained] = {}
+    pids: dict[str, int] = {}
+
+    def worker(role: str) -> None:
+        # Each worker's caches (Triton's, CuPy's, the driver's) and temporary files in its own
+        # directory: the only one its sandbox can write. The candidate's may carry the sanitizer's.
+        wenv = env if role == "candidate" else _env_for(opts, gpu, dirs[role], threads, job.check, avail)
+        b = pairs[role][1]
+        # The judge keeps the time: a worker outlives it only until it is killed after the judge.
+        def started(p: int) -> None:
+            pids[role] = p
+
+        other = roots[role] != opts.repo_root
+        wopts = opts if remap or not other else dataclasses.replace(opts, repo_root=roots[role])
+        lent = ((shelf, dirs[role] / KEPT),) if shelf is not None and (dirs[role] / KEPT).is_dir() else ()
+        done[role] = _contained_run(argvs[role], wopts, gpu, dirs[role], wenv, timeout + 60, avail, control,
+                                    extra_fds=(b.fileno(),), on_start=started,
+                                    source=roots[role] if remap and other else None, lent=lent,
+                                    tool=tools.get(role, ()))
+
+    running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in roles]
+    for t in running:
+        t.start()
+    judge_pid: list[int] = []
+
+    def judge_started(p: int) -> None:
+        marks["judge"] = time.monotonic()
+        judge_pid.append(p)
+        control.started(p)
+        for _, b in pairs.values():  # the workers hold their ends; the gate keeps none
+            _wait_started(pids, len(roles))
+            b.close()
+
+    try:
+        jpr = proc.run(_niced(judge_argv(opts, job_file, result_file), opts), cwd=judge_dir, env=judge_env,
+                       timeout=timeout,
+                       pass_fds=tuple(a.fileno() for a, _ in pairs.values()), on_start=judge_started)
+    finally:
+        marks["judged"] = time.monotonic()
+        control.ended(judge_pid[0] if judge_pid else None)
+        _close_pairs(pairs)
+        for t in running:
+            t.join(WORKER_GRACE_S)
+        for p in pids.values():
+            _kill_group(p)
+        for t in running:
+            t.join()
+        marks["workers_gone"] = time.monotonic()
+    if shelf is not None and "base" in dirs and control.reason is None:
+        # every sandbox is gone: what the base's code compiled is kept for the next runs
+        compiled_store.harvest(dirs["base"] / ".cache" / "triton", shelf)
+    marks["kept"] = time.monotonic()
+    if control.reason is not None and (jpr.signal == 9 or jpr.timed_out or jpr.returncode is None):
+        return _interrupted(job, control.reason, jpr)
+    stuck = sorted(role for role, c in done.items() if c.stuck)
+    if stuck:
+        return _stuck_result(job, stuck, done[stuck[0]].pr)
+    cand_pr = done["candidate"][0] if "candidate" in done else jpr
+    escaped = sum(c.escaped for c in done.values())
+    unwatched = any(c.unwatched for c in done.values())
+    ended = {role: c.ended for role, c in done.items() if c.ended}
+    inner = _read_result(result_file)
+    base_run = None
+    if "base" in tools and "base" in done:
+        from ..judge.checks.sanitizer import BaseRun
+
+        base_run = BaseRun(dirs["base"], done["base"][0], roots["base"])
+    result = _judge_result(job, opts, workdir, jpr, cand_pr, inner, timeout, module, base_run)
+    _time_outside(result, marks, {role: c.started_s for role, c in done.items() if c.started_s is not None})
+    if ended:
+        result = _with_sandbox_ended(result, ended)
+    return _with_escapes(result, escaped, avail, unwatched) if escaped or unwatched else result
+
+
+def _time_outside(result: JobResult, marks: dict[str, float], sandbox_start: dict[str, float]) -> None:
+    """Where a judged job's time went outside the judge's process (``extra.timing.outside``):
+    its files, sandboxes and processes started (``start_s``, of which writing the job's files,
+    ``files_s``), the workers' exit after the judge's
+    (``workers_exit_s``), the base's compiled kernels kept (``keep_s``); under a tool outside the
+    sandbox, how long each sandbox took to start its worker (``sandbox_start_s``, by role: what
+    :data:`TOOL_START_LIMIT_S` is measured against)."""
+    if "judge" not in marks or not isinstance(result.extra, dict):
+        return
+    timing = result.extra.setdefault("timing", {})
+    if isinstance(timing, dict):
+        timing["outside"] = {"files_s": round(marks["files"] - marks["enter"], 2),
+                             "start_s": round(marks["judge"] - marks["enter"], 2),
+                             "workers_exit_s": round(marks["workers_gone"] - marks["judged"], 2),
+                             "keep_s": round(marks["kept"] - marks["workers_gone"], 2)}
+        if sandbox_start:
+            timing["outside"]["sandbox_start_s"] = sandbox_start
+
+
+def _wait_started(pids: dict[str, int], n: int, limit_s: float = 30.0) -> None:
+    end = time.monotonic() + limit_s
+    while len(pids) < n and time.monotonic() < end:
+        time.sleep(0.005)
+
+
+def _close_pairs(pairs: dict[str, Any]) -> None:
+    for a, b in pairs.values():
+        for s in (a, b):
+            try:
+                s.close()
+            except OSError:
+                pass
+
+
+def _judge_result(job: Job, opts: ExecOptions, workdir: Path, jpr: proc.ProcResult, cand: proc.ProcResult,
+                  inner: JobResult | None, timeout: float, module: Any, base: Any = None) -> JobResult:
+    """The judge's result; a sanitizer check adds what compute-sanitizer saw in the candidate's
+    worker (and, in a differential run, in the base's). The candidate's own output (its prints, its
+    traceback) is the log shown."""
+    collect = getattr(module, "collect", None)
+    if collect is not None:
+        from ..judge.job import Outcome
+
+        inner_outcome = None
+        if inner is not None:
+            inner_outcome = Outcome(inner.status, inner.findings, inner.cases, inner.reason, inner.extra)
+        outcome = collect(job, workdir, cand, inner_outcome, base) if base is not None else \
+            collect(job, workdir, cand, inner_outcome)
+        return _outcome_to_result(job, outcome, jpr.duration_s, cand.tail(40) or jpr.tail(40) or None)
+    if inner is None:
+        kind, message = _classify_failure(job, jpr, timeout)
+        if jpr.timed_out and timeout < opts.timeout_s:
+            message += " (the whole run's time limit cut this job short)"
+        res = _error_result(job, kind, message, jpr)
+        return dataclasses.replace(res, log_tail=cand.tail(40) or res.log_tail)
+    inner.duration_s = jpr.duration_s
+    if cand.signal or cand.returncode not in (0, None):  # how the candidate died is the executor's to say
+        _, how = _classify_failure(job, cand, timeout)
+        how = how.replace("the job process died: ", "") if cand.signal else f"it exited with code {cand.returncode}"
+        inner.findings = [dataclasses.replace(f, message=f"{f.message}; {how}") if f.kind == "crash" else f
+                          for f in inner.findings]
+    if cand.tail(5) or jpr.tail(5):
+        inner.log_tail = "\n".join(t for t in (cand.tail(40), jpr.tail(10)) if t)
+    return dataclasses.replace(inner, job_id=job.id, check=job.check, level=job.level,
+                               spec=job.spec.id if job.spec else None, kernels=job.kernels)

@@ -1,0 +1,406 @@
+"""The determinism check: each case runs R times alone, then R times while background
+kernels load the GPU on other streams, then R times with most SMs held. Outputs must agree
+within tolerance; bitwise only where the spec declares ``deterministic=True`` (fp32 atomics
+legitimately vary). A candidate that uses streams of its own is also repeated with the caller's
+stream held back, so that its work there runs in the other order. A spec with ``producer=`` has
+its named inputs written by a kernel just before a few more runs, on the caller's stream and on
+another one (see gpu_gate.worker.producer): a kernel that reads them before its producer
+finished differs there."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ...findings import Finding, Status
+
+if TYPE_CHECKING:
+    from ...protocol.cases import Case
+    from ..equivalence.engine import CaseRunner
+    from ..job import Context, Outcome
+    from ...protocol.jobs import Job
+
+CASES = 4
+FEWER_SMS = "with three quarters of the SMs held by another kernel"  # see gpu_gate.worker.hold_sms
+PRODUCED_ON_STREAM = "right after a kernel that writes {names} on the caller's stream"  # gpu_gate.worker.producer
+PRODUCED_ON_EVENT = "after a kernel that writes {names} on another stream, ordered by an event"
+CALLER_LATE = "with the caller's stream held back, so that the candidate's other streams run first"
+DEFAULT_CONTENTION_GIB = 4.0  # one contention case, at most; a third of the free GPU memory at most
+
+
+def run(job: Job, ctx: Context) -> Outcome:
+    from ..job import Outcome
+
+    workers = ctx.open_workers(job)
+    spec = workers.spec
+    if ctx.device not in spec.devices:
+        return Outcome(Status.NOT_RUN, reason=f"spec {spec.name!r} runs only on {', '.join(spec.devices)}")
+    return Determinism(job, ctx, workers).run()
+
+
+MAX_DEBT = 3  # pre-existing nondeterministic cases reported before the job stops looking
+
+
+def _pre_existing(f: Finding) -> Finding:
+    import dataclasses
+
+    return dataclasses.replace(f, message=f"pre-existing (the base's code is nondeterministic on the same case too): "
+                                          f"{f.message}")
+
+
+def _within_base(f: Finding, head_off: dict[str, float], base_off: dict[str, float], factor: float) -> Finding:
+    """The head's runs differ, but none is further off the reference than ``factor`` times the
+    base's own run on the same case: within the error the repository already accepts there, as
+    the equivalence check judges accuracy against the base (``regression_factor``)."""
+    import dataclasses
+
+    said = ", ".join(f"{k!r}: this change's worst run {head_off[k]:.3g}, the base's {base_off[k]:.3g}"
+                     for k in sorted(head_off))
+    return dataclasses.replace(f, message=f"pre-existing (within the base's own error on the same case: the base's "
+                                          f"code is as far off the reference there, within {factor:g}x; {said}): "
+                                          f"{f.message}",
+                               details={**f.details, "base_error_of": dict(base_off)})
+
+
+class Determinism:
+    def __init__(self, job: Job, ctx: Context, workers: Any) -> None:
+        from .equivalence import Equivalence
+
+        eq = Equivalence(job, ctx, workers)
+        self.job, self.ctx, self.spec, self.eq = job, ctx, workers.spec, eq
+        self.runner: CaseRunner = eq.runner
+        self.repeats = max(2, int(job.options.get("repeats") or 8))
+        self.load = bool(job.options.get("concurrent_load", True))
+        self.unheld: str | None = None  # why the runs on fewer SMs could not be made
+        self.unheld_caller: str | None = None  # why the runs with the caller's stream held back could not be
+        self.unproduced: str | None = None  # why the runs after a producer could not be made
+        self._truth: tuple[str, Any] | None = None  # the last case's fetched reference: (case id, truth)
+        self._errors_of: dict[str, float] | None = None  # outputs whose base error is asked; then the errors
+        self.timing: dict[str, Any] = {"cases": []}  # where the job's time went (see run)
+
+    def cases(self) -> list[Case]:
+        """The contention cases first (many programs sharing locks, partial rows and hot
+        indices; see gpu_gate.judge.equivalence.contention), then a few fuzzed ones."""
+        from ...protocol.cases import Case, ScheduleOptions, allowed_dtypes, schedule
+        from ..equivalence.contention import contention_cases
+        from .equivalence import unsupported_dtypes
+
+        if self.job.case:
+            return [Case.from_token(self.job.case)]
+        bad, _ = unsupported_dtypes(self.ctx, self.eq.workers.uses_triton)
+        opts = ScheduleOptions.from_options({**self.job.options, "cases": CASES}, seed=self.eq.seed,
+                                            budget=self.eq.budget, unsupported=bad)
+        usable, _ = allowed_dtypes(self.spec, opts)
+        busy: list[Case] = []
+        if usable and self.job.options.get("contention", True):
+            busy = contention_cases(self.spec, self.eq.seed, usable[0], self._contention_budget(), opts.max_reduction)
+        return busy + schedule(self.spec, opts)
+
+    def _contention_budget(self) -> int:
+        from ..equivalence.contention import gpu_budget
+
+        cap = float(self.job.options.get("contention_gib") or DEFAULT_CONTENTION_GIB)
+        if self.ctx.device != "cuda":
+            return self.eq.budget
+        import torch
+
+        free, _ = torch.cuda.mem_get_info()
+        return gpu_budget(int(free), cap)
+
+    def run(self) -> Outcome:
+        """The check, with where its time went (``extra["timing"]``: importing the spec in the
+        workers, then each case's repeats on the head's code and, where it was asked, the base's)."""
+        import time
+
+        self.timing["load_s"] = round(float(getattr(self.eq.workers, "load_s", 0.0) or 0.0), 2)
+        start = time.monotonic()
+        out = self._run()
+        self.timing["total_s"] = round(time.monotonic() - start, 2)
+        out.extra.setdefault("timing", self.timing)
+        return out
+
+    def _timed_case(self, case: Case, cand: Any, side: str) -> Finding | str | None:
+        import time
+
+        start = time.monotonic()
+        self._parts: dict[str, float] = {}
+        run0, compile0 = float(getattr(cand, "run_s", 0.0)), float(getattr(cand, "compile_s", 0.0))
+        try:
+            return self._case(case, cand)
+        finally:
+            # where the case's time went: the inputs, the first run, the reference, each setting's
+            # repeats; of it, the worker's own count of running the candidate and of compiling
+            parts = {k: round(v, 2) for k, v in self._parts.items()}
+            parts["worker_run_s"] = round(float(getattr(cand, "run_s", 0.0)) - run0, 2)
+            parts["worker_compile_s"] = round(float(getattr(cand, "compile_s", 0.0)) - compile0, 2)
+            self.timing["cases"].append([case.id, side, round(time.monotonic() - start, 2), case.describe()[:120],
+                                         parts])
+
+    def _took_fetched(self) -> float:
+        """The time the reference's fetch took since last asked (it has a part of its own)."""
+        took, self._fetched_s = getattr(self, "_fetched_s", 0.0), 0.0
+        return took
+
+    def _lap(self, part: str, since: float) -> float:
+        """Add the time since ``since`` to ``part`` of the case's timing; now."""
+        import time
+
+        now = time.monotonic()
+        parts = getattr(self, "_parts", None)
+        if parts is not None:
+            parts[part] = parts.get(part, 0.0) + now - since
+        return now
+
+    def _run(self) -> Outcome:
+        from ..equivalence.engine import ContextLost, SpecBroken
+        from ..workers import WorkerDied
+        from ..job import Outcome
+
+        ran = 0
+        debt: list[Finding] = []  # nondeterminism the base's code shows on the same case too
+        try:
+            for case in self.cases():
+                finding = self._timed_case(case, self.runner.candidate, "head")
+                if isinstance(finding, str):  # refused: the equivalence check reports it
+                    continue
+                ran += 1
+                if finding is None:
+                    continue
+                finding = self._against_base(case, finding)
+                if finding.details.get("change") == "pre-existing":
+                    debt.append(finding)
+                    if len(debt) < MAX_DEBT:
+                        continue  # the base has it too: look on for what this change brings
+                return Outcome(Status.FAILED, [finding, *debt] if finding not in debt else debt, cases=ran)
+        except ContextLost as exc:
+            if isinstance(exc, WorkerDied):
+                raise  # the job's verdict: a crash (see harness._run_check)
+            return Outcome(Status.FAILED, [self._finding("cuda-error", f"the kernel broke the CUDA context: {exc}")],
+                           cases=ran, reason="CUDA context lost")
+        except SpecBroken as exc:
+            return Outcome(Status.ERROR, [self._finding("reference-error", str(exc))], cases=ran, reason=str(exc))
+        if ran == 0:
+            return Outcome(Status.ERROR, [self._finding("refused", "the candidate refused every case: nothing was "
+                                                                   "checked for determinism")],
+                           reason="every case was refused")
+        notes = [self._note_unheld(FEWER_SMS, self.unheld)] if self.unheld else []
+        notes += [self._note_unheld(CALLER_LATE, self.unheld_caller)] if self.unheld_caller else []
+        if self.unproduced:  # the spec asked for these runs: not made is not passed
+            notes.append(self._finding("producer-unavailable", f"the runs after a producer (producer=) could not be "
+                                       f"made: {self.unproduced}; install gpu-gate's GPU extra (CuPy) on the runner"))
+            return Outcome(Status.FAILED, debt + notes, cases=ran)
+        if debt:
+            return Outcome(Status.FAILED, debt + notes, cases=ran)
+        return Outcome(Status.PASSED, notes, cases=ran)
+
+    def _note_unheld(self, setting: str, why: str) -> Finding:
+        import dataclasses
+
+        from ...findings import Severity
+
+        f = self._finding("amplifier-unavailable", f"the repeats {setting} did not run: {why} (the repeats alone "
+                                                   f"and under load did)")
+        return dataclasses.replace(f, severity=Severity.NOTE)
+
+    def _against_base(self, case: Case, finding: Finding) -> Finding:
+        """On a pull request, the same case repeated on the base's code: nondeterminism it shows too
+        is the repository's debt (pre-existing), otherwise this change's (new). A base that cannot
+        answer leaves the finding as it is: judged by absolute rules."""
+        from ..equivalence.engine import BaseLost, ContextLost, marked
+
+        base = self.runner.base
+        if base is None:
+            return finding
+        head_off = {str(k): float(v) for k, v in (finding.details.get("worst_error_of") or {}).items()}
+        self._errors_of = dict.fromkeys(head_off, 0.0)
+        try:
+            again = self._timed_case(case, base, "base")
+        except (BaseLost, ContextLost) as exc:
+            self.runner.base, self.runner.base_lost = None, f"{exc} (case {case.id})"
+            return finding
+        finally:
+            base_off, self._errors_of = self._errors_of or {}, None
+        if isinstance(again, str):
+            return marked(finding, "new", "the base's code refused this case")
+        if again is not None:
+            return _pre_existing(marked(finding, "pre-existing"))
+        factor = float(getattr(self.runner, "regression_factor", 4.0))
+        # deterministic=True: any difference is the defect, however accurate the runs
+        within = head_off and all(0 < base_off.get(k, 0.0) and h <= factor * base_off[k] for k, h in head_off.items())
+        if within and not self.spec.deterministic:
+            return _within_base(marked(finding, "pre-existing"), head_off, base_off, factor)
+        return marked(finding, "new")
+
+    def _finding(self, kind: str, message: str, case: Case | None = None) -> Finding:
+        from .equivalence import repro_command
+
+        assert self.job.spec is not None
+        repro = repro_command(self.job, "determinism").format(token=case.token()) if case else None
+        return Finding(check="determinism", kind=kind, spec=self.job.spec.id, case=case.id if case else None,
+                       repro=repro, message=message,
+                       details={"token": case.token(), "case": case.describe()} if case else {})
+
+    def _case(self, case: Case, cand: Any) -> Finding | str | None:
+        """``case`` repeated on ``cand``: the head's code, or the base's (a differential run)."""
+        from ...protocol.inputs import materialize
+
+        import time
+
+        r = self.runner
+        t = time.monotonic()
+        m = materialize(self.spec, case, self.ctx.device)
+        upstream = r.ref.upstream(case)
+        t = self._lap("inputs_s", t)
+        # The first run's outputs stay in the worker; each repeat is compared with them there,
+        # and only the outputs that differ bitwise come back to be judged.
+        # (what the call wrote into its inputs is not looked at here: put back by the worker, unsent)
+        rep = cand.call(case, upstream, inputs=m, hold=True, inputs_back=False)
+        self._lap("first_run_s", t)
+        try:
+            if rep.status != "ok":
+                return "refused"  # the equivalence check reports it
+            first = rep.outputs
+            truth: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = []
+
+            def reference() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+                # The float64 reference, the baseline and the rounding envelope, asked for the first
+                # time a repeat differs bitwise from the first run: repeats that all agree need
+                # none of it (on an H100, 3 s of a contention case went to receiving it).
+                if not truth:
+                    if self._truth is not None and self._truth[0] == case.id:  # the head's, for the base
+                        truth.append(self._truth[1])
+                        return truth[0]
+                    start = time.monotonic()
+                    truth.append(r.ref.truth(case, first))
+                    self._fetched_s = self._lap("reference_s", start) - start  # not the repeat's lap too
+                    self._truth = (case.id, truth[0])
+                return truth[0]
+
+            found = self._repeat(cand, case, upstream, first, reference, rep.side_streams > 0)
+            if found is None and self._errors_of is not None:
+                # the base's code, whose runs agree: how far its run is off the reference, on the
+                # outputs where the head's runs differ (see _against_base)
+                ref = reference()[0]
+                self._errors_of = {k: _error(first.get(k), ref.get(k)) for k in self._errors_of}
+            return found
+        finally:
+            cand.release()
+
+    def _repeat(self, cand: Any, case: Case, upstream: Any, first: dict[str, Any],
+                reference: Any, side_streams: bool = False) -> Finding | None:
+        """Every repeat runs, alone and then under load, even after one differs: the finding says how
+        many of them differed in each setting and how far the worst landed from the reference (a
+        race that fires once in eight runs and one that fires every time read differently)."""
+        from ..equivalence.compare import agree
+
+        found: tuple[str, int, str] | None = None  # the first difference: why, which run, in which setting
+        differed: dict[str, int] = {}
+        runs: dict[str, int] = {}
+        worst = 0.0
+        worst_of: dict[str, float] = {}  # per output that differed: the worst run's distance from the reference
+        settings = repeat_settings(self.ctx.device, self.load, self.repeats, self.spec.producer, side_streams)
+        produced = [x for x in settings if "produce" in x[1]]
+        import time
+
+        for when, how, repeats in settings:
+            differed[when], runs[when] = 0, repeats
+            lap, t = "repeats_" + next(iter(how), "alone") + "_s", time.monotonic()
+            for i in range(repeats):
+                t = self._lap(lap, t + self._took_fetched())  # the run before
+                # what the call wrote into its inputs is put back in the worker, not sent: only the
+                # outputs are compared here (a backward that reuses its inputs' memory, as Liger's
+                # GEGLU does, would send both inputs back with every repeat)
+                rep = cand.call(case, upstream, compare_held=True, inputs_back=False, **how)
+                if isinstance(rep.held_sms, str):  # no CuPy, say: these runs would be runs alone
+                    self.unheld = rep.held_sms
+                    del differed[when]
+                    break
+                if isinstance(rep.held_caller, str):
+                    self.unheld_caller = rep.held_caller
+                    del differed[when]
+                    break
+                if isinstance(rep.produced, str):
+                    self.unproduced = rep.produced
+                    del differed[when]
+                    break
+                if rep.status != "ok":
+                    return self._finding("nondeterministic", f"a repeated run on the same inputs raised "
+                                                             f"{rep.message} (case {case.describe()})", case)
+                bad = None
+                for k, v in first.items():
+                    if k in rep.same_as_held:
+                        continue
+                    ref, base, envelope = reference()
+                    if k not in ref:
+                        continue
+                    why = agree(k, v, rep.outputs.get(k), bitwise=self.spec.deterministic, ref=ref[k],
+                                base=base.get(k), rule=self.eq.rule, perturbed=envelope.get(k))
+                    if why:
+                        bad = bad or why
+                        off = max(_error(v, ref[k]), _error(rep.outputs.get(k), ref[k]))
+                        worst, worst_of[k] = max(worst, off), max(worst_of.get(k, 0.0), off)
+                if bad:
+                    differed[when] += 1
+                    found = found or (bad, i, when)
+            self._lap(lap, t + self._took_fetched())
+        if found is None:
+            return None
+        why, i, when = found
+        tally = " and ".join(f"{n} of {runs[w]} runs {w}" for w, n in differed.items())
+        early = {w for w, *_ in produced}
+        if all(n == 0 or w in early for w, n in differed.items()):
+            names = ", ".join(repr(n) for n in self.spec.producer)
+            f = self._finding("read-before-producer", f"{why} (in the runs where a kernel writes {names} just before "
+                                                      f"the call: {tally}; never alone or under load). The kernel "
+                                                      f"reads {names} before the kernel that writes them has finished: "
+                                                      f"with programmatic dependent launch, wait for it first "
+                                                      f"(tl.extra.cuda.gdc_wait() in Triton, "
+                                                      f"cudaGridDependencySynchronize() in CUDA); on a stream of its "
+                                                      f"own, make that stream wait for the caller's "
+                                                      f"(side.wait_stream(torch.cuda.current_stream())); worst run off "
+                                                      f"the reference by up to {worst:.3g}; case {case.describe()}",
+                              case)
+        else:
+            hint = ("; only with the caller's stream held back: work on another stream reads what the caller's "
+                    "stream writes without waiting for it (make that stream wait first: "
+                    "side.wait_stream(torch.cuda.current_stream()))"
+                    if all(n == 0 or w == CALLER_LATE for w, n in differed.items()) else "")
+            f = self._finding("nondeterministic", f"{why} (first in run {i + 2} of {runs[when] + 1}, {when}; "
+                                                  f"differed from the first run in {tally}; the worst run is off the "
+                                                  f"reference by up to {worst:.3g}; case {case.describe()}{hint})",
+                              case)
+        f.details.update({"runs_differed": differed, "repeats": self.repeats, "runs": runs, "worst_error": worst,
+                          "worst_error_of": worst_of})
+        return f
+
+
+def repeat_settings(device: str, load: bool, repeats: int, producer: tuple[str, ...], side_streams: bool
+                    ) -> list[tuple[str, dict[str, Any], int]]:
+    """The settings a case is repeated in, in order: (what the finding calls it, how the worker is
+    asked to run, how many runs). Alone always; on a GPU, under load and on fewer SMs; with the
+    caller's stream held back where the candidate used streams of its own (every other setting
+    delays those: the launch order the other way round); after a producer where the spec names one
+    (fewer runs: a read before the producer finished shows on nearly every one)."""
+    settings: list[tuple[str, dict[str, Any], int]] = [("alone", {}, repeats)]
+    if device != "cuda":
+        return settings
+    if load:
+        settings.append(("under concurrent load on other streams", {"load": True}, repeats))
+        settings.append((FEWER_SMS, {"hold_sms": True}, repeats))
+        if side_streams:
+            settings.append((CALLER_LATE, {"hold_caller": True}, repeats))
+    if producer:
+        names = ", ".join(repr(n) for n in producer)
+        few = max(2, repeats // 4)
+        settings.append((PRODUCED_ON_STREAM.format(names=names), {"produce": "stream", "producer": producer}, few))
+        settings.append((PRODUCED_ON_EVENT.format(names=names), {"produce": "event", "producer": producer}, few))
+    return settings
+
+
+def _error(out: Any, ref: Any) -> float:
+    """The largest absolute difference of an output from the reference (0 where it cannot say)."""
+    import torch
+
+    if not isinstance(out, torch.Tensor) or not isinstance(ref, torch.Tensor) or out.shape != ref.shape \
+            or not out.numel():
+        return 0.0
+    d = (out.detach().to(torch.float64) - ref.detach().to(torch.float64).to(out.device)).abs()
+    return float(torch.nan_to_num(d, nan=float("inf")).max())

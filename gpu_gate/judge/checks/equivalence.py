@@ -1,0 +1,750 @@
+"""The equivalence check: fuzzed cases against a float64 reference, with a
+baseline-relative tolerance, anti-exploit guards, an error-growth sweep along
+reduction dims, and shrinking of the first failure of each kind."""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import re
+import shlex
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...findings import Finding, Severity, Status
+
+if TYPE_CHECKING:
+    from ..workers import Workers
+    from ..job import Context, Outcome
+    from ...protocol.jobs import Job
+
+INTERPRETER_BAD_DTYPES = frozenset({"bfloat16", "float8_e4m3fn", "float8_e5m2"})
+CPU_BUDGET_BYTES = 64 << 20  # CPU cases stay small: the default budget must finish in a minute
+SANITIZER_BUDGET_BYTES = 4 << 20  # under compute-sanitizer every access is instrumented (about 18x slower)
+TRACE_LINES = 40  # the end of a traceback shown in a message (the whole one is in the details)
+REPLAY_CASES = 3  # passed cases run again at the end of the job, in plain tensors
+SENSITIVITY_EVERY = 4  # the input-sensitivity probe runs on every 4th case (the canonical one included)
+
+
+
+
+_FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in ')
+_CHAINED = re.compile(r"^(The above exception was the direct cause of the following exception:|"
+                      r"During handling of the above exception, another exception occurred:)$", re.M)
+
+
+def _canonical_refused_alone(refusals: list[Any]) -> bool:
+    """The canonical case was refused and the job stopped there (not refused at the base too)."""
+    return bool(refusals) and refusals[0].case.id == "c0000" and refusals[0].refused_at_base is None
+
+
+_OWN = (Path(__file__).resolve().parent.parent / "worker").as_posix()  # the worker's frames: gpu-gate's call
+
+
+def _trace_tail(trace: str | None, lines: int = 12) -> str:
+    """The end of a refusal's traceback, for the message (the whole one is in the details), without
+    the frames of gpu-gate's own worker that made the call: what the spec and the code under test
+    did, and what they raised."""
+    if not trace:
+        return ""
+    kept: list[str] = []
+    own = False
+    for line in trace.rstrip().splitlines():
+        m = _FRAME.match(line)
+        if m:
+            own = Path(m.group(1)).as_posix().startswith(_OWN)
+        elif not line.startswith(" "):
+            own = False  # the exception's own lines, a chain's separator, "Traceback ..."
+        if not own:
+            kept.append(line)
+    return "\n" + "\n".join(kept[-lines:])
+
+
+def innermost_repo_frame(trace: str, repo_root: Any) -> tuple[str, int] | None:
+    """(repo-relative file, line) of the innermost frame inside the repository of the first error
+    in ``trace`` (Python prints a chain's root cause first): the kernel's line where the Triton
+    interpreter stopped, not the wrapper's launch. None when no frame is in the repository."""
+    root = Path(repo_root).resolve()
+    for section in _CHAINED.split(trace)[::2]:
+        found = None
+        for line in section.splitlines():
+            m = _FRAME.match(line)
+            if m:
+                try:
+                    found = (Path(m.group(1)).resolve().relative_to(root).as_posix(), int(m.group(2)))
+                except ValueError:
+                    continue
+        if found:
+            return found
+    return None
+
+
+def repro_command(job: Job, check: str = "equivalence") -> str:
+    """The command that runs one case again. A job judged by the base's spec (a pull request) names
+    the base, so that the repro judges by the same spec, not the one in the work tree."""
+    from ...protocol.jobs import carried
+
+    assert job.spec is not None
+    base = (carried(job) or {}).get("commit")
+    at_base = f" --base {shlex.quote(str(base)[:12])}" if isinstance(base, str) and base else ""
+    return f"gpu-gate repro {shlex.quote(job.spec.id)} --check {check}{at_base} --case {{token}}"
+
+
+def unsupported_dtypes(ctx: Context, uses_triton: bool) -> tuple[frozenset[str], str | None]:
+    """``uses_triton``: the candidate worker found Triton in the code it imported from the repository."""
+    import torch
+
+    bad: set[str] = set()
+    why = None
+    if ctx.triton_interpret and uses_triton:
+        bad |= INTERPRETER_BAD_DTYPES
+        why = "the Triton interpreter (no GPU) computes bfloat16/float8 arithmetic wrongly"
+    for f8 in ("float8_e4m3fn", "float8_e5m2"):
+        if not hasattr(torch, f8):
+            bad.add(f8)
+            why = why or f"this torch has no {f8}"
+    return frozenset(bad), why
+
+
+def run(job: Job, ctx: Context) -> Outcome:
+    from ..job import Outcome
+
+    workers = ctx.open_workers(job)
+    spec = workers.spec
+    if ctx.device not in spec.devices:
+        return Outcome(Status.NOT_RUN, reason=f"no GPU: spec {spec.name!r} runs only on {', '.join(spec.devices)}")
+    return Equivalence(job, ctx, workers).run()
+
+
+def make_rule(spec: Any, options: dict[str, Any]) -> Any:
+    """The spec's tolerance wins over the policy's, field by field (atol/rtol as a pair)."""
+    from ..equivalence.compare import Rule
+
+    tol = options.get("tolerance") or {}
+    st = spec.tolerance
+    fixed = (st.atol, st.rtol) if st.atol is not None else (tol.get("atol"), tol.get("rtol"))
+    return Rule(baseline_factor=float(st.baseline_factor or tol.get("baseline_factor") or 2.0),
+                atol=fixed[0], rtol=fixed[1])
+
+
+class Equivalence:
+    def __init__(self, job: Job, ctx: Context, workers: Workers) -> None:
+        from ..equivalence.engine import CaseRunner
+
+        assert job.spec is not None
+        self.job, self.ctx, self.workers = job, ctx, workers
+        self.spec = spec = workers.spec
+        o = job.options
+        self.rule = make_rule(spec, o)
+        self.runner = CaseRunner(spec, job.spec.id, ctx.device, self.rule, repro_command(job), workers.candidate,
+                                 workers.reference, base=workers.base,
+                                 regression_factor=float(o.get("regression_factor") or 4.0))
+        budget = int(o.get("max_case_bytes") or 256 << 20)
+        self.budget = budget if ctx.device == "cuda" else min(budget, CPU_BUDGET_BYTES)
+        self.sanitized = bool(ctx.sanitizer or o.get("sanitizer"))
+        if self.sanitized:
+            self.budget = min(self.budget, SANITIZER_BUDGET_BYTES)
+            for worker in (workers.candidate, workers.base):
+                if worker is not None:
+                    worker.exact = True  # no guard band for the tool to miss an overrun in
+        self.seed = int(o["seed"]) if o.get("seed") is not None else int(job.seed)
+        self.deadline = min(ctx.deadline, time.monotonic() + float(o.get("time_budget_s") or 300))
+        self.phases: dict[str, float] = {}
+        self.replayed: list[str] = []  # the cases run again at the end, in plain tensors
+        self.ahead_started: dict[str, str] = {}  # compiling ahead, per side: "started", or why not
+        self.ahead_done: dict[str, dict[str, Any]] = {}  # per side, what its sibling said it did
+        self.finish_times: dict[str, Any] = {}  # the head's worker's answer to finish, as it timed it
+
+    @property
+    def spec_id(self) -> str:
+        assert self.job.spec is not None
+        return self.job.spec.id
+
+    def schedule(self) -> tuple[list[Any], list[str], str | None]:
+        from ...protocol.cases import (
+            PRODUCTION_CASE_BYTES,
+            Case,
+            ScheduleOptions,
+            allowed_dtypes,
+            production_cases,
+            schedule,
+        )
+
+        bad, why = unsupported_dtypes(self.ctx, self.workers.uses_triton)
+        opts = ScheduleOptions.from_options(self.job.options, seed=self.seed, budget=self.budget, unsupported=bad)
+        _, dropped = allowed_dtypes(self.spec, opts)
+        if self.job.case:
+            return [Case.from_token(self.job.case)], [], None
+        cases = schedule(self.spec, opts)
+        # Production shapes: after the canonical case, larger than the fuzzing budget where a GPU allows.
+        roomy = max(self.budget, PRODUCTION_CASE_BYTES) if self.ctx.device == "cuda" and not self.sanitized \
+            else self.budget
+        production, self.shapes_skipped = production_cases(self.spec, opts, roomy)
+        return cases[:1] + production + cases[1:], dropped, why
+
+    def run(self) -> Outcome:
+        from ..equivalence.engine import ContextLost, SpecBroken
+        from ..workers import WorkerDied
+        from ..job import Outcome
+
+        try:
+            cases, dropped, why = self.schedule()
+        except ValueError as exc:  # a malformed --case token
+            return Outcome(Status.ERROR, [self._error("bad-case", f"cannot read the case token: {exc} (copy it "
+                                                                   f"from the report's repro command)")],
+                           reason="bad case token")
+        if self.job.options.get("growth_only"):
+            return self._growth_only()
+        notes: list[Finding] = []
+        for why_not in getattr(self, "shapes_skipped", []):
+            # too large for this machine: not verified, which fails closed like a check not run
+            # (not_run: warn lets it through); a shape that does not fit the spec is a warning
+            too_big = "a case may take here" in why_not
+            notes.append(Finding(check="equivalence", kind="shape-not-run", message=why_not, spec=self.spec_id,
+                                 severity=Severity.ERROR if too_big else Severity.WARNING))
+        if dropped:
+            notes.append(self._note("dtype-not-run", f"{', '.join(dropped)} cases not run: {why}"))
+        if not cases:
+            return Outcome(Status.NOT_RUN, notes, reason=f"no case could run here: {why or 'no dtype left'}")
+        results: list[Any] = []
+        refusals: list[Any] = []
+        self.unsupported: list[Any] = []
+        growth = None
+        thresholds: list[Finding] = []
+        replays: list[Finding] = []
+        try:
+            self._compile_ahead(cases)
+            with self._timed("cases"):
+                self._run_cases(cases, results, refusals, notes)
+            want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
+            if want_growth and not _canonical_refused_alone(refusals):
+                with self._timed("growth"):
+                    growth = self._growth()
+                with self._timed("thresholds"):
+                    thresholds = self._thresholds()
+            if not self.job.case and not self.sanitized:
+                with self._timed("replay"):
+                    replays = self._replay(results)
+        except SpecBroken as exc:
+            f = Finding(check="equivalence", kind="reference-error", spec=self.spec_id,
+                        file=self.job.spec.file if self.job.spec else None, line=self.spec.line or None,
+                        message=f"{exc} (fix the reference in {self.job.spec.file if self.job.spec else 'the spec'})")
+            return Outcome(Status.ERROR, [f, *notes], cases=len(results), reason=str(exc))
+        except ContextLost as exc:
+            if isinstance(exc, WorkerDied):
+                raise  # the job's verdict: a crash (see harness._run_check)
+            f = Finding(check="equivalence", kind="cuda-error", spec=self.spec_id,
+                        message=f"the kernel broke the CUDA context: {exc}")
+            return Outcome(Status.FAILED, [f, *notes], cases=len(results), reason="CUDA context lost")
+        if self.unsupported and not results:
+            f = self._unsupported(len(cases))
+            return Outcome(Status.NOT_RUN, [f, *notes], reason=f.message.splitlines()[0])
+        findings = self._summarize(results, refusals)
+        findings += [_with_change_note(f) for f in replays]
+        findings += self._rewritten_reference(results)
+        if self.unsupported:
+            findings.append(self._unsupported(len(cases)))
+        extra: dict[str, Any] = {"seed": self.seed, "rule": self.rule.describe(),
+                                 "coverage": coverage(self.spec, [r.case for r in results])}
+        if self.replayed:
+            extra["replayed"] = self.replayed
+        if growth:
+            extra["growth"] = growth["table"]
+            findings += [_with_change_note(f) for f in growth["findings"]]
+        have = {(g.kind, g.details.get("output"), g.details.get("change")) for g in findings}
+        findings += [_with_change_note(f) for f in thresholds
+                     if (f.kind, f.details.get("output"), f.details.get("change")) not in have]
+        if not self.sanitized:  # under a tool, the executor compares the tool's reports instead
+            findings += self._differential_note(results, findings)
+        with self._timed("finish"):
+            findings += self._launches(extra)
+        findings += notes
+        extra["timing"] = self._timing()
+        if self.sanitized:
+            # Under compute-sanitizer the cases only drive the kernel: a wrong result is the
+            # equivalence job's verdict. Reported twice, it would read as two failures.
+            findings = [_seen_under_sanitizer(f) for f in findings
+                        if not (f.check == "equivalence" and f.details.get("change") == "fixed")]
+        failed = any(f.severity is Severity.ERROR for f in findings)
+        return Outcome(Status.FAILED if failed else Status.PASSED, findings, cases=len(results), extra=extra)
+
+    def _launches(self, extra: dict[str, Any]) -> list[Finding]:
+        """The Triton specializations the cases launched (``extra["specializations"]``); on a GPU, each
+        one of the spec's kernel files compiled for the compile check's archs, with its resources
+        (``extra["launch_resources"]``). The candidate worker recorded and compiled them (the launches
+        exist only in its process) and reports what came out; :mod:`gpu_gate.judge.checks.compile_launched`
+        decides what that means."""
+        from ..workers import BaseLost
+
+        settings = self.job.options.get("compile")
+        wanted = self.ctx.device == "cuda" and not self.sanitized and not self.job.case and isinstance(settings, dict)
+        start = time.monotonic()
+        if self.workers.base is not None and "base" in self.ahead_started:
+            with contextlib.suppress(BaseLost):  # first: its cores are the head's compile's
+                self.ahead_done["base"] = self.workers.base.ahead_done()
+        asked = time.monotonic()
+        done = self.workers.finish(settings if wanted else None)
+        self.finish_times["base_ahead_done_s"] = round(asked - start, 2)
+        self.finish_times["head_finish_s"] = round(time.monotonic() - asked, 2)
+        ahead = done.get("ahead")
+        if isinstance(ahead, dict):  # the head's worker's sibling, as it says: for the timing report only
+            self.ahead_done["head"] = {str(k): v for k, v in ahead.items() if isinstance(v, (int, float, bool))}
+            if isinstance(done.get("compile_taken"), int):  # of the compile check's builds, made by the sibling
+                self.ahead_done["head"]["launched_taken"] = done["compile_taken"]
+        if isinstance(done.get("finish_times"), dict):  # the head's worker's own account (timing only)
+            self.finish_times.update({f"head_{k}": v for k, v in done["finish_times"].items()
+                                      if isinstance(v, (int, float))})
+        if done.get("specializations"):
+            extra["specializations"] = done["specializations"]
+        notes = []
+        untimed = done.get("untimed_autotune")
+        if isinstance(untimed, list) and untimed and all(isinstance(n, str) for n in untimed):
+            names = ", ".join(n[:80] for n in untimed[:10])
+            why = ("under the Triton interpreter (no GPU), which cannot time them" if self.ctx.device != "cuda"
+                   else "as the policy says (autotune: rotate)")
+            notes.append(self._note("autotune-untimed", f"the autotuned kernels {names} ran their configs in turn, "
+                                    f"untimed, {why}: each new key took the next config of its list, so the cases "
+                                    f"reach every config; in production the autotuner times them and runs the "
+                                    f"fastest for each key"))
+        compiled = done.get("compile")
+        if not wanted or (compiled is None and not done.get("specializations")):
+            return notes
+        from .compile_launched import judge
+        from .compiled_offsets import KIND as KIND_OFFSET
+
+        read: set[str] = set()
+        findings, extra["launch_resources"] = judge(compiled, settings, read)
+        if any(f.kind in ("compile-error", KIND_OFFSET) for f in findings) and self.workers.base is not None:
+            findings = self._launched_against_base(findings, settings, read)
+        return notes + findings
+
+    def _launched_against_base(self, findings: list[Finding], settings: Any, read: set[str]) -> list[Finding]:
+        """A launched specialization that does not compile at head, or whose PTX computes an offset
+        in 32 bits, is the change's only if the base's code, launched by the same cases, does not do
+        the same: the base's worker compiles its own launches now (only when the head's show either;
+        see :func:`compile_launched.against_base`). ``read``: the kernels whose PTX the head sent."""
+        from ..workers import BaseLost
+        from ...protocol.jobs import base_commit
+        from .compile_launched import against_base
+
+        commit = str(base_commit(self.job) or "")
+        try:
+            assert self.workers.base is not None
+            answer = self.workers.base.finish(settings).get("compile")
+        except BaseLost as exc:
+            return findings + [self._note("differential", f"the launched specializations were not compared with the "
+                                          f"base's code ({commit[:12]}): {exc}")]
+        return against_base(findings, answer, commit, read)
+
+    def _run_cases(self, cases: list[Any], results: list[Any], refusals: list[Any], notes: list[Finding]) -> None:
+        for i, case in enumerate(cases):
+            if time.monotonic() > self.deadline and results:
+                notes.append(self._note("budget", f"ran {len(results)} of {len(cases)} cases within the "
+                                                  f"time budget"))
+                break
+            r = self.runner.run(case, sensitivity=(i % SENSITIVITY_EVERY == 0 and not self.sanitized))
+            if r.unsupported:
+                self.unsupported.append(r)
+                if i == 0:
+                    break  # the canonical case cannot run here: nothing can be verified here
+                continue
+            results.append(r)
+            if r.refused:
+                refusals.append(r)
+                if i == 0 and not self.job.case and r.refused_at_base is None:
+                    break  # the canonical case was refused, and not at the base too: nothing was verified
+
+    def _replay(self, results: list[Any]) -> list[Finding]:
+        """A few passed cases again, last of all and in reverse order, in plain tensors: the
+        canonical case, the largest passed and one between (see ``CaseRunner.replay``). The first
+        replay that fails is reported; the rest are not needed."""
+        passed = [r.case for r in results if not r.refused and not r.failed and r.case.id[:1] != "p"]
+        if not passed:
+            return []
+        picks = [passed[0]]
+        by_size = sorted(passed[1:], key=lambda c: sum(c.dims.values()))
+        for c in (by_size[-1:] + by_size[len(by_size) // 2:len(by_size) // 2 + 1]):
+            if c not in picks and len(picks) < REPLAY_CASES:
+                picks.append(c)
+        for case in reversed(picks):
+            if time.monotonic() > self.deadline:
+                break
+            found = self.runner.replay(case)
+            self.replayed.append(case.id)
+            if found:
+                return found
+        return []
+
+    def _unsupported(self, total: int) -> Finding:
+        """Cases the Triton interpreter could not run (libdevice, inline asm, an op it lacks):
+        not a refusal by the kernel, and not a pass. On a GPU they run compiled."""
+        r0 = self.unsupported[0]
+        canonical = r0.case.id == "c0000" and not self.job.case
+        head = ("the spec could not run under the Triton interpreter" if canonical else
+                f"{len(self.unsupported)} of {total} cases could not run under the Triton interpreter")
+        where = innermost_repo_frame(r0.trace or "", self.ctx.repo_root)
+        at = f" at {where[0]}:{where[1]}" if where else ""
+        return Finding(check="equivalence", kind="interpreter-unsupported",
+                       severity=Severity.NOTE if canonical else Severity.WARNING, spec=self.spec_id, case=r0.case.id,
+                       file=where[0] if where else None, line=where[1] if where else None,
+                       repro=self.runner.repro_cmd.format(token=r0.case.token()),
+                       message=f"{head} (no GPU here){at}: {r0.unsupported}; first case {r0.case.describe()}. They run "
+                               f"on a GPU.\n" + "\n".join((r0.trace or "").rstrip().splitlines()[-TRACE_LINES:]),
+                       details={"unsupported_cases": len(self.unsupported), "traceback": r0.trace,
+                                "case": r0.case.describe(), "token": r0.case.token()})
+
+    def _note(self, kind: str, message: str) -> Finding:
+        return Finding(check="equivalence", kind=kind, message=message, severity=Severity.NOTE, spec=self.spec_id)
+
+    def _error(self, kind: str, message: str) -> Finding:
+        return Finding(check="equivalence", kind=kind, message=message, spec=self.spec_id)
+
+    def _summarize(self, results: list[Any], refusals: list[Any]) -> list[Finding]:
+        findings: list[Finding] = []
+        groups: dict[tuple[str, str, str], list[Finding]] = {}
+        from ..equivalence.engine import chance_debt
+
+        chance = self.runner.chance_at_base
+        for r in results:
+            for f in chance_debt(r.findings, chance):
+                what = str(f.details.get("output", f.details.get("input", "")))
+                groups.setdefault((str(f.details.get("change", "")), f.kind, what), []).append(f)
+        shrinking = self.job.options.get("shrink", True) and not self.job.case and not self.sanitized
+        for (change, kind, _), fs in groups.items():
+            first = fs[0]
+            # the repository's debt is reported, not shrunk: the time goes to what this change did
+            if first.severity is Severity.ERROR and shrinking and change != "pre-existing":
+                first = self._shrink(first)
+            ids = [f.case for f in fs]
+            msg = first.message
+            if len(fs) > 1:
+                msg += f"\n(failed {len(fs)} of {len(results)} cases: {', '.join(i or '?' for i in ids[:8])}" \
+                       f"{' ...' if len(ids) > 8 else ''})"
+            findings.append(Finding(check=first.check, kind=kind, message=msg, severity=first.severity,
+                                    spec=first.spec, case=first.case, repro=first.repro,
+                                    details={**first.details, "failed_cases": len(fs), "cases": len(results)}))
+        if refusals:
+            findings += self._refusal(refusals, len(results))
+        findings += self._fixed(results)
+        return [_with_change_note(f) for f in findings]
+
+    def _fixed(self, results: list[Any]) -> list[Finding]:
+        """The base's failures that the head's code no longer has, on the same cases: good news."""
+        groups: dict[tuple[str, str], list[Finding]] = {}
+        for r in results:
+            for f in r.fixed:
+                groups.setdefault((f.kind, str(f.details.get("output", f.details.get("input", "")))), []).append(f)
+        out = []
+        for (kind, what), fs in groups.items():
+            first = fs[0]
+            on = f" on {what!r}" if what else ""
+            out.append(Finding(check="equivalence", kind=kind, severity=Severity.NOTE, spec=first.spec,
+                               case=first.case, repro=first.repro,
+                               message=f"fixed by this change: the base's code failed {len(fs)} of {len(results)} "
+                                       f"cases with {kind}{on} (first {first.details.get('case', first.case)}); the "
+                                       f"head's code passes them\n{first.message}",
+                               details={**first.details, "change": "fixed", "failed_cases": len(fs),
+                                        "cases": len(results)}))
+        return out
+
+    def _rewritten_reference(self, results: list[Any]) -> list[Finding]:
+        """Where this change rewrote the spec's reference (the base's judges it), the head's is run on
+        the first cases too: a rewrite that gives other results is a weakened rule, since the truth
+        the change would be judged by later is then its own. Blocking unless the base's policy says
+        ``rule_changes: warn``."""
+        from ..equivalence.compare import as_bytes
+        from ...protocol.jobs import carried
+
+        base = carried(self.job)
+        if not base or not base.get("reference_changed") or self.job.case:
+            return []
+        import torch
+
+        blocks = base.get("rule_changes", "fail") == "fail"
+        checked = 0
+        for r in [r for r in results if r.refused is None][:REWRITE_CASES]:
+            ours = self.workers.reference.truth(r.case, {})[0]
+            theirs = self.workers.reference.head_reference(r.case)
+            if isinstance(theirs, str) and theirs.startswith("not compared"):
+                return [self._note("reference-rewritten", f"the head's reference (rewritten by this change) was "
+                                                          f"{theirs}")]
+            why = _references_differ(ours, theirs, torch, as_bytes)
+            if why:
+                return [Finding(check="equivalence", kind="rules-weakened", spec=self.spec_id, case=r.case.id,
+                                severity=Severity.ERROR if blocks else Severity.WARNING,
+                                file=self.job.spec.file if self.job.spec else None,
+                                message=f"this change rewrote the spec's reference, and the new one gives other "
+                                        f"results on case {r.case.describe()}: {why}. The base's reference judged "
+                                        f"this change; a rewritten truth goes through the base branch first",
+                                details={"case": r.case.describe(), "token": r.case.token()})]
+            checked += 1
+        return [self._note("reference-rewritten", f"the head's reference, rewritten by this change, gives the same "
+                                                  f"results as the base's on {checked} case(s)")] if checked else []
+
+    def _differential_note(self, results: list[Any], findings: list[Finding]) -> list[Finding]:
+        """What the comparison with the base's code covered, or why there was none."""
+        from ...protocol.jobs import base_commit
+
+        if not base_commit(self.job):
+            return []
+        missing = self.workers.base_missing
+        if missing is not None:
+            return [self._note("differential", f"not compared with the base's code: {missing}; failures are judged "
+                                               f"by absolute rules only")]
+        compared = sum(r.base_comparisons is not None for r in results)
+        count = {c: sum(1 for f in findings if f.details.get("change") == c and f.severity is not Severity.NOTE)
+                 for c in ("new", "pre-existing")}
+        fixed = sum(1 for f in findings if f.details.get("change") == "fixed")
+        text = (f"compared with the base's code ({str(base_commit(self.job))[:12]}) on {compared} of {len(results)} "
+                f"cases: {count['new']} new, {count['pre-existing']} pre-existing and {fixed} fixed failure kinds")
+        if self.runner.base_refused:
+            text += (f"; the base's code refused {len(self.runner.base_refused)} case(s), where the head's failures "
+                     f"count as new (first {self.runner.base_refused[0][:300]})")
+        if self.runner.base_lost:
+            text += f"; {self.runner.base_lost}: the cases after it are judged by absolute rules only"
+        return [self._note("differential", text)]
+
+    def _refusal(self, refusals: list[Any], total: int) -> list[Finding]:
+        """What the head's code refused (raised on). In a differential run each refusal is told
+        apart by what the base's code did with the same case: refused it too (the repository's
+        debt: a canonical case refused at both commits no longer stops the job, the other cases
+        are run); ran it and passed (new: a change that makes the kernel refuse an input it handled
+        blocks, unless the policy says ``refusals: ignore``); ran it and got it wrong, or no base."""
+        from ..equivalence.engine import marked
+
+        out: list[Finding] = []
+        rest = list(refusals)
+        r0 = rest[0]
+        if r0.case.id == "c0000" and not self.job.case:
+            rest.pop(0)
+            out.append(self._refused_canonical(r0, ran=total - len(refusals)))
+        both = [r for r in rest if r.refused_at_base is not None]
+        new = [r for r in rest if r.refused_at_base is None and r.base_passed]
+        other = [r for r in rest if r not in both and r not in new]
+        if new:
+            out.append(marked(self._refused(new, total, Severity.ERROR,
+                                            f"the head's code refuses {len(new)} of {total} cases that the base's "
+                                            f"code runs and passes"),
+                              "new", "the base's code runs these cases and passes them"))
+        if both:
+            out.append(marked(self._refused(both, total, Severity.WARNING,
+                                            f"the candidate refused {len(both)} of {total} cases, as the base's "
+                                            f"code does"), "pre-existing", "the base's code refuses them too"))
+        if other:
+            wrong = sum(r.base_passed is False for r in other)
+            text = f"the candidate refused {len(other)} of {total} cases"
+            if wrong:
+                text += f" (the base's code ran {wrong} of them and got them wrong)"
+            out.append(self._refused(other, total, Severity.WARNING, text))
+        return out
+
+    def _refused(self, refusals: list[Any], total: int, severity: Severity, text: str) -> Finding:
+        r0 = refusals[0]
+        where = innermost_repo_frame(r0.trace or "", self.ctx.repo_root)
+        return Finding(check="equivalence", kind="refused", severity=severity, spec=self.spec_id, case=r0.case.id,
+                       repro=self.runner.repro_cmd.format(token=r0.case.token()),
+                       file=where[0] if where else None, line=where[1] if where else None,
+                       details={"refused_cases": len(refusals), "cases": total, "token": r0.case.token(),
+                                "case": r0.case.describe(), "traceback": r0.trace},
+                       message=f"{text}, first {r0.case.describe()}: {r0.refused}{_trace_tail(r0.trace)}")
+
+    def _refused_canonical(self, r0: Any, ran: int) -> Finding:
+        """The canonical case refused: nothing was verified, unless the base's code refuses it too
+        and other cases ran, when it is the repository's debt (a kernel that no longer compiles for
+        that dtype with this Triton at either commit, say)."""
+        from ..equivalence.engine import marked
+
+        where = innermost_repo_frame(r0.trace or "", self.ctx.repo_root)
+        details = {"refused_cases": 1, "token": r0.case.token(), "case": r0.case.describe(), "traceback": r0.trace}
+        head = f"the candidate refused the canonical case ({r0.case.describe()}): {r0.refused}"
+        f = Finding(check="equivalence", kind="refused-canonical", spec=self.spec_id, case=r0.case.id,
+                    repro=self.runner.repro_cmd.format(token=r0.case.token()), details=details,
+                    file=where[0] if where else None, line=where[1] if where else None,
+                    message=f"{head}; nothing was verified{_trace_tail(r0.trace)}")
+        if r0.refused_at_base is not None:
+            if ran:
+                same = "" if r0.refused_at_base == r0.refused else f" ({r0.refused_at_base})"
+                return marked(dataclasses.replace(f, message=f"{head}; the base's code refuses it too{same}, so "
+                                                             f"the other cases were run{_trace_tail(r0.trace)}"),
+                              "pre-existing", "the base's code refuses it too")
+            return dataclasses.replace(f, message=f"{head}; the base's code refuses it too, and every other case "
+                                                  f"was refused: nothing was verified{_trace_tail(r0.trace)}")
+        if r0.base_passed:
+            return marked(f, "new", "the base's code runs this case and passes it")
+        return f
+
+    def _shrink(self, finding: Finding) -> Finding:
+        from ..equivalence.shrink import shrink
+
+        budget = float(self.job.options.get("shrink_budget_s") or 60)
+        deadline = time.monotonic() + budget
+        with self._timed("shrink"):
+            return shrink(self.runner, self.spec, finding, deadline)
+
+    def _compile_ahead(self, cases: list[Any]) -> None:
+        """On a GPU, have the head's and the base's workers compile the schedule's Triton kernels
+        ahead, each in a process beside it (see gpu_gate.worker.ahead): the cases then find most
+        of them compiled. Not under compute-sanitizer (the tool would follow the process, and the
+        dry runs read memory no kernel wrote), nor for one case (a repro). Decides nothing."""
+        from ..workers import BaseLost
+
+        if self.ctx.device != "cuda" or self.sanitized or self.job.case or not self.workers.uses_triton:
+            return
+        for side, worker in (("head", self.workers.candidate), ("base", self.workers.base)):
+            if worker is None:
+                continue
+            try:
+                why = worker.ahead(cases)
+            except BaseLost:
+                continue  # the base's next call finds it gone, and says so
+            self.ahead_started[side] = why or "started"
+
+    def _timed(self, phase: str) -> contextlib.AbstractContextManager[None]:
+        from ..equivalence.engine import timed_into
+
+        return timed_into(self.phases, phase)
+
+    def _timing(self) -> dict[str, Any]:
+        """Where the job's time went, in seconds: the phases (cases, growth sweep, shrinking, the
+        compile of the launched specializations) and, across them, the time the judge waited on the
+        candidate's worker (its runs, Triton compiles and transfers), on the base's code and on the
+        reference beyond what ran beside the candidate, and building the inputs."""
+        w = self.workers
+        out: dict[str, Any] = {f"{k}_s": round(v, 2) for k, v in self.phases.items()}
+        out["load_s"] = round(w.load_s, 2)  # the workers' start and spec import, before the first case
+        out.update({f"load_{k}": v for k, v in w.load_times.items()})  # the candidate's import of torch, of the spec
+        out.update({f"base_load_{k}": v for k, v in w.base_load_times.items()})  # and the base's
+        out["candidate_s"] = round(w.candidate.busy_s, 2)
+        out["candidate_run_s"] = round(w.candidate.run_s, 3)  # of which in the calls, as the worker says
+        out["candidate_compile_s"] = round(w.candidate.compile_s, 2)  # and of that, compiling Triton kernels
+        out["reference_wait_s"] = round(w.reference.wait_s, 2)
+        out["inputs_s"] = round(self.runner.inputs_s, 2)
+        # each step of the cases, in the judge; the base's own calls and comparisons count in its step alone
+        out["steps"] = {k: round(v, 2) for k, v in self.runner.steps.items()}
+        if self.finish_times:
+            out["finish"] = self.finish_times
+        out["wire"] = self._wire()
+        if w.base is not None:
+            out["base_s"] = round(w.base.busy_s, 2)  # waiting on the base, beyond what ran beside the head
+            out["base_run_s"] = round(w.base.run_s, 2)
+            out["base_compile_s"] = round(w.base.compile_s, 2)
+        if self.ahead_started:
+            out["ahead"] = {**self.ahead_started, **{f"{side}_{k}": v for side, done in self.ahead_done.items()
+                                                     for k, v in done.items()}}
+        return out
+
+    def _wire(self) -> dict[str, Any]:
+        """What crossed the channels, as the judge and each worker counted it (timing only)."""
+        from ...protocol import wire
+        from ..channel import WorkerLost, WorkerTimeout
+        from ..workers import BaseLost, ContextLost, SpecBroken
+
+        out: dict[str, Any] = {"judge": wire.stats()}
+        for side, worker in (("head", self.workers.candidate), ("base", self.workers.base),
+                             ("reference", self.workers.reference)):
+            if worker is None or getattr(worker.channel, "lost", None) is not None:
+                continue
+            with contextlib.suppress(WorkerLost, WorkerTimeout, BaseLost, ContextLost, SpecBroken, KeyError):
+                out[side] = worker.stats()
+        return out
+
+    def _growth_only(self) -> Outcome:
+        """One error-growth sweep and nothing else (``gpu-gate repro --growth DIM:DTYPE``)."""
+        from ..job import Outcome
+
+        growth = self._growth()
+        if not growth:
+            why = (f"no sweep for {self.job.options['growth_only']!r}: the spec has no such reduction dim, the dtype "
+                   f"is not among its dtypes or cannot run here, or fewer than three lengths fit the case budget")
+            return Outcome(Status.ERROR, [self._error("no-growth-sweep", why)], reason=why)
+        findings = growth["findings"]
+        failed = any(f.severity is Severity.ERROR for f in findings)
+        cases = sum(len(t["rows"]) for t in growth["table"].get("curves", [growth["table"]]))
+        return Outcome(Status.FAILED if failed else Status.PASSED, findings, cases=cases,
+                       extra={"seed": self.seed, "growth": growth["table"]})
+
+    def _thresholds(self) -> list[Finding]:
+        from ..equivalence.growth import threshold_sweep
+
+        bad, _ = unsupported_dtypes(self.ctx, self.workers.uses_triton)
+        return threshold_sweep(self.runner, self.spec, self.job, self.budget, bad, self.deadline, seed=self.seed)
+
+    def _growth(self) -> dict[str, Any] | None:
+        from ..equivalence.growth import sweep
+
+        bad, _ = unsupported_dtypes(self.ctx, self.workers.uses_triton)
+        return sweep(self.runner, self.spec, self.job, self.budget, bad, self.deadline, seed=self.seed)
+
+
+def coverage(spec: Any, cases: list[Any]) -> dict[str, Any]:
+    """What the cases exercised, per axis: the report shows it and tests assert it."""
+    from ...spec import Index
+
+    out: dict[str, Any] = {"cases": len(cases), "dims": {}, "inputs": {}}
+    for d in spec.dims:
+        sizes = sorted({c.dims[d] for c in cases if d in c.dims})
+        out["dims"][d] = {"min": sizes[0] if sizes else None, "max": sizes[-1] if sizes else None,
+                          "distinct": len(sizes)}
+    for name, inp in spec.inputs.items():
+        seen: dict[str, dict[str, int]] = {"dtype": {}, "dist": {}, "layout": {}}
+        for c in cases:
+            ch = c.inputs.get(name)
+            if ch is None:
+                continue
+            for axis in seen:
+                v = getattr(ch, axis)
+                seen[axis][v] = seen[axis].get(v, 0) + 1
+        out["inputs"][name] = {"kind": "index" if isinstance(inp, Index) else "tensor", **seen}
+    out["grad_layout"] = sorted({c.grad_layout for c in cases})
+    return out
+
+
+REWRITE_CASES = 4  # cases on which a rewritten reference is run beside the base's
+
+
+def _references_differ(ours: dict[str, Any], theirs: dict[str, Any] | str, torch: Any, as_bytes: Any) -> str | None:
+    """Why two float64 references disagree, or None. Rounding differences of a refactoring (1e-9 of
+    the output's scale) do not count: at kernel precision they cannot matter."""
+    if isinstance(theirs, str):
+        return f"it {theirs}"
+    if sorted(ours) != sorted(theirs):
+        return f"outputs {sorted(theirs)} instead of {sorted(ours)}"
+    for k, a in ours.items():
+        b = theirs[k]
+        if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
+            if a != b:
+                return f"output {k!r} is {b!r} instead of {a!r}"
+            continue
+        if a.shape != b.shape:
+            return f"output {k!r} has shape {tuple(b.shape)} instead of {tuple(a.shape)}"
+        if not a.numel():
+            continue
+        x, y = a.detach().to(torch.float64), b.detach().to(torch.float64)
+        both = torch.isfinite(x) & torch.isfinite(y)
+        if not torch.equal(torch.isfinite(x), torch.isfinite(y)) or not torch.equal(x[~both], y[~both]):
+            return f"output {k!r} is non-finite in other places"
+        diff = float((x - y).abs().where(both, torch.zeros_like(x)).max())
+        scale = float(x.abs().where(both, torch.zeros_like(x)).max())
+        if diff > 1e-9 * scale + 1e-300:
+            return f"output {k!r} differs by up to {diff:.3g} (the base's reference reaches {scale:.3g})"
+    return None
+
+
+def _with_change_note(f: Finding) -> Finding:
+    """A failure the base's code has too says so where it is read."""
+    if f.details.get("change") != "pre-existing" or f.severity is Severity.NOTE or f.kind.startswith("refused"):
+        return f  # (a refusal's message says what the base's code did with the case)
+    return dataclasses.replace(f, message=f"pre-existing (the base's code fails the same cases the same way): "
+                                          f"{f.message}")
+
+
+def _seen_under_sanitizer(f: Finding) -> Finding:
+    if f.check != "equivalence":
+        return f
+    if "change" in f.details:  # new, pre-existing or fixed: the tool's reports are what is compared here
+        f = dataclasses.replace(f, details={k: v for k, v in f.details.items() if k != "change"})
+    if f.severity is not Severity.ERROR:
+        return f
+    return dataclasses.replace(f, severity=Severity.NOTE, message=(
+        f"{f.message}\n(seen while the cases ran under compute-sanitizer; the equivalence job gives the verdict "
+        f"on results)"))

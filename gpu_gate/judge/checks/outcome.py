@@ -1,0 +1,38 @@
+"""What the checks return and what they are given: the result type (one definition, in the harness,
+re-exported here for the check modules), and the context of a check that wraps the harness in
+another tool (compute-sanitizer), which the executor builds."""
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+from ...findings import Finding, Status
+from ..job import Context, Outcome
+
+__all__ = ["Context", "Outcome", "WrapContext", "make_outcome"]
+
+
+@dataclasses.dataclass(frozen=True)
+class WrapContext:
+    """What a wrapping check (compute-sanitizer) needs to know in the executor."""
+
+    repo_root: Path
+    has_gpu: bool
+    sanitizer_path: str | None
+    timeout_s: float
+    env: dict[str, str]
+    # The tool's front end runs outside the worker's sandbox (bwrap, or none); False: inside it
+    # (unshare), where its report lies in the worker's own directory.
+    tool_outside: bool = True
+
+
+def make_outcome(
+    status: Status,
+    findings: list[Finding] | None = None,
+    *,
+    cases: int = 0,
+    reason: str | None = None,
+    extra: dict[str, Any] | None = None,
+) -> Outcome:
+    return Outcome(status=status, findings=list(findings or []), cases=cases, reason=reason, extra=dict(extra or {}))
