@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import cudascan, git, kernelscan, pyscan
+from . import cudascan, git, kernelscan, pyscan, tokens
 from .store import scans as scancache
 from .findings import Finding, Severity
 from .git import FileChange
@@ -105,6 +105,8 @@ class ChangeSet:
     affected_specs: list[str]  # spec files that import a changed module (transitively)
     changed_modules: list[str] = dataclasses.field(default_factory=list)  # changed .py files
     header_includers: dict[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    # Files whose change is in comments and layout only (see gpu_gate.tokens): not changes to judge.
+    cosmetic: list[str] = dataclasses.field(default_factory=list)
     # The head's import graph, already partly read; spec discovery at head reuses it.
     import_graph: ImportGraph | None = dataclasses.field(default=None, repr=False, compare=False)
 
@@ -134,8 +136,8 @@ def detect(repo: Path | str, base: str, head: str | None, policy: PolicyLike) ->
     root = Path(repo)
     merge_base = git.merge_base(root, base, head or "HEAD")
     head_sha = git.resolve(root, head) if head is not None else None
-    files = git.diff(root, merge_base, head_sha)
     snap = git.Snapshot(root, head_sha)
+    files, cosmetic = _meaningful(root, merge_base, git.diff(root, merge_base, head_sha), snap)
     is_kernel_path = matcher(policy.kernels.include, policy.kernels.exclude)
     errors: list[Finding] = []
 
@@ -147,7 +149,22 @@ def detect(repo: Path | str, base: str, head: str | None, policy: PolicyLike) ->
     affected = _affected_specs(snap, graph, policy.specs, files)
     ordered = sorted(kernels.values(), key=lambda k: k.path)
     return ChangeSet(merge_base, head_sha, files, ordered, _dedupe(errors + graph.errors), affected, modules,
-                     includers, graph)
+                     includers, cosmetic, graph)
+
+
+def _meaningful(root: Path, merge_base: str, files: list[FileChange], snap: git.Snapshot
+                ) -> tuple[list[FileChange], list[str]]:
+    """The changes that change what a file means, and the paths of those in comments and layout only
+    (a source modified in place whose token stream is the same: see :mod:`gpu_gate.tokens`)."""
+    edited = [f for f in files if f.status in ("modified", "type_changed") and not f.binary and f.gitlink is None
+              and (f.path.endswith(".py") or cudascan.is_c_source(f.path))]
+    if not edited:
+        return files, []
+    old = git.Snapshot(root, merge_base).read_many(f.path for f in edited)
+    new = snap.read_many(f.path for f in edited)
+    cosmetic = {f.path for f in edited if f.path in old and f.path in new
+                and tokens.same_meaning(f.path, old[f.path], new[f.path])}
+    return [f for f in files if f.path not in cosmetic], sorted(cosmetic)
 
 
 def _dedupe(findings: list[Finding]) -> list[Finding]:

@@ -165,6 +165,9 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     notes = [loaded.banner] if loaded.is_default else []
     if cs.head is None:
         notes.append("head: the work tree, uncommitted and untracked files included")
+    if cs.cosmetic:
+        shown = ", ".join(cs.cosmetic[:5]) + (f" and {len(cs.cosmetic) - 5} more" if len(cs.cosmetic) > 5 else "")
+        notes.append(f"changed in comments and layout only, so not judged: {shown}")
     disc = discovery.discover(repo, cs.head, policy, graph=cs.import_graph)
     cov = discovery.coverage(cs, disc.specs)
     findings: list[Finding] = list(cs.parse_errors) + list(disc.findings)
