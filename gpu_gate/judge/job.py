@@ -186,8 +186,8 @@ def _socket_channels(fds: Any) -> dict[str, Any] | None:
     return {role: SocketChannel(socket.socket(fileno=int(fd)), role) for role, fd in fds.items()}
 
 
-def main(argv: list[str] | None = None, context: type[Context] = Context) -> int:
-    """``context``: the judge's context class (:mod:`gpu_gate.inprocess` passes one whose workers run in
+def main(argv: list[str] | None = None, context_type: type[Context] = Context) -> int:
+    """``context_type``: the judge's context class (:mod:`gpu_gate.inprocess` passes one whose workers run in
     this process)."""
     argv = sys.argv[1:] if argv is None else argv
     if len(argv) != 2:
@@ -197,7 +197,7 @@ def main(argv: list[str] | None = None, context: type[Context] = Context) -> int
     out = Path(argv[1])
     repo = Path(context.get("repo_root") or os.getcwd())
     budget = float(context.get("budget_s") or "inf")
-    ctx = context(repo_root=repo, device=context.get("device") or pick_device(), workdir=out.parent,
+    ctx = context_type(repo_root=repo, device=context.get("device") or pick_device(), workdir=out.parent,
                   sanitizer=context.get("sanitizer") or None, deadline=time.monotonic() + budget,
                   channels=_socket_channels(context.get("channels")))
     try:
