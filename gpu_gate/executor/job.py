@@ -17,12 +17,19 @@ from ..protocol.jobs import base_commit
 from .argv import _context, _env_for, worker_argv
 from .containment import Contained, STUCK_ATTEMPTS, _contained_run
 from .control import RunControl
+from .. import scrub
 from .judged import _run_judged
 from .options import ExecOptions, concurrency
 from .results import STUCK, _error_result, _interrupted, _judge_run, _read_result, _refused, _with_escapes
 
 
 def run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl | None = None) -> JobResult:
+    """One job, tried again where its sandbox never started; every text in its result that code under
+    review could have written (messages, tracebacks, log tails) scrubbed of secrets and capped."""
+    return scrub.result(_run_tried(job, opts, gpu, control))
+
+
+def _run_tried(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl | None) -> JobResult:
     info = CHECKS[job.check]
     if info.needs_gpu and gpu is None:
         return JobResult(job_id=job.id, check=job.check, status=Status.NOT_RUN, level=job.level,
