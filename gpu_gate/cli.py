@@ -146,26 +146,26 @@ def _make_plan(args: argparse.Namespace) -> tuple[Path, LoadedPolicy, Plan]:
 
 
 def _cache_dir(policy: Any, repo: Path, args: argparse.Namespace) -> Path | None:
+    """The directory of the gate's stores (results, launches, scans, bytecode, compiled kernels): none
+    without a cache, none where the commit carries it (files in it, or a link on its path: what is
+    there was written by whoever wrote the commit, and a link points wherever it likes)."""
+    from .store.bridge import carried_by_commit
+
     if getattr(args, "no_cache", False) or not policy.cache.enabled:
         return None
     given = getattr(args, "cache_dir", None)
-    return Path(given) if given else repo / policy.cache.dir
+    directory = Path(given) if given else repo / policy.cache.dir
+    try:
+        return None if carried_by_commit(repo, directory) else directory
+    except GateError:
+        return None  # no commit checked out: nothing to trust it against
 
 
 def _scan_store(policy: Any, repo: Path, args: argparse.Namespace) -> Any:
     """What earlier runs read of the repository's modules (gpu_gate.store.scans), beside the result
-    cache and under its rule: none without a cache, none in a directory the commit carries."""
-    from .store.bridge import carried_by_commit
-
+    cache and under its rule."""
     directory = _cache_dir(policy, repo, args)
-    if directory is None:
-        return None
-    try:
-        if carried_by_commit(repo, directory):
-            return None
-    except GateError:
-        return None  # no commit checked out: nothing to trust it against
-    return scancache.ScanStore(directory / "scan")
+    return scancache.ScanStore(directory / "scan") if directory is not None else None
 
 
 def _say_head(plan: Plan, args: argparse.Namespace) -> None:

@@ -284,6 +284,14 @@ def changed_lines(repo: Path | str, old: str, new: str | None, paths: Iterable[s
     return out
 
 
+def tracked_under(repo: Path | str, directory: str, rev: str | None = None) -> list[str]:
+    """The paths git tracks under ``directory`` (repo-relative): at ``rev``, else in the index."""
+    args = ["ls-tree", "-r", "-z", "--name-only", rev, "--", directory] if rev else \
+        ["ls-files", "-z", "--cached", "--", directory]
+    raw = _capture(repo, args)
+    return sorted(_decode(p) for p in raw.split(b"\0") if p)
+
+
 def untracked(repo: Path | str) -> list[str]:
     """Files in the work tree that git does not track and does not ignore."""
     raw = _capture(repo, ["ls-files", "-z", "--others", "--exclude-standard"])

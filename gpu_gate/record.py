@@ -100,8 +100,11 @@ class RunRecord:
                     for k, v in (d.get("places") or {}).items() if isinstance(v, list)},
         )
 
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1)
+
     def write(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_json(), indent=1))
+        path.write_text(self.dumps())
 
     @classmethod
     def read(cls, path: Path) -> RunRecord:

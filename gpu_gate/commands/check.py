@@ -47,6 +47,7 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace
     from ..executor.slots import detect_gpus
     from ..plan import parse_shard, shard
     from ..record import RunRecord
+    from ..report.outdir import tracked_findings
 
     all_ids = [j.id for j in plan.jobs]
     jobs = plan.jobs
@@ -63,6 +64,7 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace
                        selected={sid: why for sid, why in plan.selected.items()
                                  if any(j.spec is not None and j.spec.id == sid for j in jobs)})
     record.changed_lines = {sid: lines for sid, lines in plan.changed_lines.items() if sid in record.selected}
+    record.plan_findings += tracked_findings(repo, [Path(args.out), *([cache_dir] if cache_dir else [])], plan.head)
     if not gpus:
         record.notes.append("no GPU on this machine: GPU-only checks are reported as not run")
     if not jobs:
@@ -456,7 +458,14 @@ def _cache(policy: Any, repo: Path, args: argparse.Namespace, gpus: tuple[str, .
         return None
     from ..store.bridge import JobCache
 
-    return JobCache(policy, repo, Path(args.cache_dir) if args.cache_dir else None, gpus)
+    cache = JobCache(policy, repo, Path(args.cache_dir) if args.cache_dir else None, gpus)
+    if cache.refused:
+        # Nothing is read from or written to a directory the commit carries: not the results, nor the
+        # bytecode and the compiled kernels kept beside them (a link there points wherever it likes).
+        for note in cache.notes:
+            warn(f"gpu-gate: {note}")
+        return None
+    return cache
 
 
 def finish(record: RunRecord, loaded: LoadedPolicy, out_dir: Path, args: argparse.Namespace) -> int:
@@ -478,9 +487,11 @@ def finish(record: RunRecord, loaded: LoadedPolicy, out_dir: Path, args: argpars
     if _in_actions():
         for line in gha_annotations(record, verdict):
             out.verdict(line)  # workflow commands, not chatter: GitHub turns them into annotations
-    code, written = int(verdict.exit_code), {}
+    code, written, warnings = int(verdict.exit_code), {}, []
     try:
-        written = write_reports(record, verdict, out_dir, list(OutputFormat))
+        written = write_reports(record, verdict, out_dir, list(OutputFormat), warnings=warnings)
+        for w in warnings:
+            out.error(f"gpu-gate: warning: {w}")
     except GateError as exc:
         # No report means no evidence: fail closed, whatever the verdict was.
         out.error(f"gpu-gate: error: {exc}")

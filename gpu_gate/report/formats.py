@@ -11,6 +11,7 @@ from ..errors import GateError
 from ..record import RunRecord
 from ..verdict import Verdict
 from .junit import render_junit
+from . import outdir
 from .markdown import render_markdown
 from .sarif import render_sarif
 
@@ -35,9 +36,12 @@ FILENAMES = {
 
 
 def write_reports(record: RunRecord, verdict: Verdict, out_dir: Path,
-                  formats: Iterable[OutputFormat | str], root: Path | None = None) -> dict[str, Path]:
+                  formats: Iterable[OutputFormat | str], root: Path | None = None,
+                  warnings: list[str] | None = None) -> dict[str, Path]:
     """Write each format to ``out_dir``; returns {format name: path}. ``root`` is the checkout that
-    places findings with no line (default: the working directory).
+    places findings with no line (default: the working directory); ``out_dir`` is refused where its
+    path from ``root`` holds a symbolic link (see :mod:`.outdir`): the reports then go to a directory
+    of the gate's own, and ``warnings`` gets a line saying where.
 
     A report that cannot be written (disk full, a directory in the way) does not stop the
     others: they are written first, then a GateError names the first path that failed.
@@ -45,7 +49,13 @@ def write_reports(record: RunRecord, verdict: Verdict, out_dir: Path,
     written: dict[str, Path] = {}
     failed: list[tuple[Path, OSError]] = []
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
+        out_dir = outdir.prepare(out_dir, root)
+    except outdir.UnsafeDirectory as err:
+        refused = out_dir
+        out_dir = outdir.fallback()
+        if warnings is not None:
+            warnings.append(f"refused the report directory {refused} ({err}): a link there could make gpu-gate "
+                            f"overwrite a file elsewhere; the reports are in {out_dir}")
     except OSError as err:
         raise GateError(f"cannot create the report directory {out_dir}: {err.strerror or err}",
                         hint="choose another --out directory") from err
@@ -67,12 +77,13 @@ def write_reports(record: RunRecord, verdict: Verdict, out_dir: Path,
 
 def _write(fmt: OutputFormat, record: RunRecord, verdict: Verdict, path: Path, root: Path | None) -> None:
     if fmt is OutputFormat.JUNIT:
-        path.write_text(render_junit(record, verdict), encoding="utf-8")
+        text = render_junit(record, verdict)
     elif fmt is OutputFormat.MARKDOWN:
-        path.write_text(render_markdown(record, verdict), encoding="utf-8")
+        text = render_markdown(record, verdict)
     elif fmt is OutputFormat.SARIF:
-        path.write_text(json.dumps(render_sarif(record, verdict, root), indent=1), encoding="utf-8")
+        text = json.dumps(render_sarif(record, verdict, root), indent=1)
     elif fmt is OutputFormat.JSON:
-        record.write(path)
+        text = record.dumps()
     else:
         assert_never(fmt)
+    outdir.write_text(path, text)

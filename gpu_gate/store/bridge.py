@@ -13,6 +13,7 @@ import concurrent.futures
 import hashlib
 import importlib.metadata
 import json
+import os
 import platform
 import shutil
 from pathlib import Path
@@ -74,6 +75,9 @@ def environment_fingerprint(gpus: tuple[str, ...], sanitizer: str | None = None)
 def carried_by_commit(repo: Path, directory: Path, head: str | None = None) -> str | None:
     """``directory``, relative to the repository, when the checked-out commit (``head``, by default
     HEAD) has files in it: then what is in it was written by whoever wrote the commit."""
+    linked = _linked_inside(repo, directory)
+    if linked is not None:
+        return linked  # a link the commit carries: entries would be read from and written to where it points
     try:
         rel = directory.resolve().relative_to(repo.resolve()).as_posix()
     except ValueError:
@@ -82,6 +86,22 @@ def carried_by_commit(repo: Path, directory: Path, head: str | None = None) -> s
     prefix = rel.rstrip("/") + "/"
     tracked = git.list_tree(repo, head) if head else {}
     return rel if any(p.startswith(prefix) for p in tracked) else None
+
+
+def _linked_inside(repo: Path, directory: Path) -> str | None:
+    """``directory``'s path relative to the repository, where that path passes through a symbolic link."""
+    root = Path(os.path.abspath(repo))
+    full = Path(os.path.abspath(directory if directory.is_absolute() else root / directory))
+    try:
+        parts = full.relative_to(root).parts
+    except ValueError:
+        return None
+    current = root
+    for part in parts:
+        current = current / part
+        if current.is_symlink():
+            return full.relative_to(root).as_posix()
+    return None
 
 
 class JobCache:
@@ -99,8 +119,9 @@ class JobCache:
         self.notes: list[str] = []
         self.refused = self._committed_entries()
         if self.refused:
-            self.notes.append(f"result cache: not used, since this commit carries files in its directory "
-                              f"{self.refused} (entries must come from gpu-gate's own runs, never from the tree)")
+            self.notes.append(f"result cache: not used, since this commit carries its directory {self.refused} "
+                              f"(files in it, or a link on its path: entries must come from gpu-gate's own runs, "
+                              f"never from the tree)")
 
     def _committed_entries(self) -> str | None:
         return carried_by_commit(self.repo, self.cache.dir, self.head)

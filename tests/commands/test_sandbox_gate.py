@@ -270,4 +270,4 @@ def test_a_cache_directory_the_commit_carries_is_not_used(make_repo) -> None:  #
     r.git("commit", "-q", "-m", "ship a cache entry")
     p = gate("check", "--base", "main", cwd=r.path)
     assert p.returncode == 1, p.stdout
-    assert "result cache: not used, since this commit carries files in its directory .gpu-gate/cache" in p.stderr
+    assert "result cache: not used, since this commit carries its directory .gpu-gate/cache" in p.stderr
