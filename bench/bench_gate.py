@@ -59,7 +59,7 @@ def geglu_gate(a, b):
 
 
 CHANGES = {
-    "comment": lambda source: source + "# reviewed\n",
+    "comment": lambda source: source + "_REVIEWED = True  # a token: a comment alone is no change\n",
     # the first mask of the file (the forward kernel's), one element short for rows longer than 1024
     "mask": lambda source: source.replace("< n_cols\n", "< n_cols - (n_cols > 1024)\n", 1),
 }

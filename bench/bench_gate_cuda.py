@@ -103,7 +103,7 @@ def scratch(where: Path) -> tuple[Path, str, str]:
     git(repo, "add", "-A")
     git(repo, "-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-q", "-m", "rmsnorm")
     base = git(repo, "rev-parse", "HEAD")
-    (repo / "csrc" / "rmsnorm.cu").write_text(KERNEL + "// reviewed\n")
+    (repo / "csrc" / "rmsnorm.cu").write_text(KERNEL + "static const int reviewed_ = 1;  // a token: a comment alone is no change\n")
     git(repo, "-c", "user.name=bench", "-c", "user.email=bench@localhost", "commit", "-q", "-am", "comment")
     return repo, base, git(repo, "rev-parse", "HEAD")
 

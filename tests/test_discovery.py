@@ -133,7 +133,7 @@ def _kernel_repo(repo: GitRepo, changed: dict[str, str], base: dict[str, str] | 
 
 
 def test_triton_kernel_covered_through_transitive_import(repo: GitRepo) -> None:
-    cs = _kernel_repo(repo, {"mylib/tk.py": TRITON + "# v2\n"}, {
+    cs = _kernel_repo(repo, {"mylib/tk.py": TRITON + "V2 = 2\n"}, {
         "gate/tk_gate.py": "import gpu_gate as gg\nfrom mylib.wrap import k\n@gg.spec()\ndef tk(): pass\n",
         "gate/unrelated_gate.py": "import gpu_gate as gg\n@gg.spec()\ndef other(): pass\n",
     })
@@ -142,7 +142,7 @@ def test_triton_kernel_covered_through_transitive_import(repo: GitRepo) -> None:
 
 
 def test_cuda_file_covered_by_a_string_literal_path(repo: GitRepo) -> None:
-    cs = _kernel_repo(repo, {"csrc/x.cu": "// v2\n", "csrc/y.cu": "// v2\n"}, {
+    cs = _kernel_repo(repo, {"csrc/x.cu": "int v2;\n", "csrc/y.cu": "int v2;\n"}, {
         "gate/x_gate.py": d("""
             import gpu_gate as gg
             mod = gg.cuda.load("csrc/x.cu", name="x")
@@ -161,7 +161,7 @@ def test_cuda_file_covered_by_a_string_literal_path(repo: GitRepo) -> None:
 
 
 def test_explicit_covers_wins_over_imports(repo: GitRepo) -> None:
-    cs = _kernel_repo(repo, {"mylib/tk.py": TRITON + "# v2\n", "csrc/y.cu": "// v2\n"}, {
+    cs = _kernel_repo(repo, {"mylib/tk.py": TRITON + "V2 = 2\n", "csrc/y.cu": "int v2;\n"}, {
         "gate/k_gate.py": d("""
             import gpu_gate as gg
             from mylib.tk import k
@@ -174,7 +174,7 @@ def test_explicit_covers_wins_over_imports(repo: GitRepo) -> None:
 
 
 def test_changed_header_covered_by_specs_of_its_includers(repo: GitRepo) -> None:
-    cs = _kernel_repo(repo, {"csrc/common.cuh": "// v2\n"}, {
+    cs = _kernel_repo(repo, {"csrc/common.cuh": "int v2;\n"}, {
         "gate/x_gate.py": "import gpu_gate as gg\n@gg.spec(covers=['csrc/x.cu'])\ndef x(): pass\n",
     })
     specs = discovery.discover_specs(repo.path, cs.head, POLICY)
@@ -183,7 +183,7 @@ def test_changed_header_covered_by_specs_of_its_includers(repo: GitRepo) -> None
 
 
 def test_uncovered_kernel_is_an_error_finding(repo: GitRepo) -> None:
-    cs = _kernel_repo(repo, {"csrc/y.cu": "// v2\n"})
+    cs = _kernel_repo(repo, {"csrc/y.cu": "int v2;\n"})
     cov = discovery.coverage(cs, discovery.discover_specs(repo.path, cs.head, POLICY))
     assert cov == {"csrc/y.cu": []}
     assert discovery.uncovered(cov, POLICY.specs) == [Finding(
@@ -204,14 +204,14 @@ def test_deleted_kernels_need_no_spec(repo: GitRepo) -> None:
 
 
 def test_annotate_records_specs_on_kernels(repo: GitRepo) -> None:
-    cs = _kernel_repo(repo, {"csrc/y.cu": "// v2\n"}, {
+    cs = _kernel_repo(repo, {"csrc/y.cu": "int v2;\n"}, {
         "gate/y_gate.py": "import gpu_gate as gg\n@gg.spec(covers=['csrc/y.cu'])\ndef y(): pass\n"})
     discovery.annotate(cs, discovery.coverage(cs, discovery.discover_specs(repo.path, cs.head, POLICY)))
     assert [(k.path, k.specs) for k in cs.kernels] == [("csrc/y.cu", ("gate/y_gate.py::y",))]
 
 
 def test_reusing_the_changesets_import_graph(repo: GitRepo) -> None:
-    cs = _kernel_repo(repo, {"mylib/tk.py": TRITON + "# v2\n", "mylib/broken.py": "def (:\n"}, {
+    cs = _kernel_repo(repo, {"mylib/tk.py": TRITON + "V2 = 2\n", "mylib/broken.py": "def (:\n"}, {
         "gate/tk_gate.py": "import gpu_gate as gg\nfrom mylib import wrap, broken\n@gg.spec()\ndef tk(): pass\n"})
     assert [f.file for f in cs.parse_errors] == ["mylib/broken.py"]
     fresh = discovery.discover(repo.path, "HEAD", POLICY)

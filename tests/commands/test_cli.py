@@ -298,7 +298,7 @@ def test_second_run_on_an_unchanged_kernel_is_served_from_the_cache(make_repo) -
     head = r.git("rev-parse", "HEAD")
     assert f"cached from {head[:12]}" in second.stdout
     # one byte of the kernel changes: the cache misses
-    r.commit("tweak", {"csrc/double.cu": KERNEL + "// tweak\n"})
+    r.commit("tweak", {"csrc/double.cu": KERNEL + "static const int tweak = 1;\n"})
     third = gate("check", "--base", "main", cwd=r.path)
     assert "running 1 jobs" in third.stdout
 
@@ -325,7 +325,7 @@ def test_a_run_served_from_the_cache_does_not_prepare_for_jobs(make_repo, monkey
     with contextlib.suppress(SystemExit):
         cli.main(["check", "--base", "main"])
     assert filled == []
-    r.commit("tweak", {"csrc/double.cu": KERNEL + "// tweak\n"})  # a job to run: now it is prepared
+    r.commit("tweak", {"csrc/double.cu": KERNEL + "static const int tweak = 1;\n"})  # a job to run: now it is prepared
     with contextlib.suppress(SystemExit):
         cli.main(["check", "--base", "main"])
     assert filled

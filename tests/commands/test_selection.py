@@ -347,7 +347,7 @@ def test_a_wrong_python_path_names_the_key(make_repo) -> None:  # type: ignore[n
     r = _liger_repo(make_repo)
     r.commit("policy", {".gpu-gate.yml": POLICY + "python_path: [lib]\n"})  # the base's policy is in force
     r.branch("feature")
-    r.commit("touch", {"src/liger/ops/rms_norm.py": RMS_OP + "\n# touched\n"})
+    r.commit("touch", {"src/liger/ops/rms_norm.py": RMS_OP + "\nTOUCHED = True\n"})
     p = gate("check", "--base", "main", "--head", "feature", "--no-cache", cwd=r.path)
     assert p.returncode == 1, p.stdout
     assert "No module named 'liger'" in p.stdout and "set `python_path: [src]` in .gpu-gate.yml" in p.stdout, p.stdout

@@ -83,7 +83,7 @@ def _gate(tmp_path: Path, base_kernel: str, head_kernel: str, spec: str = SPEC, 
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "base")
-    (repo / "mylib" / "scale.py").write_text(head_kernel + "\n# reviewed\n")
+    (repo / "mylib" / "scale.py").write_text(head_kernel + "\n_REVIEWED = True\n")  # a token, so it is a change
     _git(repo, "checkout", "-q", "-b", "feature")
     _git(repo, "commit", "-qam", "head")
     p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", "main"], cwd=repo,
