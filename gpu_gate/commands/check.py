@@ -487,7 +487,8 @@ def finish(record: RunRecord, loaded: LoadedPolicy, out_dir: Path, args: argpars
     if _in_actions():
         for line in gha_annotations(record, verdict):
             out.verdict(line)  # workflow commands, not chatter: GitHub turns them into annotations
-    code, written, warnings = int(verdict.exit_code), {}, []
+    code, written = int(verdict.exit_code), {}
+    warnings: list[str] = []
     try:
         written = write_reports(record, verdict, out_dir, list(OutputFormat), warnings=warnings)
         for w in warnings:
