@@ -206,14 +206,14 @@ def main(argv: list[str] | None = None, context: type[Context] = Context) -> int
     if len(argv) != 2:
         print("usage: python -m gpu_gate.judge.job JOB.json RESULT.json", file=sys.stderr)
         return 2
-    job, context = read_job(Path(argv[0]))
+    job, given = read_job(Path(argv[0]))  # ``context`` is the class: what the job file gives is ``given``
     out = Path(argv[1])
-    repo = Path(context.get("repo_root") or os.getcwd())
-    budget = float(context.get("budget_s") or "inf")
-    ctx = context(repo_root=repo, device=context.get("device") or pick_device(), workdir=out.parent,
-                  sanitizer=context.get("sanitizer") or None, deadline=time.monotonic() + budget,
-                  channels=_socket_channels(context.get("channels")),
-                  base_root=Path(context["base_root"]) if context.get("base_root") else None)
+    repo = Path(given.get("repo_root") or os.getcwd())
+    budget = float(given.get("budget_s") or "inf")
+    ctx = context(repo_root=repo, device=given.get("device") or pick_device(), workdir=out.parent,
+                  sanitizer=given.get("sanitizer") or None, deadline=time.monotonic() + budget,
+                  channels=_socket_channels(given.get("channels")),
+                  base_root=Path(given["base_root"]) if given.get("base_root") else None)
     try:
         result = run_job(job, ctx)
     except Exception as exc:  # noqa: BLE001 - report, do not lose the job
