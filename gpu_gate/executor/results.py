@@ -11,7 +11,6 @@ from .. import proc
 from ..findings import Finding, JobResult, Severity, Status
 from ..protocol.jobs import Job
 from .containment import TOOL_EXIT_GRACE_S, TOOL_START_LIMIT_S
-from .options import ExecOptions
 
 
 def _classify_failure(job: Job, pr: proc.ProcResult, timeout_s: float) -> tuple[str, str]:

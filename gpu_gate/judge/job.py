@@ -1,6 +1,7 @@
-"""The job subprocess: ``python -I -m gpu_gate.judge.job JOB.json RESULT.json``.
+"""The judge's process: ``python -I -m gpu_gate.judge.job JOB.json RESULT.json``.
 
-It imports the spec module, runs one check and writes a JobResult as JSON. The
+It runs one check, asking the job's workers (which import the code under review, in their
+sandboxes) over the channels the executor made, and writes a JobResult as JSON. The
 executor treats a crash, a signal, a timeout or a missing result file as a
 finding, so anything that goes wrong here ends this job only.
 

@@ -57,7 +57,8 @@ def run(job: Job, ctx: Context) -> Outcome:
         for tree in trees:  # the base's worker compiles beside the head's
             tree.ask(rel)
         for tree in trees:
-            tree.take(rel)
+            if head.lost is None:  # a head that answers no more fails the job: the base's answer is moot
+                tree.take(rel)
     outcome = head.outcome(job)
     if base is None or commit is None or outcome.status is Status.ERROR:
         return outcome
