@@ -96,7 +96,8 @@ def test_the_judges_fence_sees_a_planted_import(tmp_path: Path) -> None:
     copy = tmp_path / "gpu_gate"
     shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
     reader = copy / "judge" / "compiled" / "ptx_offsets.py"
-    reader.write_text(reader.read_text() + "\n\ndef _peek() -> None:\n    from ...worker import tritonc  # noqa: F401\n")
+    planted = "\n\ndef _peek() -> None:\n    from ...worker import tritonc  # noqa: F401\n"
+    reader.write_text(reader.read_text() + planted)
     found = breaches(copy, JUDGE, WORKER)
     assert "gpu_gate.judge.compiled.ptx_offsets -> gpu_gate.worker.tritonc" in found, found
     assert any(chain.startswith("gpu_gate.judge.checks.compile -> ") and chain.endswith("gpu_gate.worker.tritonc")

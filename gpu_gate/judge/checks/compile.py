@@ -70,7 +70,8 @@ class Tree:
 
     def __init__(self, job: Job, root: Path, channel: Channel, archs: tuple[str, ...], who: str,
                  deadline: float) -> None:
-        self.job, self.root, self.channel, self.archs, self.who, self.deadline = job, root, channel, archs, who, deadline
+        self.job, self.root, self.channel, self.archs = job, root, channel, archs
+        self.who, self.deadline = who, deadline
         self.built = Built()
         self.asked: dict[str, Asked] = {}
         self.lost: str | None = None  # why the worker answers no more
@@ -102,8 +103,8 @@ class Tree:
         try:
             self.channel.ask(request.to_json())
         except WorkerLost:
-            self._lose(rel, "crash", f"the {self.who} exited or died before answering (while importing or compiling "
-                                     f"an earlier file)", "nothing was compiled")
+            self._lose(rel, "crash", f"the {self.who} exited or died before answering (while it started, or while "
+                                     f"importing or compiling an earlier file)", "nothing was compiled")
             return
         self.asked[rel] = asked
 
@@ -122,8 +123,8 @@ class Tree:
                                      f"it)", "nothing it compiled was read")
             return
         if reply.get("error") is not None:
-            self._lose(rel, "worker-error", f"the {self.who} failed ({str(reply.get('message') or reply['error'])[:500]})",
-                       "nothing it compiled was read")
+            said = str(reply.get("message") or reply["error"])[:500]
+            self._lose(rel, "worker-error", f"the {self.who} failed ({said})", "nothing it compiled was read")
             return
         try:
             facts = CompileFacts.from_json(reply.get("facts"), blobs)

@@ -157,8 +157,8 @@ def _triton_kernel(asked: Asked, kernel: TritonKernelFacts, line: int, into: Bui
         if build.arch == asked.read_arch and build.ptx is not None:
             into.linted += ptxlint.parse(build.ptx)[1]
             into.findings += compiled_races.triton_findings(kernel.source, build.ptx, rel, build.arch)
-            into.findings += compiled_offsets.findings_from_ptx(build.ptx, rel, compiled_races.source_root(kernel.source, rel),
-                                                                build.arch)
+            root = compiled_races.source_root(kernel.source, rel)
+            into.findings += compiled_offsets.findings_from_ptx(build.ptx, rel, root, build.arch)
     into.compiled += compiled
     if kernel.guessed and compiled:
         sig = ", ".join(f"{k}: {v}" for k, v in kernel.signature.items())
@@ -196,5 +196,6 @@ def _triton_error(asked: Asked, kernel: TritonKernelFacts, line: int, build: Tri
                        details={"arch": arch, "kernel": name, "error": "\n".join(text[-20:])})
     # Triton's CompilationError carries the offending AST node, numbered from the ``def`` line.
     err_line = line + build.node_line - 1 if build.node_line else line
-    return Finding(CHECK, "compile-error", f"{rel}:{err_line}: Triton kernel {name} does not compile for {arch}: {first}",
-                   file=rel, line=err_line, details={"arch": arch, "kernel": name, "error": "\n".join(text[:40])})
+    return Finding(CHECK, "compile-error",
+                   f"{rel}:{err_line}: Triton kernel {name} does not compile for {arch}: {first}", file=rel,
+                   line=err_line, details={"arch": arch, "kernel": name, "error": "\n".join(text[:40])})
