@@ -14,6 +14,8 @@ from typing import Any
 
 from .judge import job as judged
 from .judge.channel import LocalChannel
+from .protocol.jobs import Job
+from .protocol.roles import COMPILER
 from .worker.serve import Worker
 
 
@@ -26,6 +28,14 @@ class Context(judged.Context):
         candidate = Worker("candidate", context, self.workdir, isolate=False)
         reference = Worker("reference", context, self.workdir, isolate=False, borrow=candidate)
         return {"candidate": LocalChannel(candidate, "candidate"), "reference": LocalChannel(reference, "reference")}
+
+    def local_compile_channels(self, job: Job) -> dict[str, Any]:
+        """The compile check's worker, in this process: the kernel files' modules are imported here.
+        There is no base's tree here, so nothing is compared with the base's build."""
+        from .worker.compile import CompileWorker
+
+        worker = CompileWorker({"repo_root": str(self.repo_root)}, self.workdir)
+        return {COMPILER: LocalChannel(worker, COMPILER)}
 
 
 def main(argv: list[str] | None = None) -> int:

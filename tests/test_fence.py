@@ -15,6 +15,8 @@ DECIDING = ("gpu_gate.judge", "gpu_gate.policy", "gpu_gate.report", "gpu_gate.ve
             "gpu_gate.rules", "gpu_gate.executor", "gpu_gate.commands", "gpu_gate.cli", "gpu_gate.testing",
             "gpu_gate.pytest_plugin", "gpu_gate.findings", "gpu_gate.record", "gpu_gate.plan")
 FENCED = ("gpu_gate.worker", "gpu_gate.protocol")
+# The judge never imports code under review, nor the modules that do: nothing under judge/ reaches worker/.
+JUDGE, WORKER = ("gpu_gate.judge",), ("gpu_gate.worker",)
 
 
 def module_name(path: Path, package: Path = PACKAGE) -> str:
@@ -61,14 +63,16 @@ def reach(start: str, known: dict[str, Path]) -> dict[str, list[str]]:
     return chains
 
 
-def breaches(package: Path = PACKAGE) -> list[str]:
+def breaches(package: Path = PACKAGE, fenced: tuple[str, ...] = FENCED, out_of_reach: tuple[str, ...] = DECIDING
+             ) -> list[str]:
+    """Every chain of imports from a module under ``fenced`` to one under ``out_of_reach``."""
     known = modules(package)
     out = []
     for name in sorted(known):
-        if not name.startswith(FENCED):
+        if not name.startswith(fenced):
             continue
         for target, chain in reach(name, known).items():
-            if target == name or not target.startswith(DECIDING):
+            if target == name or not target.startswith(out_of_reach):
                 continue
             out.append(" -> ".join(chain))
     return out
@@ -76,6 +80,28 @@ def breaches(package: Path = PACKAGE) -> list[str]:
 
 def test_no_worker_or_protocol_module_reaches_one_that_decides() -> None:
     assert breaches() == []
+
+
+def test_no_judge_module_reaches_a_worker_module() -> None:
+    """The judge decides from what its workers send: none of its modules imports one that imports
+    code under review (the compile check's judge reads its worker's facts, never its modules)."""
+    assert breaches(fenced=JUDGE, out_of_reach=WORKER) == []
+
+
+def test_the_judges_fence_sees_a_planted_import(tmp_path: Path) -> None:
+    """A lazy import of the Triton compiler's module planted in a PTX reader is a breach, named
+    with its chain from the compile check."""
+    import shutil
+
+    copy = tmp_path / "gpu_gate"
+    shutil.copytree(PACKAGE, copy, ignore=shutil.ignore_patterns("__pycache__"))
+    reader = copy / "judge" / "compiled" / "ptx_offsets.py"
+    planted = "\n\ndef _peek() -> None:\n    from ...worker import tritonc  # noqa: F401\n"
+    reader.write_text(reader.read_text() + planted)
+    found = breaches(copy, JUDGE, WORKER)
+    assert "gpu_gate.judge.compiled.ptx_offsets -> gpu_gate.worker.tritonc" in found, found
+    assert any(chain.startswith("gpu_gate.judge.checks.compile -> ") and chain.endswith("gpu_gate.worker.tritonc")
+               for chain in found), found
 
 
 def test_the_fence_sees_a_planted_import_even_inside_a_function(tmp_path: Path) -> None:

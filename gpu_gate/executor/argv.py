@@ -73,13 +73,12 @@ def _flags(opts: ExecOptions) -> list[str]:
     return flags
 
 
-def worker_argv(opts: ExecOptions, job_file: Path, result_file: Path | None, *, role: str | None = None,
-                fd: int | None = None) -> list[str]:
-    """The worker's command line (``role``: a judged job's candidate or reference worker, on socket
-    ``fd``; else a job that writes its own result, the compile check). ``-I`` (isolated): no PYTHON* variables, no user site, and
-    neither the working directory nor the script's directory on sys.path, so a repository file
-    ``gpu_gate/judge/job.py`` (or ``torch.py``) cannot stand in for the installed one; the harness
-    puts the repository on sys.path itself, behind the standard library (see harness.user_path)."""
+def worker_argv(opts: ExecOptions, context_file: Path, *, role: str, fd: int) -> list[str]:
+    """A worker's command line: it serves ``role`` (see :mod:`gpu_gate.protocol.roles`) on socket
+    ``fd``. ``-I`` (isolated): no PYTHON* variables, no user site, and neither the working directory
+    nor the script's directory on sys.path, so a repository file ``gpu_gate/worker/serve.py`` (or
+    ``torch.py``) cannot stand in for the installed one; the worker puts the repository on sys.path
+    itself, behind the standard library (see worker.loader.user_path)."""
     flags = ["-u"]
     if opts.pycache is not None:
         # Every job is a fresh interpreter that imports torch. Where torch was installed without
@@ -95,9 +94,7 @@ def worker_argv(opts: ExecOptions, job_file: Path, result_file: Path | None, *, 
     # It imports the spec with the repository's modules stubbed, so it needs nothing setup installed.
     trusted = role == "reference"
     python = str(opts.worker_python) if opts.worker_python is not None and not trusted else sys.executable
-    if role is not None:
-        return [python, "-I", *flags, "-c", _WORKER_BOOT, str(job_file), str(fd), role]
-    return [python, "-I", *flags, "-c", _BOOT, str(job_file), str(result_file)]
+    return [python, "-I", *flags, "-c", _WORKER_BOOT, str(context_file), str(fd), role]
 
 
 # Where gpu-gate is not installed in site-packages (run from a source tree through PYTHONPATH,

@@ -17,6 +17,7 @@ from ..judge.checks.outcome import WrapContext
 from ..findings import JobResult
 from ..protocol.jobs import Job
 from ..protocol.jobs import base_commit
+from ..protocol.roles import BASE, serves, worker_roles
 from .argv import _context, _env_for, _niced, _worker_context, judge_argv, worker_argv
 from .containment import Contained, _contained_run
 from .control import RunControl, _kill_group
@@ -24,7 +25,7 @@ from .options import ExecOptions, concurrency
 from .results import _classify_failure, _error_result, _interrupted, _outcome_to_result, _read_result, _stuck_result, _with_escapes, _with_sandbox_ended
 
 
-WORKER_ROLES = ("candidate", "reference")  # and "base", the base's code, in a differential run
+_DIR = {"reference": "r", "base": "b"}  # the directories of the workers other than the head's, in the job's
 
 
 KEPT = ".kept"  # in a worker's directory: where its sandbox shows the spec's kept kernels, read-only
@@ -36,24 +37,25 @@ WORKER_GRACE_S = 5.0  # after the judge is done, how long a worker may take to e
 def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control: RunControl,
                 avail: sandbox.Available) -> JobResult:
     """A job that runs code under review: the judge (gpu-gate's own process, outside the sandbox,
-    which never imports that code) and two sandboxed workers, each in a directory of its own,
-    talking over socket pairs. The result file is the judge's, in a directory no worker sees; a
-    worker's exit code and files decide nothing (compute-sanitizer's report aside, read from the
-    candidate worker's directory by the sanitizer check)."""
+    which never imports that code) and its sandboxed workers (a check of a spec: the candidate and
+    the reference; the compile check: the compiler; in a pull request, the base's too), each in a
+    directory of its own, talking over socket pairs. The result file is the judge's, in a directory
+    no worker sees; a worker's exit code and files decide nothing (compute-sanitizer's report
+    aside, read from the candidate worker's directory by the sanitizer check)."""
     import socket
 
     marks = {"enter": time.monotonic()}  # the job's time outside the judge's process, for its timing
     outer = workdir.parent
     judge_dir = outer / "judge"
-    dirs = {"candidate": workdir, "reference": outer / "r"}
     # Differential runs: the base's code in a worker of its own, on the base's work tree.
-    roots = {"candidate": opts.repo_root, "reference": opts.repo_root}
-    if base_commit(job) and opts.base_root is not None:
-        dirs["base"], roots["base"] = outer / "b", opts.base_root
+    differential = bool(base_commit(job)) and opts.base_root is not None
+    roles = worker_roles(job.check, differential)
+    first = roles[0]  # the head's code: its worker's directory is the job's own, its output the log shown
+    dirs = {role: workdir if role == first else outer / _DIR[role] for role in roles}
+    roots = {role: opts.base_root if role == BASE and opts.base_root is not None else opts.repo_root for role in roles}
     # In a sandbox the base's tree is shown at the repository's own path: its code compiles to the
     # very kernels the head's unchanged code does, and its reports name the same files.
     remap = avail.protects_files
-    roles = tuple(dirs)
     shelf = compiled_store.shelf(opts.kernel_store, job) if opts.kernel_store is not None and remap else None
     try:
         judge_dir.mkdir()
@@ -75,13 +77,15 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     marks["files"] = time.monotonic()
     pairs = {role: socket.socketpair() for role in roles}
     context = {**_context(opts, gpu, job), "channels": {role: a.fileno() for role, (a, _) in pairs.items()}}
+    if differential:
+        context["base_root"] = str(opts.base_root)  # the judge reads the base's kernel files (the compile check)
     job_file, result_file = judge_dir / "in.json", judge_dir / "out.json"
     job_file.write_text(json.dumps({"job": job.to_json(), "context": context}))
     threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
     env = _env_for(opts, gpu, workdir, threads, job.check, avail)
     judge_env = {**env, "TMPDIR": str(judge_dir)}
     module = CHECKS[job.check].load()
-    argvs = {role: worker_argv(opts, dirs[role] / "context.json", None, role=role, fd=b.fileno())
+    argvs = {role: worker_argv(opts, dirs[role] / "context.json", role=serves(job.check, role), fd=b.fileno())
              for role, (_, b) in pairs.items()}
     wrap = getattr(module, "wrap", None)
     # compute-sanitizer runs the candidate's worker's sandbox as its program (from outside a bwrap
@@ -107,7 +111,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     def worker(role: str) -> None:
         # Each worker's caches (Triton's, CuPy's, the driver's) and temporary files in its own
         # directory: the only one its sandbox can write. The candidate's may carry the sanitizer's.
-        wenv = env if role == "candidate" else _env_for(opts, gpu, dirs[role], threads, job.check, avail)
+        wenv = env if role == first else _env_for(opts, gpu, dirs[role], threads, job.check, avail)
         b = pairs[role][1]
         # The judge keeps the time: a worker outlives it only until it is killed after the judge.
         def started(p: int) -> None:
@@ -158,7 +162,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     stuck = sorted(role for role, c in done.items() if c.stuck)
     if stuck:
         return _stuck_result(job, stuck, done[stuck[0]].pr)
-    cand_pr = done["candidate"][0] if "candidate" in done else jpr
+    cand_pr = done[first][0] if first in done else jpr
     escaped = sum(c.escaped for c in done.values())
     unwatched = any(c.unwatched for c in done.values())
     ended = {role: c.ended for role, c in done.items() if c.ended}

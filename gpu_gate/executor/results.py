@@ -11,7 +11,6 @@ from .. import proc
 from ..findings import Finding, JobResult, Severity, Status
 from ..protocol.jobs import Job
 from .containment import TOOL_EXIT_GRACE_S, TOOL_START_LIMIT_S
-from .options import ExecOptions
 
 
 def _classify_failure(job: Job, pr: proc.ProcResult, timeout_s: float) -> tuple[str, str]:
@@ -91,23 +90,6 @@ def _with_escapes(result: JobResult, n: int, avail: sandbox.Available, unwatched
 def _interrupted(job: Job, reason: str, pr: proc.ProcResult | None) -> JobResult:
     res = _error_result(job, "interrupted", f"{reason}: the job was killed before it finished", pr)
     return dataclasses.replace(res, reason=reason)
-
-
-def _judge_run(job: Job, opts: ExecOptions, pr: proc.ProcResult, inner: JobResult | None,
-               timeout: float) -> JobResult:
-    """The result of a job that writes its own (the compile check, which runs no code under review;
-    the checks that wrap a tool, compute-sanitizer's, are judged jobs: see :func:`_run_judged`)."""
-    if inner is None:
-        kind, message = _classify_failure(job, pr, timeout)
-        if pr.timed_out and timeout < opts.timeout_s:
-            message += " (the whole run's time limit cut this job short)"
-        return _error_result(job, kind, message, pr)
-    inner.duration_s = pr.duration_s
-    if pr.tail(5):
-        inner.log_tail = pr.tail(40)
-    # Which job this is and how much it matters are the gate's to say, not the result file's.
-    return dataclasses.replace(inner, job_id=job.id, check=job.check, level=job.level,
-                               spec=job.spec.id if job.spec else None, kernels=job.kernels)
 
 
 def _read_result(path: Path) -> JobResult | None:

@@ -1,6 +1,7 @@
-"""The job subprocess: ``python -I -m gpu_gate.judge.job JOB.json RESULT.json``.
+"""The judge's process: ``python -I -m gpu_gate.judge.job JOB.json RESULT.json``.
 
-It imports the spec module, runs one check and writes a JobResult as JSON. The
+It runs one check, asking the job's workers (which import the code under review, in their
+sandboxes) over the channels the executor made, and writes a JobResult as JSON. The
 executor treats a crash, a signal, a timeout or a missing result file as a
 finding, so anything that goes wrong here ends this job only.
 
@@ -32,6 +33,7 @@ class Context:
     deadline: float = float("inf")  # time.monotonic() by which the check should wrap up
     channels: dict[str, Any] | None = None  # role -> the judge's channel to that worker; None: in this process
     workers: Any = None  # the job's workers, once the spec imported in them
+    base_root: Path | None = None  # the base's tree, in a pull request (the compile check reads its kernel files)
 
     def open_workers(self, job: Job) -> Any:
         """The candidate and reference workers with the job's spec imported (again, for a job whose
@@ -43,6 +45,18 @@ class Context:
             self.channels = self.local_channels()
         self.workers = connect(job, self.channels, self.device, self.deadline)
         return self.workers
+
+    def open_compilers(self, job: Job) -> dict[str, Any]:
+        """The compile check's channels: to its ``compiler`` worker and, in a pull request, to the
+        ``base`` worker on the base's tree (the executor's), or to a worker in this process
+        (:mod:`gpu_gate.inprocess`)."""
+        if self.channels is None:
+            self.channels = self.local_compile_channels(job)
+        return self.channels
+
+    def local_compile_channels(self, job: Job) -> dict[str, Any]:
+        raise RuntimeError("the judge has no channel to a compile worker: the executor starts it in its sandbox "
+                           "(gpu_gate.executor); gpu_gate.inprocess runs it in the caller's process")
 
     def close_workers(self) -> None:
         for channel in (self.channels or {}).values():
@@ -193,13 +207,14 @@ def main(argv: list[str] | None = None, context_type: type[Context] = Context) -
     if len(argv) != 2:
         print("usage: python -m gpu_gate.judge.job JOB.json RESULT.json", file=sys.stderr)
         return 2
-    job, context = read_job(Path(argv[0]))
+    job, given = read_job(Path(argv[0]))
     out = Path(argv[1])
-    repo = Path(context.get("repo_root") or os.getcwd())
-    budget = float(context.get("budget_s") or "inf")
-    ctx = context_type(repo_root=repo, device=context.get("device") or pick_device(), workdir=out.parent,
-                  sanitizer=context.get("sanitizer") or None, deadline=time.monotonic() + budget,
-                  channels=_socket_channels(context.get("channels")))
+    repo = Path(given.get("repo_root") or os.getcwd())
+    budget = float(given.get("budget_s") or "inf")
+    ctx = context_type(repo_root=repo, device=given.get("device") or pick_device(), workdir=out.parent,
+                  sanitizer=given.get("sanitizer") or None, deadline=time.monotonic() + budget,
+                  channels=_socket_channels(given.get("channels")),
+                  base_root=Path(given["base_root"]) if given.get("base_root") else None)
     try:
         result = run_job(job, ctx)
     except Exception as exc:  # noqa: BLE001 - report, do not lose the job

@@ -1,11 +1,13 @@
 """A worker's life: read the job, import the spec, answer the judge until it says goodbye.
 
 Started by the executor inside the job's sandbox as ``python -I -c BOOT CONTEXT.json FD ROLE``: FD
-is its end of the socket to the judge, ROLE ``candidate`` or ``reference``; the judge sends the job. It writes no result file;
+is its end of the socket to the judge, ROLE ``candidate``, ``reference``, ``base`` or ``compiler`` (the
+compile check's, :mod:`.compile`); the judge sends the job, or the files to compile. It writes no result file;
 its exit code decides nothing. When the judge goes away (the socket closes), it exits.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -18,6 +20,7 @@ from typing import Any
 from ..protocol import wire
 from ..proc import alive_s
 from ..protocol.jobs import Job
+from ..protocol.roles import COMPILER
 
 
 def uses_triton(repo_root: Path) -> bool:
@@ -259,10 +262,14 @@ def _pick_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def serve(sock: socket.socket, worker: Worker) -> None:
-    from .calling import torch_settings
+def serve(sock: socket.socket, worker: Any, settings: Any = None) -> None:
+    """Answer the judge until it says goodbye; ``settings``: what the answers run under (torch's
+    deterministic settings unless given: the compile worker runs no tensor code)."""
+    if settings is None:
+        from .calling import torch_settings
 
-    with torch_settings():
+        settings = torch_settings()
+    with settings:
         while True:
             try:
                 header, blobs = wire.recv(sock)
@@ -287,14 +294,20 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     context_file, fd, role = argv[0], int(argv[1]), argv[2]
     context = json.loads(Path(context_file).read_text())
-    from .kept_kernels import start as start_seeding
-
-    seeding = start_seeding(context)  # first: it runs while torch is imported (see kept_kernels)
     sock = socket.socket(fileno=fd)
-    worker = Worker(role, context, Path(context_file).parent, seeding=seeding)
-    serve(sock, worker)
-    sock.close()
-    worker.ahead.stop()  # the sibling never outlives its worker (nor, so, the job)
+    if role == COMPILER:
+        from .compile import CompileWorker
+
+        serve(sock, CompileWorker(context, Path(context_file).parent), contextlib.nullcontext())
+        sock.close()
+    else:
+        from .kept_kernels import start as start_seeding
+
+        seeding = start_seeding(context)  # first: it runs while torch is imported (see kept_kernels)
+        worker = Worker(role, context, Path(context_file).parent, seeding=seeding)
+        serve(sock, worker)
+        sock.close()
+        worker.ahead.stop()  # the sibling never outlives its worker (nor, so, the job)
     # Exit without tearing down the interpreter: a kernel's atexit code or a CUDA context the
     # candidate broke must not hang the exit.
     sys.stdout.flush()

@@ -320,11 +320,11 @@ def test_the_bwrap_command_line_nests_read_only_paths_inside_writable_ones(tmp_p
 
 def test_worker_python_is_the_workers_interpreter_never_the_judges(tmp_path: Path) -> None:
     opts = ExecOptions(repo_root=tmp_path, gpus=(), worker_python=tmp_path / "venv" / "bin" / "python")
-    assert argv.worker_argv(opts, tmp_path / "in.json", None, role="candidate", fd=3)[:2] == \
+    assert argv.worker_argv(opts, tmp_path / "context.json", role="candidate", fd=3)[:2] == \
         [str(tmp_path / "venv" / "bin" / "python"), "-I"]
     assert argv.judge_argv(opts, tmp_path / "in.json", tmp_path / "out.json")[0] == sys.executable
     # the reference computes the truth: gpu-gate's own interpreter, as the judge
-    assert argv.worker_argv(opts, tmp_path / "in.json", None, role="reference", fd=3)[0] == sys.executable
+    assert argv.worker_argv(opts, tmp_path / "context.json", role="reference", fd=3)[0] == sys.executable
     box = sandbox.Available("bwrap", "bwrap", "test")
     layout = argv._layout(opts, None, tmp_path / "jobs" / "w", box)
     assert (tmp_path / "venv").resolve() in layout.readonly

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 
@@ -9,15 +8,16 @@ import pytest
 pytest.importorskip("triton")
 
 from gpu_gate.judge.checks import compile as compile_check  # noqa: E402
-from gpu_gate.findings import Severity, Status  # noqa: E402
+from gpu_gate.findings import Severity, Status
+from gpu_gate.inprocess import Context  # noqa: E402
 from gpu_gate.protocol.jobs import Job  # noqa: E402
 
 DATA = Path(__file__).parent.parent / "data" / "cuda" / "tritonpkg"
 
 
-@dataclasses.dataclass
-class Ctx:
-    repo_root: Path
+def in_process(repo: Path) -> Context:
+    """The judge's context with the compile worker in this process, on ``repo``."""
+    return Context(repo_root=repo, device="cpu", workdir=repo.parent)
 
 
 @pytest.fixture()
@@ -36,7 +36,7 @@ def _job(**options: object) -> Job:
 def test_triton_kernels_compile_for_sm90_without_a_gpu(repo: Path) -> None:
     triton_opts = {"needs_block": {"constexprs": {"BLOCK": 64}},
                    "broken_kernel": {"signature": {"x_ptr": "*fp32", "n": "i32"}}}
-    out = compile_check.run(_job(archs=["sm_90"], triton=triton_opts), Ctx(repo))
+    out = compile_check.run(_job(archs=["sm_90"], triton=triton_opts), in_process(repo))
     assert out.status is Status.FAILED
     kernels = {r["kernel"] for r in out.extra["resources"]}
     assert kernels == {"add_kernel", "needs_block"}
@@ -52,7 +52,7 @@ def test_triton_kernels_compile_for_sm90_without_a_gpu(repo: Path) -> None:
 
 @pytest.mark.slow
 def test_constexpr_without_value_is_a_visible_warning_not_a_pass_nor_a_block(repo: Path) -> None:
-    out = compile_check.run(_job(archs=["sm_90"]), Ctx(repo))
+    out = compile_check.run(_job(archs=["sm_90"]), in_process(repo))
     skipped = [f for f in out.findings if f.kind == "not-compiled-no-values"]
     (block,) = [f for f in skipped if "needs_block" in f.message]
     assert "not compiled: no values known for constexpr BLOCK" in block.message
@@ -67,7 +67,7 @@ def test_constexpr_without_value_is_a_visible_warning_not_a_pass_nor_a_block(rep
 
 @pytest.mark.slow
 def test_no_values_fail_makes_an_uncompiled_kernel_block(repo: Path) -> None:
-    out = compile_check.run(_job(archs=["sm_90"], no_values="fail"), Ctx(repo))
+    out = compile_check.run(_job(archs=["sm_90"], no_values="fail"), in_process(repo))
     assert out.status is Status.FAILED
     assert {f.kind for f in out.findings if f.severity is Severity.ERROR} == {"not-compiled-no-values"}
 
@@ -79,7 +79,7 @@ def test_a_file_of_kernels_without_values_passes_with_warnings(repo: Path) -> No
         "def fill(x_ptr, n, BLOCK: tl.constexpr, VALUE: tl.constexpr):\n"
         "    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)\n"
         "    tl.store(x_ptr + offs, tl.full([BLOCK], VALUE, tl.float32), mask=offs < n)\n")
-    out = compile_check.run(_job(archs=["sm_80", "sm_90"]), Ctx(repo))
+    out = compile_check.run(_job(archs=["sm_80", "sm_90"]), in_process(repo))
     assert out.status is Status.PASSED and out.cases == 0
     assert out.reason == "no kernel compiled: no values known for 1 Triton kernel(s)"
     (f,) = out.findings
@@ -94,7 +94,7 @@ def test_an_error_inside_a_called_jit_function_is_named_not_shown_as_a_caret(rep
         "import triton\nimport triton.language as tl\n\n\n@triton.jit\n"
         "def gelu_ish(x):\n"
         "    return x * tl.sigmoid(x)\n")
-    out = compile_check.run(_job(archs=["sm_90"]), Ctx(repo))
+    out = compile_check.run(_job(archs=["sm_90"]), in_process(repo))
     (guess,) = [f for f in out.findings if "gelu_ish" in f.message]
     assert "wrong type argument to unary minus" in guess.message, guess.message
     assert "one did not compile: ^)" not in guess.message

@@ -1,9 +1,14 @@
 """The compile check: every changed kernel compiles for every target architecture.
 
-Runs without a GPU, inside the harness subprocess. CUDA files go through nvcc
-(``.cuh``/``.h`` headers through a generated one-line translation unit); Triton
-files through ``triton.compile`` for a ``GPUTarget``. Resource usage is always
-reported in ``extra["resources"]`` and can be gated.
+Runs without a GPU, judged like the other checks: its worker (``compiler``, in its sandbox)
+imports the kernel files' Triton modules and runs the compilers (CUDA files through nvcc,
+``.cuh``/``.h`` headers through a generated one-line translation unit; Triton files through
+``triton.compile`` for a ``GPUTarget``), and answers with facts (see
+:class:`~gpu_gate.protocol.messages.CompileFacts`). This module, in the judge, asks one file at a
+time, reads the answers (:mod:`.compile_facts`) and decides. In a pull request a second worker
+(``base``) compiles the base's tree, and the findings read from the compiled code are told new from
+pre-existing (:mod:`.compiled_base`). Resource usage is always reported in ``extra["resources"]``
+and can be gated.
 
 Options (``job.options``, from the policy):
     archs: ["sm_80", "sm_90"]      target architectures
@@ -16,57 +21,144 @@ Options (``job.options``, from the policy):
 """
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from ... import proc
-from ...cuda import nvcc
-from ..compiled import ptxlint
-from ...worker import tritonc
-from ...protocol.archs import DEFAULT_ARCHS, arch_number, lint_arch, normalise_archs
-from . import compiled_offsets, compiled_races
 from ...cuda.names import triton_kernel_names
 from ...cuda.nvcc import KernelResources
-from .outcome import Context, make_outcome
 from ...findings import Finding, Severity, Status
-from ...protocol.jobs import Job
+from ...protocol import wire
+from ...protocol.archs import DEFAULT_ARCHS, lint_arch, normalise_archs
+from ...protocol.jobs import Job, base_commit
+from ...protocol.messages import CompileFacts, CompileRequest
+from ...protocol.roles import BASE, COMPILER
+from ..channel import Channel, WorkerLost, WorkerTimeout
+from . import compiled_base
+from .compile_facts import CHECK, NO_VALUES, PROTOCOL, Asked, Built, judge_file, protocol_finding
+from .outcome import Context, Outcome, make_outcome
 
-CHECK = "compile"
 CUDA_SUFFIXES = (".cu",)
 HEADER_SUFFIXES = (".cuh", ".h", ".hpp", ".hh", ".inl")
-NO_VALUES = "not-compiled-no-values"  # a Triton kernel whose constexpr or signature values are unknown
 
 
-def run(job: Job, ctx: Context) -> Any:
-    repo_root = Path(ctx.repo_root)
-    archs = normalise_archs(job.options.get("archs") or DEFAULT_ARCHS)
-    findings: list[Finding] = []
-    resources: list[KernelResources] = []
-    linted: list[str] = []  # the kernels whose compiled code was read (the base's build is compared on these)
-    compiled = 0
+def run(job: Job, ctx: Context) -> Outcome:
+    archs = tuple(normalise_archs(job.options.get("archs") or DEFAULT_ARCHS))
+    channels = ctx.open_compilers(job)
+    head = Tree(job, Path(ctx.repo_root), channels[COMPILER], archs, "compile worker", ctx.deadline)
+    trees = [head]
+    commit = base_commit(job)
+    base = None
+    if commit and BASE in channels and ctx.base_root is not None:
+        # only the architecture whose PTX is read: the base's resources and compile errors are not compared
+        base = Tree(job, Path(ctx.base_root), channels[BASE], (lint_arch(list(archs)),), "base's compile worker",
+                    ctx.deadline)
+        trees.append(base)
     for rel in job.kernels:
-        path = repo_root / rel
+        for tree in trees:  # the base's worker compiles beside the head's
+            tree.ask(rel)
+        for tree in trees:
+            if head.lost is None:  # a head that answers no more fails the job: the base's answer is moot
+                tree.take(rel)
+    outcome = head.outcome(job)
+    if base is None or commit is None or outcome.status is Status.ERROR:
+        return outcome
+    return compiled_base.against_base(job, outcome, base.outcome(job), commit)
+
+
+class Tree:
+    """One tree's compile (the head's, or the base's), asked of its worker one file at a time."""
+
+    def __init__(self, job: Job, root: Path, channel: Channel, archs: tuple[str, ...], who: str,
+                 deadline: float) -> None:
+        self.job, self.root, self.channel, self.archs = job, root, channel, archs
+        self.who, self.deadline = who, deadline
+        self.built = Built()
+        self.asked: dict[str, Asked] = {}
+        self.lost: str | None = None  # why the worker answers no more
+
+    def ask(self, rel: str) -> None:
+        path = self.root / rel
         if not path.is_file():
-            findings.append(Finding(CHECK, "missing-file", f"{rel}: not in the working tree; nothing compiled",
-                                    Severity.NOTE, file=rel))
-            continue
+            self.built.findings.append(Finding(CHECK, "missing-file", f"{rel}: not in the working tree; nothing "
+                                               "compiled", Severity.NOTE, file=rel))
+            return
+        kernels: tuple[tuple[str, int], ...] = ()
         if rel.endswith(".py"):
-            f, r, n = _triton_file(job, repo_root, rel, archs, linted)
-        elif rel.endswith(CUDA_SUFFIXES + HEADER_SUFFIXES):
-            f, r, n = _cuda_file(job, repo_root, rel, archs, linted)
-        else:
-            continue
-        findings += f
-        resources += r
-        compiled += n
-    findings += resource_findings(job, resources)
-    return _outcome(findings, resources, compiled, linted)
+            kernels = tuple((d.name, d.line) for d in triton_kernel_names(path.read_text(errors="replace")))
+            if not kernels:
+                return  # no Triton kernel in it: nothing to import
+        elif not rel.endswith(CUDA_SUFFIXES + HEADER_SUFFIXES):
+            return
+        asked = Asked(rel, self.archs, lint_arch(list(self.archs)), kernels, _no_values_severity(self.job))
+        if self.lost is not None:
+            self.built.findings.append(Finding(CHECK, "not-compiled", f"{rel}: not compiled: {self.lost}",
+                                               Severity.NOTE, file=rel))
+            return
+        options = self.job.options
+        request = CompileRequest(rel, self.archs, asked.read_arch, tuple(dict.fromkeys(n for n, _ in kernels)),
+                                 dict(options.get("triton") or {}),
+                                 tuple(str(d) for d in options.get("include_dirs", [])),
+                                 tuple(str(f) for f in options.get("nvcc_flags", [])),
+                                 float(options.get("timeout_s", 300)), tuple(self.job.python_path))
+        try:
+            self.channel.ask(request.to_json())
+        except WorkerLost:
+            self._lose(rel, "crash", f"the {self.who} exited or died before answering (while it started, or while "
+                                     f"importing or compiling an earlier file)", "nothing was compiled")
+            return
+        self.asked[rel] = asked
+
+    def take(self, rel: str) -> None:
+        asked = self.asked.pop(rel, None)
+        if asked is None:
+            return
+        try:
+            reply, blobs = self.channel.answer(self.deadline)
+        except WorkerTimeout:
+            self._lose(rel, "timeout", f"the {self.who} did not answer within the job's time budget (a compile "
+                                       f"that hangs, or one too slow)", "nothing was compiled")
+            return
+        except WorkerLost:
+            self._lose(rel, "crash", f"the {self.who} exited or died before answering (while importing or compiling "
+                                     f"it)", "nothing it compiled was read")
+            return
+        if reply.get("error") is not None:
+            said = str(reply.get("message") or reply["error"])[:500]
+            self._lose(rel, "worker-error", f"the {self.who} failed ({said})", "nothing it compiled was read")
+            return
+        try:
+            facts = CompileFacts.from_json(reply.get("facts"), blobs)
+        except wire.BadMessage as exc:
+            self.built.findings.append(protocol_finding(rel, str(exc)[:500]))
+            self.lost = f"the {self.who}'s answer on {rel} could not be read"
+            return
+        judge_file(asked, facts, self.built)
+
+    def _lose(self, rel: str, kind: str, what: str, consequence: str) -> None:
+        """The worker answers no more: a finding for ``rel``, and the job fails closed."""
+        self.built.findings.append(Finding(CHECK, kind, f"{rel}: {what}: {consequence}", file=rel))
+        self.lost = what
+
+    def outcome(self, job: Job) -> Outcome:
+        built = self.built
+        lost = self.lost
+        if lost is None and any(f.kind == PROTOCOL for f in built.findings):
+            lost = f"the {self.who}'s answer could not be read"
+        return _outcome(built.findings + resource_findings(job, built.resources), built.resources, built.compiled,
+                        built.linted, lost)
+
+
+def _no_values_severity(job: Job) -> Severity:
+    return Severity.ERROR if job.options.get("no_values") == "fail" else Severity.WARNING
 
 
 def _outcome(findings: list[Finding], resources: list[KernelResources], compiled: int,
-             linted: list[str] | None = None) -> Any:
+             linted: list[str] | None = None, lost: str | None = None) -> Outcome:
+    """``lost``: why the worker's answers stopped or could not be read (nothing after is judged:
+    the job fails closed)."""
     extra: dict[str, Any] = {"resources": [_resource_row(r) for r in resources], "linted": sorted(set(linted or []))}
+    if lost is not None:
+        return make_outcome(Status.ERROR, findings, reason=lost, extra=extra)
     if any(f.kind == "tool-missing" for f in findings):
         return make_outcome(Status.ERROR, findings, reason="a compiler could not be found", extra=extra)
     if any(f.severity is Severity.ERROR for f in findings):
@@ -89,63 +181,6 @@ def _resource_row(r: KernelResources) -> dict[str, object]:
     return row
 
 
-# --- CUDA -------------------------------------------------------------------
-
-
-def _cuda_file(job: Job, repo_root: Path, rel: str, archs: list[str],
-               linted: list[str]) -> tuple[list[Finding], list[KernelResources], int]:
-    tool = nvcc.find_nvcc()
-    if tool is None:
-        msg = f"{rel}: nvcc not found (install the CUDA toolkit or set CUDA_HOME); the kernel was not compiled"
-        return [Finding(CHECK, "tool-missing", msg, file=rel)], [], 0
-    findings: list[Finding] = []
-    resources: list[KernelResources] = []
-    includes = [str(repo_root / d) for d in job.options.get("include_dirs", [])]
-    includes += [str((repo_root / rel).parent), str(repo_root)]
-    extra = [str(f) for f in job.options.get("nvcc_flags", [])]
-    timeout = float(job.options.get("timeout_s", 300))
-    with tempfile.TemporaryDirectory(prefix="gpu-gate-nvcc-") as tmp:
-        source = rel if rel.endswith(CUDA_SUFFIXES) else _header_tu(Path(tmp), repo_root / rel)
-        for arch in archs:
-            argv = nvcc.cubin_argv(tool, source, arch, str(Path(tmp) / f"{arch}.cubin"), includes, extra)
-            res = proc.run(argv, cwd=repo_root, timeout=timeout)
-            findings += _nvcc_findings(res, rel, arch, repo_root)
-            if res.ok:
-                resources += nvcc.parse_resources(res.stderr + res.stdout, arch)
-        read_arch = lint_arch(archs)
-        ptx = compiled_races.cuda_ptx(tool, source, read_arch, includes, extra, repo_root, timeout)
-        if ptx is not None:
-            linted += ptxlint.parse(ptx)[1]
-            findings += compiled_races.findings_from_ptx(ptx, rel, repo_root, read_arch)
-            findings += compiled_offsets.findings_from_ptx(ptx, rel, repo_root, read_arch)
-    return findings, resources, len(archs)
-
-
-def _header_tu(tmp: Path, header: Path) -> str:
-    tu = tmp / "header_check.cu"
-    tu.write_text(f'#include "{header.resolve()}"\n')
-    return str(tu)
-
-
-def _nvcc_findings(res: proc.ProcResult, rel: str, arch: str, repo_root: Path) -> list[Finding]:
-    if res.not_found:
-        return [Finding(CHECK, "tool-missing", f"{rel}: {res.describe()}", file=rel)]
-    if res.timed_out:
-        return [Finding(CHECK, "timeout", f"{rel} ({arch}): nvcc {res.describe()}", file=rel)]
-    diags = nvcc.parse_diagnostics(res.stderr + "\n" + res.stdout, repo_root)
-    errors = [d for d in diags if d.severity == "error"]
-    if res.ok:
-        return []
-    if not errors:
-        tail = res.tail(5) or res.tail(5, "stdout")
-        return [Finding(CHECK, "compile-error", f"{rel} ({arch}): nvcc failed, {res.describe()}\n{tail}", file=rel)]
-    return [
-        Finding(CHECK, "compile-error", f"{d.file or rel}:{d.line or '?'}: {d.message} ({arch})",
-                file=d.file or rel, line=d.line, details={"arch": arch})
-        for d in errors
-    ]
-
-
 def resource_findings(job: Job, resources: list[KernelResources]) -> list[Finding]:
     """Spill and local-memory breaches of the policy's limits."""
     return resource_findings_for(job.options, resources)
@@ -166,122 +201,3 @@ def resource_findings_for(options: dict[str, Any], resources: list[KernelResourc
             out.append(Finding(CHECK, "local-memory", f"{where}: {r.local_bytes} bytes of local memory (stack frame) "
                                f"exceed max_local_bytes={max_local}", severity, details=_resource_row(r)))
     return out
-
-
-# --- Triton -----------------------------------------------------------------
-
-
-def _triton_file(job: Job, repo_root: Path, rel: str, archs: list[str],
-                 linted: list[str]) -> tuple[list[Finding], list[KernelResources], int]:
-    declared = triton_kernel_names((repo_root / rel).read_text(errors="replace"))
-    if not declared:
-        return [], [], 0
-    try:
-        kernels = tritonc.import_kernels(repo_root / rel, repo_root, job.python_path)
-    except ImportError as exc:
-        if getattr(exc, "name", None) == "triton":
-            return [Finding(CHECK, "tool-missing", f"{rel}: triton is not installed; the kernels were not compiled",
-                            file=rel)], [], 0
-        return [_import_error(rel, exc)], [], 0
-    except Exception as exc:  # noqa: BLE001 - the user's module failed to import: that is the finding
-        return [_import_error(rel, exc)], [], 0
-    findings: list[Finding] = []
-    resources: list[KernelResources] = []
-    compiled = 0
-    given = job.options.get("triton") or {}
-    for decl in declared:
-        fn = kernels.get(decl.name)
-        if fn is None:
-            findings.append(Finding(CHECK, "not-compiled", f"{rel}:{decl.line}: Triton kernel {decl.name} is not a "
-                                    "module-level name; it was not compiled", Severity.NOTE, file=rel, line=decl.line))
-            continue
-        f, r, n = _triton_kernel(fn, rel, decl.line, given.get(decl.name), archs, _no_values_severity(job), linted)
-        findings += f
-        resources += r
-        compiled += n
-    return findings, resources, compiled
-
-
-def _import_error(rel: str, exc: BaseException) -> Finding:
-    return Finding(CHECK, "import-error", f"{rel}: importing the module failed: {type(exc).__name__}: {exc}", file=rel)
-
-
-def _no_values_severity(job: Job) -> Severity:
-    return Severity.ERROR if job.options.get("no_values") == "fail" else Severity.WARNING
-
-
-def _triton_kernel(fn: Any, rel: str, line: int, given: dict[str, Any] | None, archs: list[str],
-                   no_values: Severity = Severity.WARNING, linted: list[str] | None = None
-                   ) -> tuple[list[Finding], list[KernelResources], int]:
-    name = fn.fn.__name__
-    config = tritonc.config_from_options(fn, given) if given else tritonc.default_config(fn)
-    if config.missing:
-        need = ", ".join(config.missing)
-        msg = (f"{rel}:{line}: Triton kernel {name}: not compiled: no values known for constexpr {need} (no default in "
-               f"the kernel, none in checks.compile.triton.{name}.constexprs). On a GPU the equivalence job compiles "
-               f"the specializations its cases launch")
-        return [Finding(CHECK, NO_VALUES, msg, no_values, file=rel, line=line,
-                        details={"kernel": name, "missing": list(config.missing)})], [], 0
-    findings: list[Finding] = []
-    resources: list[KernelResources] = []
-    compiled = 0
-    for arch in archs:
-        try:
-            build = tritonc.compile_kernel(fn, config, arch_number(arch))
-        except Exception as exc:  # noqa: BLE001 - Triton raises many types for a compile error
-            findings.append(_triton_error(fn, rel, line, arch, config, exc, no_values))
-            if config.guessed:
-                break  # the same guess fails for every arch: one finding says it
-            continue
-        compiled += 1
-        resources += [_renamed(r, name, arch) for r in build.resources]
-        if arch == lint_arch(archs):
-            if linted is not None:
-                linted += ptxlint.parse(build.ptx)[1]
-            findings += compiled_races.triton_findings(fn, build.ptx, rel, arch)
-            findings += compiled_offsets.findings_from_ptx(build.ptx, rel, compiled_races.source_root(fn, rel), arch)
-    if config.guessed and compiled:
-        sig = ", ".join(f"{k}: {v}" for k, v in config.signature.items())
-        findings.append(Finding(CHECK, "guessed-signature", f"{rel}:{line}: Triton kernel {name} compiled with a guessed "
-                                f"signature ({sig}); set checks.compile.triton.{name}.signature to pin it",
-                                Severity.NOTE, file=rel, line=line))
-    return findings, resources, compiled
-
-
-def _renamed(r: KernelResources, name: str, arch: str) -> KernelResources:
-    return KernelResources(name, r.symbol, arch, r.registers, r.spill_store, r.spill_load, r.local_bytes,
-                           r.shared_bytes, r.constant_bytes, r.barriers)
-
-
-def _triton_error(fn: Any, rel: str, line: int, arch: str, config: tritonc.TritonConfig, exc: Exception,
-                  no_values: Severity = Severity.WARNING) -> Finding:
-    name = fn.fn.__name__
-    text = str(exc).strip().splitlines()
-    first = _triton_message(exc)
-    err_line = _triton_error_line(exc, line)
-    if config.guessed:
-        # A guess of the argument types is gpu-gate's, not the kernel's: the kernel's types are unknown.
-        msg = (f"{rel}:{line}: Triton kernel {name}: not compiled: no values known for its signature (the guessed "
-               f"one did not compile: {first}); set checks.compile.triton.{name}.signature. On a GPU the "
-               f"equivalence job compiles the specializations its cases launch")
-        return Finding(CHECK, NO_VALUES, msg, no_values, file=rel, line=line,
-                       details={"arch": arch, "kernel": name, "error": "\n".join(text[-20:])})
-    return Finding(CHECK, "compile-error", f"{rel}:{err_line}: Triton kernel {name} does not compile for {arch}: {first}",
-                   file=rel, line=err_line, details={"arch": arch, "kernel": name, "error": "\n".join(text[:40])})
-
-
-def _triton_message(exc: BaseException) -> str:
-    """The error itself. Triton's message is a source excerpt with a caret under the offending
-    node, then the error; where it ends at the caret, the error is the exception's cause."""
-    lines = [t.strip() for t in str(exc).strip().splitlines() if t.strip()]
-    if lines and not set(lines[-1]) <= set("^~ "):
-        return lines[-1]
-    if exc.__cause__ is not None:
-        return _triton_message(exc.__cause__)
-    return type(exc).__name__
-
-
-def _triton_error_line(exc: Exception, def_line: int) -> int:
-    """Triton's CompilationError carries the offending AST node, numbered from the ``def`` line."""
-    lineno = getattr(getattr(exc, "node", None), "lineno", None)
-    return def_line + lineno - 1 if isinstance(lineno, int) and lineno > 0 else def_line

@@ -2,8 +2,8 @@
 
 The findings read from the PTX (a lock or flag released without a barrier, a scatter without
 atomics, an offset computed in 32 bits: :mod:`.compiled_races`, :mod:`.compiled_offsets`) say
-what a kernel file's code does, not what a change did. In a pull request the same compile job
-runs on the base's tree too, and each of the head's findings is compared with the base's for the
+what a kernel file's code does, not what a change did. In a pull request the compile check's
+``base`` worker compiles the base's tree too (for the architecture whose PTX is read), and each of the head's findings is compared with the base's for the
 same kernel: as many or fewer of a kind there, it is the repository's debt (pre-existing, which
 the policy's ``preexisting`` rule decides); more, they are the change's (new), and a new 32-bit
 offset blocks; what the base has and the head no longer does is reported fixed. A kernel whose
@@ -15,19 +15,22 @@ from __future__ import annotations
 
 import dataclasses
 from collections import Counter
+from typing import TypeVar
 
 from ..compiled import ptx_offsets
 from ...findings import Finding, JobResult, Severity, Status
 from ...protocol.jobs import Job
+from .outcome import Outcome
 
 LINT_KINDS = frozenset({ptx_offsets.KIND, "lock-release-without-barrier", "global-scatter-without-atomics"})
 # A base build that these say nothing was read from (a file that does not import or build)
 UNBUILT = frozenset({"import-error", "missing-file", "tool-missing", "timeout"})
+R = TypeVar("R", JobResult, Outcome)  # a job's result, or a check's outcome before it is one
 PRE_EXISTING = "pre-existing (the base's build of this kernel has it too): "
 NEW = "new in this change: "
 
 
-def against_base(job: Job, head: JobResult, base: JobResult | None, commit: str) -> JobResult:
+def against_base(job: Job, head: R, base: JobResult | Outcome | None, commit: str) -> R:
     short = commit[:12]
     if not any(f.kind in LINT_KINDS for f in [*head.findings, *(base.findings if base else [])]):
         return head  # nothing read from either build: nothing to compare
@@ -100,7 +103,7 @@ def _note(message: str) -> Finding:
     return Finding("compile", "differential", message, Severity.NOTE)
 
 
-def _with(head: JobResult, findings: list[Finding], note: Finding) -> JobResult:
+def _with(head: R, findings: list[Finding], note: Finding) -> R:
     failing = any(f.severity is Severity.ERROR for f in findings)
     status = Status.FAILED if failing and head.status is Status.PASSED else head.status
     return dataclasses.replace(head, findings=[*findings, note], status=status)

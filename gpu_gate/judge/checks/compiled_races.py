@@ -5,10 +5,8 @@ atomic release by itself, Triton 3.6 does not."""
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
-from ... import proc
 from ..compiled import ptxlint
 from ...findings import Finding, Severity
 
@@ -45,14 +43,16 @@ def findings_from_ptx(ptx: str, rel: str, repo_root: Path, arch: str) -> list[Fi
     return out
 
 
-def triton_findings(fn: object, ptx: str, rel: str, arch: str) -> list[Finding]:
-    """A Triton kernel's PTX, linted; ``rel`` is its file, relative to the repository."""
-    return findings_from_ptx(ptx, rel, source_root(fn, rel), arch)
+def triton_findings(source: str, ptx: str, rel: str, arch: str) -> list[Finding]:
+    """A Triton kernel's PTX, linted; ``rel`` is its file, relative to the repository, and
+    ``source`` the path its function was defined in, as the compile worker saw it."""
+    return findings_from_ptx(ptx, rel, source_root(source, rel), arch)
 
 
-def source_root(fn: object, rel: str) -> Path:
-    """The repository a Triton kernel's file ``rel`` (relative to it) was imported from."""
-    source = os.path.realpath(getattr(getattr(getattr(fn, "fn", None), "__code__", None), "co_filename", "") or rel)
+def source_root(source: str, rel: str) -> Path:
+    """The repository a Triton kernel's file ``rel`` (relative to it) was imported from, given the
+    path its function was defined in (a fact of the compile worker's, never the function)."""
+    source = source or rel
     return Path(source[: -len(rel)]) if source.endswith(rel) else Path(source).parent
 
 
@@ -63,24 +63,3 @@ def relative_path(path: str | None, repo_root: Path) -> str | None:
         return Path(os.path.realpath(path)).relative_to(os.path.realpath(repo_root)).as_posix()
     except ValueError:
         return path if not os.path.isabs(path) else None
-
-
-def cuda_findings(tool: str, source: str, rel: str, arch: str, includes: list[str], flags: list[str],
-                  repo_root: Path, timeout: float) -> list[Finding]:
-    """PTX of one CUDA translation unit (nvcc -ptx -lineinfo), linted. A build that fails here
-    has already been reported by the cubin build."""
-    ptx = cuda_ptx(tool, source, arch, includes, flags, repo_root, timeout)
-    return findings_from_ptx(ptx, rel, repo_root, arch) if ptx is not None else []
-
-
-def cuda_ptx(tool: str, source: str, arch: str, includes: list[str], flags: list[str], repo_root: Path,
-             timeout: float) -> str | None:
-    """The PTX of one CUDA translation unit, with line information; None where it does not build."""
-    with tempfile.TemporaryDirectory(prefix="gpu-gate-ptx-") as tmp:
-        out = Path(tmp) / "k.ptx"
-        argv = [tool, f"-arch={arch}", "-ptx", "-lineinfo", "-std=c++17", *(f"-I{d}" for d in includes), *flags,
-                source, "-o", str(out)]
-        res = proc.run(argv, cwd=repo_root, timeout=timeout, env=proc.scrubbed_env())
-        if not res.ok or not out.is_file():
-            return None
-        return out.read_text(errors="replace")
