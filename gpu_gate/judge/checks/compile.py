@@ -3,7 +3,7 @@
 Runs without a GPU, inside the harness subprocess. CUDA files go through nvcc
 (``.cuh``/``.h`` headers through a generated one-line translation unit); Triton
 files through ``triton.compile`` for a ``GPUTarget``. Resource usage is always
-reported in ``extra["resources"]`` and can be gated.
+reported in ``extra.resources`` and can be gated.
 
 Options (``job.options``, from the policy):
     archs: ["sm_80", "sm_90"]      target architectures
@@ -30,6 +30,7 @@ from ...cuda.names import triton_kernel_names
 from ...cuda.nvcc import KernelResources
 from .outcome import Context, make_outcome
 from ...findings import Finding, Severity, Status
+from ...job_extra import JobExtra
 from ...protocol.jobs import Job
 
 CHECK = "compile"
@@ -66,7 +67,7 @@ def run(job: Job, ctx: Context) -> Any:
 
 def _outcome(findings: list[Finding], resources: list[KernelResources], compiled: int,
              linted: list[str] | None = None) -> Any:
-    extra: dict[str, Any] = {"resources": [_resource_row(r) for r in resources], "linted": sorted(set(linted or []))}
+    extra = JobExtra(resources=[_resource_row(r) for r in resources], linted=sorted(set(linted or [])))
     if any(f.kind == "tool-missing" for f in findings):
         return make_outcome(Status.ERROR, findings, reason="a compiler could not be found", extra=extra)
     if any(f.severity is Severity.ERROR for f in findings):
