@@ -1,17 +1,16 @@
-"""The judge's handles on its two workers, and the spec as the judge knows it.
+"""The judge's handles on its workers, and the spec as the judge knows it.
 
-:class:`Candidate` sends a case's inputs to the candidate worker and reads back a :class:`CallReport`
-of plain tensors and facts; :class:`Reference` asks the reference worker for the truth on a case.
-Neither hands the judge an object a worker made: every request is a typed record, every reply is
-read into one against what was asked (:mod:`gpu_gate.protocol.messages`), and tensors are rebuilt
-here from bytes.
+:class:`Candidate` sends a case's inputs to the candidate worker (or the base's) and reads back a
+:class:`CallReport` of plain tensors and facts; :class:`~gpu_gate.judge.reference.Reference` asks
+the reference worker for the truth on a case. Neither hands the judge an object a worker made:
+every request is a typed record, every reply is read into one against what was asked
+(:mod:`gpu_gate.protocol.messages`), and tensors are rebuilt here from bytes.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..findings import Finding
 from ..protocol import wire
@@ -19,29 +18,18 @@ from ..protocol.cases import Case
 from ..protocol.guard import geometry
 from ..protocol.inputs import Materialized
 from ..protocol.jobs import Job
-from ..protocol.messages import (Ahead, AheadDone, AheadDoneReply, AheadReply, BaselineFp32, BaselineFp32Reply, Call,
-                                 CallDone, CallFailed, Describe, DescribeReply, ErrorReply, Finish, FinishReply,
-                                 Geometry, GradRecipe, GuardedInput, HeadReference, HeadReferenceReply, Load, LoadReply,
-                                 Release, Reply, Request, SpecDescription, SpecImportFacts, SpecImportReply, Stats,
-                                 StatsReply, Truth, TruthReply, Upstream, UpstreamReply, tensors)
-from ..spec import Dim, Index, Spec, Tensor, Tolerance
-from .channel import Channel, ProtocolViolation, WorkerLost, WorkerTimeout, violation
+from ..protocol.messages import (Ahead, AheadDone, AheadDoneReply, AheadReply, Call, CallDone, CallFailed, ErrorReply,
+                                 Finish, FinishReply, Geometry, GuardedInput, Load, LoadReply, Release, Reply, Request,
+                                 SpecImportFacts, SpecImportReply, Stats, tensors)
+from ..spec import Spec
+from .channel import Channel, ProtocolViolation, WorkerLost, WorkerTimeout
 from .limits import reply_budget
+from .reference import Recipe, Reference, TruthPending, output_dtypes, spec_from_description
+from .replies import ContextLost, SpecBroken, WorkerDied, check, expect, reading, stats_of
 
-R = TypeVar("R")
-Recipe = dict[str, GradRecipe]  # the upstream gradients' recipe, as the reference worker sent it
-
-
-class ContextLost(Exception):
-    """The candidate's CUDA context, or its worker, is gone: the rest of this job cannot run."""
-
-
-class WorkerDied(ContextLost):
-    """The candidate's worker process is gone (a crash, a signal, an exit): the executor knows how."""
-
-
-class SpecBroken(Exception):
-    """The spec itself (its reference) is wrong; not the kernel's fault."""
+__all__ = ["BaseCandidate", "BaseLost", "CallReport", "Candidate", "ContextLost", "ProtocolViolation", "Reference",
+           "SpecBroken", "SpecDidNotImport", "TruthPending", "WorkerDied", "Workers", "connect", "import_finding",
+           "output_dtypes", "spec_from_description"]
 
 
 class SpecDidNotImport(Exception):
@@ -55,39 +43,6 @@ def import_finding(job: Job, facts: SpecImportFacts) -> Finding:
     return Finding(check=job.check, kind=facts.kind, spec=job.spec.id if job.spec else None, file=facts.file,
                    line=facts.line, message=facts.message,
                    details={"traceback": facts.traceback} if facts.traceback else {})
-
-
-def _not_here(*args: Any, **kwargs: Any) -> Any:
-    raise RuntimeError("the judge never runs the spec's functions: the workers do")
-
-
-def spec_from_description(d: SpecDescription) -> Spec:
-    """The spec the judge works with: the reference worker's description, functions left out. A
-    description no spec can be made from is a :class:`~gpu_gate.protocol.wire.BadMessage`."""
-    def build(fields: dict[str, Any], where: str) -> Any:
-        obj = dict(fields)
-        kind = obj.pop("kind")
-        cls = {"Dim": Dim, "Tensor": Tensor, "Index": Index}[kind]
-        unknown = set(obj) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise wire.BadMessage(f"spec {where}: unknown fields {sorted(unknown)} of a {kind}")
-        if kind == "Dim" and obj.get("values") is not None:
-            obj["values"] = tuple(obj["values"])
-        if kind == "Index":
-            obj["shape"] = tuple(obj["shape"])
-            obj["dists"] = tuple(obj["dists"]) if obj.get("dists") is not None else None
-            obj["layouts"] = tuple(obj["layouts"]) if obj.get("layouts") is not None else None
-        return cls(**obj)
-
-    try:
-        return Spec(name=d.name, fn=_not_here, dims={k: build(v, f"dims[{k!r}]") for k, v in d.dims.items()},
-                    inputs={k: build(v, f"inputs[{k!r}]") for k, v in d.inputs.items()}, reference=_not_here,
-                    params={k: None for k in d.params}, dim_args=d.dim_args, grads=d.grads, covers=d.covers,
-                    deterministic=d.deterministic, tolerance=Tolerance(**d.tolerance), devices=d.devices,
-                    checks=d.checks, module=d.module, file=d.file, line=d.line, accumulate=d.accumulate,
-                    mutates=dict(d.mutates), producer=d.producer)
-    except (TypeError, ValueError, KeyError) as exc:
-        raise wire.BadMessage(f"a spec description no spec can be made from ({type(exc).__name__}: {exc})") from exc
 
 
 @dataclasses.dataclass
@@ -108,35 +63,6 @@ class CallReport:
     held_sms: bool | str | None = None  # with hold_sms: True, or why the SMs could not be held
     produced: bool | str | None = None  # with produce: True, or why the producer could not run
     held_caller: bool | str | None = None  # with hold_caller: True, or why the caller's stream was not held
-
-
-def _check(reply: Reply, what: str) -> None:
-    """Raise what a worker's error reply means for the job."""
-    if not isinstance(reply, ErrorReply):
-        return
-    if reply.error == "fatal":
-        raise ContextLost(reply.message)
-    if reply.error == "reference":
-        raise SpecBroken(reply.message)
-    raise ContextLost(f"the {what} worker failed: {reply.message or reply.error}")
-
-
-def _of(reply: Reply, kind: type[R], channel: Channel) -> R:
-    """``reply`` as the kind of reply its request gets (an error reply was handled before)."""
-    if not isinstance(reply, kind):
-        raise violation(channel.name, getattr(reply, "op", "?"), wire.BadMessage(f"a {type(reply).__name__}"))
-    return reply
-
-
-@contextlib.contextmanager
-def _reading(channel: Channel, asked: str) -> Iterator[None]:
-    """Tensors rebuilt from a reply's bytes: what cannot be is the worker's protocol violation."""
-    try:
-        yield
-    except wire.BadMessage as exc:
-        error = violation(channel.name, asked, exc)
-        channel.lost = str(error)
-        raise error from exc
 
 
 class Candidate:
@@ -242,16 +168,16 @@ class Candidate:
     def _read_call(self) -> CallReport:
         self._upstream_held = None  # until the worker answers: then it holds what was sent
         reply, got = self._answer()
-        _check(reply, "candidate")
+        check(reply, "candidate")
         self._upstream_held = self._upstream_pending
         if isinstance(reply, CallFailed):
             if reply.status == "fatal":
                 raise ContextLost(reply.message)
             return CallReport(reply.status, reply.message, reply.trace)
-        done = _of(reply, CallDone, self.channel)
+        done = expect(reply, CallDone, self.channel)
         self.run_s += max(0.0, done.run_s)
         self.compile_s = max(self.compile_s, done.compile_s)
-        with _reading(self.channel, "call"):
+        with reading(self.channel, "call"):
             return self._report(done, got)
 
     def _report(self, done: CallDone, got: list[bytearray]) -> CallReport:
@@ -277,16 +203,16 @@ class Candidate:
 
     def finish(self, compile_settings: Any = None) -> FinishReply:
         reply, _ = self._ask(Finish(compile_settings))
-        return FinishReply() if isinstance(reply, ErrorReply) else _of(reply, FinishReply, self.channel)
+        return FinishReply() if isinstance(reply, ErrorReply) else expect(reply, FinishReply, self.channel)
 
     def ahead_done(self) -> dict[str, Any]:
         """End the worker's compiling sibling; what it says it did (timing only, never a verdict)."""
         reply, _ = self._ask(AheadDone())
-        return {} if isinstance(reply, ErrorReply) else dict(_of(reply, AheadDoneReply, self.channel).ahead)
+        return {} if isinstance(reply, ErrorReply) else dict(expect(reply, AheadDoneReply, self.channel).ahead)
 
     def stats(self) -> dict[str, Any]:
         """What the worker says it moved through the channel (timing only, never a verdict)."""
-        return _stats(self._ask(Stats())[0], self.channel)
+        return stats_of(self._ask(Stats())[0], self.channel)
 
     def ahead(self, cases: Sequence[Case]) -> str | None:
         """Have the worker compile the kernels of ``cases`` ahead, beside it (see worker.ahead); why
@@ -294,171 +220,8 @@ class Candidate:
         reply, _ = self._ask(Ahead(tuple(c.token() for c in cases)))
         if isinstance(reply, ErrorReply):
             return reply.message or reply.error
-        answer = _of(reply, AheadReply, self.channel)
+        answer = expect(reply, AheadReply, self.channel)
         return None if answer.ok else (answer.skipped or "no answer")
-
-
-class Reference:
-    def __init__(self, channel: Channel, device: str, deadline: float) -> None:
-        self.channel, self.device, self.deadline = channel, device, deadline
-        self.spec: Spec | None = None  # once described: what a case's replies may carry is counted from it
-        self.isolated = True
-        self.why: str | None = None
-        self.wait_s = 0.0  # time the judge waited for the reference (beyond what ran beside the candidate)
-
-    def _ask(self, request: Request, budget: int = 0) -> Reply:
-        self._send(request, budget)
-        return self._receive()[0]
-
-    def _send(self, request: Request, budget: int = 0) -> None:
-        try:
-            self.channel.ask(request, (), budget)
-        except WorkerLost as exc:
-            raise SpecBroken(f"the spec's reference crashed its worker ({exc})") from exc
-
-    def _budget(self, case: Case) -> int:
-        assert self.spec is not None, "the reference is asked about a case once the spec is known"
-        return reply_budget(self.spec, case)
-
-    def _receive(self, timed: bool = True) -> tuple[Reply, list[bytearray]]:
-        """The reference worker's next answer. ``timed``: the judge waits for it here (an answer
-        read on a thread of its own, beside the judge's work, is timed where it is waited for)."""
-        import time
-
-        start = time.monotonic()
-        try:
-            reply, blobs = self.channel.answer(self.deadline)
-        except WorkerTimeout as exc:
-            raise SpecBroken(f"the spec's reference did not finish within the job's time budget ({exc})") from exc
-        except WorkerLost as exc:
-            raise SpecBroken(f"the spec's reference crashed its worker ({exc})") from exc
-        finally:
-            if timed:
-                self.wait_s += time.monotonic() - start
-        if getattr(reply, "isolated", None) is False:
-            self.isolated, self.why = False, getattr(reply, "why", None)
-        _check(reply, "reference")
-        return reply, blobs
-
-    def describe(self) -> Spec:
-        """The spec, as the reference worker describes it (see :func:`spec_from_description`)."""
-        reply = _of(self._ask(Describe()), DescribeReply, self.channel)
-        with _reading(self.channel, "describe"):
-            self.spec = spec_from_description(reply.spec)
-        return self.spec
-
-    def upstream(self, case: Case, salt: int = 0) -> Recipe | None:
-        """The recipe of the case's upstream gradients (backward specs; else None): each output's
-        shape and seed. The workers make the values from it (see worker.calling.upstream_recipe);
-        the judge never needs them."""
-        reply = self._ask(Upstream(case.token(), case.id, salt))
-        return _of(reply, UpstreamReply, self.channel).upstream
-
-    def truth(self, case: Case, like: dict[str, Any], salt: int = 0
-              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        return self.truth_later(case, like, salt)()
-
-    def truth_later(self, case: Case, like: dict[str, Any], salt: int = 0) -> TruthPending:
-        """Ask for the float64 reference, the baseline and the rounding envelope now, for outputs of
-        the dtypes of ``like``'s; the object returned waits for them."""
-        return self.truth_for(case, output_dtypes(like), salt)
-
-    def truth_for(self, case: Case, dtypes: dict[str, str], salt: int = 0) -> TruthPending:
-        """The same, for outputs of the dtypes named. The answer is read and put on the device by a
-        thread of its own as it arrives: the judge and the candidate's worker go on meanwhile (a
-        case's truth is several times the size of the candidate's outputs). Nothing else may be
-        asked of the reference worker until it has been waited for."""
-        self._send(Truth(case.token(), case.id, salt, dict(dtypes)), self._budget(case))
-
-        def read() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-            reply, blobs = self._receive(timed=False)
-            got = _of(reply, TruthReply, self.channel)
-            with _reading(self.channel, "truth"):
-                return (tensors.decode_dict(got.reference, blobs, self.device),
-                        tensors.decode_dict(got.baseline, blobs, self.device),
-                        tensors.decode_dict(got.conditioning, blobs, self.device))
-
-        return TruthPending(read, dict(dtypes), self)
-
-    def head_reference(self, case: Case) -> dict[str, Any] | str:
-        """The head's spec's reference on ``case`` (float64), or why there is none to compare."""
-        self._send(HeadReference(case.token(), case.id, 0), self._budget(case))
-        reply, blobs = self._receive()
-        got = _of(reply, HeadReferenceReply, self.channel)
-        if got.skipped is not None:
-            return f"not compared: {got.skipped}"
-        if got.raised is not None:
-            return f"raised {got.raised}"
-        assert got.reference is not None
-        with _reading(self.channel, "head_reference"):
-            return tensors.decode_dict(got.reference, blobs, self.device)
-
-    def stats(self) -> dict[str, Any]:
-        """What the worker says it moved through the channel (timing only, never a verdict)."""
-        return _stats(self._ask(Stats()), self.channel)
-
-    def baseline_fp32(self, case: Case, like: dict[str, Any], salt: int = 0
-                      ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """torch in float32, rounded to each output's dtype; and, for data coarser than the kernel's
-        arithmetic, the rounding envelope of a kernel that stores its intermediates in that dtype."""
-        self._send(BaselineFp32(case.token(), case.id, salt, output_dtypes(like)), self._budget(case))
-        reply, blobs = self._receive()
-        got = _of(reply, BaselineFp32Reply, self.channel)
-        with _reading(self.channel, "baseline_fp32"):
-            return (tensors.decode_dict(got.baseline, blobs, self.device),
-                    tensors.decode_dict(got.storage, blobs, self.device) if got.storage is not None else None)
-
-
-class TruthPending:
-    """A truth asked for, read by a thread of its own; calling it waits for it (and raises what
-    reading it raised). ``dtypes``: the output dtypes it was asked for."""
-
-    def __init__(self, read: Callable[[], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]],
-                 dtypes: dict[str, str], reference: Reference) -> None:
-        import threading
-
-        self.dtypes, self.reference, self.taken = dtypes, reference, False
-        self._result: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                self._result = read()
-            except BaseException as exc:  # noqa: BLE001 - raised where it is waited for
-                self._error = exc
-
-        self._thread = threading.Thread(target=run, name="truth", daemon=True)
-        self._thread.start()
-
-    def __call__(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        import time
-
-        start = time.monotonic()
-        self._thread.join()
-        self.reference.wait_s += time.monotonic() - start
-        self.taken = True
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-
-def _stats(reply: Reply, channel: Channel) -> dict[str, Any]:
-    if isinstance(reply, ErrorReply):
-        return {}
-    got = _of(reply, StatsReply, channel)
-    out: dict[str, Any] = {k: v for k, v in got.wire.items()}
-    for key, value in (("alive_s", got.alive_s), ("context_s", got.context_s)):  # its age, and its CUDA context's
-        if value is not None:
-            out[key] = round(value, 2)
-    return out
-
-
-def output_dtypes(like: dict[str, Any]) -> dict[str, str]:
-    """The dtype of each tensor among ``like``'s values, by name (``"float32"``)."""
-    import torch
-
-    return {k: str(v.dtype).removeprefix("torch.") for k, v in like.items() if isinstance(v, torch.Tensor)}
 
 
 @dataclasses.dataclass
@@ -542,7 +305,7 @@ def _loaded(job: Job, role: str, channel: Channel, lost: WorkerLost | None, dead
         raise SpecDidNotImport(import_finding(job, reply.facts))
     if isinstance(reply, ErrorReply):
         raise ContextLost(f"the {role} worker failed: {reply.message}")
-    loaded = _of(reply, LoadReply, channel)
+    loaded = expect(reply, LoadReply, channel)
     names = [n[:100] for n in loaded.late_cuda_settings[:20]]
     return bool(loaded.uses_triton), _load_times(loaded), names
 
@@ -577,7 +340,7 @@ def _connect_base(channel: Channel | None, lost: WorkerLost | None, device: str,
         return None, f"the spec does not import against the base's code ({msg})", {}
     if isinstance(reply, ErrorReply):
         return None, f"the base's worker failed: {reply.message}", {}
-    return BaseCandidate(channel, device, deadline, spec), None, _load_times(_of(reply, LoadReply, channel))
+    return BaseCandidate(channel, device, deadline, spec), None, _load_times(expect(reply, LoadReply, channel))
 
 
 class BaseCandidate(Candidate):
@@ -606,4 +369,3 @@ class BaseCandidate(Candidate):
 
 class BaseLost(Exception):
     """The base's worker is gone or hung: no more differential answers in this job."""
-

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 from ...findings import Finding, Status
 from ...job_extra import JobExtra
