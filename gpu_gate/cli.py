@@ -435,7 +435,7 @@ def cmd_repro(args: argparse.Namespace) -> int:
     out.verdict(progress_line(r, 1, 1, r.duration_s, out.colour()))
     for f in r.findings:
         say(f"{f.kind}: {f.message}")
-    growth = r.extra.get("growth") if args.growth else None
+    growth = r.extra.growth if args.growth else None
     for curve in (growth.get("curves") or [growth]) if growth else []:
         say(f"error by length along {curve['dim']!r} in {curve['dtype']} (slope {curve['slope_candidate']} vs torch's "
             f"{curve['slope_baseline']}):")

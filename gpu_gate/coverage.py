@@ -161,7 +161,7 @@ def launched_by_spec(results: Iterable[JobResult]) -> dict[str, Launched]:
     """Spec id -> what its jobs launched, from the results that recorded launches."""
     out: dict[str, Launched] = {}
     for r in results:
-        got = Launched.from_json(r.extra.get("launches")) if r.spec else None
+        got = Launched.from_json(r.extra.launches) if r.spec else None
         if got is not None and r.spec is not None:
             out[r.spec] = out[r.spec].merge(got) if r.spec in out else got
     return out

@@ -10,6 +10,8 @@ import dataclasses
 import enum
 from typing import Any
 
+from .job_extra import JobExtra
+
 
 class Severity(str, enum.Enum):
     """How bad a finding is *for the kernel*. The policy decides if it blocks."""
@@ -74,7 +76,7 @@ class JobResult:
     reason: str | None = None  # why NOT_RUN / ERROR
     log_tail: str | None = None  # last lines of the subprocess's stderr
     cached_from: str | None = None  # commit whose result was reused
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)  # check-specific (curves, resources)
+    extra: JobExtra = dataclasses.field(default_factory=JobExtra)  # check-specific (seed, coverage, resources)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -90,7 +92,7 @@ class JobResult:
             "reason": self.reason,
             "log_tail": self.log_tail,
             "cached_from": self.cached_from,
-            "extra": self.extra,
+            "extra": self.extra.to_json(),
         }
 
     @classmethod
@@ -108,7 +110,7 @@ class JobResult:
             reason=d.get("reason"),
             log_tail=d.get("log_tail"),
             cached_from=d.get("cached_from"),
-            extra=dict(d.get("extra") or {}),
+            extra=JobExtra.from_json(d.get("extra")),
         )
 
     @property

@@ -252,8 +252,8 @@ def _remember_launches(plan: Plan, record: RunRecord, cache_dir: Path | None) ->
     device = str(record.environment.get("device") or "cpu")
     for r in record.results:
         key = plan.launch_keys.get(r.spec or "")
-        if key and isinstance(r.extra.get("launches"), dict):
-            store.put(key, r.spec or "", device, r.extra["launches"])
+        if key and r.extra.launches is not None:
+            store.put(key, r.spec or "", device, r.extra.launches)
 
 
 @contextlib.contextmanager

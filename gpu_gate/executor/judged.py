@@ -186,16 +186,17 @@ def _time_outside(result: JobResult, marks: dict[str, float], sandbox_start: dic
     (``workers_exit_s``), the base's compiled kernels kept (``keep_s``); under a tool outside the
     sandbox, how long each sandbox took to start its worker (``sandbox_start_s``, by role: what
     :data:`TOOL_START_LIMIT_S` is measured against)."""
-    if "judge" not in marks or not isinstance(result.extra, dict):
+    if "judge" not in marks:
         return
-    timing = result.extra.setdefault("timing", {})
-    if isinstance(timing, dict):
-        timing["outside"] = {"files_s": round(marks["files"] - marks["enter"], 2),
-                             "start_s": round(marks["judge"] - marks["enter"], 2),
-                             "workers_exit_s": round(marks["workers_gone"] - marks["judged"], 2),
-                             "keep_s": round(marks["kept"] - marks["workers_gone"], 2)}
-        if sandbox_start:
-            timing["outside"]["sandbox_start_s"] = sandbox_start
+    if result.extra.timing is None:
+        result.extra.timing = {}
+    outside: dict[str, Any] = {"files_s": round(marks["files"] - marks["enter"], 2),
+                               "start_s": round(marks["judge"] - marks["enter"], 2),
+                               "workers_exit_s": round(marks["workers_gone"] - marks["judged"], 2),
+                               "keep_s": round(marks["kept"] - marks["workers_gone"], 2)}
+    if sandbox_start:
+        outside["sandbox_start_s"] = sandbox_start
+    result.extra.timing["outside"] = outside
 
 
 def _wait_started(pids: dict[str, int], n: int, limit_s: float = 30.0) -> None:

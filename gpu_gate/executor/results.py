@@ -40,7 +40,7 @@ def _error_result(job: Job, kind: str, message: str, pr: proc.ProcResult | None)
 def _outcome_to_result(job: Job, outcome: Any, duration: float, log_tail: str | None) -> JobResult:
     return JobResult(job_id=job.id, check=job.check, status=outcome.status, level=job.level,
                      spec=job.spec.id if job.spec else None, kernels=job.kernels, findings=list(outcome.findings),
-                     duration_s=duration, cases=outcome.cases, reason=outcome.reason, extra=dict(outcome.extra),
+                     duration_s=duration, cases=outcome.cases, reason=outcome.reason, extra=outcome.extra.copy(),
                      log_tail=log_tail)
 
 

@@ -192,7 +192,7 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
                 began = time.monotonic() - start
                 try:
                     res = run_one(job, lead(gpu, job), gpu, control)
-                    outside = res.extra.get("timing", {}).get("outside") if isinstance(res.extra, dict) else None
+                    outside = (res.extra.timing or {}).get("outside")
                     if isinstance(outside, dict):
                         outside["began_s"] = round(began, 2)  # after the run's start (a GPU slot's wait)
                 except Exception as exc:  # noqa: BLE001 - one job's failure never stops the run

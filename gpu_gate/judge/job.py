@@ -21,6 +21,7 @@ from typing import Any
 
 from .checks import CHECKS
 from ..findings import Finding, JobResult, Severity, Status
+from ..job_extra import JobExtra
 from ..protocol.jobs import Job
 
 
@@ -81,7 +82,7 @@ class Outcome:
     findings: list[Finding] = dataclasses.field(default_factory=list)
     cases: int = 0
     reason: str | None = None
-    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    extra: JobExtra = dataclasses.field(default_factory=JobExtra)
 
 
 def pick_device() -> str:
@@ -93,13 +94,15 @@ def pick_device() -> str:
 
 
 def _run_check(info: Any, job: Job, ctx: Context) -> Outcome:
-    from .channel import WorkerTimeout
+    from .channel import ProtocolViolation, WorkerTimeout
     from .workers import ContextLost, SpecDidNotImport, WorkerDied
 
     try:
         outcome: Outcome = info.load().run(job, ctx)
     except SpecDidNotImport as exc:
         outcome = Outcome(Status.ERROR, [exc.finding], reason=exc.finding.message.split(" (")[0])
+    except ProtocolViolation as exc:
+        outcome = _protocol(job, exc)
     except WorkerTimeout as exc:
         f = Finding(check=job.check, kind="timeout", spec=job.spec.id if job.spec else None,
                     message=f"{exc}; its worker was killed")
@@ -113,6 +116,14 @@ def _run_check(info: Any, job: Job, ctx: Context) -> Outcome:
                     message=f"the candidate's worker was lost: {exc}")
         outcome = Outcome(Status.FAILED, [f], reason="worker lost")
     return outcome
+
+
+def _protocol(job: Job, exc: Exception) -> Outcome:
+    """A worker broke the protocol (see :mod:`.channel`): the job fails closed, saying which worker
+    and what it sent."""
+    f = Finding(check=job.check, kind="protocol", spec=job.spec.id if job.spec else None,
+                message=f"{exc}; the job fails closed (code under review runs in that worker's process)")
+    return Outcome(Status.ERROR, [f], reason="protocol")
 
 
 def _isolation_note(job: Job, ctx: Context) -> list[Finding]:
@@ -141,11 +152,12 @@ def _late_settings_note(job: Job, ctx: Context) -> list[Finding]:
 def run_job(job: Job, ctx: Context) -> JobResult:
     from ..protocol.jobs import without_base
     from ..rules import judging
+    from .channel import ProtocolViolation
 
     start = time.monotonic()
     info = CHECKS[job.check]
     launched: dict[str, Any] | None = None
-    uncompiled: Any = None
+    uncompiled: tuple[str, ...] | None = None
     try:
         outcome = _run_check(info, job, ctx)
         why = judging.signature_broke(job, outcome.findings)
@@ -158,24 +170,33 @@ def run_job(job: Job, ctx: Context) -> JobResult:
             outcome.findings += _isolation_note(job, ctx) + _late_settings_note(job, ctx)
             try:
                 finished = ctx.workers.finish()
-                launched, uncompiled = finished.get("launches"), finished.get("uncompiled")
+                launched, uncompiled = finished.launches, finished.uncompiled
+            except ProtocolViolation as exc:
+                outcome = _protocol(job, exc)
             except Exception:  # noqa: BLE001 - a worker lost at the end: no coverage record, nothing else lost
                 launched = None
     finally:
         ctx.close_workers()
     if job.spec is not None and outcome.status in (Status.PASSED, Status.FAILED) and isinstance(launched, dict):
         # What the spec really launched: the judge's coverage map (gpu_gate.coverage).
-        outcome.extra["launches"] = launched
-    if isinstance(uncompiled, list) and uncompiled:
+        outcome.extra.launches = launched
+    if uncompiled:
         # What the worker imported without bytecode: the gate may compile the runner's own files
         # among them for later runs (gpu_gate.store.bytecode), and drops this from the result.
         from ..store.bytecode import MAX_FILES
 
-        outcome.extra["bytecode_missing"] = [f for f in uncompiled[:MAX_FILES] if isinstance(f, str)]
+        outcome.extra.bytecode_missing = list(uncompiled[:MAX_FILES])
     return JobResult(
         job_id=job.id, check=job.check, status=outcome.status, level=job.level,
         spec=job.spec.id if job.spec else None, kernels=job.kernels, findings=outcome.findings,
         duration_s=time.monotonic() - start, cases=outcome.cases, reason=outcome.reason, extra=outcome.extra)
+
+
+def _error(job: Job, kind: str, message: str) -> JobResult:
+    return JobResult(job_id=job.id, check=job.check, status=Status.ERROR, level=job.level,
+                     spec=job.spec.id if job.spec else None, kernels=job.kernels, reason=message,
+                     findings=[Finding(check=job.check, kind=kind, spec=job.spec.id if job.spec else None,
+                                       message=message)])
 
 
 def read_job(path: Path) -> tuple[Job, dict[str, Any]]:
@@ -207,16 +228,25 @@ def main(argv: list[str] | None = None, context_type: type[Context] = Context) -
     if len(argv) != 2:
         print("usage: python -m gpu_gate.judge.job JOB.json RESULT.json", file=sys.stderr)
         return 2
-    job, given = read_job(Path(argv[0]))
+    job, given = read_job(Path(argv[0]))  # ``context_type`` is the class: what the job file gives is ``given``
     out = Path(argv[1])
     repo = Path(given.get("repo_root") or os.getcwd())
     budget = float(given.get("budget_s") or "inf")
-    ctx = context_type(repo_root=repo, device=given.get("device") or pick_device(), workdir=out.parent,
-                  sanitizer=given.get("sanitizer") or None, deadline=time.monotonic() + budget,
-                  channels=_socket_channels(given.get("channels")),
-                  base_root=Path(given["base_root"]) if given.get("base_root") else None)
+    device = given.get("device") or pick_device()
+    ctx = context_type(repo_root=repo, device=device, workdir=out.parent,
+                       sanitizer=given.get("sanitizer") or None, deadline=time.monotonic() + budget,
+                       channels=_socket_channels(given.get("channels")),
+                       base_root=Path(given["base_root"]) if given.get("base_root") else None)
+    limit = None
+    if ctx.channels is not None:  # the judge of sandboxed workers: what they send cannot exhaust the runner
+        from .limits import limit_memory
+
+        limit = limit_memory(job.options, device)
     try:
         result = run_job(job, ctx)
+    except MemoryError:
+        result = _error(job, "judge-memory", f"the judge reached the memory limit it sets itself "
+                                             f"({(limit or 0) / (1 << 30):.1f} GiB of data) and stopped")
     except Exception as exc:  # noqa: BLE001 - report, do not lose the job
         result = JobResult(job_id=job.id, check=job.check, status=Status.ERROR, level=job.level,
                            spec=job.spec.id if job.spec else None, kernels=job.kernels,

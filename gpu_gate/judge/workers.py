@@ -1,37 +1,35 @@
-"""The judge's handles on its two workers, and the spec as the judge knows it.
+"""The judge's handles on its workers, and the spec as the judge knows it.
 
-:class:`Candidate` sends a case's inputs to the candidate worker and reads back a :class:`CallReport`
-of plain tensors and facts; :class:`Reference` asks the reference worker for the truth on a case.
-Neither hands the judge an object a worker made: everything is rebuilt here from bytes and JSON.
+:class:`Candidate` sends a case's inputs to the candidate worker (or the base's) and reads back a
+:class:`CallReport` of plain tensors and facts; :class:`~gpu_gate.judge.reference.Reference` asks
+the reference worker for the truth on a case. Neither hands the judge an object a worker made:
+every request is a typed record, every reply is read into one against what was asked
+(:mod:`gpu_gate.protocol.messages`), and tensors are rebuilt here from bytes.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..findings import Finding
 from ..protocol import wire
 from ..protocol.cases import Case
 from ..protocol.guard import geometry
 from ..protocol.inputs import Materialized
-from ..findings import Finding
 from ..protocol.jobs import Job
-from ..protocol.messages import SpecImportFacts
-from ..spec import Dim, Index, Spec, Tensor, Tolerance
-from .channel import Channel, WorkerLost, WorkerTimeout
+from ..protocol.messages import (Ahead, AheadDone, AheadDoneReply, AheadReply, Call, CallDone, CallFailed, ErrorReply,
+                                 Finish, FinishReply, Geometry, GuardedInput, Load, LoadReply, Release, Reply, Request,
+                                 SpecImportFacts, SpecImportReply, Stats, tensors)
+from ..spec import Spec
+from .channel import Channel, ProtocolViolation, WorkerLost, WorkerTimeout
+from .limits import reply_budget
+from .reference import Recipe, Reference, TruthPending, output_dtypes, spec_from_description
+from .replies import ContextLost, SpecBroken, WorkerDied, check, expect, reading, stats_of
 
-
-class ContextLost(Exception):
-    """The candidate's CUDA context, or its worker, is gone: the rest of this job cannot run."""
-
-
-class WorkerDied(ContextLost):
-    """The candidate's worker process is gone (a crash, a signal, an exit): the executor knows how."""
-
-
-class SpecBroken(Exception):
-    """The spec itself (its reference) is wrong; not the kernel's fault."""
+__all__ = ["BaseCandidate", "BaseLost", "CallReport", "Candidate", "ContextLost", "ProtocolViolation", "Reference",
+           "SpecBroken", "SpecDidNotImport", "TruthPending", "WorkerDied", "Workers", "connect", "import_finding",
+           "output_dtypes", "spec_from_description"]
 
 
 class SpecDidNotImport(Exception):
@@ -45,34 +43,6 @@ def import_finding(job: Job, facts: SpecImportFacts) -> Finding:
     return Finding(check=job.check, kind=facts.kind, spec=job.spec.id if job.spec else None, file=facts.file,
                    line=facts.line, message=facts.message,
                    details={"traceback": facts.traceback} if facts.traceback else {})
-
-
-def _not_here(*args: Any, **kwargs: Any) -> Any:
-    raise RuntimeError("the judge never runs the spec's functions: the workers do")
-
-
-def spec_from_description(d: dict[str, Any]) -> Spec:
-    """The spec the judge works with: the reference worker's description, functions left out."""
-    def build(obj: dict[str, Any]) -> Any:
-        kind = obj.pop("kind")
-        cls = {"Dim": Dim, "Tensor": Tensor, "Index": Index}[kind]
-        if kind == "Dim" and obj.get("values") is not None:
-            obj["values"] = tuple(obj["values"])
-        if kind == "Index":
-            obj["shape"] = tuple(obj["shape"])
-            obj["dists"] = tuple(obj["dists"]) if obj.get("dists") is not None else None
-            obj["layouts"] = tuple(obj["layouts"]) if obj.get("layouts") is not None else None
-        return cls(**obj)
-
-    return Spec(name=str(d["name"]), fn=_not_here, dims={k: build(dict(v)) for k, v in d["dims"].items()},
-                inputs={k: build(dict(v)) for k, v in d["inputs"].items()}, reference=_not_here,
-                params={k: None for k in d.get("params") or []}, dim_args=tuple(d["dim_args"]),
-                grads=tuple(d["grads"]), covers=tuple(d["covers"]), deterministic=bool(d["deterministic"]),
-                tolerance=Tolerance(**d["tolerance"]), devices=tuple(d["devices"]),
-                checks=tuple(d["checks"]) if d.get("checks") is not None else None, module=str(d["module"]),
-                file=str(d["file"]), line=int(d["line"]), accumulate=d.get("accumulate"),
-                mutates={str(k): str(v) for k, v in (d.get("mutates") or {}).items()},
-                producer=tuple(str(n) for n in d.get("producer") or ()))
 
 
 @dataclasses.dataclass
@@ -95,26 +65,17 @@ class CallReport:
     held_caller: bool | str | None = None  # with hold_caller: True, or why the caller's stream was not held
 
 
-def _check(reply: dict[str, Any], what: str) -> None:
-    err = reply.get("error")
-    if err == "fatal":
-        raise ContextLost(str(reply.get("message")))
-    if err == "reference":
-        raise SpecBroken(str(reply.get("message")))
-    if err is not None:
-        raise ContextLost(f"the {what} worker failed: {reply.get('message') or err}")
-
-
 class Candidate:
-    def __init__(self, channel: Channel, device: str, deadline: float) -> None:
+    def __init__(self, channel: Channel, device: str, deadline: float, spec: Spec | None = None) -> None:
         self.channel, self.device, self.deadline = channel, device, deadline
+        self.spec = spec  # the judged spec: what a case's replies may carry is counted from it
         self.case: str | None = None  # the case the last call ran, for messages
         self.busy_s = 0.0  # time the judge waited on this worker (its runs, compiles and the transfers)
         # as the worker reports them (for the timing report, never a verdict): time in the calls
         # themselves (compiles included), and in compiling Triton kernels
         self.run_s = 0.0
         self.compile_s = 0.0
-        # the upstream gradient the worker holds from the last call it answered: (case, the dict sent)
+        # the upstream gradient the worker holds from the last call it answered: (case, the recipe sent)
         self._upstream_held: tuple[str, Any] | None = None
         self._upstream_pending: tuple[str, Any] | None = None
         # under compute-sanitizer: the worker hands the candidate tensors with no guard band, so
@@ -130,11 +91,11 @@ class Candidate:
         finally:
             self.busy_s += time.monotonic() - start
 
-    def _ask(self, header: dict[str, Any], blobs: Sequence[Any] = ()) -> tuple[dict[str, Any], list[bytearray]]:
-        self._send(header, blobs)
+    def _ask(self, request: Request, blobs: Sequence[Any] = (), budget: int = 0) -> tuple[Reply, list[bytearray]]:
+        self._send(request, blobs, budget)
         return self._answer()
 
-    def call_later(self, case: Case, upstream: dict[str, Any] | None, **kwargs: Any) -> Callable[[], CallReport]:
+    def call_later(self, case: Case, upstream: Recipe | None, **kwargs: Any) -> Callable[[], CallReport]:
         """Send the call now; the function returned waits for its report. The worker runs while the
         judge does something else (the head's code, beside the base's)."""
         import time
@@ -150,11 +111,11 @@ class Candidate:
 
         return wait
 
-    def _call(self, case: Case, upstream: dict[str, Any] | None, **kwargs: Any) -> CallReport:
+    def _call(self, case: Case, upstream: Recipe | None, **kwargs: Any) -> CallReport:
         self._send_call(case, upstream, **kwargs)
         return self._read_call()
 
-    def _send_call(self, case: Case, upstream: dict[str, Any] | None, *, inputs: Materialized | None = None,
+    def _send_call(self, case: Case, upstream: Recipe | None, *, inputs: Materialized | None = None,
                    refill: Materialized | None = None, relocate: bool = False, hold: bool = False,
                    early: bool = False, load: bool = False, compare_held: bool = False,
                    plain: dict[str, str] | None = None, hold_sms: bool = False, produce: str | None = None,
@@ -169,29 +130,33 @@ class Candidate:
         again = upstream is not None and held is not None and held[0] == case.id and held[1] is upstream
         self.case = case.id
         self._upstream_pending = (case.id, upstream)
-        header: dict[str, Any] = {"op": "call", "dims": case.dims, "grad_layout": case.grad_layout, "hold": hold,
-                                  "early": early, "load": load, "compare_held": compare_held, "relocate": relocate,
-                                  "plain": plain, "hold_sms": hold_sms, "exact": self.exact, "produce": produce,
-                                  "producer": list(producer), "hold_caller": hold_caller, "inputs_back": inputs_back,
-                                  "upstream": ({"again": True} if again else
-                                               {"recipe": upstream} if upstream is not None else None)}
+        sent = None
         if inputs is not None:
-            header["inputs"] = {k: {"buffer": wire.encode_tensor(g.buffer, blobs), "geometry": geometry(g)}
-                                for k, g in inputs.guarded.items()}
+            sent = {k: GuardedInput(tensors.encode_tensor(g.buffer, blobs), Geometry.from_json(geometry(g), k))
+                    for k, g in inputs.guarded.items()}
+        again_refill = None
         if refill is not None:
-            header["refill"] = {k: wire.encode_tensor(g.buffer, blobs) for k, g in refill.guarded.items()}
-        self._send(header, blobs)
+            again_refill = {k: tensors.encode_tensor(g.buffer, blobs) for k, g in refill.guarded.items()}
+        request = Call(dims=dict(case.dims), grad_layout=case.grad_layout, hold=hold, early=early, load=load,
+                       compare_held=compare_held, relocate=relocate, plain=plain, hold_sms=hold_sms, exact=self.exact,
+                       produce=produce, producer=tuple(producer), hold_caller=hold_caller, inputs_back=inputs_back,
+                       upstream=None if again else upstream, upstream_again=again, inputs=sent, refill=again_refill)
+        self._send(request, blobs, self._budget(case))
 
-    def _send(self, header: dict[str, Any], blobs: Sequence[Any]) -> None:
+    def _budget(self, case: Case) -> int:
+        assert self.spec is not None, "a candidate is asked to call once the spec is known"
+        return reply_budget(self.spec, case)
+
+    def _send(self, request: Request, blobs: Sequence[Any], budget: int = 0) -> None:
         try:
-            self.channel.ask(header, blobs)
+            self.channel.ask(request, blobs, budget)
         except WorkerLost as exc:
             raise WorkerDied(f"the candidate's worker died{self._at()}") from exc
 
     def _at(self) -> str:
         return f" on case {self.case}" if self.case else ""
 
-    def _answer(self) -> tuple[dict[str, Any], list[bytearray]]:
+    def _answer(self) -> tuple[Reply, list[bytearray]]:
         try:
             return self.channel.answer(self.deadline)
         except WorkerTimeout as exc:
@@ -203,205 +168,60 @@ class Candidate:
     def _read_call(self) -> CallReport:
         self._upstream_held = None  # until the worker answers: then it holds what was sent
         reply, got = self._answer()
-        if reply.get("error"):
-            _check(reply, "candidate")
+        check(reply, "candidate")
         self._upstream_held = self._upstream_pending
-        status = str(reply.get("status") or "refused")
-        if status != "ok":
-            if status == "fatal":
-                raise ContextLost(str(reply.get("message")))
-            return CallReport(status, str(reply.get("message") or ""), reply.get("trace"))
-        with contextlib.suppress(TypeError, ValueError):
-            self.run_s += max(0.0, float(reply.get("run_s") or 0.0))
-            self.compile_s = max(self.compile_s, float(reply.get("compile_s") or 0.0))
-        metas = reply.get("outputs") or {}
-        outputs = {k: wire.decode_value(m, got, self.device) for k, m in metas.items() if not m.get("held")}
-        types = {k: str(m.get("type")) for k, m in metas.items() if m.get("tensor") and not m.get("plain")}
+        if isinstance(reply, CallFailed):
+            if reply.status == "fatal":
+                raise ContextLost(reply.message)
+            return CallReport(reply.status, reply.message, reply.trace)
+        done = expect(reply, CallDone, self.channel)
+        self.run_s += max(0.0, done.run_s)
+        self.compile_s = max(self.compile_s, done.compile_s)
+        with reading(self.channel, "call"):
+            return self._report(done, got)
+
+    def _report(self, done: CallDone, got: list[bytearray]) -> CallReport:
+        dev = self.device
         return CallReport(
-            "ok", outputs=outputs, types=types,
-            early={k: wire.decode_tensor(m, got, self.device) for k, m in (reply.get("early") or {}).items()},
-            same_as_held=frozenset(reply.get("same_as_held") or ()), where=dict(reply.get("where") or {}),
-            held_where=dict(reply.get("held_where") or {}), input_spans=dict(reply.get("input_spans") or {}),
-            inputs_changed={k: wire.decode_tensor(m, got, self.device)
-                            for k, m in (reply.get("inputs_changed") or {}).items() if not m.get("held")},
-            watch=[(list(w["shape"]), bytes(got[int(w["head"]["blob"])]), bytes(got[int(w["tail"]["blob"])]))
-                   for w in reply.get("watch") or []],
-            side_streams=int(reply.get("side_streams") or 0),
-            held_sms=reply.get("held_sms") if isinstance(reply.get("held_sms"), (bool, str)) else None,
-            produced=reply.get("produced") if isinstance(reply.get("produced"), (bool, str)) else None,
-            held_caller=reply.get("held_caller") if isinstance(reply.get("held_caller"), (bool, str)) else None)
+            "ok", outputs={k: tensors.decode_value(m, got, dev) for k, m in done.outputs.items() if m.kind != "held"},
+            types={k: m.type_name for k, m in done.outputs.items() if m.kind == "tensor" and not m.plain},
+            early={k: tensors.decode_tensor(m, got, dev) for k, m in done.early.items()},
+            same_as_held=frozenset(done.same_as_held), where={k: list(v) for k, v in done.where.items()},
+            held_where={k: list(v) for k, v in done.held_where.items()},
+            input_spans={k: list(v) for k, v in done.input_spans.items()},
+            inputs_changed={k: tensors.decode_tensor(m, got, dev) for k, m in done.inputs_changed.items()
+                            if m is not None},
+            watch=[(list(w.shape), bytes(got[w.head.blob]), bytes(got[w.tail.blob])) for w in done.watch],
+            side_streams=done.side_streams, held_sms=done.held_sms, produced=done.produced,
+            held_caller=done.held_caller)
 
     def release(self) -> None:
         """Let the worker drop the outputs it holds. Cleanup: a worker already lost (the error
         that lost it is the one being reported) is left alone."""
         if getattr(self.channel, "lost", None) is None:
-            self._ask({"op": "release"})
+            self._ask(Release())
 
-    def finish(self, compile_settings: Any = None) -> dict[str, Any]:
-        reply, _ = self._ask({"op": "finish", "compile": compile_settings})
-        return reply
+    def finish(self, compile_settings: Any = None) -> FinishReply:
+        reply, _ = self._ask(Finish(compile_settings))
+        return FinishReply() if isinstance(reply, ErrorReply) else expect(reply, FinishReply, self.channel)
 
     def ahead_done(self) -> dict[str, Any]:
         """End the worker's compiling sibling; what it says it did (timing only, never a verdict)."""
-        reply, _ = self._ask({"op": "ahead_done"})
-        ahead = reply.get("ahead")
-        return {str(k): v for k, v in ahead.items() if isinstance(v, (int, float, bool))} \
-            if isinstance(ahead, dict) else {}
+        reply, _ = self._ask(AheadDone())
+        return {} if isinstance(reply, ErrorReply) else dict(expect(reply, AheadDoneReply, self.channel).ahead)
 
     def stats(self) -> dict[str, Any]:
         """What the worker says it moved through the channel (timing only, never a verdict)."""
-        return _stats(self._ask({"op": "stats"})[0])
+        return stats_of(self._ask(Stats())[0], self.channel)
 
     def ahead(self, cases: Sequence[Case]) -> str | None:
         """Have the worker compile the kernels of ``cases`` ahead, beside it (see worker.ahead); why
         it does not, or None. It decides nothing: the worker's own calls run as they would."""
-        reply, _ = self._ask({"op": "ahead", "cases": [c.token() for c in cases]})
-        return None if reply.get("ok") else str(reply.get("skipped") or reply.get("message") or "no answer")
-
-
-class Reference:
-    def __init__(self, channel: Channel, device: str, deadline: float) -> None:
-        self.channel, self.device, self.deadline = channel, device, deadline
-        self.isolated = True
-        self.why: str | None = None
-        self.wait_s = 0.0  # time the judge waited for the reference (beyond what ran beside the candidate)
-
-    def _ask(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[bytearray]]:
-        self._send(header)
-        return self._receive()
-
-    def _send(self, header: dict[str, Any]) -> None:
-        try:
-            self.channel.ask(header)
-        except WorkerLost as exc:
-            raise SpecBroken(f"the spec's reference crashed its worker ({exc})") from exc
-
-    def _receive(self, timed: bool = True) -> tuple[dict[str, Any], list[bytearray]]:
-        """The reference worker's next answer. ``timed``: the judge waits for it here (an answer
-        read on a thread of its own, beside the judge's work, is timed where it is waited for)."""
-        import time
-
-        start = time.monotonic()
-        try:
-            reply, blobs = self.channel.answer(self.deadline)
-        except WorkerTimeout as exc:
-            raise SpecBroken(f"the spec's reference did not finish within the job's time budget ({exc})") from exc
-        except WorkerLost as exc:
-            raise SpecBroken(f"the spec's reference crashed its worker ({exc})") from exc
-        finally:
-            if timed:
-                self.wait_s += time.monotonic() - start
-        if "isolated" in reply and not reply.get("isolated"):
-            self.isolated, self.why = False, reply.get("why")
-        _check(reply, "reference")
-        return reply, blobs
-
-    def upstream(self, case: Case, salt: int = 0) -> dict[str, Any] | None:
-        """The recipe of the case's upstream gradients (backward specs; else None): each output's
-        shape and seed. The workers make the values from it (see worker.calling.upstream_recipe);
-        the judge never needs them."""
-        reply, _ = self._ask({"op": "upstream", "case": case.token(), "case_id": case.id, "salt": salt})
-        recipe = reply.get("upstream")
-        if recipe is not None and not isinstance(recipe, dict):
-            raise SpecBroken("the reference worker sent an upstream gradient that is not a recipe")
-        return recipe
-
-    def truth(self, case: Case, like: dict[str, Any], salt: int = 0
-              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        return self.truth_later(case, like, salt)()
-
-    def truth_later(self, case: Case, like: dict[str, Any], salt: int = 0) -> TruthPending:
-        """Ask for the float64 reference, the baseline and the rounding envelope now, for outputs of
-        the dtypes of ``like``'s; the object returned waits for them."""
-        return self.truth_for(case, output_dtypes(like), salt)
-
-    def truth_for(self, case: Case, dtypes: dict[str, str], salt: int = 0) -> TruthPending:
-        """The same, for outputs of the dtypes named. The answer is read and put on the device by a
-        thread of its own as it arrives: the judge and the candidate's worker go on meanwhile (a
-        case's truth is several times the size of the candidate's outputs). Nothing else may be
-        asked of the reference worker until it has been waited for."""
-        self._send({"op": "truth", "case": case.token(), "case_id": case.id, "salt": salt, "like": dict(dtypes)})
-
-        def read() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-            reply, blobs = self._receive(timed=False)
-            return (wire.decode_dict(reply["reference"], blobs, self.device),
-                    wire.decode_dict(reply["baseline"], blobs, self.device),
-                    wire.decode_dict(reply["conditioning"], blobs, self.device))
-
-        return TruthPending(read, dict(dtypes), self)
-
-    def head_reference(self, case: Case) -> dict[str, Any] | str:
-        """The head's spec's reference on ``case`` (float64), or why there is none to compare."""
-        reply, blobs = self._ask({"op": "head_reference", "case": case.token(), "case_id": case.id, "salt": 0})
-        if reply.get("skipped"):
-            return f"not compared: {reply['skipped']}"
-        if reply.get("raised"):
-            return f"raised {reply['raised']}"
-        return wire.decode_dict(reply["reference"], blobs, self.device)
-
-    def stats(self) -> dict[str, Any]:
-        """What the worker says it moved through the channel (timing only, never a verdict)."""
-        return _stats(self._ask({"op": "stats"})[0])
-
-    def baseline_fp32(self, case: Case, like: dict[str, Any], salt: int = 0
-                      ) -> tuple[dict[str, Any], dict[str, Any] | None]:
-        """torch in float32, rounded to each output's dtype; and, for data coarser than the kernel's
-        arithmetic, the rounding envelope of a kernel that stores its intermediates in that dtype."""
-        reply, blobs = self._ask({"op": "baseline_fp32", "case": case.token(), "case_id": case.id, "salt": salt,
-                                  "like": output_dtypes(like)})
-        storage = reply.get("storage")
-        return (wire.decode_dict(reply["baseline"], blobs, self.device),
-                wire.decode_dict(storage, blobs, self.device) if storage is not None else None)
-
-
-class TruthPending:
-    """A truth asked for, read by a thread of its own; calling it waits for it (and raises what
-    reading it raised). ``dtypes``: the output dtypes it was asked for."""
-
-    def __init__(self, read: Callable[[], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]],
-                 dtypes: dict[str, str], reference: Reference) -> None:
-        import threading
-
-        self.dtypes, self.reference, self.taken = dtypes, reference, False
-        self._result: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
-        self._error: BaseException | None = None
-
-        def run() -> None:
-            try:
-                self._result = read()
-            except BaseException as exc:  # noqa: BLE001 - raised where it is waited for
-                self._error = exc
-
-        self._thread = threading.Thread(target=run, name="truth", daemon=True)
-        self._thread.start()
-
-    def __call__(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
-        import time
-
-        start = time.monotonic()
-        self._thread.join()
-        self.reference.wait_s += time.monotonic() - start
-        self.taken = True
-        if self._error is not None:
-            raise self._error
-        assert self._result is not None
-        return self._result
-
-
-def _stats(reply: dict[str, Any]) -> dict[str, Any]:
-    wire_stats = reply.get("wire")
-    out = {str(k): v for k, v in wire_stats.items() if isinstance(v, (int, float))} if isinstance(wire_stats, dict) else {}
-    for key in ("alive_s", "context_s"):  # its age, and how long making its CUDA context took
-        if isinstance(reply.get(key), (int, float)):
-            out[key] = round(float(reply[key]), 2)
-    return out
-
-
-def output_dtypes(like: dict[str, Any]) -> dict[str, str]:
-    """The dtype of each tensor among ``like``'s values, by name (``"float32"``)."""
-    import torch
-
-    return {k: str(v.dtype).removeprefix("torch.") for k, v in like.items() if isinstance(v, torch.Tensor)}
+        reply, _ = self._ask(Ahead(tuple(c.token() for c in cases)))
+        if isinstance(reply, ErrorReply):
+            return reply.message or reply.error
+        answer = expect(reply, AheadReply, self.channel)
+        return None if answer.ok else (answer.skipped or "no answer")
 
 
 @dataclasses.dataclass
@@ -413,7 +233,7 @@ class Workers:
     candidate: Candidate
     reference: Reference
     uses_triton: bool = False
-    finished: dict[str, Any] | None = None
+    finished: FinishReply | None = None
     base: Candidate | None = None
     base_missing: str | None = None  # why a differential job has no base to compare with
     load_s: float = 0.0  # the workers' start and their import of the spec, as the judge waited for it
@@ -421,7 +241,7 @@ class Workers:
     base_load_times: dict[str, float] = dataclasses.field(default_factory=dict)  # the same, in the base's
     late_cuda_settings: list[str] = dataclasses.field(default_factory=list)  # set by the spec's import, too late
 
-    def finish(self, compile_settings: Any = None) -> dict[str, Any]:
+    def finish(self, compile_settings: Any = None) -> FinishReply:
         if self.finished is None:
             self.finished = self.candidate.finish(compile_settings)
         return self.finished
@@ -433,13 +253,12 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
     with. A spec that does not import is :class:`SpecDidNotImport`."""
     import time
 
-    from ..protocol.jobs import base_commit
-
     from ..proc import alive_s
+    from ..protocol.jobs import base_commit
 
     start = time.monotonic()
     judge_alive_s = alive_s()  # the judge's own start, before it asks: timing only
-    header = {"op": "load", "job": job.to_json()}
+    request = Load(job)
     base = channels.get("base") if base_commit(job) else None
     # the candidate first: in one process, the reference borrows the spec it imported
     asked: dict[str, WorkerLost | None] = {}
@@ -448,19 +267,18 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
         if channel is None:
             continue
         try:
-            channel.ask(header)
+            channel.ask(request)
             asked[role] = None
         except WorkerLost as exc:
             asked[role] = exc
     uses_triton, load_times, late = _loaded(job, "candidate", channels["candidate"], asked["candidate"], deadline)
     _loaded(job, "reference", channels["reference"], asked["reference"], deadline)
     reference = Reference(channels["reference"], device, deadline)
-    reply, _ = reference._ask({"op": "describe"})
-    workers = Workers(spec_from_description(reply["spec"]), Candidate(channels["candidate"], device, deadline),
-                      reference, uses_triton)
+    spec = reference.describe()
+    workers = Workers(spec, Candidate(channels["candidate"], device, deadline, spec), reference, uses_triton)
     if base_commit(job):
         workers.base, workers.base_missing, workers.base_load_times = _connect_base(base, asked.get("base"), device,
-                                                                                    deadline)
+                                                                                    deadline, spec)
     workers.load_s = time.monotonic() - start
     workers.load_times = {**load_times, "judge_alive_s": round(judge_alive_s, 2)}
     workers.late_cuda_settings = late
@@ -483,31 +301,28 @@ def _loaded(job: Job, role: str, channel: Channel, lost: WorkerLost | None, dead
         if role == "candidate":
             raise WorkerDied("the candidate's worker died while importing the spec and the code under test") from exc
         raise ContextLost(f"the reference worker died while importing the spec: {exc}") from exc
-    if reply.get("error") == "spec-import":
-        raise SpecDidNotImport(import_finding(job, SpecImportFacts.from_json(reply.get("facts"))))
-    if reply.get("error"):
-        raise ContextLost(f"the {role} worker failed: {reply.get('message')}")
-    late = reply.get("late_cuda_settings")
-    names = [str(n)[:100] for n in late[:20]] if isinstance(late, list) else []
-    return bool(reply.get("uses_triton")), _load_times(reply), names
+    if isinstance(reply, SpecImportReply):
+        raise SpecDidNotImport(import_finding(job, reply.facts))
+    if isinstance(reply, ErrorReply):
+        raise ContextLost(f"the {role} worker failed: {reply.message}")
+    loaded = expect(reply, LoadReply, channel)
+    names = [n[:100] for n in loaded.late_cuda_settings[:20]]
+    return bool(loaded.uses_triton), _load_times(loaded), names
 
 
-def _load_times(reply: dict[str, Any]) -> dict[str, float]:
+def _load_times(reply: LoadReply) -> dict[str, float]:
     """What a worker says its start took (for the timing report only)."""
-    times = {}
-    for key in ("alive_s", "torch_import_s", "spec_import_s", "seed_s", "seed_wait_s", "seeded"):
-        with contextlib.suppress(TypeError, ValueError):
-            times[key] = round(float(reply.get(key) or 0.0), 2)
-    return times
+    return {key: round(getattr(reply, key), 2) for key in LoadReply.TIMES}
 
 
 BASE_LOAD_S = 300.0  # how long the base's code may take to import, once the head's has
 
 
-def _connect_base(channel: Channel | None, lost: WorkerLost | None, device: str, deadline: float
+def _connect_base(channel: Channel | None, lost: WorkerLost | None, device: str, deadline: float, spec: Spec
                   ) -> tuple[Candidate | None, str | None, dict[str, float]]:
     """The base's code with the same spec. When it cannot run (the kernel is new, the spec does not
-    import at the base), the job judges by absolute rules only and says why: never more lenient."""
+    import at the base), the job judges by absolute rules only and says why: never more lenient.
+    A base's worker that breaks the protocol fails the job closed, as the head's does."""
     import time
 
     if channel is None:
@@ -520,12 +335,12 @@ def _connect_base(channel: Channel | None, lost: WorkerLost | None, device: str,
         return None, "the base's code did not import the spec in time", {}
     except WorkerLost:
         return None, "the base's worker died while importing the spec", {}
-    if reply.get("error") == "spec-import":
-        msg = SpecImportFacts.from_json(reply.get("facts")).message.splitlines()[0]
+    if isinstance(reply, SpecImportReply):
+        msg = reply.facts.message.splitlines()[0]
         return None, f"the spec does not import against the base's code ({msg})", {}
-    if reply.get("error"):
-        return None, f"the base's worker failed: {reply.get('message')}", {}
-    return BaseCandidate(channel, device, deadline), None, _load_times(reply)
+    if isinstance(reply, ErrorReply):
+        return None, f"the base's worker failed: {reply.message}", {}
+    return BaseCandidate(channel, device, deadline, spec), None, _load_times(expect(reply, LoadReply, channel))
 
 
 class BaseCandidate(Candidate):
@@ -535,13 +350,13 @@ class BaseCandidate(Candidate):
 
     limit_s = 60.0  # one call's limit; the engine sets it from the time the head's code took
 
-    def _send(self, header: dict[str, Any], blobs: Sequence[Any]) -> None:
+    def _send(self, request: Request, blobs: Sequence[Any], budget: int = 0) -> None:
         try:
-            self.channel.ask(header, blobs)
+            self.channel.ask(request, blobs, budget)
         except WorkerLost as exc:
             raise BaseLost(f"the base's code crashed its worker{self._at()}") from exc
 
-    def _answer(self) -> tuple[dict[str, Any], list[bytearray]]:
+    def _answer(self) -> tuple[Reply, list[bytearray]]:
         import time
 
         try:

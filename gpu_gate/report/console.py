@@ -57,7 +57,7 @@ def job_details(result: JobResult) -> list[str]:
     lines = []
     if result.kernels:
         lines.append(f"      kernels: {', '.join(result.kernels)}")
-    seed = result.extra.get("seed")
+    seed = result.extra.seed
     if seed is not None:
         lines.append(f"      seed: {seed}")
     for f in result.findings:

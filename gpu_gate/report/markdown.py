@@ -357,9 +357,9 @@ def _growth_blocks(ctx: _Ctx) -> list[str]:
     """A job's curve only next to a growth finding it explains: shown alone, a curve where the
     kernel beats torch would sit beside a red verdict it has nothing to do with."""
     shown = blocking_findings(ctx.verdict) | warning_findings(ctx.verdict)
-    return [details(f"error against size: {r.check} {job_target(r)}", _growth_block(r, r.extra["growth"]),
+    return [details(f"error against size: {r.check} {job_target(r)}", _growth_block(r, r.extra.growth),
                     open_=True)
-            for r in ctx.record.results if isinstance(r.extra.get("growth"), dict)
+            for r in ctx.record.results if r.extra.growth is not None
             and any(f.kind in GROWTH_KINDS and id(f) in shown for f in r.findings)]
 
 
@@ -407,8 +407,8 @@ def _xychart(dim: str, dtype: str, rows: list[dict[str, Any]]) -> str:
 
 def _resource_blocks(results: Iterable[JobResult]) -> list[str]:
     return [details(f"registers, spills, local and shared memory: {job_target(r)}",
-                    _resource_block(r, r.extra["resources"]))
-            for r in results if isinstance(r.extra.get("resources"), list) and r.extra["resources"]]
+                    _resource_block(r, r.extra.resources))
+            for r in results if r.extra.resources]
 
 
 def _resource_block(r: JobResult, resources: list[Any]) -> str:

@@ -127,9 +127,9 @@ class Keeper:
         self._roots: list[Path] | None = None
 
     def take(self, result: Any) -> None:
-        extra = getattr(result, "extra", None)
-        listed = extra.pop("bytecode_missing", None) if isinstance(extra, dict) else None
-        if self.store is None or not isinstance(listed, list) or not listed:
+        """``result``: a job's (``gpu_gate.findings.JobResult``, which a worker's side never imports)."""
+        listed, result.extra.bytecode_missing = result.extra.bytecode_missing, None  # never kept in the result
+        if self.store is None or not listed:
             return
         with self._lock:  # jobs end on the executor's threads
             if self._roots is None:

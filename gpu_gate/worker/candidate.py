@@ -12,6 +12,7 @@ lived. The judge decides what any of it means.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import time
 import traceback
 from collections.abc import Iterator
@@ -20,6 +21,9 @@ from typing import Any
 
 from ..protocol import wire
 from ..protocol.guard import GUARD_BYTES, Guarded, geometry, guarded_from
+from ..protocol.messages import (Call, CallDone, CallFailed, ErrorReply, Release, ReleaseReply, Reply, Request,
+                                 TensorMeta, ValueMeta, Watch, tensors)
+from ..protocol.messages.reference import recipe_json
 from .hold_sms import SmHolder
 from .producer import Producer
 from .watch import OutputWatch, SideStreams
@@ -50,30 +54,28 @@ class CandidateServer:
         self._last_run_s = 0.0
         self._pools_off = False  # CuPy's memory pools, turned off for the first call under a tool
 
-    def handle(self, header: dict[str, Any], blobs: list[bytearray]) -> tuple[dict[str, Any], wire.Blobs]:
-        op = header.get("op")
-        if op == "call":
-            return self.call(header, blobs)
-        if op == "release":
+    def handle(self, request: Request, blobs: list[bytearray]) -> tuple[Reply, wire.Blobs]:
+        if isinstance(request, Call):
+            return self.call(request, blobs)
+        if isinstance(request, Release):
             self.held, self.held_copy = None, {}
-            return {"ok": True}, []
-        return {"error": "protocol", "message": f"unknown request {op!r}"}, []
+            return ReleaseReply(), []
+        return ErrorReply(request.op, "protocol", f"unknown request {request.op!r}"), []
 
     # --- inputs ------------------------------------------------------------------
 
-    def _inputs(self, header: dict[str, Any], blobs: list[bytearray]) -> None:
+    def _inputs(self, request: Call, blobs: list[bytearray]) -> None:
         import torch
 
-        fresh = header.get("inputs")
-        if isinstance(fresh, dict):
+        if request.inputs is not None:
             self.held, self.held_copy, self.stale = None, {}, []
             self.inputs, self.snapshots = {}, {}
-            for name, meta in fresh.items():
-                buf = wire.decode_tensor(meta["buffer"], blobs, self.device)
-                g = guarded_from(name, buf, meta["geometry"])
+            for name, meta in request.inputs.items():
+                buf = tensors.decode_tensor(meta.buffer, blobs, self.device)
+                g = guarded_from(name, buf, meta.geometry.to_json())
                 self.inputs[name] = g
                 self.snapshots[name] = g.buffer.clone()
-        if header.get("relocate"):
+        if request.relocate:
             # The same values at new addresses; the old buffers stay allocated, filled with 0xFF
             # (NaN in every float dtype), so a kernel that still reads them reads garbage, not a crash
             # of the allocator.
@@ -85,64 +87,59 @@ class CandidateServer:
                 g.buffer.fill_(0xFF)
             self.inputs = moved
             self.snapshots = {k: g.buffer.clone() for k, g in moved.items()}
-        refill = header.get("refill")
-        if isinstance(refill, dict):
+        if request.refill is not None:
             # New values in the very same memory: the addresses the candidate saw before.
-            for name, meta in refill.items():
+            for name, values in request.refill.items():
                 g = self.inputs[name]
-                g.buffer.copy_(wire.decode_tensor(meta, blobs, self.device))
+                g.buffer.copy_(tensors.decode_tensor(values, blobs, self.device))
                 self.snapshots[name] = g.buffer.clone()
             torch.cuda.synchronize() if self.device == "cuda" else None
 
     # --- one call ----------------------------------------------------------------
 
-    def call(self, header: dict[str, Any], blobs: list[bytearray]) -> tuple[dict[str, Any], wire.Blobs]:
+    def call(self, request: Call, blobs: list[bytearray]) -> tuple[Reply, wire.Blobs]:
         import torch
 
-        self._inputs(header, blobs)
-        sent = header.get("upstream")
-        if isinstance(sent, dict) and sent.get("again") is True:
+        self._inputs(request, blobs)
+        if request.upstream_again:
             # the last call's gradient, again: a copy, as the candidate may write into what it is given
             if self._upstream is None:
-                return {"error": "protocol", "message": "no upstream gradient is held"}, []
+                return ErrorReply(request.op, "protocol", "no upstream gradient is held"), []
             upstream: dict[str, Any] | None = {k: v.clone() if isinstance(v, torch.Tensor) else v
                                                for k, v in self._upstream.items()}
-        elif sent:
-            if not isinstance(sent, dict) or "recipe" not in sent:
-                return {"error": "protocol", "message": "an upstream gradient comes as its recipe"}, []
-            self._upstream = upstream_from_recipe(sent["recipe"], self.device)
+        elif request.upstream is not None:
+            self._upstream = upstream_from_recipe(recipe_json(request.upstream), self.device)
             upstream = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in self._upstream.items()}
         else:
             upstream = self._upstream = None
-        dims = {str(k): int(v) for k, v in (header.get("dims") or {}).items()}
-        tensors = {k: g.view for k, g in self.inputs.items()}
-        plain = header.get("plain")
-        exact = bool(header.get("exact")) and not isinstance(plain, dict)
-        if isinstance(plain, dict):
+        dims = dict(request.dims)
+        given = {k: g.view for k, g in self.inputs.items()}
+        plain = request.plain
+        exact = request.exact and plain is None
+        if plain is not None:
             # The replay: the same values in plain tensors of their own, sized exactly as a real
             # caller's are (no guard band, no storage offset), at this late point of the run.
-            tensors = {k: _plain_copy(v, str(plain.get(k) or "same")) for k, v in tensors.items()}
+            given = {k: _plain_copy(v, plain.get(k) or "same") for k, v in given.items()}
         elif exact:
             # Under compute-sanitizer: the case's own layouts, in storage exactly as large as they
             # need. A guard band would give a read or write past a tensor's end memory of its own,
             # and the tool would see nothing wrong. CuPy's pools would do the same to what the
             # candidate allocates through CuPy (torch's caching is off by the environment).
-            tensors = {k: _plain_copy(v, "same") for k, v in tensors.items()}
+            given = {k: _plain_copy(v, "same") for k, v in given.items()}
             self._pools_off = self._pools_off or _pools_off()
-        if header.get("load"):
+        if request.load:
             self._burst()
         held = None
-        if header.get("hold_sms") and self.device == "cuda":
+        if request.hold_sms and self.device == "cuda":
             held = self._holder.hold(3 * self._last_run_s)
-        produce = str(header.get("produce") or "")
+        produce = request.produce or ""
         produced: bool | None = None
-        if produce and self.device == "cuda" and not exact and not isinstance(plain, dict):
+        if produce and self.device == "cuda" and not exact and plain is None:
             # the named inputs, written by a kernel queued just before the call (see worker.producer)
             # (the judge names them: the base's worker gets the head's list, so both run alike)
-            names = [str(n) for n in header.get("producer") or ()]
-            pairs = [(self.inputs[n].buffer, self.snapshots[n]) for n in names if n in self.inputs]
+            pairs = [(self.inputs[n].buffer, self.snapshots[n]) for n in request.producer if n in self.inputs]
             produced = self._producer.write(pairs, produce, 2 * self._last_run_s)
-        late = bool(header.get("hold_caller")) and self.device == "cuda" and not produce
+        late = request.hold_caller and self.device == "cuda" and not produce
         unlate: str | None = None  # why the caller's stream could not be held back
         if late:
             # The other order: the candidate's other streams run first, its caller's stream after (see
@@ -160,85 +157,87 @@ class CandidateServer:
                     _no_fill(quiet):
                 if late and not _hold_caller(self._last_run_s):
                     unlate = unlate or "this torch cannot queue a sleep on a stream (torch.cuda._sleep)"
-                outs = call_with_grads(self.spec, self.spec.fn, tensors, kwargs_for(self.spec, dims), upstream,
-                                       str(header.get("grad_layout") or "contiguous"))
-            early = ({k: wire.plain(v).clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
-                     if header.get("early") and self.device == "cuda" else {})
+                outs = call_with_grads(self.spec, self.spec.fn, given, kwargs_for(self.spec, dims), upstream,
+                                       request.grad_layout or "contiguous")
+            early = ({k: tensors.plain(v).clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
+                     if request.early and self.device == "cuda" else {})
             sync(self.device)
             if exact:  # what the call wrote into its inputs, back where the judge looks for it
-                for k, t in tensors.items():
+                for k, t in given.items():
                     if all(st or n <= 1 for n, st in zip(t.shape, t.stride())):
                         self.inputs[k].view.copy_(t)
         except Exception as exc:  # noqa: BLE001 - candidate code: a refusal, unless the context died
             return self._failed(exc), []
-        out: wire.Blobs = []
         # timing, for the job's report only (the candidate's own process could say anything here)
         run_s = time.monotonic() - start
-        reply: dict[str, Any] = {"status": "ok", "side_streams": len(streams.used),
-                                 "run_s": run_s, "compile_s": compile_seconds()}
-        if held is not None:
-            reply["held_sms"] = held if held else str(self._holder.why_not)
-        elif not produce and not late:
+        if held is None and not produce and not late:
             self._last_run_s = run_s  # how long the SMs are held next time (three times an unhindered run)
             self._peak_bytes = max(self._peak_bytes, _peak(self.device) - before)
-        if produce:
-            reply["produced"] = True if produced else str(self._producer.why_not or "not on this device")
-        if late:
-            reply["held_caller"] = unlate or True
-        reply["early"] = {k: wire.encode_tensor(e, out) for k, e in early.items()
-                          if not _same(e, outs.get(k))}
-        same = [k for k in outs if self.held is not None and _same(outs[k], self.held_copy.get(k))]
+        out: wire.Blobs = []
+        done = self._outcome(request, outs, early, given, watch.outputs, out)
+        done = dataclasses.replace(
+            done, side_streams=len(streams.used), run_s=run_s, compile_s=compile_seconds(),
+            held_sms=None if held is None else held if held else str(self._holder.why_not),
+            produced=None if not produce else True if produced else str(self._producer.why_not or "not on this device"),
+            held_caller=(unlate or True) if late else None)
+        return done, out
+
+    def _outcome(self, request: Call, outs: dict[str, Any], early: dict[str, Any], given: dict[str, Any],
+                 watched: list[Guarded], out: wire.Blobs) -> CallDone:
+        """What came out of the call, as data (its bytes appended to ``out``); holds the outputs
+        where asked."""
+        import torch
+
+        sent_early = {k: tensors.encode_tensor(e, out) for k, e in early.items() if not _same(e, outs.get(k))}
+        same = tuple(k for k in outs if self.held is not None and _same(outs[k], self.held_copy.get(k)))
         # The values to hold, taken now: an output that is an input's memory (a backward that writes
         # its gradients into its inputs, as Liger's do) changes when the inputs are put back below,
         # and every repeat would then differ from the held copy, and be sent back whole
-        held_copy = ({k: wire.plain(v).clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
-                     if header.get("hold") else {})
-        reply["same_as_held"] = same
-        skip = set(same) if header.get("compare_held") else set()
-        reply["outputs"] = {k: (wire.encode_value(v, out) if k not in skip else {"tensor": False, "held": True})
-                            for k, v in outs.items()}
-        reply["where"] = {k: _where(v) for k, v in outs.items() if isinstance(v, torch.Tensor)}
-        reply["held_where"] = {k: _where(v) for k, v in (self.held or {}).items() if isinstance(v, torch.Tensor)}
-        if isinstance(plain, dict):
-            reply["input_spans"] = {k: list(_span(t)) for k, t in tensors.items()}
-            reply["inputs_changed"] = {}
-        elif exact:
-            reply["input_spans"] = {k: list(_span(t)) for k, t in tensors.items()}
-            reply["inputs_changed"] = self._changed_inputs(out, header.get("inputs_back") is not False)
+        held_copy = ({k: tensors.plain(v).clone() for k, v in outs.items() if isinstance(v, torch.Tensor)}
+                     if request.hold else {})
+        skip = set(same) if request.compare_held else set()
+        outputs = {k: (tensors.encode_value(v, out) if k not in skip else ValueMeta("held")) for k, v in outs.items()}
+        where = {k: _where(v) for k, v in outs.items() if isinstance(v, torch.Tensor)}
+        held_where = {k: _where(v) for k, v in (self.held or {}).items() if isinstance(v, torch.Tensor)}
+        changed: dict[str, TensorMeta | None] = {}
+        if request.plain is not None or request.exact:
+            spans = {k: _span(t) for k, t in given.items()}
         else:
-            reply["input_spans"] = {k: list(g.storage_span()) for k, g in self.inputs.items()}
-            reply["inputs_changed"] = self._changed_inputs(out, header.get("inputs_back") is not False)
-        reply["watch"] = [_guard_bytes(g, out) for g in watch.outputs]
-        if header.get("hold"):
+            spans = {k: g.storage_span() for k, g in self.inputs.items()}
+        if request.plain is None:
+            changed = self._changed_inputs(out, request.inputs_back)
+        watch = tuple(_guard_bytes(g, out) for g in watched)
+        if request.hold:
             self.held, self.held_copy = outs, held_copy
-        return reply, out
+        return CallDone(outputs=outputs, early=sent_early, same_as_held=same, where=where, held_where=held_where,
+                        input_spans=spans, inputs_changed=changed, watch=watch)
 
-    def _changed_inputs(self, out: wire.Blobs, send: bool = True) -> dict[str, Any]:
+    def _changed_inputs(self, out: wire.Blobs, send: bool = True) -> dict[str, TensorMeta | None]:
         """The input buffers (guards included) the call wrote, as they were after it; each is put
-        back for the next call. ``send=False``: put back, and only named (the judge does not look
-        at them: a repeat of the determinism check)."""
+        back for the next call. ``send=False``: put back, and only named (None: the judge does not
+        look at them: a repeat of the determinism check)."""
         import torch
 
-        changed: dict[str, Any] = {}
+        changed: dict[str, TensorMeta | None] = {}
         for name, g in self.inputs.items():
             if not torch.equal(g.buffer, self.snapshots[name]):
-                changed[name] = wire.encode_tensor(g.buffer, out) if send else {"tensor": False, "held": True}
+                changed[name] = tensors.encode_tensor(g.buffer, out) if send else None
                 g.buffer.copy_(self.snapshots[name])
         return changed
 
-    def _failed(self, exc: BaseException) -> dict[str, Any]:
+    def _failed(self, exc: BaseException) -> CallFailed:
         import torch
 
         trace = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
         if isinstance(exc, torch.cuda.OutOfMemoryError):
             torch.cuda.empty_cache()
-            return {"status": "oom", "message": str(exc)}
+            return CallFailed("oom", str(exc))
         if is_fatal(exc):
-            return {"status": "fatal", "message": first_line(exc), "trace": trace}
+            return CallFailed("fatal", first_line(exc), trace)
         limit = interpreter_error(exc)
         if limit is not None:
-            return {"status": "unsupported", "message": first_line(limit), "trace": trace}
-        return {"status": "refused", "message": first_line(exc), "trace": trace}
+            return CallFailed("unsupported", first_line(limit), trace)
+        return CallFailed("refused", first_line(exc), trace)
 
     def _burst(self) -> None:
         """Matmuls queued on side streams, never ordered with the caller's: the kernel under test
@@ -262,12 +261,12 @@ def _same(a: Any, b: Any) -> bool:
 
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
         return False
-    a, b = wire.plain(a), wire.plain(b)
+    a, b = tensors.plain(a), tensors.plain(b)
     if a.shape != b.shape or a.dtype != b.dtype or a.device != b.device:
         return False
     if not a.numel():
         return True
-    return bool(torch.equal(wire.flat_bytes(a), wire.flat_bytes(b)))
+    return bool(torch.equal(tensors.flat_bytes(a), tensors.flat_bytes(b)))
 
 
 HOLD_CALLER_MIN_S = 0.002
@@ -384,14 +383,14 @@ def _span(t: Any) -> tuple[int, int]:
     return s.data_ptr(), s.data_ptr() + s.nbytes()
 
 
-def _where(t: Any) -> list[int]:
+def _where(t: Any) -> tuple[int, int]:
     """Where a tensor's data and its storage begin (raw addresses, for the judge's alias checks)."""
-    p = wire.plain(t)
+    p = tensors.plain(t)
     if not p.numel():
-        return [0, 0]
-    return [int(p.data_ptr()), int(p.untyped_storage().data_ptr())]
+        return 0, 0
+    return int(p.data_ptr()), int(p.untyped_storage().data_ptr())
 
 
-def _guard_bytes(g: Guarded, out: wire.Blobs) -> dict[str, Any]:
-    return {"shape": list(g.view.shape), "head": wire.encode_tensor(g.buffer[:GUARD_BYTES], out),
-            "tail": wire.encode_tensor(g.buffer[GUARD_BYTES + g.nbytes:], out)}
+def _guard_bytes(g: Guarded, out: wire.Blobs) -> Watch:
+    return Watch(tuple(int(n) for n in g.view.shape), tensors.encode_tensor(g.buffer[:GUARD_BYTES], out),
+                 tensors.encode_tensor(g.buffer[GUARD_BYTES + g.nbytes:], out))

@@ -16,8 +16,8 @@ from .. import proc
 from ..cuda import nvcc
 from ..protocol import wire
 from ..protocol.archs import arch_number
-from ..protocol.messages import (CompileFacts, CompileRequest, DiagnosticFacts, NvccFacts, ResourceFacts,
-                                 TritonBuildFacts, TritonKernelFacts)
+from ..protocol.messages import (CompileFacts, CompileReply, CompileRequest, DiagnosticFacts, ErrorReply, NvccFacts,
+                                 Reply, Request, ResourceFacts, TritonBuildFacts, TritonKernelFacts, put_text)
 
 CUDA_SUFFIXES = (".cu",)
 NVCC_TAIL_LINES = 5  # of a failed build's output, where nvcc names no error
@@ -31,30 +31,27 @@ class CompileWorker:
         self.repo_root = Path(context.get("repo_root") or os.getcwd())
         self.workdir = workdir
 
-    def handle(self, header: dict[str, Any], blobs: list[bytearray]) -> tuple[dict[str, Any], wire.Blobs]:
-        if header.get("op") != CompileRequest.OP:
-            return {"error": "protocol", "message": f"the compile worker answers only {CompileRequest.OP!r}"}, []
-        try:
-            request = CompileRequest.from_json(header)
-        except wire.BadMessage as exc:
-            return {"error": "protocol", "message": str(exc)}, []
+    def handle(self, request: Request, blobs: list[bytearray]) -> tuple[Reply, wire.Blobs]:
+        if not isinstance(request, CompileRequest):
+            return ErrorReply(request.op, "protocol", f"the compile worker answers only {CompileRequest.op!r}"), []
         out: wire.Blobs = []
-        return {"facts": compile_file(request, self.repo_root).to_json(out)}, out
+        return CompileReply(compile_file(request, self.repo_root, out)), out
 
     def close(self) -> None:
         return None
 
 
-def compile_file(request: CompileRequest, repo_root: Path) -> CompileFacts:
+def compile_file(request: CompileRequest, repo_root: Path, blobs: wire.Blobs) -> CompileFacts:
+    """The facts of one file; the PTX texts they name are appended to ``blobs``."""
     if request.file.endswith(".py"):
-        return _triton_file(request, repo_root)
-    return _cuda_file(request, repo_root)
+        return _triton_file(request, repo_root, blobs)
+    return _cuda_file(request, repo_root, blobs)
 
 
 # --- CUDA ---------------------------------------------------------------------------------------
 
 
-def _cuda_file(request: CompileRequest, repo_root: Path) -> CompileFacts:
+def _cuda_file(request: CompileRequest, repo_root: Path, blobs: wire.Blobs) -> CompileFacts:
     rel, root = request.file, str(repo_root)
     tool = nvcc.find_nvcc()
     if tool is None:
@@ -70,7 +67,7 @@ def _cuda_file(request: CompileRequest, repo_root: Path) -> CompileFacts:
             argv = nvcc.cubin_argv(tool, source, arch, str(Path(tmp) / f"{arch}.cubin"), includes, flags)
             builds.append(_nvcc_facts(proc.run(argv, cwd=repo_root, timeout=request.timeout_s), arch, repo_root))
         ptx = cuda_ptx(tool, source, request.read_arch, includes, flags, repo_root, request.timeout_s)
-    return CompileFacts(rel, root, "cuda", nvcc=tuple(builds), ptx=ptx)
+    return CompileFacts(rel, root, "cuda", nvcc=tuple(builds), ptx=put_text(ptx, blobs))
 
 
 def _header_tu(tmp: Path, header: Path) -> str:
@@ -111,7 +108,7 @@ def cuda_ptx(tool: str, source: str, arch: str, includes: list[str], flags: list
 # --- Triton -------------------------------------------------------------------------------------
 
 
-def _triton_file(request: CompileRequest, repo_root: Path) -> CompileFacts:
+def _triton_file(request: CompileRequest, repo_root: Path, blobs: wire.Blobs) -> CompileFacts:
     from . import tritonc
 
     rel, root = request.file, str(repo_root)
@@ -124,11 +121,11 @@ def _triton_file(request: CompileRequest, repo_root: Path) -> CompileFacts:
         return CompileFacts(rel, root, "triton", import_error=f"{type(exc).__name__}: {exc}")
     except Exception as exc:  # noqa: BLE001 - the user's module failed to import: a fact for the judge
         return CompileFacts(rel, root, "triton", import_error=f"{type(exc).__name__}: {exc}")
-    facts = [_triton_kernel(name, kernels.get(name), request) for name in request.kernels]
+    facts = [_triton_kernel(name, kernels.get(name), request, blobs) for name in request.kernels]
     return CompileFacts(rel, root, "triton", kernels=tuple(facts))
 
 
-def _triton_kernel(name: str, fn: Any, request: CompileRequest) -> TritonKernelFacts:
+def _triton_kernel(name: str, fn: Any, request: CompileRequest, blobs: wire.Blobs) -> TritonKernelFacts:
     from . import tritonc
 
     if fn is None:
@@ -151,7 +148,7 @@ def _triton_kernel(name: str, fn: Any, request: CompileRequest) -> TritonKernelF
                 break  # the same guess fails for every arch: one answer says it
             continue
         builds.append(TritonBuildFacts(arch, True, resources=tuple(_resource(r) for r in build.resources),
-                                       ptx=build.ptx if arch == request.read_arch else None))
+                                       ptx=put_text(build.ptx, blobs) if arch == request.read_arch else None))
     return TritonKernelFacts(base.name, True, source, base.signature, base.constexprs, base.guessed, base.missing,
                              tuple(builds))
 

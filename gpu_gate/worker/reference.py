@@ -11,11 +11,16 @@ and every answer says so.
 from __future__ import annotations
 
 import dataclasses
+import json
 from pathlib import Path
 from typing import Any
 
 from ..protocol import wire
 from ..protocol.cases import Case
+from ..protocol.messages import (BaselineFp32, BaselineFp32Reply, Describe, DescribeReply, ErrorReply, HeadReference,
+                                 HeadReferenceReply, Reply, Request, SpecDescription, Truth, TruthReply, Upstream,
+                                 UpstreamReply, tensors)
+from ..protocol.messages.reference import CaseRequest, read_recipe
 from ..protocol.inputs import Materialized, materialize, perturbed_inputs, reference_inputs
 from ..protocol.rounding import RoundingNoise, accumulation_dtype, arithmetic_dtype, unit_roundoff
 from ..protocol.jobs import Job
@@ -115,19 +120,18 @@ class ReferenceSide:
         return upstream_recipe(outs, seed, expanded=m.case.grad_layout == "expanded")
 
 
-def describe(spec: Spec) -> dict[str, Any]:
+def describe(spec: Spec) -> SpecDescription:
     """What the judge knows of a spec: everything but its functions."""
-    def plain(obj: Any) -> Any:
-        return {"kind": type(obj).__name__, **dataclasses.asdict(obj)}
+    def plain(obj: Any) -> dict[str, Any]:
+        return {"kind": type(obj).__name__, **json.loads(json.dumps(dataclasses.asdict(obj)))}
 
-    return {"name": spec.name, "dims": {k: plain(v) for k, v in spec.dims.items()},
-            "inputs": {k: plain(v) for k, v in spec.inputs.items()}, "dim_args": list(spec.dim_args),
-            "grads": list(spec.grads), "covers": list(spec.covers), "deterministic": spec.deterministic,
-            "tolerance": dataclasses.asdict(spec.tolerance), "devices": list(spec.devices),
-            "checks": list(spec.checks) if spec.checks is not None else None, "module": spec.module,
-            "file": spec.file, "line": spec.line, "accumulate": spec.accumulate,
-            "params": sorted(spec.params), "mutates": dict(spec.mutates),
-            "producer": list(spec.producer)}
+    return SpecDescription(
+        name=spec.name, dims={k: plain(v) for k, v in spec.dims.items()},
+        inputs={k: plain(v) for k, v in spec.inputs.items()}, dim_args=tuple(spec.dim_args), grads=tuple(spec.grads),
+        covers=tuple(spec.covers), deterministic=spec.deterministic, tolerance=dataclasses.asdict(spec.tolerance),
+        devices=tuple(spec.devices), checks=tuple(spec.checks) if spec.checks is not None else None,
+        module=spec.module, file=spec.file, line=spec.line, accumulate=spec.accumulate, params=tuple(sorted(spec.params)),
+        mutates=dict(spec.mutates), producer=tuple(spec.producer))
 
 
 class ReferenceServer:
@@ -168,30 +172,27 @@ class ReferenceServer:
         self.spec = self._load(False)
         self.side = ReferenceSide(self.spec, self.device)
 
-    def handle(self, header: dict[str, Any], blobs: list[bytearray]) -> tuple[dict[str, Any], wire.Blobs]:
-        op = header.get("op")
-        if op == "describe":
-            return {"spec": describe(self.spec), **self._status()}, []
+    def handle(self, request: Request, blobs: list[bytearray]) -> tuple[Reply, wire.Blobs]:
+        if isinstance(request, Describe):
+            return DescribeReply(describe(self.spec), self.isolated, self.why), []
+        if not isinstance(request, CaseRequest):
+            return ErrorReply(request.op, "protocol", f"unknown request {request.op!r}"), []
         for _ in range(2):  # once more after importing the repository's code for real
             try:
-                return self._compute(op, header)
+                return self._compute(request)
             except Exception as exc:  # noqa: BLE001 - the spec's reference is user code
                 if _repository_code(exc) and self.isolated:
                     self._unisolate(exc)
                     continue
                 if is_fatal(exc):
-                    return {"error": "fatal", "message": first_line(exc), **self._status()}, []
-                case = header.get("case_id") or "?"
-                return {"error": "reference", "message": f"the spec's reference raised {first_line(exc)} on case "
-                                                         f"{case}", **self._status()}, []
-        return {"error": "reference", "message": "the reference could not run", **self._status()}, []
+                    return ErrorReply(request.op, "fatal", first_line(exc), self.isolated, self.why), []
+                return ErrorReply(request.op, "reference", f"the spec's reference raised {first_line(exc)} on case "
+                                                           f"{request.case_id or '?'}", self.isolated, self.why), []
+        return ErrorReply(request.op, "reference", "the reference could not run", self.isolated, self.why), []
 
-    def _status(self) -> dict[str, Any]:
-        return {"isolated": self.isolated, "why": self.why}
-
-    def _case(self, header: dict[str, Any]) -> tuple[Materialized, dict[str, Any] | None, dict[str, Any] | None]:
+    def _case(self, request: CaseRequest) -> tuple[Materialized, dict[str, Any] | None, dict[str, Any] | None]:
         """The case's inputs, its upstream gradients' recipe and their values."""
-        token, salt = str(header["case"]), int(header.get("salt") or 0)
+        token, salt = request.case, request.salt
         if self._last is not None and self._last[:2] == (token, salt):
             return self._last[2], self._last[3], self._last[4]
         case = Case.from_token(token)
@@ -201,47 +202,49 @@ class ReferenceServer:
         self._last = (token, salt, m, recipe, up)
         return m, recipe, up
 
-    def _compute(self, op: Any, header: dict[str, Any]) -> tuple[dict[str, Any], wire.Blobs]:
+    def _compute(self, request: CaseRequest) -> tuple[Reply, wire.Blobs]:
         import torch
 
         blobs: wire.Blobs = []
-        m, recipe, up = self._case(header)
-        like = {k: getattr(torch, str(v)) for k, v in (header.get("like") or {}).items()}
-        if op == "upstream":  # its recipe: every worker makes the values itself (see calling.upstream_recipe)
-            return {"upstream": recipe, **self._status()}, blobs
-        if op == "truth":
-            ref = self.side.reference(m, up)
-            base = self.side.baseline(m, up, like)
-            cond = self.side.conditioning(m, up)
-            return {"reference": wire.encode_dict(ref, blobs), "baseline": wire.encode_dict(base, blobs),
-                    "conditioning": wire.encode_dict(cond, blobs), **self._status()}, blobs
-        if op == "baseline_fp32":
+        m, recipe, up = self._case(request)
+        like = {k: getattr(torch, v) for k, v in getattr(request, "like", {}).items()}
+        status = (self.isolated, self.why)
+        if isinstance(request, Upstream):  # its recipe: every worker makes the values itself (see calling.upstream_recipe)
+            return UpstreamReply(read_recipe(recipe, "upstream"), *status), blobs
+        if isinstance(request, BaselineFp32):
             # where torch's own low-precision result cannot be the yardstick: torch in float32, and the
             # envelope of a kernel that stores its intermediates in the data's dtype
             storage = self.side.conditioning(m, up, storage=True) if self.side.stores_lower(m) else None
-            return {"baseline": wire.encode_dict(self.side.baseline_fp32(m, up, like), blobs),
-                    "storage": wire.encode_dict(storage, blobs) if storage is not None else None,
-                    **self._status()}, blobs
-        if op == "head_reference":
-            return self._head_reference(header, up, blobs)
-        return {"error": "protocol", "message": f"unknown request {op!r}"}, []
+            return BaselineFp32Reply(tensors.encode_dict(self.side.baseline_fp32(m, up, like), blobs),
+                                     tensors.encode_dict(storage, blobs) if storage is not None else None,
+                                     *status), blobs
+        if isinstance(request, Truth):
+            ref = self.side.reference(m, up)
+            base = self.side.baseline(m, up, like)
+            cond = self.side.conditioning(m, up)
+            return TruthReply(tensors.encode_dict(ref, blobs), tensors.encode_dict(base, blobs),
+                              tensors.encode_dict(cond, blobs), *status), blobs
+        if isinstance(request, HeadReference):
+            return self._head_reference(request, up, blobs)
+        return ErrorReply(request.op, "protocol", f"unknown request {request.op!r}"), []
 
-    def _head_reference(self, header: dict[str, Any], up: dict[str, Any] | None, blobs: wire.Blobs
-                        ) -> tuple[dict[str, Any], wire.Blobs]:
+    def _head_reference(self, request: HeadReference, up: dict[str, Any] | None, blobs: wire.Blobs
+                        ) -> tuple[Reply, wire.Blobs]:
         """The head's spec's reference on the same case and upstream gradients, where this change
         rewrote it: the judge compares it with the base's (a rewritten truth is a weakened rule).
         ``skipped``: why the two cannot be compared."""
         head = self._head_spec()
+        status = (self.isolated, self.why)
         if isinstance(head, str):
-            return {"skipped": head, **self._status()}, []
+            return HeadReferenceReply(skipped=head, isolated=status[0], why=status[1]), []
         try:
-            hm, _, _ = head._case(header)
+            hm, _, _ = head._case(request)
             ref = head.side.reference(hm, up)
         except Exception as exc:  # noqa: BLE001 - the head's reference is code under review
             if is_fatal(exc):
                 raise
-            return {"raised": f"{first_line(exc)}", **self._status()}, []
-        return {"reference": wire.encode_dict(ref, blobs), **self._status()}, blobs
+            return HeadReferenceReply(raised=f"{first_line(exc)}", isolated=status[0], why=status[1]), []
+        return HeadReferenceReply(tensors.encode_dict(ref, blobs), isolated=status[0], why=status[1]), blobs
 
     def _head_spec(self) -> ReferenceServer | str:
         from ..protocol.jobs import without_base
@@ -257,7 +260,8 @@ class ReferenceServer:
                 self._head = f"the head's spec does not import ({first_line(exc)})"
             else:
                 mine, theirs = describe(self.spec), describe(head.spec)
-                same = all(mine[k] == theirs[k] for k in ("dims", "inputs", "dim_args", "grads", "params"))
+                same = all(getattr(mine, k) == getattr(theirs, k) for k in ("dims", "inputs", "dim_args", "grads",
+                                                                             "params"))
                 self._head = head if same else "the head's spec takes other dims, inputs or gradients"
         return self._head
 

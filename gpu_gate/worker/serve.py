@@ -15,12 +15,21 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from ..protocol import wire
 from ..proc import alive_s
+from ..protocol import wire
 from ..protocol.jobs import Job
+from ..protocol.messages import (Ahead, AheadDone, AheadDoneReply, AheadReply, Bye, ErrorReply, Finish, FinishReply,
+                                 Load, LoadReply, Reply, Request, SpecImportReply, Stats, StatsReply, read_request)
 from ..protocol.roles import COMPILER
+
+
+class Handler(Protocol):
+    """What answers the judge's requests: a worker of a spec (:class:`Worker`), or the compile
+    check's (:class:`~.compile.CompileWorker`)."""
+
+    def handle(self, request: Request, blobs: list[bytearray]) -> tuple[Reply, wire.Blobs]: ...
 
 
 def uses_triton(repo_root: Path) -> bool:
@@ -65,7 +74,7 @@ class Worker:
             # with the base's, launched the same way (see checks/compile_launched.against_base)
             self._record()
 
-    def load(self, job: Job, spec: Any = None) -> dict[str, Any]:
+    def load(self, job: Job, spec: Any = None) -> LoadReply | SpecImportReply:
         """Import the job's spec (again, for a job whose spec changed: the head's after the base's)."""
         from .loader import SpecImportError
 
@@ -101,15 +110,16 @@ class Worker:
                 self.server = CandidateServer(job, self.repo_root, self.device, loaded)
                 self._record_specializations()
         except SpecImportError as exc:
-            return {"error": "spec-import", "facts": exc.facts.to_json()}
+            return SpecImportReply(exc.facts)
         spec_s = time.monotonic() - start
         late = self.context.late_settings() if self.context is not None else []
         # the kept kernels are in this worker's cache before any case (or the sibling) compiles
         seeded, self.seeding = self.seeding.wait() if self.seeding is not None else {}, None
         # timing, for the job's report: importing torch (at the worker's start) and the spec
-        return {"ok": True, "device": self.device, "torch_import_s": _TORCH_IMPORT_S[0] + torch_s,
-                "alive_s": alive_s(), "spec_import_s": spec_s, **seeded, "late_cuda_settings": late,
-                "uses_triton": uses_triton(self.repo_root) if self.role == "candidate" else None}
+        return LoadReply(self.device, torch_import_s=_TORCH_IMPORT_S[0] + torch_s, alive_s=alive_s(),
+                         spec_import_s=spec_s, **{k: float(v or 0.0) for k, v in seeded.items()},
+                         late_cuda_settings=tuple(late),
+                         uses_triton=uses_triton(self.repo_root) if self.role == "candidate" else None)
 
     def _record(self) -> None:
         """Coverage: every launch of the repository's kernels (hooked once Triton is imported)."""
@@ -137,38 +147,37 @@ class Worker:
             self._recorders[0].__exit__(None, None, None)
             self._recorders = None
 
-    def handle(self, header: dict[str, Any], blobs: list[bytearray]) -> tuple[dict[str, Any], wire.Blobs]:
-        op = header.get("op")
-        if op == "load":
+    def handle(self, request: Request, blobs: list[bytearray]) -> tuple[Reply, wire.Blobs]:
+        if isinstance(request, Load):
             lent = getattr(self.borrow.server, "spec", None) if self.borrow is not None else None
-            return self.load(Job.from_json(header["job"]), lent), []
+            return self.load(request.job, lent), []
         if self.server is None:
-            return {"error": "protocol", "message": "no spec is loaded"}, []
-        if op == "finish":
-            return self._finish(header), []
-        if op == "ahead":
-            return self._ahead(header), []
-        if op == "ahead_done":  # the sibling ends: what it compiled, for the job's timing report
-            return {"ahead": self.ahead.stop()}, []
-        if op == "stats":  # what this worker moved through the channel, for the job's timing report
-            return {"wire": wire.stats(), "alive_s": alive_s(),
-                    "context_s": self.context.seconds if self.context is not None else None}, []
-        return self.server.handle(header, blobs)
+            return ErrorReply(request.op, "protocol", "no spec is loaded"), []
+        if isinstance(request, Finish):
+            return self._finish(request), []
+        if isinstance(request, Ahead):
+            return self._ahead(request), []
+        if isinstance(request, AheadDone):  # the sibling ends: what it compiled, for the job's timing report
+            return AheadDoneReply(self.ahead.stop()), []
+        if isinstance(request, Stats):  # what this worker moved through the channel, for the job's timing report
+            return StatsReply(dict(wire.stats()), alive_s(), self.context.seconds if self.context is not None else None), []
+        reply: tuple[Reply, wire.Blobs] = self.server.handle(request, blobs)
+        return reply
 
-    def _ahead(self, header: dict[str, Any]) -> dict[str, Any]:
+    def _ahead(self, request: Ahead) -> AheadReply:
         """Compile the kernels of the cases named (tokens) in a process beside this one."""
         if self.role == "reference" or self.job is None:
-            return {"skipped": "only the code under test's workers compile ahead"}
-        tokens = [str(t) for t in header.get("cases") or []][:MAX_AHEAD]
+            return AheadReply(skipped="only the code under test's workers compile ahead")
         threads = max(2, min(8, (os.cpu_count() or 4) // 2))
-        return self.ahead.start(self.job, tokens, self.repo_root, self.workdir, self.device, threads,
-                                builds=self.role == "candidate")
+        started = self.ahead.start(self.job, list(request.cases[:MAX_AHEAD]), self.repo_root, self.workdir,
+                                   self.device, threads, builds=self.role == "candidate")
+        return AheadReply(started.get("ok") is True, started.get("skipped"))
 
-    def _finish(self, header: dict[str, Any]) -> dict[str, Any]:
+    def _finish(self, request: Finish) -> FinishReply:
         """What the candidate launched: the repository's kernels (coverage) and the Triton
         specializations, compiled for the policy's archs where asked (see worker/specializations)."""
         if self._recorders is None or self.job is None:
-            return {}
+            return FinishReply()
         coverage, specializations = self._recorders[1], self._recorders[2]
         laps: dict[str, float] = {}  # where this answer's time went, for the job's timing report
         lap = [time.monotonic()]
@@ -181,31 +190,27 @@ class Worker:
         from .specializations import MAX_COMPILED, compile_launched, repo_launches
 
         mine = repo_launches(specializations.launches if specializations else [], self.repo_root, self.job.kernels)
-        reply: dict[str, Any] = {"launches": coverage.to_json(),
-                                 "specializations": [{**launch.to_json(), "file": rel} for rel, launch in mine]}
+        launches, specs = coverage.to_json(), tuple({**launch.to_json(), "file": rel} for rel, launch in mine)
         mark("launches_s")
-        settings = header.get("compile")
-        if mine and isinstance(settings, dict) and self.device == "cuda":
+        settings, compiled, compile_taken = request.compile, None, None
+        if mine and settings is not None and self.device == "cuda":
             # the sibling compiled most of them beside the cases (see worker.ahead); the rest are compiled here
             archs = normalise_archs(settings.get("archs") or DEFAULT_ARCHS)
             known = self.ahead.builds()
-            reply["compile"] = compile_launched(mine, archs, known, root=str(self.repo_root))
-            reply["compile_taken"] = sum((launch.key, arch) in known for _, launch in mine[:MAX_COMPILED]
-                                         for arch in archs)  # for the timing report
+            compiled = compile_launched(mine, archs, known, root=str(self.repo_root))
+            compile_taken = sum((launch.key, arch) in known for _, launch in mine[:MAX_COMPILED]
+                                for arch in archs)  # for the timing report
         mark("compile_s")
         from .autotune import untimed
 
-        taken = untimed()
-        if taken:
-            reply["untimed_autotune"] = taken
+        taken = tuple(untimed())
         from ..store.bytecode import uncompiled_modules
 
-        reply["uncompiled"] = uncompiled_modules(self.repo_root)  # the gate keeps their bytecode (see bytecode)
+        uncompiled = tuple(uncompiled_modules(self.repo_root))  # the gate keeps their bytecode (see bytecode)
         mark("bytecode_s")
-        reply["ahead"] = self.ahead.stop()  # what the sibling compiled, for the job's timing report
+        ahead = self.ahead.stop()  # what the sibling compiled, for the job's timing report
         mark("ahead_stop_s")
-        reply["finish_times"] = laps
-        return reply
+        return FinishReply(launches, specs, compiled, compile_taken, taken, uncompiled, ahead, laps)
 
 
 class CudaContext:
@@ -262,7 +267,7 @@ def _pick_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def serve(sock: socket.socket, worker: Any, settings: Any = None) -> None:
+def serve(sock: socket.socket, worker: Handler, settings: Any = None) -> None:
     """Answer the judge until it says goodbye; ``settings``: what the answers run under (torch's
     deterministic settings unless given: the compile worker runs no tensor code)."""
     if settings is None:
@@ -275,19 +280,31 @@ def serve(sock: socket.socket, worker: Any, settings: Any = None) -> None:
                 header, blobs = wire.recv(sock)
             except (wire.ChannelClosed, wire.BadMessage):
                 return
-            if header.get("op") == "bye":
+            reply, out = answer(worker, header, blobs)
+            if reply is None:
                 return
             try:
-                reply, out = worker.handle(header, blobs)
-            except Exception as exc:  # noqa: BLE001 - reported to the judge, which decides
-                from .calling import first_line, is_fatal
-
-                reply, out = {"error": "fatal" if is_fatal(exc) else "worker",
-                              "message": f"{first_line(exc)}"}, []
-            try:
-                wire.send(sock, reply, out)
+                wire.send(sock, reply.to_json(), out)
             except wire.ChannelClosed:
                 return
+
+
+def answer(worker: Handler, header: dict[str, Any], blobs: list[bytearray]) -> tuple[Reply | None, wire.Blobs]:
+    """The worker's reply to a request (None: goodbye). A request that does not parse is answered
+    with a protocol error, which the judge reports."""
+    op = header.get("op")
+    try:
+        request = read_request(header, [len(b) for b in blobs])
+    except wire.BadMessage as exc:
+        return ErrorReply(op if isinstance(op, str) else "?", "protocol", str(exc)), []
+    if isinstance(request, Bye):
+        return None, []
+    try:
+        return worker.handle(request, blobs)
+    except Exception as exc:  # noqa: BLE001 - reported to the judge, which decides
+        from .calling import first_line, is_fatal
+
+        return ErrorReply(request.op, "fatal" if is_fatal(exc) else "worker", f"{first_line(exc)}"), []
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -236,10 +236,10 @@ def test_a_judged_jobs_time_outside_its_judge_is_in_its_timing(tmp_path: Path) -
     jobs = _jobs(tmp_path, {"a": "return x * 2", "b": "return x * 2"})
     results = execute(jobs, ExecOptions(repo_root=tmp_path, gpus=(), timeout_s=120, workers=1))
     for r in results:
-        outside = r.extra["timing"]["outside"]
+        outside = r.extra.timing["outside"]
         assert set(outside) == {"files_s", "start_s", "workers_exit_s", "keep_s", "began_s"}, outside
         assert all(isinstance(v, float) and 0 <= v < 60 for v in outside.values()), outside
         assert outside["files_s"] <= outside["start_s"]
-    first, second = sorted(results, key=lambda r: r.extra["timing"]["outside"]["began_s"])
+    first, second = sorted(results, key=lambda r: r.extra.timing["outside"]["began_s"])
     # one worker: the second job began once the first had ended (the timing is rounded to 0.01 s)
-    assert second.extra["timing"]["outside"]["began_s"] >= round(first.duration_s, 2) - 0.01
+    assert second.extra.timing["outside"]["began_s"] >= round(first.duration_s, 2) - 0.01

@@ -460,7 +460,7 @@ def test_a_sanitizer_job_whose_sandbox_never_starts_fails_closed_or_is_run_again
     notes = [f.message for f in again.findings if f.kind == "retried"]
     assert count.read_text() == "xx" and len(notes) == 1 and notes[0].startswith("run 3 times:"), notes
     # how long the sandbox that did start took, for the start limit to be measured against
-    started = again.extra["timing"]["outside"]["sandbox_start_s"]
+    started = again.extra.timing["outside"]["sandbox_start_s"]
     assert 0 < started["candidate"] < containment.TOOL_START_LIMIT_S, started
 
 

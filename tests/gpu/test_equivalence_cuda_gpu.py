@@ -69,4 +69,4 @@ def test_cuda_twin_passes_on_the_gpu(twin: str, seed: int, tmp_path: Path) -> No
     r = run(twin, tmp_path, seed)
     bad = not_notes(r)
     assert r.status is Status.PASSED and not bad, "\n".join(bad)
-    assert "bfloat16" in str(r.extra["coverage"]) or "float32" in str(r.extra["coverage"])
+    assert "bfloat16" in str(r.extra.coverage) or "float32" in str(r.extra.coverage)

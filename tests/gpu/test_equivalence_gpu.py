@@ -64,7 +64,7 @@ def test_triton_twin_passes_on_the_gpu(twin: str, seed: int, tmp_path: Path) -> 
     r = run(twin, tmp_path, seed)
     bad = not_notes(r)
     assert r.status is Status.PASSED and not bad, "\n".join(bad)
-    assert "bfloat16" in str(r.extra["coverage"]) or "float32" in str(r.extra["coverage"])
+    assert "bfloat16" in str(r.extra.coverage) or "float32" in str(r.extra.coverage)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -105,7 +105,7 @@ def test_the_cases_kernels_are_compiled_ahead_beside_the_worker(tmp_path: Path) 
     this small may end before the sibling has imported torch: the worker then ends it.)"""
     r = run("tt_gelu", tmp_path, 0)
     assert r.status is Status.PASSED, [f.message for f in r.findings]
-    said = r.extra["timing"]["ahead"]
+    said = r.extra.timing["ahead"]
     assert said["head"] == "started" and "head_finished" in said, said
 
 
@@ -119,14 +119,14 @@ def test_the_launches_compiled_beside_the_cases_report_what_the_worker_would(
 
     r = run("tt_gelu", tmp_path, 0, cases=64, compile={"archs": ["sm_80", "sm_90"]})
     assert r.status is Status.PASSED, [f.message for f in r.findings]
-    said = r.extra["timing"]["ahead"]
+    said = r.extra.timing["ahead"]
     print("ahead:", said)
     if said.get("head_finished"):  # it ran to its end, so through the build (a small job may end first)
         assert said.get("head_launched_built", 0) >= 2, said
-    rows = r.extra["launch_resources"]
+    rows = r.extra.launch_resources
     assert {x["arch"] for x in rows} == {"sm_80", "sm_90"}, rows
     options = {(s["function"], repr(sorted(s["constexprs"].items())), repr(sorted(s["signature"].items()))):
-               s["options"] for s in r.extra["specializations"]}
+               s["options"] for s in r.extra.specializations}
     monkeypatch.syspath_prepend(str(ROOT))
     import tt_kernels
 

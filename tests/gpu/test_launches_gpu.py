@@ -27,6 +27,6 @@ def test_launches_are_recorded_on_the_gpu(corpus: str, spec: str, expected: tupl
     r = run_job(job, Context(repo_root=root, device="cuda", workdir=tmp_path))
     assert r.status is Status.PASSED, [f.message for f in r.findings]
     file, name, language = expected
-    got = r.extra["launches"]["kernels"]
+    got = r.extra.launches["kernels"]
     assert any(k["file"] == file and k["name"].startswith(name) and k["language"] == language for k in got), got
-    assert r.extra["launches"]["files"] == [file]
+    assert r.extra.launches["files"] == [file]

@@ -61,7 +61,7 @@ def test_what_the_contention_cases_cost(name: str, tmp_path: Path, monkeypatch: 
         r = determinism(name, 0, tmp_path / str(contention), monkeypatch, contention=contention)
         times[contention] = time.monotonic() - t
         assert r.status is Status.PASSED, [f.message for f in r.findings]
-        cases = r.extra.get("timing", {}).get("cases", [])
+        cases = (r.extra.timing or {}).get("cases", [])
         print(f"\n{name}, contention {contention}: " + "; ".join(f"{c[0]} {c[2]}s" for c in cases))
     print(f"\ndeterminism job, {name}: {times[False]:.1f}s without contention cases, {times[True]:.1f}s with")
 

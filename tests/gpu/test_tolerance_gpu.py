@@ -49,8 +49,8 @@ def test_launched_triton_specializations_are_compiled_with_their_resources(tmp_p
                        "compile": {"archs": ["sm_80", "sm_90"], "level": "required"}})
     r = run_job(job, Context(repo_root=tmp_path, device="cuda", workdir=tmp_path))
     assert r.status is Status.PASSED, [f.message for f in r.findings]
-    launched = {(x["constexprs"]["BLOCK"], x["signature"]["x_ptr"]) for x in r.extra["specializations"]}
-    rows = r.extra["launch_resources"]
+    launched = {(x["constexprs"]["BLOCK"], x["signature"]["x_ptr"]) for x in r.extra.specializations}
+    rows = r.extra.launch_resources
     compiled = {(x["constexprs"]["BLOCK"], x["signature"]["x_ptr"]) for x in rows}
     assert compiled == launched and {x["arch"] for x in rows} == {"sm_80", "sm_90"}
     assert all(x["registers"] > 0 and x["file"] == "tlib/kern.py" for x in rows)

@@ -37,7 +37,7 @@ def _job(*kernels: str, **options: object) -> Job:
 def test_good_kernel_compiles_for_both_default_archs_with_resources(repo: Path) -> None:
     out = compile_check.run(_job("csrc/good.cu"), in_process(repo))
     assert out.status is Status.PASSED, out.findings
-    rows = out.extra["resources"]
+    rows = out.extra.resources
     assert {(r["kernel"], r["arch"]) for r in rows} == {
         ("add_one", "sm_80"), ("add_one", "sm_90"), ("scale_tail", "sm_80"), ("scale_tail", "sm_90")}
     scale = next(r for r in rows if r["kernel"] == "scale_tail")
@@ -70,7 +70,7 @@ def test_header_is_compiled_through_a_generated_unit_and_blamed_itself(repo: Pat
 def test_spills_are_reported_and_gated_by_level(repo: Path) -> None:
     opts = dict(archs=["sm_80"], nvcc_flags=["-maxrregcount=24"], max_spill_bytes=0, max_local_bytes=4096)
     advisory = compile_check.run(_job("csrc/spills.cu", **opts), in_process(repo))
-    [row] = advisory.extra["resources"]
+    [row] = advisory.extra.resources
     assert row["kernel"] == "spilly" and row["spill_store"] > 0 and row["local_bytes"] >= 1024
     assert advisory.status is Status.PASSED
     assert [(f.kind, f.severity) for f in advisory.findings] == [("spills", Severity.WARNING)]

@@ -7,6 +7,8 @@ the base's answer it is new; a base that gives no answer leaves it judged as it 
 from __future__ import annotations
 
 import json
+import socket
+import struct
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,11 +16,13 @@ from typing import Any
 import pytest
 
 from gpu_gate.findings import Severity, Status
-from gpu_gate.judge.channel import WorkerLost
+from gpu_gate.judge.channel import SocketChannel, WorkerLost
 from gpu_gate.judge.checks import compile as compile_check
 from gpu_gate.judge.job import Context, Outcome
+from gpu_gate.protocol import wire
 from gpu_gate.protocol.jobs import DIFFERENTIAL, Job
-from gpu_gate.protocol.messages import CompileFacts, CompileRequest, ResourceFacts, TritonBuildFacts, TritonKernelFacts
+from gpu_gate.protocol.messages import (CompileFacts, CompileReply, CompileRequest, ResourceFacts, TritonBuildFacts,
+                                        TritonKernelFacts, put_text, read_request)
 
 KERNEL_FILE = '''import triton
 import triton.language as tl
@@ -48,38 +52,55 @@ WIDE = NARROW.replace("mul.lo.s32 \t%r3, %r2, %r1;\n\tmul.wide.s32 \t%rd2, %r3, 
                       "mul.wide.s32 \t%rd4, %r2, %r1;\n\tshl.b64 \t%rd2, %rd4, 2;")
 assert WIDE != NARROW
 
-Answer = Callable[[CompileRequest], Any]  # a request -> (reply, blobs), or an exception to raise
+Answer = Callable[[CompileRequest], Any]  # a request -> (reply's header, blobs), or an exception to raise
 
 
-class Scripted:
-    """A worker's channel that answers what the test says (the judge's side is the real code)."""
+class Scripted(SocketChannel):
+    """The judge's real channel to a worker that answers what the test says: the request crosses
+    the socket and is read as a worker reads it; the answer crosses back as the header and blobs
+    given, and the judge reads it as it reads any worker's."""
 
     def __init__(self, answer: Answer, name: str = "compiler") -> None:
-        self.name, self.answer_for = name, answer
-        self.pending: list[CompileRequest] = []
+        judge_end, self.worker_end = socket.socketpair()
+        super().__init__(judge_end, name)
+        self.answer_for = answer
 
-    def ask(self, header: dict[str, Any], blobs: Any = ()) -> None:
-        self.pending.append(CompileRequest.from_json(json.loads(json.dumps(header))))
-
-    def answer(self, deadline: float | None = None) -> tuple[dict[str, Any], list[bytearray]]:
-        got = self.answer_for(self.pending.pop(0))
+    def answer(self, deadline: float | None = None) -> Any:
+        header, blobs = wire.recv(self.worker_end)
+        request = read_request(header, [len(b) for b in blobs])
+        assert isinstance(request, CompileRequest)
+        got = self.answer_for(request)
         if isinstance(got, Exception):
-            raise got
-        return got
+            self.worker_end.close()  # the worker is gone
+        elif isinstance(got[1], Claimed):  # a header that claims blobs, none of them sent
+            head = json.dumps({"op": "compile", **got[0], "_blobs": got[1].sizes}).encode()
+            self.worker_end.sendall(struct.pack("<Q", len(head)) + head)
+        else:
+            wire.send(self.worker_end, {"op": "compile", **got[0]}, got[1])
+        return super().answer(deadline)
 
     def close(self) -> None:
-        return None
+        super().close()
+        self.worker_end.close()
 
 
-def facts(request: CompileRequest, ptx: str = NARROW, **changes: Any) -> tuple[dict[str, Any], list[bytearray]]:
+class Claimed:
+    """Blob sizes a reply's header claims, with no bytes behind them."""
+
+    def __init__(self, *sizes: int) -> None:
+        self.sizes = list(sizes)
+
+
+def facts(request: CompileRequest, ptx: str | None = NARROW, **changes: Any) -> tuple[dict[str, Any], list[bytes]]:
     """An honest answer to ``request`` for KERNEL_FILE, with ``changes`` to the kernel's facts."""
+    blobs: list[Any] = []
     builds = tuple(TritonBuildFacts(arch, True, resources=(ResourceFacts("scale", "scale", arch, registers=8),),
-                                    ptx=ptx if arch == request.read_arch else None) for arch in request.archs)
+                                    ptx=put_text(ptx, blobs) if arch == request.read_arch else None)
+                   for arch in request.archs)
     kernel = {"name": "scale", "found": True, "source": "/repo/lib/k.py", "signature": {"Y": "*fp32"},
               "constexprs": {"BLOCK": 64}, "guessed": False, "missing": (), "builds": builds, **changes}
-    blobs: list[Any] = []
-    answer = CompileFacts(request.file, "/repo", "triton", kernels=(TritonKernelFacts(**kernel),)).to_json(blobs)
-    return {"facts": answer}, [bytearray(b) for b in blobs]
+    reply = CompileReply(CompileFacts(request.file, "/repo", "triton", kernels=(TritonKernelFacts(**kernel),)))
+    return reply.to_json(), [] if "builds" in changes else blobs  # builds given: the PTX made here is not named
 
 
 @pytest.fixture()
@@ -110,14 +131,16 @@ def test_an_honest_answer_is_judged_the_offset_found(trees: tuple[Path, Path]) -
     out = judge(trees[0], facts)
     assert out.status is Status.PASSED and out.cases == 2, out.findings
     assert _kinds(out) == [("int32-offset", Severity.WARNING)]
-    assert out.extra["linted"] == ["scale"] and len(out.extra["resources"]) == 2
+    assert out.extra.linted == ["scale"] and out.extra.resources is not None and len(out.extra.resources) == 2
     assert judge(trees[0], lambda r: facts(r, WIDE)).findings == []
 
 
 @pytest.mark.parametrize("answer, said", [
     (lambda r: ({"facts": {**facts(r)[0]["facts"], "kernels": "all fine"}}, []), "expected a list"),
     (lambda r: ({"status": "passed", "findings": []}, []), "expected a mapping"),  # a forged result, not facts
-    (lambda r: (facts(r)[0], []), "blob 0 of 0"),  # the PTX blob left out
+    (lambda r: (facts(r)[0], []), "blob 0 is out of range"),  # the PTX blob left out
+    (lambda r: (facts(r)[0], facts(r)[1] * 2), "carries 2 blobs and describes 1"),  # a blob no field names
+    (lambda r: (facts(r)[0], Claimed(257 << 20)), "claim 269484032 bytes, more than"),  # beyond what was asked
     (lambda r: facts(r, builds=()), "builds for [], asked for ['sm_80', 'sm_90']"),
     (lambda r: facts(r, name="other"), "it answered for Triton kernels ['other'], asked for ['scale']"),
     (lambda r: facts(r, ptx=None), "built for sm_90 with no PTX"),

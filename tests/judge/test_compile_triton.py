@@ -38,9 +38,9 @@ def test_triton_kernels_compile_for_sm90_without_a_gpu(repo: Path) -> None:
                    "broken_kernel": {"signature": {"x_ptr": "*fp32", "n": "i32"}}}
     out = compile_check.run(_job(archs=["sm_90"], triton=triton_opts), in_process(repo))
     assert out.status is Status.FAILED
-    kernels = {r["kernel"] for r in out.extra["resources"]}
+    kernels = {r["kernel"] for r in out.extra.resources}
     assert kernels == {"add_kernel", "needs_block"}
-    add = next(r for r in out.extra["resources"] if r["kernel"] == "add_kernel")
+    add = next(r for r in out.extra.resources if r["kernel"] == "add_kernel")
     assert add["arch"].startswith("sm_90") and add["registers"] > 0
     [error] = [f for f in out.findings if f.severity is Severity.ERROR]
     assert (error.kind, error.file) == ("compile-error", "tkern/kernels.py")

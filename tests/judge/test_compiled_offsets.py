@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_gate.job_extra import JobExtra
 from gpu_gate.judge.compiled import ptx_offsets
 from gpu_gate.worker import tritonc
 from gpu_gate.findings import Finding, JobResult, Severity, Status
@@ -108,7 +109,7 @@ def test_the_fixed_form_compiles_to_64_bit_arithmetic() -> None:
 
 def _result(*findings: Finding, linted: tuple[str, ...] = ()) -> JobResult:
     return JobResult(job_id="compile:k.py", check="compile", status=Status.PASSED, level="required",
-                     kernels=("k.py",), findings=list(findings), extra={"linted": list(linted)})
+                     kernels=("k.py",), findings=list(findings), extra=JobExtra(linted=list(linted)))
 
 
 def _lint(kind: str, kernel: str, line: int, severity: Severity = Severity.WARNING) -> Finding:

@@ -218,6 +218,6 @@ def test_the_compile_check_builds_every_kernel_for_sm90_without_spills(kernels_m
               options={"archs": ["sm_90"]})
     out = compile_check.run(job, Context(repo_root=CORPUS, device="cpu", workdir=tmp_path))
     assert out.status is Status.PASSED, [f.message for f in out.findings]
-    rows = out.extra["resources"]
+    rows = out.extra.resources
     assert sorted(r["kernel"] for r in rows) == sorted(k for f in files for k in kernels_module.KERNELS[f])
     assert all(r["arch"] == "sm_90" and not r["spill_store"] and not r["spill_load"] for r in rows), rows

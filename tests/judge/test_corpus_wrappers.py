@@ -78,6 +78,6 @@ def test_correct_wrapper_passes(results: dict[str, JobResult], twin: str, seed: 
 
 def test_the_kernels_launched_are_recorded(results: dict[str, JobResult]) -> None:
     """What each spec launched is in its result: the judge's coverage map is built from it."""
-    got = results["rmsnorm_rows@0"].extra["launches"]
+    got = results["rmsnorm_rows@0"].extra.launches
     assert got["kernels"] == [{"file": "lib/kernels.py", "name": "rmsnorm_packed", "language": "triton"}]
-    assert results["rmsnorm@0"].extra["launches"]["files"] == ["lib/kernels.py"]
+    assert results["rmsnorm@0"].extra.launches["files"] == ["lib/kernels.py"]

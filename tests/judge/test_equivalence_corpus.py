@@ -87,7 +87,7 @@ def test_correct_twin_passes(twin: tuple[str, str], seed: int, tmp_path: Path) -
 
 def test_growth_curve_of_the_bf16_accumulator_is_reported_flagged(tmp_path: Path) -> None:
     r = run_spec("rowsum.py", "rowsum_bf16_acc", 0, tmp_path)
-    g = r.extra["growth"]
+    g = r.extra.growth
     assert g["flagged"] and g["dim"] == "n" and g["dtype"] == "bfloat16"
     sizes = [row["size"] for row in g["rows"]]
     assert sizes[0] == 256 and sizes[-1] == 1 << 18

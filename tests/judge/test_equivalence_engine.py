@@ -182,7 +182,7 @@ def test_bf16_is_skipped_with_a_reason_under_the_triton_interpreter(tmp_path: Pa
     assert r.status is Status.PASSED
     (note,) = [x for x in r.findings if x.kind == "dtype-not-run"]
     assert note.severity is Severity.NOTE and "bfloat16 cases not run" in note.message and "interpreter" in note.message
-    assert set(r.extra["coverage"]["inputs"]["x"]["dtype"]) == {"float32"}
+    assert set(r.extra.coverage["inputs"]["x"]["dtype"]) == {"float32"}
     only = run(tmp_path, f, "bf16_only")
     assert only.status is Status.NOT_RUN and "interpreter" in (only.reason or "")
 
@@ -203,7 +203,7 @@ def test_plain_torch_specs_keep_bf16_under_the_interpreter_even_though_torch_imp
     r = run(tmp_path, f, "torch_bf16")
     assert "triton" in sys.modules
     assert r.status is Status.PASSED and not [x for x in r.findings if x.kind == "dtype-not-run"]
-    assert set(r.extra["coverage"]["inputs"]["x"]["dtype"]) == {"bfloat16"}
+    assert set(r.extra.coverage["inputs"]["x"]["dtype"]) == {"bfloat16"}
 
 
 def test_a_spec_that_does_not_run_on_this_device_is_not_run(tmp_path: Path) -> None:
@@ -272,7 +272,7 @@ def test_the_harness_subprocess_writes_a_result(tmp_path: Path) -> None:
     assert r.status is Status.FAILED
     (m,) = [x for x in r.findings if x.kind == "mismatch"]
     assert "shrunk from" in m.message and m.case and m.case.endswith("s")
-    assert r.extra["seed"] == 3 and r.extra["coverage"]["cases"] == 6
+    assert r.extra.seed == 3 and r.extra.coverage["cases"] == 6
 
 
 def test_the_growth_table_is_what_the_markdown_report_draws(tmp_path: Path) -> None:
@@ -282,7 +282,7 @@ def test_the_growth_table_is_what_the_markdown_report_draws(tmp_path: Path) -> N
     job = Job(id="j", check="equivalence", level="required", kernels=(), spec=SpecRef("rowsum.py", "rowsum_bf16_acc"),
               options={"cases": 4, "shrink": False}, seed=1)
     r = run_job(job, Context(repo_root=corpus, device="cpu", workdir=tmp_path))
-    g = r.extra["growth"]
+    g = r.extra.growth
     text = _growth_block(r, g)
     assert "xychart-beta" in text and "262144" in text
     assert "grows faster with size than the baseline" in text
@@ -504,7 +504,7 @@ def test_the_candidate_meets_strided_and_expanded_upstream_gradients_and_a_corre
     import sys
     seen = next(m for n, m in sys.modules.items() if n.startswith("gpu_gate_spec__") and hasattr(m, "SEEN")).SEEN
     assert {"contiguous", "strided", "expanded"} <= seen
-    assert set(r.extra["coverage"]["grad_layout"]) == {"contiguous", "strided", "expanded"}
+    assert set(r.extra.coverage["grad_layout"]) == {"contiguous", "strided", "expanded"}
 
 
 MODEL_SIZE_SPEC = """
@@ -546,7 +546,7 @@ def test_the_growth_sweep_runs_on_positive_and_on_signed_data(tmp_path: Path) ->
             return x.sum(-1)
         """)
     r = run(tmp_path, f, "rowsum", cases=2, max_reduction=1 << 14)
-    curves = r.extra["growth"]["curves"]
+    curves = r.extra.growth["curves"]
     assert sorted(c["data"] for c in curves) == ["positive", "signed"]
     assert all(not c["flagged"] and not c["jump"] for c in curves)
     import sys

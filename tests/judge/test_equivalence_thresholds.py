@@ -46,4 +46,4 @@ def test_a_path_past_a_size_threshold_is_run_with_a_long_reduction(tmp_path: Pat
 def test_the_twin_passes_the_threshold_sweep(tmp_path: Path) -> None:
     r = _run(tmp_path, CORRECT, growth=True)
     assert r.status is Status.PASSED, [f.message for f in r.findings]
-    assert r.extra["timing"].get("thresholds_s", 0) > 0
+    assert r.extra.timing.get("thresholds_s", 0) > 0

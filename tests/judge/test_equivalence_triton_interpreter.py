@@ -71,7 +71,7 @@ def test_triton_bug_caught_and_twin_passes_in_the_interpreter(interpreted: dict[
     bad = [f"{f.kind}: {f.message}" for f in t.findings if f.severity is not Severity.NOTE]
     assert t.status is Status.PASSED and not bad, "\n".join(bad)
     assert t.cases >= 10
-    float_dtypes = {d for i in t.extra["coverage"]["inputs"].values() if i["kind"] == "tensor" for d in i["dtype"]}
+    float_dtypes = {d for i in t.extra.coverage["inputs"].values() if i["kind"] == "tensor" for d in i["dtype"]}
     assert float_dtypes == {"float32"}, "the interpreter runs float32 only"
 
 

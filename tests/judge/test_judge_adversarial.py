@@ -226,7 +226,7 @@ def test_the_honest_twin_passes(results: dict[str, JobResult]) -> None:
     assert r.status is Status.PASSED, [f"{f.kind}: {f.message}" for f in r.findings]
     assert r.cases >= 8
     assert not [f for f in r.findings if f.severity is not Severity.NOTE]
-    t = r.extra["timing"]  # where the time went, the calls themselves as the worker measured them
+    t = r.extra.timing  # where the time went, the calls themselves as the worker measured them
     assert 0 <= t["candidate_run_s"] <= t["candidate_s"] <= t["cases_s"] + t["replay_s"] + 1
 
 
@@ -234,7 +234,7 @@ def test_the_honest_twin_passes(results: dict[str, JobResult]) -> None:
 def test_a_kernel_with_a_layout_fast_path_passes_the_replay(results: dict[str, JobResult], twin: str) -> None:
     r = results[twin]
     assert r.status is Status.PASSED, [f"{f.kind}: {f.message}" for f in r.findings]
-    assert len(r.extra["replayed"]) == 3 and r.extra["replayed"][-1] == "c0000"  # the replay ran, and passed
+    assert len(r.extra.replayed) == 3 and r.extra.replayed[-1] == "c0000"  # the replay ran, and passed
 
 
 def test_the_replay_says_what_it_did(results: dict[str, JobResult]) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from gpu_gate.findings import Finding, JobResult, Severity, Status
+from gpu_gate.job_extra import JobExtra
 from gpu_gate.record import ChangedKernel, RunRecord
 from gpu_gate.verdict import Rules, Verdict, decide
 
@@ -52,9 +53,9 @@ def _kernels() -> list[ChangedKernel]:
 def _results() -> list[JobResult]:
     return [
         JobResult("compile:csrc/rmsnorm.cu", "compile", Status.PASSED, kernels=("csrc/rmsnorm.cu",),
-                  duration_s=1.25, extra={"resources": RESOURCES}),
+                  duration_s=1.25, extra=JobExtra(resources=RESOURCES)),
         JobResult(f"equivalence:{RMS}", "equivalence", Status.FAILED, spec=RMS, kernels=("csrc/rmsnorm.cu",),
-                  duration_s=4.1, cases=64, extra={"growth": GROWTH}, findings=[
+                  duration_s=4.1, cases=64, extra=JobExtra(growth=GROWTH), findings=[
                       Finding("equivalence", "mismatch", MISMATCH, spec=RMS, case="c0017",
                               file="csrc/rmsnorm.cu", line=42, repro=REPRO),
                       Finding("equivalence", "nan", "NaN in output where the reference is finite (12 elements)",

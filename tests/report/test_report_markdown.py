@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from gpu_gate.findings import Finding, JobResult, Severity, Status
+from gpu_gate.job_extra import JobExtra
 from gpu_gate.record import ChangedKernel, RunRecord
 from gpu_gate.report.markdown import render_markdown
 from gpu_gate.verdict import Rules, Verdict, decide
@@ -58,7 +59,7 @@ def test_passing_run_shows_a_green_verdict() -> None:
 def test_a_compile_job_that_compiled_nothing_shows_no_empty_resources_table() -> None:
     record = RunRecord(kernels=[ChangedKernel("k.py", "triton", "modified", specs=())],
                        results=[JobResult("compile:k.py", "compile", Status.PASSED, kernels=("k.py",), cases=0,
-                                          duration_s=1.0, extra={"resources": []})])
+                                          duration_s=1.0, extra=JobExtra(resources=[]))])
     text = render_markdown(record, decide(record, Rules()))
     assert "Compile resources" not in text and "registers, spills" not in text
 

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from gpu_gate.job_extra import JobExtra
 from gpu_gate.store import bytecode
 # the compiled-kernel store's scratch project: a policy with only equivalence, a spec of row sums
 from test_compiled_store import POLICY, SPEC
@@ -106,21 +107,23 @@ def test_the_keeper_compiles_what_workers_named_beside_the_jobs_and_drops_the_li
     part, init = str(lib / "heavy" / "part.py"), str(lib / "heavy" / "__init__.py")
     store = tmp_path / "store"
     keeper = bytecode.Keeper(store, (repo, None))
-    results = [types.SimpleNamespace(extra={"bytecode_missing": [part, str(repo / "pkg" / "__init__.py")], "x": 1}),
-               types.SimpleNamespace(extra={"bytecode_missing": "not a list"}), types.SimpleNamespace(extra={}),
-               types.SimpleNamespace(extra={"bytecode_missing": [part, init]})]  # part again: compiled once
+    results = [types.SimpleNamespace(extra=JobExtra.from_json({"bytecode_missing": [part, str(repo / "pkg" / "__init__.py")],
+                                                               "x": 1})),
+               types.SimpleNamespace(extra=JobExtra.from_json({"bytecode_missing": "not a list"})),
+               types.SimpleNamespace(extra=JobExtra()),
+               types.SimpleNamespace(extra=JobExtra(bytecode_missing=[part, init]))]  # part again: compiled once
     for r in results:
         keeper.take(r)
     kept, _ = keeper.finish()
     assert kept == 2
-    assert all("bytecode_missing" not in r.extra for r in results) and results[0].extra == {"x": 1}
+    assert all(r.extra.bytecode_missing is None for r in results) and results[0].extra.to_json() == {"x": 1}
     assert bytecode.fresh(bytecode.prefixed(store, part), part) and bytecode.fresh(bytecode.prefixed(store, init), init)
     assert not bytecode.prefixed(store, str(repo / "pkg" / "__init__.py")).exists()
     # no store (jobs ran unsandboxed, or no result cache): the lists still go, nothing is compiled
-    results = [types.SimpleNamespace(extra={"bytecode_missing": [init]})]
+    results = [types.SimpleNamespace(extra=JobExtra(bytecode_missing=[init]))]
     keeper = bytecode.Keeper(None, (repo,))
     keeper.take(results[0])
-    assert keeper.finish()[0] == 0 and results[0].extra == {}
+    assert keeper.finish()[0] == 0 and results[0].extra.to_json() == {}
 
 
 OPS = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype)\n"

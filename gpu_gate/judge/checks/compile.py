@@ -7,8 +7,8 @@ imports the kernel files' Triton modules and runs the compilers (CUDA files thro
 :class:`~gpu_gate.protocol.messages.CompileFacts`). This module, in the judge, asks one file at a
 time, reads the answers (:mod:`.compile_facts`) and decides. In a pull request a second worker
 (``base``) compiles the base's tree, and the findings read from the compiled code are told new from
-pre-existing (:mod:`.compiled_base`). Resource usage is always reported in ``extra["resources"]``
-and can be gated.
+pre-existing (:mod:`.compiled_base`). Resource usage is always reported in ``extra.resources`` and
+can be gated.
 
 Options (``job.options``, from the policy):
     archs: ["sm_80", "sm_90"]      target architectures
@@ -27,12 +27,13 @@ from typing import Any
 from ...cuda.names import triton_kernel_names
 from ...cuda.nvcc import KernelResources
 from ...findings import Finding, Severity, Status
-from ...protocol import wire
+from ...job_extra import JobExtra
 from ...protocol.archs import DEFAULT_ARCHS, lint_arch, normalise_archs
 from ...protocol.jobs import Job, base_commit
-from ...protocol.messages import CompileFacts, CompileRequest
+from ...protocol.messages import CompileReply, CompileRequest, ErrorReply
+from ...protocol.messages.compile import MAX_PTX
 from ...protocol.roles import BASE, COMPILER
-from ..channel import Channel, WorkerLost, WorkerTimeout
+from ..channel import Channel, ProtocolViolation, WorkerLost, WorkerTimeout
 from . import compiled_base
 from .compile_facts import CHECK, NO_VALUES, PROTOCOL, Asked, Built, judge_file, protocol_finding
 from .outcome import Context, Outcome, make_outcome
@@ -101,7 +102,9 @@ class Tree:
                                  tuple(str(f) for f in options.get("nvcc_flags", [])),
                                  float(options.get("timeout_s", 300)), tuple(self.job.python_path))
         try:
-            self.channel.ask(request.to_json())
+            # a PTX text per kernel asked for (a CUDA file's one), each bounded: what is claimed beyond
+            # that is a protocol finding before a byte of it is read
+            self.channel.ask(request, (), MAX_PTX * max(1, len(request.kernels)))
         except WorkerLost:
             self._lose(rel, "crash", f"the {self.who} exited or died before answering (while it started, or while "
                                      f"importing or compiling an earlier file)", "nothing was compiled")
@@ -118,21 +121,23 @@ class Tree:
             self._lose(rel, "timeout", f"the {self.who} did not answer within the job's time budget (a compile "
                                        f"that hangs, or one too slow)", "nothing was compiled")
             return
+        except ProtocolViolation as exc:  # read on receipt (gpu_gate.protocol.messages.compile)
+            self.built.findings.append(protocol_finding(rel, str(exc.__cause__ or exc)[:500]))
+            self.lost = f"the {self.who}'s answer on {rel} could not be read"
+            return
         except WorkerLost:
             self._lose(rel, "crash", f"the {self.who} exited or died before answering (while importing or compiling "
                                      f"it)", "nothing it compiled was read")
             return
-        if reply.get("error") is not None:
-            said = str(reply.get("message") or reply["error"])[:500]
+        if isinstance(reply, ErrorReply):
+            said = (reply.message or reply.error)[:500]
             self._lose(rel, "worker-error", f"the {self.who} failed ({said})", "nothing it compiled was read")
             return
-        try:
-            facts = CompileFacts.from_json(reply.get("facts"), blobs)
-        except wire.BadMessage as exc:
-            self.built.findings.append(protocol_finding(rel, str(exc)[:500]))
+        if not isinstance(reply, CompileReply):  # read_reply gives a compile request no other reply
+            self.built.findings.append(protocol_finding(rel, f"a {type(reply).__name__}"))
             self.lost = f"the {self.who}'s answer on {rel} could not be read"
             return
-        judge_file(asked, facts, self.built)
+        judge_file(asked, reply.facts, blobs, self.built)
 
     def _lose(self, rel: str, kind: str, what: str, consequence: str) -> None:
         """The worker answers no more: a finding for ``rel``, and the job fails closed."""
@@ -156,7 +161,7 @@ def _outcome(findings: list[Finding], resources: list[KernelResources], compiled
              linted: list[str] | None = None, lost: str | None = None) -> Outcome:
     """``lost``: why the worker's answers stopped or could not be read (nothing after is judged:
     the job fails closed)."""
-    extra: dict[str, Any] = {"resources": [_resource_row(r) for r in resources], "linted": sorted(set(linted or []))}
+    extra = JobExtra(resources=[_resource_row(r) for r in resources], linted=sorted(set(linted or [])))
     if lost is not None:
         return make_outcome(Status.ERROR, findings, reason=lost, extra=extra)
     if any(f.kind == "tool-missing" for f in findings):

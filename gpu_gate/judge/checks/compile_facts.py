@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from ...cuda.nvcc import KernelResources
 from ...findings import Finding, Severity
-from ...protocol.messages import (CompileFacts, NvccFacts, ResourceFacts, TritonBuildFacts,
-                                  TritonKernelFacts)
+from ...protocol.messages import (CompileFacts, NvccFacts, ResourceFacts, TritonBuildFacts, TritonKernelFacts,
+                                  ptx_text)
 from ..compiled import ptxlint
 from . import compiled_offsets, compiled_races
 
@@ -53,8 +54,9 @@ def protocol_finding(rel: str, what: str) -> Finding:
                    f"nothing it said of this file was used", file=rel)
 
 
-def judge_file(asked: Asked, facts: CompileFacts, into: Built) -> None:
-    """Add what ``facts`` say of the file ``asked`` to ``into``."""
+def judge_file(asked: Asked, facts: CompileFacts, blobs: Sequence[bytearray], into: Built) -> None:
+    """Add what ``facts`` say of the file ``asked`` to ``into`` (``blobs``: the reply's, which hold
+    the PTX texts the facts name)."""
     rel = asked.file
     if facts.file != rel:
         into.findings.append(protocol_finding(rel, f"it answered for {facts.file[:200]!r}"))
@@ -63,18 +65,18 @@ def judge_file(asked: Asked, facts: CompileFacts, into: Built) -> None:
     elif facts.tool_missing:
         into.findings.append(Finding(CHECK, "tool-missing", facts.tool_missing, file=rel))
     elif facts.language == "cuda":
-        _cuda(asked, facts, into)
+        _cuda(asked, facts, ptx_text(facts.ptx, blobs), into)
     elif facts.import_error:
         into.findings.append(Finding(CHECK, "import-error", f"{rel}: importing the module failed: "
                                      f"{facts.import_error}", file=rel))
     else:
-        _triton(asked, facts, into)
+        _triton(asked, facts, blobs, into)
 
 
 # --- CUDA ---------------------------------------------------------------------------------------
 
 
-def _cuda(asked: Asked, facts: CompileFacts, into: Built) -> None:
+def _cuda(asked: Asked, facts: CompileFacts, ptx: str | None, into: Built) -> None:
     rel = asked.file
     if tuple(b.arch for b in facts.nvcc) != asked.archs:
         into.findings.append(protocol_finding(rel, f"nvcc builds for {[b.arch for b in facts.nvcc]}, "
@@ -85,11 +87,11 @@ def _cuda(asked: Asked, facts: CompileFacts, into: Built) -> None:
         if build.ok:
             into.resources += [resources(r) for r in build.resources]
     into.compiled += len(asked.archs)
-    if facts.ptx is not None:
+    if ptx is not None:
         root = Path(facts.root)
-        into.linted += ptxlint.parse(facts.ptx)[1]
-        into.findings += compiled_races.findings_from_ptx(facts.ptx, rel, root, asked.read_arch)
-        into.findings += compiled_offsets.findings_from_ptx(facts.ptx, rel, root, asked.read_arch)
+        into.linted += ptxlint.parse(ptx)[1]
+        into.findings += compiled_races.findings_from_ptx(ptx, rel, root, asked.read_arch)
+        into.findings += compiled_offsets.findings_from_ptx(ptx, rel, root, asked.read_arch)
 
 
 def nvcc_findings(build: NvccFacts, rel: str) -> list[Finding]:
@@ -116,7 +118,7 @@ def resources(r: ResourceFacts, kernel: str | None = None, arch: str | None = No
 # --- Triton -------------------------------------------------------------------------------------
 
 
-def _triton(asked: Asked, facts: CompileFacts, into: Built) -> None:
+def _triton(asked: Asked, facts: CompileFacts, blobs: Sequence[bytearray], into: Built) -> None:
     rel = asked.file
     answered = [k.name for k in facts.kernels]
     wanted = list(dict.fromkeys(name for name, _ in asked.kernels))
@@ -126,10 +128,11 @@ def _triton(asked: Asked, facts: CompileFacts, into: Built) -> None:
         return
     by_name = {k.name: k for k in facts.kernels}
     for name, line in asked.kernels:
-        _triton_kernel(asked, by_name[name], line, into)
+        _triton_kernel(asked, by_name[name], line, blobs, into)
 
 
-def _triton_kernel(asked: Asked, kernel: TritonKernelFacts, line: int, into: Built) -> None:
+def _triton_kernel(asked: Asked, kernel: TritonKernelFacts, line: int, blobs: Sequence[bytearray],
+                   into: Built) -> None:
     rel, name = asked.file, kernel.name
     if not kernel.found:
         into.findings.append(Finding(CHECK, "not-compiled", f"{rel}:{line}: Triton kernel {name} is not a "
@@ -154,11 +157,12 @@ def _triton_kernel(asked: Asked, kernel: TritonKernelFacts, line: int, into: Bui
             continue
         compiled += 1
         into.resources += [resources(r, name, build.arch) for r in build.resources]
-        if build.arch == asked.read_arch and build.ptx is not None:
-            into.linted += ptxlint.parse(build.ptx)[1]
-            into.findings += compiled_races.triton_findings(kernel.source, build.ptx, rel, build.arch)
+        ptx = ptx_text(build.ptx, blobs) if build.arch == asked.read_arch else None
+        if ptx is not None:
+            into.linted += ptxlint.parse(ptx)[1]
+            into.findings += compiled_races.triton_findings(kernel.source, ptx, rel, build.arch)
             root = compiled_races.source_root(kernel.source, rel)
-            into.findings += compiled_offsets.findings_from_ptx(build.ptx, rel, root, build.arch)
+            into.findings += compiled_offsets.findings_from_ptx(ptx, rel, root, build.arch)
     into.compiled += compiled
     if kernel.guessed and compiled:
         sig = ", ".join(f"{k}: {v}" for k, v in kernel.signature.items())

@@ -43,8 +43,7 @@ def against_base(job: Job, head: R, base: JobResult | Outcome | None, commit: st
                                                 f"findings read from the compiled code are judged as they are"))
     # kernels whose compiled code was not read at the base: new there (a new kernel in an existing
     # file has no base, and the absolute rules apply), or there but not built
-    read = base.extra.get("linted") if isinstance(base.extra, dict) else None
-    read_at_base = {k for k in read if isinstance(k, str)} if isinstance(read, list) else set()
+    read_at_base = {k for k in base.extra.linted or () if isinstance(k, str)}
     out, fixed, unread = compare(head.findings, base.findings, read_at_base)
     new, old = tally(out)
     note = _note(f"compared with the base's build ({short}) of the same kernels: {new} new, {old} pre-existing and "

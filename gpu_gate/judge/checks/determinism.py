@@ -106,7 +106,7 @@ class Determinism:
         return gpu_budget(int(free), cap)
 
     def run(self) -> Outcome:
-        """The check, with where its time went (``extra["timing"]``: importing the spec in the
+        """The check, with where its time went (``extra.timing``: importing the spec in the
         workers, then each case's repeats on the head's code and, where it was asked, the base's)."""
         import time
 
@@ -114,7 +114,8 @@ class Determinism:
         start = time.monotonic()
         out = self._run()
         self.timing["total_s"] = round(time.monotonic() - start, 2)
-        out.extra.setdefault("timing", self.timing)
+        if out.extra.timing is None:
+            out.extra.timing = self.timing
         return out
 
     def _timed_case(self, case: Case, cand: Any, side: str) -> Finding | str | None:

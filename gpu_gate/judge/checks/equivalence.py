@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...findings import Finding, Severity, Status
+from ...job_extra import JobExtra
 
 if TYPE_CHECKING:
     from ..workers import Workers
@@ -244,12 +245,12 @@ class Equivalence:
         findings += self._rewritten_reference(results)
         if self.unsupported:
             findings.append(self._unsupported(len(cases)))
-        extra: dict[str, Any] = {"seed": self.seed, "rule": self.rule.describe(),
-                                 "coverage": coverage(self.spec, [r.case for r in results])}
+        extra = JobExtra(seed=self.seed, rule=self.rule.describe(),
+                         coverage=coverage(self.spec, [r.case for r in results]))
         if self.replayed:
-            extra["replayed"] = self.replayed
+            extra.replayed = self.replayed
         if growth:
-            extra["growth"] = growth["table"]
+            extra.growth = growth["table"]
             findings += [_with_change_note(f) for f in growth["findings"]]
         have = {(g.kind, g.details.get("output"), g.details.get("change")) for g in findings}
         findings += [_with_change_note(f) for f in thresholds
@@ -259,7 +260,7 @@ class Equivalence:
         with self._timed("finish"):
             findings += self._launches(extra)
         findings += notes
-        extra["timing"] = self._timing()
+        extra.timing = self._timing()
         if self.sanitized:
             # Under compute-sanitizer the cases only drive the kernel: a wrong result is the
             # equivalence job's verdict. Reported twice, it would read as two failures.
@@ -268,10 +269,10 @@ class Equivalence:
         failed = any(f.severity is Severity.ERROR for f in findings)
         return Outcome(Status.FAILED if failed else Status.PASSED, findings, cases=len(results), extra=extra)
 
-    def _launches(self, extra: dict[str, Any]) -> list[Finding]:
-        """The Triton specializations the cases launched (``extra["specializations"]``); on a GPU, each
+    def _launches(self, extra: JobExtra) -> list[Finding]:
+        """The Triton specializations the cases launched (``extra.specializations``); on a GPU, each
         one of the spec's kernel files compiled for the compile check's archs, with its resources
-        (``extra["launch_resources"]``). The candidate worker recorded and compiled them (the launches
+        (``extra.launch_resources``). The candidate worker recorded and compiled them (the launches
         exist only in its process) and reports what came out; :mod:`gpu_gate.judge.checks.compile_launched`
         decides what that means."""
         from ..workers import BaseLost
@@ -286,19 +287,17 @@ class Equivalence:
         done = self.workers.finish(settings if wanted else None)
         self.finish_times["base_ahead_done_s"] = round(asked - start, 2)
         self.finish_times["head_finish_s"] = round(time.monotonic() - asked, 2)
-        ahead = done.get("ahead")
-        if isinstance(ahead, dict):  # the head's worker's sibling, as it says: for the timing report only
-            self.ahead_done["head"] = {str(k): v for k, v in ahead.items() if isinstance(v, (int, float, bool))}
-            if isinstance(done.get("compile_taken"), int):  # of the compile check's builds, made by the sibling
-                self.ahead_done["head"]["launched_taken"] = done["compile_taken"]
-        if isinstance(done.get("finish_times"), dict):  # the head's worker's own account (timing only)
-            self.finish_times.update({f"head_{k}": v for k, v in done["finish_times"].items()
-                                      if isinstance(v, (int, float))})
-        if done.get("specializations"):
-            extra["specializations"] = done["specializations"]
+        if done.ahead is not None:  # the head's worker's sibling, as it says: for the timing report only
+            self.ahead_done["head"] = dict(done.ahead)
+            if done.compile_taken is not None:  # of the compile check's builds, made by the sibling
+                self.ahead_done["head"]["launched_taken"] = done.compile_taken
+        # the head's worker's own account (timing only)
+        self.finish_times.update({f"head_{k}": v for k, v in done.finish_times.items()})
+        if done.specializations:
+            extra.specializations = list(done.specializations)
         notes = []
-        untimed = done.get("untimed_autotune")
-        if isinstance(untimed, list) and untimed and all(isinstance(n, str) for n in untimed):
+        untimed = done.untimed_autotune
+        if untimed:
             names = ", ".join(n[:80] for n in untimed[:10])
             why = ("under the Triton interpreter (no GPU), which cannot time them" if self.ctx.device != "cuda"
                    else "as the policy says (autotune: rotate)")
@@ -306,14 +305,14 @@ class Equivalence:
                                     f"untimed, {why}: each new key took the next config of its list, so the cases "
                                     f"reach every config; in production the autotuner times them and runs the "
                                     f"fastest for each key"))
-        compiled = done.get("compile")
-        if not wanted or (compiled is None and not done.get("specializations")):
+        compiled = done.compile
+        if not wanted or (compiled is None and not done.specializations):
             return notes
         from .compile_launched import judge
         from .compiled_offsets import KIND as KIND_OFFSET
 
         read: set[str] = set()
-        findings, extra["launch_resources"] = judge(compiled, settings, read)
+        findings, extra.launch_resources = judge(compiled, settings, read)
         if any(f.kind in ("compile-error", KIND_OFFSET) for f in findings) and self.workers.base is not None:
             findings = self._launched_against_base(findings, settings, read)
         return notes + findings
@@ -330,7 +329,7 @@ class Equivalence:
         commit = str(base_commit(self.job) or "")
         try:
             assert self.workers.base is not None
-            answer = self.workers.base.finish(settings).get("compile")
+            answer = self.workers.base.finish(settings).compile
         except BaseLost as exc:
             return findings + [self._note("differential", f"the launched specializations were not compared with the "
                                           f"base's code ({commit[:12]}): {exc}")]
@@ -661,7 +660,7 @@ class Equivalence:
         failed = any(f.severity is Severity.ERROR for f in findings)
         cases = sum(len(t["rows"]) for t in growth["table"].get("curves", [growth["table"]]))
         return Outcome(Status.FAILED if failed else Status.PASSED, findings, cases=cases,
-                       extra={"seed": self.seed, "growth": growth["table"]})
+                       extra=JobExtra(seed=self.seed, growth=growth["table"]))
 
     def _thresholds(self) -> list[Finding]:
         from ..equivalence.growth import threshold_sweep

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any
 
 from ...findings import Finding, Status
+from ...job_extra import JobExtra
 from ..job import Context, Outcome
 
 __all__ = ["Context", "Outcome", "WrapContext", "make_outcome"]
@@ -33,6 +33,7 @@ def make_outcome(
     *,
     cases: int = 0,
     reason: str | None = None,
-    extra: dict[str, Any] | None = None,
+    extra: JobExtra | None = None,
 ) -> Outcome:
-    return Outcome(status=status, findings=list(findings or []), cases=cases, reason=reason, extra=dict(extra or {}))
+    return Outcome(status=status, findings=list(findings or []), cases=cases, reason=reason,
+                   extra=extra.copy() if extra is not None else JobExtra())

@@ -400,4 +400,4 @@ def _merge(tool: str, findings: list[Finding], failures: list[Finding], inner: A
         return make_outcome(Status.FAILED, all_findings, cases=cases)
     inner_status = getattr(inner, "status", Status.PASSED)
     return make_outcome(inner_status, all_findings, cases=cases, reason=getattr(inner, "reason", None),
-                        extra=dict(getattr(inner, "extra", {}) or {}))
+                        extra=getattr(inner, "extra", None))

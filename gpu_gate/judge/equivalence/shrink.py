@@ -19,8 +19,12 @@ MILDER = {"offset": (8.0, 64.0), "peaked": (8.0, 12.0, 16.0, 20.0)}
 
 
 def _fails(runner: Any, case: Case, finding: Finding) -> Finding | None:
+    from ..channel import ProtocolViolation
+
     try:
         r = runner.run(case, sensitivity=finding.kind == "insensitive")
+    except ProtocolViolation:
+        raise  # the job's verdict: the worker broke the protocol
     except Exception:  # noqa: BLE001 - a different failure is not the one being shrunk
         return None
     want = finding.details.get("output")
