@@ -120,20 +120,21 @@ def _environment(gpus: tuple[str, ...]) -> dict[str, Any]:
 
 
 def tools_needed(jobs: Sequence[Any]) -> tuple[str, ...]:
-    """What a runner must have for these jobs: torch always; compute-sanitizer for sanitizer
-    checks; triton for Triton kernels; cupy (gg.cuda) for CUDA kernels, and nvcc to compile them."""
-    from ..judge.checks import SANITIZER_TOOLS
+    """What a runner must have for these jobs: torch always; the tool a check runs under
+    (compute-sanitizer); triton for Triton kernels; cupy (gg.cuda) for CUDA kernels, and nvcc for
+    a check that builds them."""
+    from ..judge.checks import check_info
     from ..cudascan import is_c_source
 
+    infos = [(j, check_info(j.check)) for j in jobs]
     kernels = [k for j in jobs for k in j.kernels]
     need = ["torch"]
-    if any(j.check in SANITIZER_TOOLS for j in jobs):
-        need.append("compute-sanitizer")
+    need += sorted({info.tool for _, info in infos if info is not None and info.tool is not None})
     if any(k.endswith(".py") for k in kernels):
         need.append("triton")
     if any(is_c_source(k) for k in kernels):
         need.append("cupy")
-    if any(j.check == "compile" and any(is_c_source(k) for k in j.kernels) for j in jobs):
+    if any(info is not None and info.compiler.builds and any(is_c_source(k) for k in j.kernels) for j, info in infos):
         need.append("nvcc")
     return tuple(need)
 

@@ -90,7 +90,8 @@ def _run_in(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control
     if escaped or unwatched:
         return _with_escapes(result, escaped, avail, unwatched)
     commit = base_commit(job)
-    if job.check == "compile" and commit and opts.base_root is not None and result.status is not Status.ERROR:
+    if CHECKS[job.check].differential == "build" and commit and opts.base_root is not None \
+            and result.status is not Status.ERROR:
         from ..judge.checks.compiled_base import against_base
 
         left = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))  # within the run's deadline
