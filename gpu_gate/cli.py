@@ -155,7 +155,7 @@ def _cache_dir(policy: Any, repo: Path, args: argparse.Namespace) -> Path | None
 def _scan_store(policy: Any, repo: Path, args: argparse.Namespace) -> Any:
     """What earlier runs read of the repository's modules (gpu_gate.store.scans), beside the result
     cache and under its rule: none without a cache, none in a directory the commit carries."""
-    from .store.bridge import carried_by_commit
+    from .store.results import carried_by_commit
 
     directory = _cache_dir(policy, repo, args)
     if directory is None:

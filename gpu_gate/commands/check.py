@@ -455,7 +455,7 @@ def _not_run_on_unfit_runner(job: Any, problems: list[Any]) -> Any:
 def _cache(policy: Any, repo: Path, args: argparse.Namespace, gpus: tuple[str, ...]) -> Any:
     if args.no_cache or not policy.cache.enabled:
         return None
-    from ..store.bridge import JobCache
+    from ..store.results import JobCache
 
     return JobCache(policy, repo, Path(args.cache_dir) if args.cache_dir else None, gpus)
 

@@ -19,7 +19,7 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from ..store import bytecode
-from . import sandbox
+from . import orphans, sandbox
 from .. import proc
 from ..judge.checks import check_info
 from ..findings import Finding, JobResult, Severity, Status
@@ -137,7 +137,7 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
         return [_refused(j, opts.sandbox) for j in order_jobs(jobs)]
     if not opts.sandbox.works:
         # Orphans of the jobs come to the gate instead of init, where they can be found and killed.
-        sandbox.become_subreaper()
+        orphans.become_subreaper()
     if opts.pycache is None and jobs:  # no job to run: nothing to prepare for
         with shared_bytecode(opts.work_root) as pycache:
             if pycache is not None:
