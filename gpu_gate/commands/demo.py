@@ -54,6 +54,14 @@ def build_repo(dest: Path) -> Path:
     return dest
 
 
+def run(where: Path, check: Callable[[list[str]], int], *, gpu: bool = False) -> int:
+    """``gpu-gate demo``: the run's -q/-v/--color are passed on to the ``check`` it runs."""
+    from . import output as out
+
+    passed_on = [{0: "-q", 2: "-v"}[out.level()]] if out.level() != out.Level.NORMAL else []
+    return run_demo(where, check, gpu=gpu, flags=[*passed_on, "--color", "always" if out.colour() else "never"])
+
+
 def run_demo(where: Path, check: Callable[[list[str]], int], *, gpu: bool = False, flags: Sequence[str] = ()) -> int:
     """Build the example in ``where``/repo, gate it with the reports in ``where``/reports, and keep both:
     the paths printed at the end are there to be opened. ``check``: the command line's entry point,

@@ -158,7 +158,7 @@ def _nvcc_version() -> str:
 
 
 def _sanitizer_version(sanitizer: str | None) -> str | None:
-    from ..commands.doctor import find_compute_sanitizer
+    from ..health.tools import find_compute_sanitizer
 
     path = sanitizer or find_compute_sanitizer()
     if not path:
