@@ -193,13 +193,13 @@ def main(argv: list[str] | None = None, context: type[Context] = Context) -> int
     if len(argv) != 2:
         print("usage: python -m gpu_gate.judge.job JOB.json RESULT.json", file=sys.stderr)
         return 2
-    job, context = read_job(Path(argv[0]))
+    job, given = read_job(Path(argv[0]))
     out = Path(argv[1])
-    repo = Path(context.get("repo_root") or os.getcwd())
-    budget = float(context.get("budget_s") or "inf")
-    ctx = context(repo_root=repo, device=context.get("device") or pick_device(), workdir=out.parent,
-                  sanitizer=context.get("sanitizer") or None, deadline=time.monotonic() + budget,
-                  channels=_socket_channels(context.get("channels")))
+    repo = Path(given.get("repo_root") or os.getcwd())
+    budget = float(given.get("budget_s") or "inf")
+    ctx = context(repo_root=repo, device=given.get("device") or pick_device(), workdir=out.parent,
+                  sanitizer=given.get("sanitizer") or None, deadline=time.monotonic() + budget,
+                  channels=_socket_channels(given.get("channels")))
     try:
         result = run_job(job, ctx)
     except Exception as exc:  # noqa: BLE001 - report, do not lose the job
