@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -171,22 +171,8 @@ def version_text() -> str:
         return f"gpu-gate {__version__} (distribution {DISTRIBUTION}, not installed: run from a source tree)"
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _check_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     from .github.publish_args import add_publish_args
-
-    common = _common()
-    p = argparse.ArgumentParser(
-        prog="gpu-gate",
-        description="A merge gate for GPU kernels: finds the CUDA and Triton kernels a change touches, checks them "
-                    "against a float64 reference, under compute-sanitizer and with compile checks, and applies the "
-                    "repository's policy (.gpu-gate.yml).",
-        epilog="exit codes: 0 passed, 1 policy breached, 2 usage or config error, 3 internal error")
-    p.add_argument("--version", action="version", version=version_text())
-    sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    parser = sub.add_parser
-
-    def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
-        return parser(name, parents=[common], **kw)
 
     c = add_parser("check", help="run the gate: plan, run every job, write reports, exit with the verdict",
                        description="Find the kernels changed between --base and --head, run the policy's checks on "
@@ -211,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_publish_args(c)
     c.set_defaults(func=cmd_check)
 
+
+def _plan_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     pl = add_parser("plan", help="print the plan (jobs = spec x check) as JSON; no torch, no GPU",
                         description="Print the jobs the gate would run, as JSON. With --shards N, also a GitHub "
                                     "Actions matrix under the key 'matrix'.")
@@ -222,6 +210,10 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--output", type=Path, help="write the JSON here instead of stdout")
     _add_launch_cache(pl)
     pl.set_defaults(func=cmd_plan)
+
+
+def _report_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
+    from .github.publish_args import add_publish_args
 
     r = add_parser("report", help="merge results.json files from shards and write the reports",
                        description="Merge the results of one or more check shards, decide the verdict with the "
@@ -236,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_publish_args(r)
     r.set_defaults(func=cmd_report)
 
+
+def _validate_policy_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     v = add_parser("validate-policy", help="validate a .gpu-gate.yml; exit 0 if valid, 2 if not",
                        description="Validate a policy file and print every problem as path:line:col.")
     v.add_argument("path", nargs="?", type=Path, help="policy file (default: .gpu-gate.yml)")
@@ -245,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--repo", type=Path, default=None, help="repository, with --staged (default: the current one)")
     v.set_defaults(func=cmd_validate_policy)
 
+
+def _list_kernels_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     lk = add_parser("list-kernels", help="the changed kernels, what each depends on, which specs cover it",
                         description="List changed kernels (directly or through an include/import) and their specs.")
     _add_selection(lk)
@@ -255,6 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_launch_cache(lk)
     lk.set_defaults(func=cmd_list_kernels)
 
+
+def _repro_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     rp = add_parser("repro", help="re-run one recorded case of a spec",
                         description="Re-run exactly one case, as printed in a report: "
                                     "gpu-gate repro SPEC_FILE::NAME --case TOKEN")
@@ -272,6 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
     _add_policy(rp)
     rp.set_defaults(func=cmd_repro)
 
+
+def _demo_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     d = add_parser("demo", help="build an example repository with two changed kernels and gate it",
                    description="Create a small git repository (one correct and one buggy kernel change) in "
                                "OUT/repo, run `gpu-gate check` on it, write the reports to OUT/reports and show "
@@ -280,6 +280,8 @@ def build_parser() -> argparse.ArgumentParser:
     d.add_argument("--gpu", action="store_true", help="use the GPU if there is one (default: the CPU, as in CI)")
     d.set_defaults(func=cmd_demo)
 
+
+def _doctor_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     dr = add_parser("doctor", help="check this runner's GPU health and toolchain (NVML)",
                         description="Report driver, CUDA, GPU health (ECC, throttling, other processes) and tool "
                                     "versions; exit 1 with one line per problem.")
@@ -288,6 +290,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                  ".gpu-gate.yml of the checkout around the current directory, if any)")
     dr.set_defaults(func=cmd_doctor)
 
+
+def _init_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     i = add_parser("init", help="write a starter .gpu-gate.yml and a spec skeleton for a kernel found here",
                    description="In a git repository: write a starter policy (.gpu-gate.yml, with comments), a gate "
                                "spec skeleton for a kernel found in the repository (its reference is a TODO to fill "
@@ -297,6 +301,26 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--kernel", help="the kernel file to write a spec for (default: the first one found)")
     i.add_argument("--force", action="store_true", help="overwrite .gpu-gate.yml and the spec skeleton if they exist")
     i.set_defaults(func=cmd_init)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _common()
+    p = argparse.ArgumentParser(
+        prog="gpu-gate",
+        description="A merge gate for GPU kernels: finds the CUDA and Triton kernels a change touches, checks them "
+                    "against a float64 reference, under compute-sanitizer and with compile checks, and applies the "
+                    "repository's policy (.gpu-gate.yml).",
+        epilog="exit codes: 0 passed, 1 policy breached, 2 usage or config error, 3 internal error")
+    p.add_argument("--version", action="version", version=version_text())
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    parser = sub.add_parser
+
+    def add_parser(name: str, **kw: Any) -> argparse.ArgumentParser:
+        return parser(name, parents=[common], **kw)
+
+    for add in (_check_parser, _plan_parser, _report_parser, _validate_policy_parser, _list_kernels_parser,
+                _repro_parser, _demo_parser, _doctor_parser, _init_parser):  # the order --help lists them in
+        add(add_parser)
     return p
 
 
