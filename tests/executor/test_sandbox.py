@@ -287,8 +287,8 @@ def test_the_jobs_environment_names_nothing_of_gpu_gate(tmp_path: Path, monkeypa
     env = argv._env_for(opts, None, tmp_path / "tmpab12cd" / "w", 2, "equivalence", BOXES[0] if BOXES else NONE)
     assert not [k for k in env if "GPU_GATE" in k or k.startswith("INPUT_")]
     assert not [v for k, v in env.items() if ("gpu-gate" in v or "gpu_gate" in v) and not k.startswith("PYTEST_")]
-    argv = argv.worker_argv(opts, tmp_path / "in.json", tmp_path / "out.json")
-    assert argv[1] == "-I"
+    line = argv.worker_argv(opts, tmp_path / "in.json", tmp_path / "out.json")
+    assert line[1] == "-I"
 
 
 def test_bwrap_mounts_nest_shallow_first_and_hidden_directories_turn_read_only_last(tmp_path: Path) -> None:
