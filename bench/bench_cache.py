@@ -24,7 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpu_gate.store.results import ResultCache, cache_key  # noqa: E402
+from gpu_gate.store.dependencies import cache_key  # noqa: E402
+from gpu_gate.store.results import ResultCache  # noqa: E402
 from gpu_gate.findings import Finding, JobResult, Status  # noqa: E402
 from gpu_gate.protocol.jobs import Job, SpecRef  # noqa: E402
 

@@ -78,10 +78,7 @@ def job_seed(head: str | None, policy: Policy) -> int:
 
 
 def _cost(check: str, options: dict[str, Any]) -> float:
-    base = CHECKS[check].cost
-    if check in ("equivalence",):
-        return base * max(1, int(options.get("cases", 64))) / 64
-    return base
+    return CHECKS[check].cost_for(options)
 
 
 def _spec_jobs(policy: Policy, specs: list[discovery.SpecInfo], cov: dict[str, list[str]],
@@ -114,12 +111,13 @@ def _spec_jobs(policy: Policy, specs: list[discovery.SpecInfo], cov: dict[str, l
 
 def _options(policy: Policy, name: str, chk: Any) -> dict[str, Any]:
     opts = dict(chk.options())
-    if name != "compile":  # every check that runs the candidate: how its autotuned kernels pick configs
+    info = CHECKS[name]
+    if info.runs_candidate:  # how the candidate's autotuned kernels pick configs
         opts["autotune"] = policy.autotune
-    if name == "equivalence" and policy.checks.compile.level != "off":
-        # on a GPU, equivalence compiles the Triton specializations its cases launch (compile_launched)
+    if info.compiler.launched and policy.checks.compile.level != "off":
+        # on a GPU, it compiles the Triton specializations its cases launch (compile_launched)
         opts["compile"] = {**policy.checks.compile.options(), "level": policy.checks.compile.level}
-    if name == "compile" or name in ("memcheck", "racecheck", "synccheck", "initcheck"):
+    if info.compiler.cuda_flags:
         opts["include_dirs"] = list(policy.cuda.include_dirs)
         opts["nvcc_flags"] = list(policy.cuda.nvcc_flags)
         if policy.cuda.nvcc:

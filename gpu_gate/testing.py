@@ -14,8 +14,10 @@ from pathlib import Path
 from typing import Any
 
 from .findings import Finding, JobResult, Severity, Status
+from .judge.checks import CHECKS
 
-IN_PROCESS_CHECKS = ("equivalence", "determinism")  # the sanitizer checks wrap a process of their own
+# what runs with its workers in this process: the checks under a tool wrap a process of their own
+IN_PROCESS_CHECKS = tuple(name for name, info in CHECKS.items() if info.in_process)
 
 
 class GateCheckFailed(AssertionError):

@@ -1,36 +1,46 @@
-"""The pipeline of ``gpu-gate check``: plan → result cache → doctor → execute → verdict → reports.
+"""``gpu-gate check``, the pipeline: plan → result cache → doctor → execute → verdict → reports.
 
-``cli.py`` parses the arguments and makes the plan; this module runs the rest, in that order. It
-stays on the gate's side of the trust boundary: jobs run through :mod:`gpu_gate.executor` (a judge
-and its sandboxed workers each), and everything here reads their results as data.
+It stays on the gate's side of the trust boundary: jobs run through :mod:`gpu_gate.executor` (a
+judge and its sandboxed workers each), and everything here reads their results as data.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import dataclasses
-import json
 import os
-import shutil
-import tempfile
+import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..store import bytecode
 from . import output as out
 from ..errors import GateError
-from ..exitcodes import ExitCode
+from .planning import cache_dir as cache_dir_in_use, in_actions, make_plan, policy_in_force, repo_root, say_head
+from .report import finish
+from .trees import base_checkout, head_checkout
+from .request import CacheChoice, PlanRequest, ReportOutput
+from .vet import DoctorBeside, vet_runner
 
 if TYPE_CHECKING:
     from ..plan import Plan
-    from ..policy import LoadedPolicy
+    from ..policy import LoadedPolicy, Policy
     from ..record import RunRecord
 
 
-def _in_actions() -> bool:
-    return os.environ.get("GITHUB_ACTIONS") == "true"
+@dataclasses.dataclass(frozen=True)
+class CheckRequest:
+    plan: PlanRequest
+    output: ReportOutput
+    plan_file: Path | None = None  # run the jobs of this plan file instead of planning again
+    shard: str | None = None  # I/N: only this shard of the plan's jobs
+    jobs: int | None = None  # jobs at once without a GPU
+    job_timeout: float | None = None  # seconds; None: the policy's
+    cpu: bool = False  # ignore any GPU
+    keep_job_dirs: bool = False
+    work_dir: str | None = None  # where job directories are made
+    worker_python: str | None = None  # the workers' interpreter, as given (checked by :func:`worker_python`)
 
 
 def say(msg: str = "") -> None:
@@ -41,9 +51,56 @@ def warn(msg: str) -> None:
     out.warn(msg)
 
 
-def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace, cache_dir: Path | None) -> int:
+def run(request: CheckRequest) -> int:
+    """Plan (or read the plan file), then :func:`check`."""
+    worker = worker_python(request.worker_python)
+    if request.plan_file and (request.plan.only or request.plan.every_spec):
+        raise GateError("--spec and --all choose what to plan; a plan file is already chosen",
+                        hint="pass them to `gpu-gate plan`, or drop --plan")
+    if request.plan_file:
+        from ..plan import Plan
+
+        repo = repo_root(request.plan.repo)
+        plan = Plan.read(request.plan_file)
+        loaded = policy_in_force(repo, request.plan.policy, plan.base, plan.head).loaded
+    else:
+        planned = make_plan(request.plan)
+        repo, loaded, plan = planned.repo, planned.loaded, planned.plan
+    say(loaded.banner)
+    say_head(plan, request.plan.staged)
+    return check(repo, loaded, plan, request, worker)
+
+
+def worker_python(given: str | None) -> Path | None:
+    """``--worker-python``, checked without running it: what a setup command left in its venv (a
+    ``.pth`` file, ``sitecustomize``) would run in gpu-gate's own process. The workers run gpu-gate's
+    worker code and the runner's torch with it, so it must be a venv of this very Python version."""
+    if not given:
+        return None
+    path = Path(os.path.abspath(given))  # not resolved: a venv's python is a link to its base's
+    hint = "pass the python of the venv that setup made (the setup step's worker-python output)"
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise GateError(f"--worker-python {given}: no executable file there", hint=hint)
+    cfg = path.parent.parent / "pyvenv.cfg"
+    if not cfg.is_file():
+        raise GateError(f"--worker-python {given}: not the interpreter of a virtual environment (no {cfg})", hint=hint)
+    fields: dict[str, str] = {}
+    for line in cfg.read_text(errors="replace").splitlines():
+        key, eq, value = line.partition("=")
+        if eq:
+            fields[key.strip()] = value.strip()
+    version = (fields.get("version") or fields.get("version_info") or "").split(".")[:2]
+    mine = [str(sys.version_info[0]), str(sys.version_info[1])]
+    if version != mine:
+        raise GateError(f"--worker-python {given}: its venv is Python {'.'.join(version) or '(unknown)'}, gpu-gate runs "
+                        f"with {'.'.join(mine)}", hint="make the venv from the interpreter gpu-gate runs with")
+    return path
+
+
+def check(repo: Path, loaded: LoadedPolicy, plan: Plan, request: CheckRequest, worker: Path | None = None) -> int:
     """The whole run of ``gpu-gate check`` once the plan is made: the jobs (from the result cache, or
-    run after the doctor has vetted the runner), the verdict, the reports. Returns the exit code."""
+    run after the doctor has vetted the runner), the verdict, the reports. Returns the exit code.
+    ``worker``: the workers' interpreter (None: gpu-gate's own)."""
     from ..executor.slots import detect_gpus
     from ..plan import parse_shard, shard
     from ..record import RunRecord
@@ -51,20 +108,22 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace
 
     all_ids = [j.id for j in plan.jobs]
     jobs = plan.jobs
-    if args.shard:
-        i, n = parse_shard(args.shard)
+    if request.shard:
+        i, n = parse_shard(request.shard)
         jobs = shard(jobs, i, n)
     policy = loaded.policy
-    gpus = detect_gpus() if not args.cpu else ()
+    gpus = detect_gpus() if not request.cpu else ()
     if isinstance(policy.runner.gpus, int):
         gpus = gpus[: policy.runner.gpus]
     record = RunRecord(base=plan.base, head=plan.head, policy_source=loaded.source, kernels=plan.kernels,
-                       plan_findings=list(plan.findings), planned_jobs=[j.id for j in jobs] if args.shard else all_ids,
-                       shard=args.shard, environment=_environment(gpus), notes=list(plan.notes),
+                       plan_findings=list(plan.findings), planned_jobs=[j.id for j in jobs] if request.shard else all_ids,
+                       shard=request.shard, environment=_environment(gpus), notes=list(plan.notes),
                        selected={sid: why for sid, why in plan.selected.items()
                                  if any(j.spec is not None and j.spec.id == sid for j in jobs)})
     record.changed_lines = {sid: lines for sid, lines in plan.changed_lines.items() if sid in record.selected}
-    record.plan_findings += tracked_findings(repo, [Path(args.out), *([cache_dir] if cache_dir else [])], plan.head)
+    cache_dir = cache_dir_in_use(policy, repo, request.plan.cache)
+    record.plan_findings += tracked_findings(repo, [Path(request.output.out), *([cache_dir] if cache_dir else [])],
+                                             plan.head)
     if not gpus:
         record.notes.append("no GPU on this machine: GPU-only checks are reported as not run")
     if not jobs:
@@ -74,12 +133,12 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace
         for sid, why in sorted(record.selected.items()):
             say(f"spec {sid}: {'; '.join(why)}")
         start = time.monotonic()
-        with _head_checkout(repo, plan.head) as tree, _base_checkout(repo, plan.base, jobs, record) as base_tree:
+        with head_checkout(repo, plan.head) as tree, base_checkout(repo, plan.base, jobs, record) as base_tree:
             ready = {"trees": time.monotonic() - start}
-            record.results = _run_jobs(jobs, tree, policy, gpus, args, record, base_tree, ready)
+            record.results = _run_jobs(jobs, tree, policy, gpus, request, worker, record, base_tree, ready)
             record.places = _places(record, tree)
         _remember_launches(plan, record, cache_dir)
-    return finish(record, loaded, Path(args.out), args)
+    return finish(record, loaded, request.output)
 
 
 def _places(record: RunRecord, tree: Path) -> dict[str, list[dict[str, Any]]]:
@@ -121,127 +180,6 @@ def _environment(gpus: tuple[str, ...]) -> dict[str, Any]:
             "device": "cuda" if gpus else "cpu"}
 
 
-def tools_needed(jobs: Sequence[Any]) -> tuple[str, ...]:
-    """What a runner must have for these jobs: torch always; compute-sanitizer for sanitizer
-    checks; triton for Triton kernels; cupy (gg.cuda) for CUDA kernels, and nvcc to compile them."""
-    from ..judge.checks import SANITIZER_TOOLS
-    from ..cudascan import is_c_source
-
-    kernels = [k for j in jobs for k in j.kernels]
-    need = ["torch"]
-    if any(j.check in SANITIZER_TOOLS for j in jobs):
-        need.append("compute-sanitizer")
-    if any(k.endswith(".py") for k in kernels):
-        need.append("triton")
-    if any(is_c_source(k) for k in kernels):
-        need.append("cupy")
-    if any(j.check == "compile" and any(is_c_source(k) for k in j.kernels) for j in jobs):
-        need.append("nvcc")
-    return tuple(need)
-
-
-def health_limits(policy: Any, tools: tuple[str, ...] | None) -> Any:
-    """The doctor's thresholds from the policy's `runner.health`. The tools it requires: the
-    policy's list, else ``tools`` (what the jobs use), else the doctor's own default (all)."""
-    from .doctor import Thresholds
-
-    health = policy.runner.health
-    limits = Thresholds(max_temperature_c=health.max_temperature_c, min_free_memory_mib=health.min_free_memory_mib,
-                        allow_other_processes=health.allow_other_processes)
-    required = tuple(health.required_tools) if health.required_tools is not None else tools
-    return dataclasses.replace(limits, required_tools=required) if required is not None else limits
-
-
-def _vet_runner(gpus: tuple[str, ...], pycache: Path | None, policy: Any, jobs: Sequence[Any]) -> Any:
-    """Before the first job on a GPU runner: refuse to trust an unhealthy GPU. The doctor examines
-    the GPUs this run would use, with the policy's thresholds; a GPU with a problem is left out,
-    and a runner with no healthy GPU, or with a problem of its own, is unfit (a blocking finding
-    per problem)."""
-    from .doctor import judge_runner, run_doctor
-
-    thresholds = health_limits(policy, tools_needed(jobs))
-    start = time.monotonic()
-    report = run_doctor(thresholds=thresholds, pycache=pycache, visible=gpus)
-    verdict = judge_runner(report)
-    _say_verdict(report, verdict, time.monotonic() - start)
-    return verdict
-
-
-def _say_verdict(report: Any, verdict: Any, took: float, unfit: str = "its GPU jobs will not run:") -> None:
-    """The doctor's verdict, in the run's log: unfit and why (then ``unfit``: what becomes of the
-    jobs), or the healthy GPUs and any left out."""
-    if verdict.blocking:
-        say(f"doctor: this runner is unfit, {len(verdict.blocking)} problem(s) in {took:.1f}s; {unfit}")
-        for f in verdict.blocking:
-            say(f"  - {f.message}")
-        return
-    if report is None:
-        return
-    names = ", ".join(sorted({g.name or "unknown GPU" for g in report.gpus if not g.problems}))
-    say(f"doctor: {len(verdict.usable)} GPU(s) healthy ({names}) in {took:.1f}s")
-    for f in verdict.excluded:
-        say(f"doctor: {f.message}")
-
-
-class _DoctorBeside:
-    """The doctor on a one-GPU runner, beside the first jobs: the GPU's own health (NVML:
-    temperature, memory, ECC, other processes) is examined before any job starts, since the jobs'
-    processes would then count as other processes; the tools' probes (compute-sanitizer, CUDA
-    through torch and CuPy: seconds) run on a thread while the jobs start. A runner they find unfit
-    has its jobs cancelled at once, and every job is reported not run, as if none had started: no
-    result from an unfit runner is ever kept or judged."""
-
-    REASON = "the runner failed its health check"
-
-    def __init__(self, gpus: tuple[str, ...], pycache: Path | None, policy: Any, jobs: Sequence[Any],
-                 control: Any) -> None:
-        import threading
-
-        from . import doctor
-
-        self.control = control
-        self.thresholds = health_limits(policy, tools_needed(jobs))
-        self.start = time.monotonic()
-        self.exam = doctor.examine_gpus(thresholds=self.thresholds, visible=gpus)
-        self.pycache = pycache
-        self._verdict: Any = None
-        self.now: Any = None  # a verdict before any job: the GPU itself has a problem
-        if self.exam.problems or any(g.problems for g in self.exam.gpus):
-            self._finish(started=False)
-            self.now = self._verdict
-            return
-        self._thread = threading.Thread(target=self._finish, name="gpu-gate-doctor", daemon=True)
-        self._thread.start()
-
-    def _finish(self, started: bool = True) -> None:
-        from . import doctor
-        from ..findings import Finding, Severity
-
-        try:
-            report = doctor.complete(self.exam, pycache=self.pycache)
-            verdict = doctor.judge_runner(report)
-        except Exception as exc:  # noqa: BLE001 - a doctor that cannot say is not a healthy runner
-            report = None
-            verdict = doctor.RunnerVerdict([], [Finding(check="doctor", kind="infrastructure", severity=Severity.ERROR,
-                                                        message=f"the runner's health check failed: {exc}")], [])
-        if verdict.blocking:
-            self.control.cancel(self.REASON)
-        _say_verdict(report, verdict, time.monotonic() - self.start,
-                     *(["its jobs are stopped and reported not run:"] if started else []))
-        self._verdict = verdict
-
-    def verdict(self) -> Any:
-        from . import doctor
-        from ..findings import Finding, Severity
-
-        if self._verdict is None:
-            self._thread.join()
-        if self._verdict is None:  # it could not say: fail closed
-            return doctor.RunnerVerdict([], [Finding(check="doctor", kind="infrastructure", severity=Severity.ERROR,
-                                                     message="the runner's health check did not finish")], [])
-        return self._verdict
-
-
 def _remember_launches(plan: Plan, record: RunRecord, cache_dir: Path | None) -> None:
     """Keep what each spec launched, keyed by the content it ran on, for later plans."""
     from ..coverage import LaunchStore
@@ -256,52 +194,9 @@ def _remember_launches(plan: Plan, record: RunRecord, cache_dir: Path | None) ->
             store.put(key, r.spec or "", device, r.extra.launches)
 
 
-@contextlib.contextmanager
-def _head_checkout(repo: Path, head: str | None) -> Iterator[Path]:
-    """The jobs run the head's code: the work tree when it is at head, else a temporary work tree."""
-    from .. import git
-
-    if head is None or git.resolve(repo, "HEAD") == head:
-        yield repo
-        return
-    tmp = Path(tempfile.mkdtemp())  # a neutral name: the jobs see this path
-    say(f"head {head[:12]} is not checked out: running its code from a temporary work tree")
-    try:
-        yield git.add_worktree(repo, head, tmp / "tree")
-    finally:
-        git.remove_worktree(repo, tmp / "tree")
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _base_checkout(repo: Path, base: str | None, jobs: Sequence[Any], record: Any) -> Iterator[Path | None]:
-    """The base's code, for the jobs that run it beside the head's on the same cases (differential
-    runs): a temporary work tree at the base. Without one, those jobs judge by absolute rules only,
-    and the run says so (stricter, never looser)."""
-    from .. import git
-    from ..protocol.jobs import base_commit
-
-    if base is None or not any(base_commit(j) for j in jobs):
-        yield None
-        return
-    tmp = Path(tempfile.mkdtemp())  # a neutral name: the base's worker sees this path
-    try:
-        try:
-            tree: Path | None = git.add_worktree(repo, base, tmp / "tree")
-        except GateError as exc:
-            tree = None
-            why = f"the base's code could not be checked out ({exc}): failures are judged by absolute rules only"
-            warn(why)
-            record.notes.append(why)
-        yield tree
-    finally:
-        if (tmp / "tree").exists():
-            git.remove_worktree(repo, tmp / "tree")
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], args: argparse.Namespace,
-              record: Any, base_tree: Path | None = None, ready: dict[str, float] | None = None) -> list[Any]:
+def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], request: CheckRequest,
+              worker_python: Path | None, record: Any, base_tree: Path | None = None,
+              ready: dict[str, float] | None = None) -> list[Any]:
     """``ready``: how long each step before the first job took (the work trees, so far): the run says
     where the time before its first job went."""
     from ..executor import sandbox
@@ -323,35 +218,34 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
     step("sandbox")
     record.plan_findings += sandbox_findings(box, policy.runner.sandbox)
     control = RunControl()
-    cache = _cache(policy, repo, args, gpus)
+    cache = _cache(policy, repo, request.plan.cache, gpus)
     todo, cached = [], []
     for j in jobs:
         hit = cache.lookup(j) if cache else None
         (cached.append(hit) if hit is not None else todo.append(j))
     step("result cache")
-    start, end = gha_group(f"gpu-gate: {len(jobs)} jobs") if _in_actions() else ("", "")
+    start, end = gha_group(f"gpu-gate: {len(jobs)} jobs") if in_actions() else ("", "")
     if start:
         say(start)
     colour = out.colour()
-    work_root = Path(args.work_dir) if args.work_dir else None
+    work_root = Path(request.work_dir) if request.work_dir else None
     # Shared bytecode only for jobs that run: filling it imports torch (seconds), which a run served
     # from the cache does not wait for. It starts from what earlier runs kept (gpu_gate.store.bytecode),
     # where the sandbox keeps jobs from writing to it and the workers run the gate's interpreter.
-    worker_python = getattr(args, "worker_python", None)
     store = bytecode.store_dir(cache.cache.dir) if cache and box.protects_files and not worker_python else None
     with (shared_bytecode(work_root, store) if todo else contextlib.nullcontext(None)) as pycache:
         # The doctor runs only when jobs are about to use the GPU (a run served from the cache does
         # not wait for it); its torch probe compiles the bytecode the jobs then share.
         step("bytecode")
         unfit: list[Any] = []
-        beside: _DoctorBeside | None = None
+        beside: DoctorBeside | None = None
         if gpus and todo:
             if len(gpus) == 1:
                 # The GPU's own health before any job; the tools' probes beside the first jobs
-                beside = _DoctorBeside(gpus, pycache, policy, todo, control)
+                beside = DoctorBeside(gpus, pycache, policy, todo, control)
                 vetted = beside.now
             else:  # several GPUs: which of them run jobs is known before any starts
-                vetted = _vet_runner(gpus, pycache, policy, todo)
+                vetted = vet_runner(gpus, pycache, policy, todo)
             step("doctor")
             if vetted is not None:
                 beside = None
@@ -381,14 +275,14 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
         else:
             record.notes += _shared_gpu_nodes(gpus, box)
             opts = ExecOptions(repo_root=repo, gpus=gpus,
-                               timeout_s=args.job_timeout or policy.runner.job_timeout_minutes * 60,
+                               timeout_s=request.job_timeout or policy.runner.job_timeout_minutes * 60,
                                run_deadline=time.monotonic() + policy.runner.run_timeout_minutes * 60,
-                               workers=args.jobs or (len(gpus) or min(2, os.cpu_count() or 1)),
+                               workers=request.jobs or (len(gpus) or min(2, os.cpu_count() or 1)),
                                fail_fast=policy.runner.fail_fast, sanitizer_path=policy.cuda.sanitizer,
                                jobs_per_gpu=policy.runner.jobs_per_gpu,
-                               keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None,
+                               keep_workdirs=request.output.out / "jobs" if request.keep_job_dirs else None,
                                work_root=work_root, pycache=pycache, sandbox_mode=policy.runner.sandbox,
-                               sandbox=box, hide=(Path(args.out).resolve(), *([cache.cache.dir] if cache else [])),
+                               sandbox=box, hide=(request.output.out.resolve(), *([cache.cache.dir] if cache else [])),
                                base_root=base_tree,
                                kernel_store=cache.cache.dir / "compiled" if cache else None,
                                worker_python=worker_python)
@@ -406,7 +300,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
         if kept:
             say(f"bytecode: kept {kept} module(s) of the runner's Python for later runs "
                 f"({keeper.busy_s:.1f}s beside the jobs, {waited:.1f}s after them)")
-    if control.reason and control.reason != _DoctorBeside.REASON:
+    if control.reason and control.reason != DoctorBeside.REASON:
         record.plan_findings.append(interrupted_finding(control.reason))
     if cache:
         # Unsandboxed jobs ran (none runs on an unfit runner, or under `required` without a sandbox).
@@ -453,12 +347,12 @@ def _not_run_on_unfit_runner(job: Any, problems: list[Any]) -> Any:
                             f"not trusted")
 
 
-def _cache(policy: Any, repo: Path, args: argparse.Namespace, gpus: tuple[str, ...]) -> Any:
-    if args.no_cache or not policy.cache.enabled:
+def _cache(policy: Policy, repo: Path, choice: CacheChoice, gpus: tuple[str, ...]) -> Any:
+    if not choice.enabled or not policy.cache.enabled:
         return None
-    from ..store.bridge import JobCache
+    from ..store.results import JobCache
 
-    cache = JobCache(policy, repo, Path(args.cache_dir) if args.cache_dir else None, gpus)
+    cache = JobCache(policy, repo, Path(choice.dir) if choice.dir else None, gpus)
     if cache.refused:
         # Nothing is read from or written to a directory the commit carries: not the results, nor the
         # bytecode and the compiled kernels kept beside them (a link there points wherever it likes).
@@ -468,49 +362,3 @@ def _cache(policy: Any, repo: Path, args: argparse.Namespace, gpus: tuple[str, .
     return cache
 
 
-def finish(record: RunRecord, loaded: LoadedPolicy, out_dir: Path, args: argparse.Namespace) -> int:
-    from .json_output import check_json
-    from ..report.console import gha_annotations, paint_headline, render_summary
-    from ..report.formats import OutputFormat, write_reports
-    from ..coverage import revise
-    from ..verdict import decide
-
-    # What the specs launched in this run decides which changed kernels they covered.
-    record.plan_findings = revise(record.kernels, record.plan_findings, record.results, loaded.policy.specs)
-    verdict = decide(record, loaded.policy.rules())
-    for note in record.notes if out.verbose() else ():
-        out.detail(f"note: {note}")
-    if out.quiet():
-        out.verdict(paint_headline(verdict.headline, out.colour()))
-    else:
-        out.verdict(render_summary(record, verdict, colour=out.colour(), full=out.verbose()))
-    if _in_actions():
-        for line in gha_annotations(record, verdict):
-            out.verdict(line)  # workflow commands, not chatter: GitHub turns them into annotations
-    code, written = int(verdict.exit_code), {}
-    warnings: list[str] = []
-    try:
-        written = write_reports(record, verdict, out_dir, list(OutputFormat), warnings=warnings)
-        for w in warnings:
-            out.error(f"gpu-gate: warning: {w}")
-    except GateError as exc:
-        # No report means no evidence: fail closed, whatever the verdict was.
-        out.error(f"gpu-gate: error: {exc}")
-        code = int(ExitCode.INTERNAL_ERROR)
-    if written and code != ExitCode.INTERNAL_ERROR:
-        say("reports: " + ", ".join(str(p) for p in written.values()))
-        if getattr(args, "github", None):
-            _publish(record, verdict, written, args)
-    if getattr(args, "format", "text") == "json":
-        out.data(json.dumps(check_json(record, verdict, written, code), indent=1))
-    return code
-
-
-def _publish(record: Any, verdict: Any, written: dict[str, Path], args: argparse.Namespace) -> None:
-    from ..github.publish import publish
-    from ..report.markdown import render_markdown
-
-    outcome = publish(record, verdict, written, env=os.environ, comment_mode=args.comment_mode,
-                      markdown=render_markdown(record, verdict), pr=args.pr, sha=args.sha)
-    for m in outcome.messages:
-        say(m)

@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import proc
 from ..exitcodes import ExitCode
 
-TEMPLATE = Path(__file__).parent / "demo_repo"
+TEMPLATE = Path(__file__).resolve().parent.parent / "demo_repo"  # gpu_gate/demo_repo, shipped as package data
 GIT_ENV = {"GIT_AUTHOR_NAME": "gpu-gate demo", "GIT_AUTHOR_EMAIL": "demo@example.invalid",
            "GIT_COMMITTER_NAME": "gpu-gate demo", "GIT_COMMITTER_EMAIL": "demo@example.invalid",
            "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
@@ -52,6 +52,14 @@ def build_repo(dest: Path) -> Path:
     _edit(dest, BUG)
     _git(dest, "commit", "-q", "-am", "Tune axpby block size; simplify rmsnorm mean")
     return dest
+
+
+def run(where: Path, check: Callable[[list[str]], int], *, gpu: bool = False) -> int:
+    """``gpu-gate demo``: the run's -q/-v/--color are passed on to the ``check`` it runs."""
+    from . import output as out
+
+    passed_on = [{0: "-q", 2: "-v"}[out.level()]] if out.level() != out.Level.NORMAL else []
+    return run_demo(where, check, gpu=gpu, flags=[*passed_on, "--color", "always" if out.colour() else "never"])
 
 
 def run_demo(where: Path, check: Callable[[list[str]], int], *, gpu: bool = False, flags: Sequence[str] = ()) -> int:

@@ -40,6 +40,13 @@ class FoundKernel:
     language: str
 
 
+def run(repo: Path | None, *, specs_dir: str, kernel: str | None, force: bool) -> int:
+    """``gpu-gate init`` in ``repo`` (None: the repository around the current directory)."""
+    from .planning import repo_root
+
+    return run_init(repo_root(repo), specs_dir=specs_dir, kernel=kernel, force=force)
+
+
 def run_init(repo: Path, *, specs_dir: str, kernel: str | None, force: bool) -> int:
     specs_dir = _clean_dir(specs_dir)
     found = find_kernels(repo)

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 from . import gpu_nodes, sandbox
 from .. import proc
-from ..judge.checks import SANITIZER_TOOLS
+from ..judge.checks import CHECKS, check_info
 from ..protocol.jobs import Job
 from .options import ExecOptions
 
@@ -48,13 +48,14 @@ def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int, ch
         # CUDA's own default numbers GPUs fastest first; nvidia-smi, NVML (the doctor) and people
         # number them by PCI bus. With this, "GPU 2" is the same GPU for all of them.
         extra["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
-    if gpu is None and check != "compile":  # the compile check needs Triton's real compiler
+    builds = CHECKS[check].compiler.builds  # a check that builds the kernels needs Triton's real compiler
+    if gpu is None and not builds:
         extra["TRITON_INTERPRET"] = "1"  # Triton kernels run on the CPU through the interpreter
     env = proc.scrubbed_env(extra=extra)
     for name in list(env):
         if name.startswith(_GATE_ENV_PREFIXES):
             del env[name]
-    if check == "compile":
+    if builds:
         env.pop("TRITON_INTERPRET", None)
     return env
 
@@ -154,7 +155,12 @@ def _context(opts: ExecOptions, gpu: str | None, job: Job) -> dict[str, Any]:
     that a kernel could read to tell it is being tested."""
     return {"repo_root": str(opts.repo_root), "budget_s": max(1.0, opts.timeout_s * 0.8),
             "device": None if gpu is not None else "cpu",
-            "sanitizer": job.check if job.check in SANITIZER_TOOLS else None}
+            "sanitizer": job.check if _tool(job) == "compute-sanitizer" else None}
+
+
+def _tool(job: Job) -> str | None:
+    info = check_info(job.check)
+    return info.tool if info is not None else None
 
 
 def _niced(argv: list[str], opts: ExecOptions) -> list[str]:

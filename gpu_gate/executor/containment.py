@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
-from . import sandbox
+from . import orphans, sandbox
 from .. import proc
 from .argv import _layout, _niced
 from .control import RunControl
@@ -37,7 +37,7 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
     with tempfile.TemporaryFile() as count:
         layout = _layout(opts, gpu, workdir, avail, source, lent)
         full = _niced(sandbox.wrap(avail, layout, argv, count.fileno(), tool), opts)
-        start = sandbox.boot_ticks()
+        start = orphans.boot_ticks()
         pid: list[int] = []
 
         def started(p: int) -> None:
@@ -49,7 +49,7 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
         watch = None
         if tool and avail.works and avail.tool_outside and avail.path is not None:
             # The sandbox's leftovers come to the gate, not to init, where the sweep below finds them.
-            sandbox.become_subreaper()
+            orphans.become_subreaper()
             watch = _ToolWatch(count.fileno(), avail.path)
         try:
             pr = proc.run(full, cwd=opts.repo_root, env=env, timeout=timeout,
@@ -105,7 +105,7 @@ STUCK_ATTEMPTS = 6
 class _ToolWatch:
     """Under a tool outside a bwrap sandbox: once the waiter has written the worker's end, nothing
     is left for the sandbox to run. If its processes are still there after
-    :data:`TOOL_EXIT_GRACE_S`, the gate kills them (:func:`sandbox.end_watched_sandbox`), so that
+    :data:`TOOL_EXIT_GRACE_S`, the gate kills them (:func:`orphans.end_watched_sandbox`), so that
     the tool sees its program end and writes its report; if the tool is still there after as long
     again, its whole process group. A sandbox that has not started its worker
     :data:`TOOL_START_LIMIT_S` after it began is ended the same way, and the run is ``stuck``.
@@ -156,7 +156,7 @@ class _ToolWatch:
                 return
         if self.root is None:
             return
-        self.ended = sandbox.end_watched_sandbox(self.root, self.bwrap)
+        self.ended = orphans.end_watched_sandbox(self.root, self.bwrap)
         if self.stop.wait(TOOL_EXIT_GRACE_S):
             return
         try:
@@ -179,9 +179,9 @@ def _hunt_orphans(start: int) -> int:
     total = 0
     for _ in range(20):  # a killed daemon's own children are adopted next
         time.sleep(0.05)
-        found = sandbox.adopted_since(start)
+        found = orphans.adopted_since(start)
         if not found:
             break
         total += len(found)
-        sandbox.kill_and_reap(found)
+        orphans.kill_and_reap(found)
     return total

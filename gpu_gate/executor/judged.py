@@ -13,7 +13,8 @@ from ..store import compiled as compiled_store
 from . import sandbox
 from .. import proc
 from ..judge.checks import CHECKS
-from ..judge.checks.outcome import WrapContext
+from ..judge.checks.base import WrappingCheck
+from ..judge.checks.outcome import BaseRun, WrapContext
 from ..findings import JobResult
 from ..protocol.jobs import Job
 from ..protocol.jobs import base_commit
@@ -84,20 +85,19 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
     env = _env_for(opts, gpu, workdir, threads, job.check, avail)
     judge_env = {**env, "TMPDIR": str(judge_dir)}
-    module = CHECKS[job.check].load()
+    wrapping = CHECKS[job.check].wrapping()
     argvs = {role: worker_argv(opts, dirs[role] / "context.json", role=serves(job.check, role), fd=b.fileno())
              for role, (_, b) in pairs.items()}
-    wrap = getattr(module, "wrap", None)
     # compute-sanitizer runs the candidate's worker's sandbox as its program (from outside a bwrap
     # sandbox); in a differential run the base's too, so that each report can be told new from
     # pre-existing.
     tools: dict[str, list[str]] = {}
     for role in ("candidate", "base"):
-        if wrap is None or role not in dirs:
+        if wrapping is None or role not in dirs:
             continue
         wctx = WrapContext(opts.repo_root if remap else roots[role], gpu is not None, opts.sanitizer_path,
                            opts.timeout_s, env, avail.tool_outside)
-        wrapped = wrap(job, dirs[role], wctx)
+        wrapped = wrapping.wrap(job, dirs[role], wctx)
         if not isinstance(wrapped, list):  # an Outcome: the tool cannot run
             if role != "candidate":
                 continue  # the base's reports cannot be compared: the head's are judged as they are
@@ -169,10 +169,8 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     inner = _read_result(result_file)
     base_run = None
     if "base" in tools and "base" in done:
-        from ..judge.checks.sanitizer import BaseRun
-
         base_run = BaseRun(dirs["base"], done["base"][0], roots["base"])
-    result = _judge_result(job, opts, workdir, jpr, cand_pr, inner, timeout, module, base_run)
+    result = _judge_result(job, opts, workdir, jpr, cand_pr, inner, timeout, wrapping, base_run)
     _time_outside(result, marks, {role: c.started_s for role, c in done.items() if c.started_s is not None})
     if ended:
         result = _with_sandbox_ended(result, ended)
@@ -215,19 +213,18 @@ def _close_pairs(pairs: dict[str, Any]) -> None:
 
 
 def _judge_result(job: Job, opts: ExecOptions, workdir: Path, jpr: proc.ProcResult, cand: proc.ProcResult,
-                  inner: JobResult | None, timeout: float, module: Any, base: Any = None) -> JobResult:
+                  inner: JobResult | None, timeout: float, wrapping: WrappingCheck | None,
+                  base: BaseRun | None = None) -> JobResult:
     """The judge's result; a sanitizer check adds what compute-sanitizer saw in the candidate's
     worker (and, in a differential run, in the base's). The candidate's own output (its prints, its
     traceback) is the log shown."""
-    collect = getattr(module, "collect", None)
-    if collect is not None:
+    if wrapping is not None:
         from ..judge.job import Outcome
 
         inner_outcome = None
         if inner is not None:
             inner_outcome = Outcome(inner.status, inner.findings, inner.cases, inner.reason, inner.extra)
-        outcome = collect(job, workdir, cand, inner_outcome, base) if base is not None else \
-            collect(job, workdir, cand, inner_outcome)
+        outcome = wrapping.collect(job, workdir, cand, inner_outcome, base)
         return _outcome_to_result(job, outcome, jpr.duration_s, cand.tail(40) or jpr.tail(40) or None)
     if inner is None:
         kind, message = _classify_failure(job, jpr, timeout)

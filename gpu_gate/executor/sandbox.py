@@ -15,7 +15,8 @@ The executor runs every job's process tree inside one of these, chosen once per 
   ``/tmp``, ``/dev`` (every GPU's node) and the rest of the filesystem stay as they are: weaker
   than bwrap, and said so.
 - ``none``: a plain subprocess in its own session. Nothing above holds; the executor still kills
-  the session and hunts down processes that left it (see :mod:`gpu_gate.executor.containment`).
+  the session and hunts down processes that left it (see :mod:`gpu_gate.executor.containment` and
+  :mod:`gpu_gate.executor.orphans`).
 
 A tool that watches the worker (compute-sanitizer's front end) runs a bwrap sandbox as its program,
 from outside (:func:`wrap`'s ``tool``): it shares only the sandbox's network namespace, a new empty
@@ -360,109 +361,3 @@ def gate_package_dir() -> Path:
     import gpu_gate
 
     return Path(gpu_gate.__file__).resolve().parent
-
-
-# --- without a namespace: the gate adopts what its jobs leave behind ---------------------------
-
-_PR_SET_CHILD_SUBREAPER = 36
-
-
-def become_subreaper() -> bool:
-    """Make this process the one that orphans of its descendants are re-parented to (instead of
-    init), so that a job's ``setsid`` daemon can still be found after the job. False where the
-    kernel refuses."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        return int(libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
-    except (OSError, AttributeError):
-        return False
-
-
-def boot_ticks() -> int:
-    """Now, in the unit of /proc/PID/stat's start time (clock ticks since boot)."""
-    import time
-
-    return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
-
-
-def _stat(pid: str) -> tuple[int, str, int] | None:
-    """(parent pid, state, start time in ticks) of a process, or None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()
-    return int(fields[1]), fields[0], int(fields[19])
-
-
-def adopted_since(ticks: int) -> list[int]:
-    """Processes re-parented to this one (not started by :func:`proc.run`) that began at or after
-    ``ticks``: what a job started and left behind. Zombies among them are reaped."""
-    me = os.getpid()
-    found: list[int] = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        st = _stat(entry)
-        if st is None or st[0] != me or st[2] < ticks or proc.started_here(int(entry)):
-            continue
-        if st[1] == "Z":
-            _reap(int(entry))
-            continue
-        found.append(int(entry))
-    return found
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below ``pid``, from /proc (those that exit meanwhile may be missing)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = _stat(entry)
-            if st is not None:
-                children.setdefault(st[0], []).append(int(entry))
-    found: list[int] = []
-    todo = [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _exe(pid: int) -> str | None:
-    try:
-        return os.readlink(f"/proc/{pid}/exe")
-    except OSError:
-        return None
-
-
-def end_watched_sandbox(root: int, bwrap: str) -> int:
-    """Kill the bubblewrap processes below ``root`` (a tool's process tree whose program is a
-    sandbox): the sandbox's monitor and its init, and with the init everything in its PID
-    namespace. The tool itself and its launcher are left to see their program end and to write
-    their report. Returns how many were killed."""
-    target = os.path.realpath(bwrap)
-    found = [p for p in descendants(root) if _exe(p) == target]
-    kill_and_reap(found)  # not the gate's children: the tool's launcher reaps them
-    return len(found)
-
-
-def kill_and_reap(pids: Iterable[int]) -> None:
-    import signal
-
-    for pid in pids:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            continue
-        _reap(pid, block=True)
-
-
-def _reap(pid: int, block: bool = False) -> None:
-    try:
-        os.waitpid(pid, 0 if block else os.WNOHANG)
-    except ChildProcessError:
-        pass

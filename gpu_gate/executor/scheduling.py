@@ -19,9 +19,9 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from ..store import bytecode
-from . import sandbox
+from . import orphans, sandbox
 from .. import proc
-from ..judge.checks import SANITIZER_TOOLS
+from ..judge.checks import check_info
 from ..findings import Finding, JobResult, Severity, Status
 from ..protocol.jobs import Job
 from .control import ProgressFn, RunControl
@@ -32,15 +32,21 @@ from .slots import GpuSlots, _gpu_problem, gpu_free_bytes, memory_need
 
 
 def order_jobs(jobs: Sequence[Job]) -> list[Job]:
-    """Longest first, sanitizer jobs interleaved with the others so one GPU is not all sanitizer."""
-    plain = sorted((j for j in jobs if j.check not in SANITIZER_TOOLS), key=lambda j: (-j.cost, j.id))
-    san = sorted((j for j in jobs if j.check in SANITIZER_TOOLS), key=lambda j: (-j.cost, j.id))
+    """Longest first, the jobs under a tool (compute-sanitizer) interleaved with the others so one GPU
+    is not all sanitizer."""
+    plain = sorted((j for j in jobs if not _under_tool(j)), key=lambda j: (-j.cost, j.id))
+    tooled = sorted((j for j in jobs if _under_tool(j)), key=lambda j: (-j.cost, j.id))
     out: list[Job] = []
-    while plain or san:
-        for group in (plain, san):
+    while plain or tooled:
+        for group in (plain, tooled):
             if group:
                 out.append(group.pop(0))
     return out
+
+
+def _under_tool(job: Job) -> bool:
+    info = check_info(job.check)
+    return info is not None and info.tool is not None
 
 
 def installed_without_bytecode(package: str = "torch") -> bool:
@@ -131,7 +137,7 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
         return [_refused(j, opts.sandbox) for j in order_jobs(jobs)]
     if not opts.sandbox.works:
         # Orphans of the jobs come to the gate instead of init, where they can be found and killed.
-        sandbox.become_subreaper()
+        orphans.become_subreaper()
     if opts.pycache is None and jobs:  # no job to run: nothing to prepare for
         with shared_bytecode(opts.work_root) as pycache:
             if pycache is not None:

@@ -8,6 +8,7 @@ import shutil
 import threading
 from collections.abc import Callable
 from .. import proc
+from ..judge.checks import check_info
 from ..protocol.jobs import Job
 from .options import ExecOptions
 
@@ -51,7 +52,8 @@ def gpu_free_bytes(gpu: str) -> int | None:
 
 def memory_need(job: Job) -> int:
     """A job's expected peak GPU memory: the case budget and its copies, or a fixed allowance."""
-    if job.check in ("equivalence", "determinism"):
+    info = check_info(job.check)  # a plan file's unknown check fails in its job, not here
+    if info is not None and info.memory == "cases":
         return 4 * int(job.options.get("max_case_bytes") or 256 << 20) + (512 << 20)
     return 2 << 30  # sanitizer runs use small cases but the tools keep shadow state
 

@@ -156,6 +156,9 @@ SanitizerField = Annotated[SanitizerPolicy, BeforeValidator(_check_shorthand, js
 class Checks(_Frozen):
     """One field per registered check, in the registry's order."""
 
+    # The registry (gpu_gate.judge.checks.CHECKS) names the fields, checked below: a name it does not
+    # have is an unknown key (extra="forbid"), reported with the registry's names (policy.diagnostics).
+
     compile: CompileField = Field(default=CompilePolicy(), description=_check_doc(CompilePolicy))
     equivalence: EquivalenceField = Field(default=EquivalencePolicy(), description=_check_doc(EquivalencePolicy))
     determinism: DeterminismField = Field(default=DeterminismPolicy(), description=_check_doc(DeterminismPolicy))
@@ -176,6 +179,11 @@ class Checks(_Frozen):
             if field is not None and isinstance(value, dict) and "level" not in value:
                 out[name] = {"level": field.default.level, **value}
         return out
+
+
+if tuple(Checks.model_fields) != tuple(CHECKS):  # the schema and the registry name the same checks
+    raise RuntimeError(f"the policy's checks {', '.join(Checks.model_fields)} are not the registry's "
+                       f"{', '.join(CHECKS)} (gpu_gate.judge.checks)")
 
 
 class CudaSettings(_Frozen):

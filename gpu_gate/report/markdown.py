@@ -15,57 +15,22 @@ and a last line says where the full report is. Lengths are counted in characters
 from __future__ import annotations
 
 import dataclasses
-import html
-import math
 import re
 from collections.abc import Iterable
-from typing import Any
 
 from ..findings import Finding, JobResult, Severity, Status
+from ..judge.checks import check_info
 from ..record import ChangedKernel, RunRecord
 from ..verdict import Item, Verdict
 from . import (blocking_findings, blocking_jobs, check_order, clean_text, first_line, job_target,
-               missing_items, not_run_jobs, short_sha, warning_findings)
+               missing_items, not_run_jobs, short_sha)
+from .mdfit import Section as _Section, assemble as _assemble, fit as _fit
+from .mdgrowth import growth_blocks, resource_blocks
+from .mdtext import _shorten, _tail, code, details, escape, fence
 
 SHORT_MESSAGE_CHARS = 1500  # per message once the report has to be shortened
 SHORT_LOG_LINES = 15
 FULL_LOG_LINES = 60
-LIST_CAP = 100  # blocking reasons / not-run lines shown before the kernel tables get their room
-LOG10_FLOOR = -20.0  # stands in for an error of exactly 0 on the log chart
-
-
-# --- Markdown primitives --------------------------------------------------------------
-
-def code(text: str) -> str:
-    """An inline code span that survives backticks, newlines and table pipes in ``text``."""
-    text = clean_text(text).replace("\n", " ")
-    ticks = "`" * (max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
-    pad = " " if text.startswith("`") or text.endswith("`") else ""
-    return f"{ticks}{pad}{text}{pad}{ticks}".replace("|", "\\|")
-
-
-def fence(text: str, lang: str = "text") -> str:
-    """A fenced block longer than any backtick run inside, so the content cannot close it."""
-    text = clean_text(text).rstrip("\n")
-    ticks = "`" * max(3, max((len(m) for m in re.findall(r"`+", text)), default=0) + 1)
-    return f"{ticks}{lang}\n{text}\n{ticks}"
-
-
-def escape(text: str) -> str:
-    """Plain text shown as text: no HTML, no emphasis, no links, no table breaks."""
-    return re.sub(r"([\\`*_\[\]<>|#])", r"\\\1", clean_text(text))
-
-
-def _shorten(text: str, limit: int | None) -> str:
-    text = clean_text(text)
-    if limit is None or len(text) <= limit:
-        return text
-    return text[:limit].rstrip() + f"\n… ({len(text) - limit} more characters in the full report)"
-
-
-def _tail(text: str, lines: int) -> str:
-    kept = clean_text(text).rstrip("\n").split("\n")
-    return "\n".join(kept[-lines:])
 
 
 # --- Result vocabulary --------------------------------------------------------------
@@ -91,16 +56,6 @@ def _duration(seconds: float) -> str:
 
 
 # --- Sections -----------------------------------------------------------------------
-
-@dataclasses.dataclass
-class _Section:
-    title: str | None
-    blocks: list[str]
-    essential: bool = False
-    joiner: str = "\n\n"
-    omitted: str = "more not shown"
-    capped: bool = False  # a one-line list: at most LIST_CAP lines once the report is shortened
-
 
 @dataclasses.dataclass(frozen=True)
 class _Ctx:
@@ -140,8 +95,8 @@ def _sections(ctx: _Ctx) -> list[_Section]:
         _Section("### Failure details", _detail_blocks(ctx), omitted="more failure details not shown"),
         _Section("### Not verified, and why", _unverified_blocks(ctx), essential=True, joiner="\n",
                  omitted="more reasons for checks or dtypes not verified are not shown", capped=True),
-        _Section("### Error growth with size", _growth_blocks(ctx)),
-        _Section("### Compile resources", _resource_blocks(ctx.record.results)),
+        _Section("### Error growth with size", growth_blocks(ctx.record.results, ctx.verdict)),
+        _Section("### Compile resources", resource_blocks(ctx.record.results)),
         _Section("### Specs run, and why", _collapsed("why each spec ran", _selection_lines(ctx))),
         _Section("### Warnings (do not block the merge)", _warning_blocks(ctx), omitted="more warnings not shown"),
         _Section("### Pre-existing failures (the base's code fails them too)", _debt_blocks(ctx),
@@ -188,13 +143,6 @@ def _collapsed(summary: str, lines: list[str]) -> list[str]:
     return [details(summary, "\n".join(lines))] if lines else []
 
 
-def details(summary: str, body: str, *, open_: bool = False) -> str:
-    """A collapsed block; the summary is plain text (HTML-escaped), the body Markdown."""
-    head = "<details open>" if open_ else "<details>"
-    text = html.escape(first_line(summary, 300), quote=False)
-    return f"{head}<summary>{text}</summary>\n\n{body}\n\n</details>"
-
-
 def _verdict_block(ctx: _Ctx) -> str:
     icon = "✅" if ctx.verdict.passed else "❌"
     lines = [f"## {icon} {escape(ctx.verdict.headline)}"]
@@ -234,7 +182,8 @@ def _blocking_line(item: Item) -> str:
     if f is None:
         return f"- {escape(first_line(item.reason, 300))}"
     target = f" {code(f.spec)}" if f.spec else ""
-    if f.details.get("change") == "new" and f.check == "compile":
+    info = check_info(f.check)
+    if f.details.get("change") == "new" and info is not None and info.differential == "build":
         target += " (new: the base's build does not have it)"
     elif f.details.get("change") == "new":
         target += (" (new: the base's code fails this case too, far less)" if f.details.get("base_fails_less")
@@ -348,96 +297,6 @@ def _finding_block(f: Finding, heading: str | None, limit: int | None, *, open_:
     return f"{heading}\n\n{block}" if heading else block
 
 
-# --- Error growth and resources -------------------------------------------------------
-
-GROWTH_KINDS = frozenset({"error-growth"})  # findings an error-growth curve explains
-
-
-def _growth_blocks(ctx: _Ctx) -> list[str]:
-    """A job's curve only next to a growth finding it explains: shown alone, a curve where the
-    kernel beats torch would sit beside a red verdict it has nothing to do with."""
-    shown = blocking_findings(ctx.verdict) | warning_findings(ctx.verdict)
-    return [details(f"error against size: {r.check} {job_target(r)}", _growth_block(r, r.extra.growth),
-                    open_=True)
-            for r in ctx.record.results if r.extra.growth is not None
-            and any(f.kind in GROWTH_KINDS and id(f) in shown for f in r.findings)]
-
-
-def _growth_block(r: JobResult, g: dict[str, Any]) -> str:
-    dim, dtype = str(g.get("dim", "size")), str(g.get("dtype", ""))
-    rows = [row for row in g.get("rows", []) if isinstance(row, dict)]
-    head = f"#### {escape(r.check)} · {code(job_target(r))} · error vs {code(dim)}" + (f" ({escape(dtype)})" if dtype else "")
-    table = [f"| {escape(dim)} | candidate error | baseline error | ratio |", "| ---: | ---: | ---: | ---: |"]
-    for row in rows:
-        cand, base = _num(row.get("candidate")), _num(row.get("baseline"))
-        ratio = f"{cand / base:.3g}×" if cand is not None and base else "—"
-        table.append(f"| {row.get('size')} | {_fmt(cand)} | {_fmt(base)} | {ratio} |")
-    parts = [head, "\n".join(table), _slope_line(g)]
-    if rows:
-        parts.append(_xychart(dim, dtype, rows))
-    return "\n\n".join(p for p in parts if p)
-
-
-def _slope_line(g: dict[str, Any]) -> str:
-    sc, sb = _num(g.get("slope_candidate")), _num(g.get("slope_baseline"))
-    if sc is None or sb is None:
-        return ""
-    text = f"Slope of log₁₀ error against log₁₀ size: candidate {sc:.2f}, baseline {sb:.2f}."
-    if g.get("flagged"):
-        text += " ⚠️ **The candidate's error grows faster with size than the baseline's.**"
-    return text
-
-
-def _xychart(dim: str, dtype: str, rows: list[dict[str, Any]]) -> str:
-    cand = [_log10(row.get("candidate")) for row in rows]
-    base = [_log10(row.get("baseline")) for row in rows]
-    low, high = math.floor(min(cand + base)), math.ceil(max(cand + base))
-    if low == high:
-        high += 1
-    label = re.sub(r'["\n]', "", f"log10(error) vs {dim} {dtype}: line 1 candidate, line 2 baseline")
-    sizes = ", ".join(re.sub(r"[^0-9A-Za-z_.-]", "", str(row.get("size"))) or "?" for row in rows)
-    return "\n".join([
-        "```mermaid", "xychart-beta", f'    title "{label}"',
-        f'    x-axis "{re.sub(r"[^0-9A-Za-z_ -]", "", dim)}" [{sizes}]',
-        f'    y-axis "log10(error)" {low} --> {high}',
-        f"    line [{', '.join(f'{v:.3f}' for v in cand)}]",
-        f"    line [{', '.join(f'{v:.3f}' for v in base)}]", "```",
-    ])
-
-
-def _resource_blocks(results: Iterable[JobResult]) -> list[str]:
-    return [details(f"registers, spills, local and shared memory: {job_target(r)}",
-                    _resource_block(r, r.extra.resources))
-            for r in results if r.extra.resources]
-
-
-def _resource_block(r: JobResult, resources: list[Any]) -> str:
-    rows = [f"#### {escape(r.check)} · {code(job_target(r))}", "",
-            "| Kernel | Arch | Registers | Spill stores | Spill loads | Local bytes | Shared bytes |",
-            "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
-    for res in (x for x in resources if isinstance(x, dict)):
-        spills = (res.get("spill_store") or 0) + (res.get("spill_load") or 0)
-        warn = " ⚠️" if spills else ""
-        rows.append(f"| {code(str(res.get('kernel', '?')))}{warn} | {escape(str(res.get('arch', '')))} | "
-                    + " | ".join(str(res.get(k, "")) for k in
-                                 ("registers", "spill_store", "spill_load", "local_bytes", "shared_bytes"))
-                    + " |")
-    return "\n".join(rows)
-
-
-def _num(value: Any) -> float | None:
-    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
-
-
-def _fmt(value: float | None) -> str:
-    return "—" if value is None else f"{value:.3g}"
-
-
-def _log10(value: Any) -> float:
-    v = _num(value)
-    return math.log10(v) if v is not None and v > 0 else LOG10_FLOOR
-
-
 # --- Not verified, warnings ------------------------------------------------------------
 
 _DROPPED = re.compile(r"^(?P<dtypes>.+?) cases not run: (?P<why>.+)$", re.S)
@@ -505,75 +364,3 @@ def _warning_block(item: Item, limit: int | None) -> str:
     return f"{line}\n\n" + details("details", "\n\n".join(body))
 
 
-# --- Assembly and fitting -------------------------------------------------------------
-
-def _section_text(s: _Section, shown: int) -> str:
-    body = s.joiner.join(s.blocks[:shown])
-    note = _note(s, shown)
-    if not body and not note:
-        return ""
-    return "\n\n".join(p for p in (s.title, body, note) if p)
-
-
-def _note(s: _Section, shown: int) -> str:
-    hidden = len(s.blocks) - shown
-    return f"_… {hidden} {s.omitted}; see the full report._" if hidden else ""
-
-
-def _section_len(s: _Section, shown: int, body_len: int) -> int:
-    """len(_section_text(s, shown)) without building it; ``body_len`` is the joined blocks' length."""
-    parts = [len(s.title or ""), body_len, len(_note(s, shown))]
-    present = [n for n in parts if n]
-    return 0 if not (body_len or parts[2]) else sum(present) + 2 * (len(present) - 1)
-
-
-def _assemble(sections: list[_Section], shown: list[int] | None, footer: str = "") -> str:
-    counts = shown if shown is not None else [len(s.blocks) for s in sections]
-    texts = [_section_text(s, n) for s, n in zip(sections, counts)]
-    return "\n\n".join(t for t in texts + [footer] if t) + "\n"
-
-
-def _fit(sections: list[_Section], footer: str, max_chars: int) -> str:
-    """Show as many whole blocks as fit: essential sections first, each in document order.
-
-    Long one-line lists (blocking reasons, jobs that did not run) are capped so that they
-    cannot crowd the kernel tables and the failure details out of the comment.
-    """
-    shown = [0] * len(sections)
-    lengths = [_section_len(s, 0, 0) for s in sections]
-    order = [i for i, s in enumerate(sections) if s.essential] + [i for i, s in enumerate(sections) if not s.essential]
-    for i in order:
-        _grow(sections, i, shown, lengths, footer, max_chars, LIST_CAP)
-    text = _assemble(sections, shown, footer)
-    if len(text) > max_chars:  # not even the verdict and the footer fit: keep whole lines only
-        text = _whole_lines(text, max_chars)
-    return text
-
-
-def _grow(sections: list[_Section], i: int, shown: list[int], lengths: list[int], footer: str,
-          max_chars: int, cap: int) -> None:
-    s = sections[i]
-    limit = min(cap, len(s.blocks)) if s.capped else len(s.blocks)
-    body = len(s.joiner.join(s.blocks[: shown[i]]))
-    while shown[i] < limit:
-        grown = body + len(s.blocks[shown[i]]) + (len(s.joiner) if shown[i] else 0)
-        candidate = _section_len(s, shown[i] + 1, grown)
-        if _total(lengths, i, candidate, footer) > max_chars:
-            break
-        shown[i] += 1
-        body, lengths[i] = grown, candidate
-
-
-def _total(lengths: list[int], i: int, replaced: int, footer: str) -> int:
-    parts = [replaced if j == i else n for j, n in enumerate(lengths)] + [len(footer)]
-    present = [n for n in parts if n]
-    return sum(present) + 2 * (len(present) - 1) + 1
-
-
-def _whole_lines(text: str, max_chars: int) -> str:
-    out = ""
-    for line in text.splitlines(keepends=True):
-        if len(out) + len(line) > max_chars or line.startswith("```"):
-            break
-        out += line
-    return out

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from .. import cudascan, git, pyscan
 from ..changes import match
-from ..judge.checks import SANITIZER_TOOLS
+from ..judge.checks import CHECKS, Differential, check_info
 from ..findings import Finding
 from ..protocol.jobs import Job
 from . import policydiff, specdiff
@@ -20,8 +20,6 @@ if TYPE_CHECKING:
     from ..policy.base import PolicyInForce
 
 from ..protocol.jobs import BASE_SPEC, DIFFERENTIAL  # the job options: the base's spec source; the base commit to run
-
-DIFFERENTIAL_CHECKS = frozenset({"equivalence", "determinism", *SANITIZER_TOOLS})
 
 
 def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool = True) -> None:
@@ -54,7 +52,6 @@ def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool =
 
 def _base_checks(plan: Plan, choice: PolicyInForce, pairs: dict[str, SpecRules]) -> list[Job]:
     """The jobs the base's spec asks for that the head's `checks=` dropped: the base decides them too."""
-    from ..judge.checks import CHECKS
     from ..protocol.jobs import SpecRef
     from ..plan import _cost, _options, job_seed
 
@@ -159,7 +156,7 @@ def _differential(job: Job, pairs: dict[str, SpecRules], base: str) -> Job:
     """An equivalence, determinism or compute-sanitizer job whose spec exists at the base runs the
     base's code on the same cases too (see ``checks/equivalence.py``, ``checks/determinism.py``,
     ``checks/sanitizer.py``): its failures are then new, pre-existing or fixed."""
-    if job.check not in DIFFERENTIAL_CHECKS or job.spec is None or job.spec.id not in pairs or job.case:
+    if _differential_by(job) != "cases" or job.spec is None or job.spec.id not in pairs or job.case:
         return job
     return dataclasses.replace(job, options={**job.options, DIFFERENTIAL: base})
 
@@ -168,12 +165,19 @@ def _compiled_at_base(repo: Path, jobs: list[Job], base: str) -> list[Job]:
     """A compile job whose kernel files all exist at the base builds the base's too (see
     ``checks/compiled_base.py``): what it reads from the compiled code is then new, pre-existing or
     fixed. A new file has no base: the absolute rules apply."""
-    wanted = {k for j in jobs if j.check == "compile" for k in j.kernels}
+    wanted = {k for j in jobs if _differential_by(j) == "build" for k in j.kernels}
     if not wanted:
         return jobs
     at_base = git.Snapshot(repo, base).object_ids(sorted(wanted))
     return [dataclasses.replace(j, options={**j.options, DIFFERENTIAL: base})
-            if j.check == "compile" and j.kernels and all(k in at_base for k in j.kernels) else j for j in jobs]
+            if _differential_by(j) == "build" and j.kernels and all(k in at_base for k in j.kernels) else j
+            for j in jobs]
+
+
+def _differential_by(job: Job) -> Differential | None:
+    """What the job compares with the base's (the registry's ``differential``)."""
+    info = check_info(job.check)
+    return info.differential if info is not None else None
 
 
 def rule_findings(findings: list[Finding]) -> list[Finding]:

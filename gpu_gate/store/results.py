@@ -1,30 +1,17 @@
 """The result cache: reuse a job's result when nothing it depends on has changed.
 
-The key is a SHA-256 over everything that can change a job's outcome:
-
-- the job's check, spec, case and resolved options (canonical JSON);
-- the bytes of the kernel sources (``job.kernels``) and of the spec file and its
-  transitive dependencies (repo-relative paths given by the caller); a missing
-  file counts too, so deleting one changes the key;
-- the policy fingerprint (a string from the caller);
-- the gpu-gate version;
-- an environment fingerprint (GPU model, driver, CUDA, torch, triton, cupy and
-  compute-sanitizer versions; a mapping from the caller, so a CPU run passes what it has).
-
-The job's seed is not in the key: an unchanged kernel is not fuzzed again with a new
-seed; the cached result keeps the seed it was produced with.
-
-Each entry also carries what was run: the seed, the job (canonical JSON) and the digest of
-every file it depended on, with a digest over both. A hit is used only when that record is
-intact and names the same job (but for its seed) and the same file digests as the job at
-hand. The key alone already implies this; the record makes an entry say, and be checked
-against, exactly what produced it (``gpu-gate`` shows its commit and seed).
+What a job's result depends on, and the key it is filed under, are worked out in :mod:`.dependencies`. Each
+entry also carries what was run: the seed, the job (canonical JSON) and the digest of every file it
+depended on, with a digest over both. A hit is used only when that record is intact and names the
+same job (but for its seed) and the same file digests as the job at hand. The key alone already
+implies this; the record makes an entry say, and be checked against, exactly what produced it
+(``gpu-gate`` shows its commit and seed).
 
 Who may write entries is the real protection (see "What the cache trusts" in
 docs/specs.md): only the gate writes them, after its jobs' sandboxes are gone, in a
 directory no job can write (the sandbox shows it empty and read-only). Anyone who can write
 the directory can forge an entry, since every part of the key can be computed from the tree.
-So ``cachebridge`` refuses a cache directory that the repository itself carries (committed
+So :class:`JobCache` refuses a cache directory that the repository itself carries (committed
 entries are the pull request's), and nothing is stored from a run whose jobs ran unsandboxed.
 
 Red (FAILED) and green (PASSED) results are cached. ERROR and NOT_RUN are not: a
@@ -51,93 +38,21 @@ machine as the cache folder, so an untrusted PR could plant entries.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from .. import git
 from ..findings import JobResult, Status
+from ..policy import Policy
 from ..protocol.jobs import Job
+from .dependencies import (FORMAT, Dependencies, cache_key, digest, environment_fingerprint, policy_fingerprint,
+                           run_record, same_run)
 
-FORMAT = 2
 UNCACHEABLE = frozenset({Status.ERROR, Status.NOT_RUN})
-
-
-def gpu_gate_version() -> str:
-    # The package's own version: the distribution's name differs from the command's, and the
-    # action runs gpu-gate from a copy of its checkout that has no distribution metadata.
-    from .. import __version__
-
-    return __version__
-
-
-def _canonical(value: Any) -> bytes:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
-
-
-def _file_digest(repo_root: Path, rel: str) -> str:
-    try:
-        return hashlib.sha256((repo_root / rel).read_bytes()).hexdigest()
-    except FileNotFoundError:
-        return "missing"
-    except OSError as exc:
-        # An unreadable file must not match a cached result made from its old bytes.
-        return f"unreadable:{type(exc).__name__}"
-
-
-def _files_of(job: Job, dep_files: Iterable[str]) -> list[str]:
-    files = set(job.kernels) | set(dep_files)
-    if job.spec is not None:
-        files.add(job.spec.file)
-    return sorted(files)
-
-
-def run_record(job: Job, repo_root: Path, dep_files: Iterable[str]) -> dict[str, Any]:
-    """Exactly what a job runs: the job itself and the digest of every file it depends on."""
-    return {"job": job.to_json(), "files": {rel: _file_digest(repo_root, rel) for rel in _files_of(job, dep_files)}}
-
-
-def _digest(value: Any) -> str:
-    return hashlib.sha256(_canonical(value)).hexdigest()
-
-
-def _same_run(stored: Any, current: dict[str, Any]) -> bool:
-    """The stored record describes the job at hand: the same job but for its seed (and its cost
-    estimate, which is not part of what runs), and the same bytes of every file."""
-    def core(job: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in job.items() if k not in ("seed", "cost")}
-
-    return (isinstance(stored, dict) and isinstance(stored.get("job"), dict)
-            and stored.get("files") == current["files"] and core(stored["job"]) == core(current["job"]))
-
-
-def cache_key(
-    job: Job,
-    repo_root: Path,
-    dep_files: Iterable[str],
-    policy_fingerprint: str,
-    env: Mapping[str, str],
-) -> str:
-    """SHA-256 hex digest of everything the job's result depends on (see the module docstring)."""
-    files = _files_of(job, dep_files)
-    parts = {
-        "format": FORMAT,
-        "job": {
-            "check": job.check,
-            "spec": job.spec.id if job.spec else None,
-            "case": job.case,
-            "options": job.options,
-        },
-        "files": {rel: _file_digest(repo_root, rel) for rel in files},
-        "policy": policy_fingerprint,
-        "gpu_gate": gpu_gate_version(),
-        "env": dict(env),
-    }
-    return hashlib.sha256(_canonical(parts)).hexdigest()
 
 
 def cacheable(result: JobResult) -> bool:
@@ -170,7 +85,7 @@ class ResultCache:
     @staticmethod
     def _matches(entry: dict[str, Any], run: dict[str, Any]) -> bool:
         stored = entry.get("run")
-        return (entry.get("run_digest") == _digest(stored) and _same_run(stored, run)
+        return (entry.get("run_digest") == digest(stored) and same_run(stored, run)
                 and isinstance(stored, dict) and entry.get("seed") == stored["job"].get("seed"))
 
     def put(self, key: str, result: JobResult, commit: str, run: dict[str, Any] | None = None) -> str | None:
@@ -183,7 +98,7 @@ class ResultCache:
         # A result that itself came from the cache keeps the commit it was first produced at.
         entry: dict[str, Any] = {"format": FORMAT, "key": key, "commit": result.cached_from or commit, "result": body}
         if run is not None:
-            entry.update(run=run, run_digest=_digest(run), seed=run["job"].get("seed"))
+            entry.update(run=run, run_digest=digest(run), seed=run["job"].get("seed"))
         try:
             self._write(self._path(key), json.dumps(entry, sort_keys=True).encode("utf-8"))
         except OSError as exc:
@@ -219,3 +134,79 @@ class ResultCache:
             except OSError:
                 pass
             raise
+
+
+def carried_by_commit(repo: Path, directory: Path, head: str | None = None) -> str | None:
+    """``directory``, relative to the repository, when the checked-out commit (``head``, by default
+    HEAD) has files in it: then what is in it was written by whoever wrote the commit."""
+    linked = _linked_inside(repo, directory)
+    if linked is not None:
+        return linked  # a link the commit carries: entries would be read from and written to where it points
+    try:
+        rel = directory.resolve().relative_to(repo.resolve()).as_posix()
+    except ValueError:
+        return None  # outside the repository: the commit cannot carry it
+    head = head or git.resolve(repo, "HEAD")
+    prefix = rel.rstrip("/") + "/"
+    tracked = git.list_tree(repo, head) if head else {}
+    return rel if any(p.startswith(prefix) for p in tracked) else None
+
+
+def _linked_inside(repo: Path, directory: Path) -> str | None:
+    """``directory``'s path relative to the repository, where that path passes through a symbolic link."""
+    root = Path(os.path.abspath(repo))
+    full = Path(os.path.abspath(directory if directory.is_absolute() else root / directory))
+    try:
+        parts = full.relative_to(root).parts
+    except ValueError:
+        return None
+    current = root
+    for part in parts:
+        current = current / part
+        if current.is_symlink():
+            return full.relative_to(root).as_posix()
+    return None
+
+
+class JobCache:
+    """The result cache as ``check`` uses it: a job's entry under the key of what it depends on, in a
+    directory the checked-out commit does not carry."""
+
+    def __init__(self, policy: Policy, repo: Path, directory: Path | None, gpus: tuple[str, ...] = ()) -> None:
+        self.repo = repo
+        self.policy = policy
+        self.cache = ResultCache(directory or (repo / policy.cache.dir))
+        self.fingerprint = policy_fingerprint(policy)
+        self.env = environment_fingerprint(gpus, policy.cuda.sanitizer)
+        self.head = git.resolve(repo, "HEAD")
+        self._deps = Dependencies(repo, policy)
+        self._keys: dict[str, str] = {}
+        self._runs: dict[str, dict[str, Any]] = {}
+        self.notes: list[str] = []
+        self.refused = carried_by_commit(self.repo, self.cache.dir, self.head)
+        if self.refused:
+            self.notes.append(f"result cache: not used, since this commit carries its directory {self.refused} "
+                              f"(files in it, or a link on its path: entries must come from gpu-gate's own runs, "
+                              f"never from the tree)")
+
+    def _key(self, job: Job) -> str:
+        if job.id not in self._keys:
+            self._keys[job.id] = cache_key(job, self.repo, sorted(self._deps.of(job)), self.fingerprint, self.env)
+        return self._keys[job.id]
+
+    def _run(self, job: Job) -> dict[str, Any]:
+        if job.id not in self._runs:
+            self._runs[job.id] = run_record(job, self.repo, sorted(self._deps.of(job)))
+        return self._runs[job.id]
+
+    def lookup(self, job: Job) -> JobResult | None:
+        if self.refused:
+            return None
+        return self.cache.get(self._key(job), self._run(job))
+
+    def store(self, result: JobResult, job: Job) -> None:
+        if self.refused:
+            return
+        note = self.cache.put(self._key(job), result, self.head, self._run(job))
+        if note:
+            self.notes.append(note)

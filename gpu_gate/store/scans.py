@@ -7,7 +7,7 @@ decorators).
 An entry is keyed by a digest of the module's bytes, its path (relative imports depend on it) and
 the code that reads modules (gpu-gate's own ``pyscan`` and ``cudascan``, byte for byte), so an
 edited file, a moved one or a new gpu-gate reads afresh. It lives beside the result cache and
-follows its rule (see gpu_gate.store.bridge): a directory that the checked-out commit carries is
+follows its rule (see gpu_gate.store.results): a directory that the checked-out commit carries is
 never used, since anyone can write an entry that hides an import, and with it a spec the change
 selects. Only the gate's own process reads and writes it.
 """

@@ -359,7 +359,7 @@ def test_an_unfit_gpu_runner_starts_no_job_and_fails_closed(make_repo, tmp_path:
 
 
 def test_a_runner_needs_only_the_tools_its_jobs_use() -> None:
-    from gpu_gate.commands.check import tools_needed
+    from gpu_gate.commands.vet import tools_needed
     from gpu_gate.protocol.jobs import Job, SpecRef
 
     def job(check: str, *kernels: str) -> Job:
@@ -374,7 +374,7 @@ def test_a_runner_needs_only_the_tools_its_jobs_use() -> None:
 
 def test_the_policys_health_limits_reach_the_doctor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
-    from gpu_gate.commands import doctor, check as pipeline
+    from gpu_gate.commands import doctor, vet
     from gpu_gate.protocol.jobs import Job, SpecRef
     from gpu_gate.policy import load_policy
 
@@ -391,7 +391,7 @@ def test_the_policys_health_limits_reach_the_doctor(tmp_path: Path, monkeypatch:
 
     monkeypatch.setattr(doctor, "run_doctor", fake_doctor)
     job = Job(id="e", check="equivalence", level="required", kernels=("k/k.py",), spec=SpecRef("g_gate.py", "g"))
-    verdict = pipeline._vet_runner(("0",), None, policy, [job])
+    verdict = vet.vet_runner(("0",), None, policy, [job])
     t = seen["thresholds"]
     assert isinstance(t, doctor.Thresholds)
     assert (t.max_temperature_c, t.allow_other_processes, t.required_tools) == (70, True, ("torch", "triton"))

@@ -14,6 +14,7 @@ import pytest
 
 from gpu_gate.commands import doctor
 from gpu_gate import nvml
+from gpu_gate.health import tools as tools_module
 from gpu_gate.commands.doctor import Thresholds, ToolInfo, doctor_main, infrastructure_findings, run_doctor
 from gpu_gate.findings import Severity
 
@@ -426,8 +427,8 @@ def test_cuda_probes_run_side_by_side(monkeypatch: pytest.MonkeyPatch) -> None:
         both.wait()  # raises BrokenBarrierError unless the other probe runs at the same time
         return doctor.ProbeResult(True, "probed", {})
 
-    monkeypatch.setattr(doctor, "probe_cuda", probe)
-    monkeypatch.setattr(doctor, "_package_tool", lambda name, dists: doctor.ToolInfo(name, version="1.0"))
+    monkeypatch.setattr(tools_module, "probe_cuda", probe)
+    monkeypatch.setattr(tools_module, "_package_tool", lambda name, dists: doctor.ToolInfo(name, version="1.0"))
     tools = doctor.collect_tools(True, Thresholds())
     assert sorted(seen) == sorted(doctor.CUDA_PROBES.values())
     assert [(tools[n].cuda_works, tools[n].detail) for n in ("torch", "cupy")] == [(True, "probed")] * 2

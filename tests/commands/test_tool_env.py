@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_gate.store import bridge as cachebridge
+from gpu_gate.store import dependencies
 from gpu_gate.commands import doctor
 from gpu_gate import git, proc
 from gpu_gate.cuda import sanitizer as cs
@@ -63,7 +63,7 @@ def test_a_policy_named_sanitizer_is_probed_with_a_scrubbed_environment(tool: tu
 def test_the_cache_fingerprint_probes_the_policy_sanitizer_with_a_scrubbed_environment(
         tool: tuple[Path, Path]) -> None:
     path, dumps = tool
-    env = cachebridge.environment_fingerprint(("0",), str(path))
+    env = dependencies.environment_fingerprint(("0",), str(path))
     assert env["compute-sanitizer"] == "Version 2025.3.1"
     assert_scrubbed(dumps)
 

@@ -129,8 +129,8 @@ def test_the_executor_gives_a_bwrap_job_its_gpus_nodes_and_uuid_and_an_unshare_j
     assert env["CUDA_VISIBLE_DEVICES"] == FIRST.uuid
     layout = argv._layout(opts, "0", tmp_path / "w", bw)
     assert "/dev/nvidia1" in layout.devices and "/dev/nvidia0" not in layout.devices
-    argv = sandbox.bwrap_argv("bwrap", layout, ["true"], 3)
-    bound = [argv[i + 1] for i, a in enumerate(argv) if a == "--dev-bind"]
+    line = sandbox.bwrap_argv("bwrap", layout, ["true"], 3)
+    bound = [line[i + 1] for i, a in enumerate(line) if a == "--dev-bind"]
     assert bound == list(layout.devices)
     # unshare keeps the machine's /dev: the index stays, and the run's notes do not claim otherwise
     assert argv._env_for(opts, "0", tmp_path, 1, "equivalence", UNSHARE)["CUDA_VISIBLE_DEVICES"] == "0"

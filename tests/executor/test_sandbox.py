@@ -199,7 +199,7 @@ def test_required_runs_no_job_without_a_sandbox_and_says_why(tmp_path: Path) -> 
     assert (f.kind, f.severity.value) == ("sandbox-unavailable", "error")
     [w] = scheduling.sandbox_findings(NONE, "auto")
     assert (w.kind, w.severity.value) == ("sandbox-unavailable", "warning") and "UNSANDBOXED" in w.message
-    [n] = scheduling.sandbox_findings(sandbox.sandbox.choose("off"), "off")
+    [n] = scheduling.sandbox_findings(sandbox.choose("off"), "off")
     assert n.severity.value == "note"
     assert scheduling.sandbox_findings(sandbox.Available("bwrap", "/usr/bin/bwrap", "x"), "required") == []
 
@@ -238,9 +238,10 @@ def test_a_repository_gpu_gate_package_does_not_shadow_the_installed_one(tmp_pat
     import subprocess
     import sys
 
-    (tmp_path / "gpu_gate").mkdir()
+    (tmp_path / "gpu_gate" / "judge").mkdir(parents=True)
     (tmp_path / "gpu_gate" / "__init__.py").write_text("")
-    (tmp_path / "gpu_gate" / "harness.py").write_text(FAKE_HARNESS)
+    (tmp_path / "gpu_gate" / "judge" / "__init__.py").write_text("")
+    (tmp_path / "gpu_gate" / "judge" / "job.py").write_text(FAKE_HARNESS)
     (tmp_path / "mylib.py").write_text("def double(x):\n    return x * 3\n")  # the user's own (buggy) code
     job = _job(tmp_path, "wrong", "import mylib; return mylib.double(x)")
     res = _run(tmp_path, [job], box)

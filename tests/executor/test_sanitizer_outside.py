@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_gate.executor import containment, control, job, scheduling, sandbox
+from gpu_gate.executor import containment, control, job as executor_job, scheduling, sandbox
 from gpu_gate import proc
 from gpu_gate.judge.checks import CHECKS
 from gpu_gate.judge.checks import sanitizer as check
@@ -257,7 +257,7 @@ def _gate(tmp_path: Path, tool: Path, job: Job, box: sandbox.Available, errors: 
         monkeypatch.delenv("TOOL_ERRORS", raising=False)
     opts = ExecOptions(repo_root=tmp_path / "repo", gpus=(), timeout_s=120, sandbox=box,
                        sandbox_mode="auto" if box.works else "off", sanitizer_path=str(tool))
-    return job.run_one(job, opts, None)
+    return executor_job.run_one(job, opts, None)
 
 
 @needs_bwrap

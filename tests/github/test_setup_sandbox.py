@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from gpu_gate import cli
+from gpu_gate.commands.check import worker_python
 from gpu_gate.executor import argv, sandbox
 from gpu_gate.errors import GateError
 from gpu_gate.executor.options import ExecOptions
@@ -332,18 +333,18 @@ def test_worker_python_is_the_workers_interpreter_never_the_judges(tmp_path: Pat
 
 def test_worker_python_is_checked_without_running_it(tmp_path: Path) -> None:
     with pytest.raises(GateError, match="no executable file there"):
-        cli.worker_python(str(tmp_path / "nope" / "bin" / "python"))
+        worker_python(str(tmp_path / "nope" / "bin" / "python"))
     lone = tmp_path / "lone" / "bin" / "python"
     lone.parent.mkdir(parents=True)
     lone.write_text("#!/bin/sh\ntouch ran\n")
     lone.chmod(0o755)
     with pytest.raises(GateError, match="not the interpreter of a virtual environment"):
-        cli.worker_python(str(lone))
+        worker_python(str(lone))
     (lone.parent.parent / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.9.1\n")
     with pytest.raises(GateError, match="its venv is Python 3.9"):
-        cli.worker_python(str(lone))
+        worker_python(str(lone))
     (lone.parent.parent / "pyvenv.cfg").write_text(f"home = /usr/bin\nversion = {sys.version.split()[0]}\n")
-    assert cli.worker_python(str(lone)) == lone and not Path("ran").exists()
+    assert worker_python(str(lone)) == lone and not Path("ran").exists()
     assert cli.main(["check", "--repo", str(tmp_path), "--worker-python", str(tmp_path / "nope")]) == 2
 
 

@@ -276,14 +276,14 @@ def test_the_harness_subprocess_writes_a_result(tmp_path: Path) -> None:
 
 
 def test_the_growth_table_is_what_the_markdown_report_draws(tmp_path: Path) -> None:
-    from gpu_gate.report.markdown import _growth_block
+    from gpu_gate.report.mdgrowth import growth_block
 
     corpus = Path(__file__).parent.parent / "corpus"
     job = Job(id="j", check="equivalence", level="required", kernels=(), spec=SpecRef("rowsum.py", "rowsum_bf16_acc"),
               options={"cases": 4, "shrink": False}, seed=1)
     r = run_job(job, Context(repo_root=corpus, device="cpu", workdir=tmp_path))
     g = r.extra.growth
-    text = _growth_block(r, g)
+    text = growth_block(r, g)
     assert "xychart-beta" in text and "262144" in text
     assert "grows faster with size than the baseline" in text
     (f,) = [x for x in r.findings if x.kind == "error-growth"]

@@ -324,7 +324,7 @@ def test_the_worker_side_imports_nothing_that_decides() -> None:
     mods = set(subprocess.run([sys.executable, "-c", code, *wanted], capture_output=True, text=True,
                               check=True).stdout.split())
     deciding = {"gpu_gate.judge.equivalence.compare", "gpu_gate.judge.job", "gpu_gate.verdict", "gpu_gate.executor.scheduling",
-                "gpu_gate.store.results", "gpu_gate.judge.equivalence.engine", "gpu_gate.commands.check"}
+                "gpu_gate.store.results", "gpu_gate.store.dependencies", "gpu_gate.judge.equivalence.engine", "gpu_gate.commands.check"}
     assert not mods & deciding, mods & deciding
     assert not [m for m in mods if m.startswith(("gpu_gate.judge", "gpu_gate.report", "gpu_gate.github",
                                                  "gpu_gate.judge.checks"))], sorted(mods)

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpu_gate.store import results as cache_mod
-from gpu_gate.store.results import ResultCache, cache_key
+from gpu_gate.store import dependencies, results as cache_mod
+from gpu_gate.store.dependencies import cache_key
+from gpu_gate.store.results import ResultCache
 from gpu_gate.findings import Finding, JobResult, Status
 from gpu_gate.protocol.jobs import Job, SpecRef
 
@@ -108,7 +109,7 @@ def test_policy_env_and_options_are_part_of_the_key(repo: Path, tmp_path: Path) 
 
 def test_gpu_gate_version_is_part_of_the_key(repo: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     before = key_for(repo)
-    monkeypatch.setattr(cache_mod, "gpu_gate_version", lambda: "99.0.0")
+    monkeypatch.setattr(dependencies, "gpu_gate_version", lambda: "99.0.0")
     assert key_for(repo) != before
 
 
@@ -237,7 +238,7 @@ def test_concurrent_writers_never_leave_a_torn_entry(repo: Path, tmp_path: Path)
 def test_the_machine_fingerprint_names_the_sanitizer_version_on_a_gpu_runner(tmp_path: Path,
                                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     """A new compute-sanitizer can find what the old one missed: its version is part of the key."""
-    from gpu_gate.store.bridge import environment_fingerprint
+    from gpu_gate.store.dependencies import environment_fingerprint
 
     tool = tmp_path / "compute-sanitizer"
 
@@ -259,7 +260,7 @@ def test_a_run_asks_nvidia_smi_once_for_the_gpus_and_the_fingerprint(tmp_path: P
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """nvidia-smi takes seconds where the driver is not kept loaded: a cached run that asked it
     twice (which GPUs, then their names for the key) waited for it twice."""
-    from gpu_gate.store.bridge import environment_fingerprint
+    from gpu_gate.store.dependencies import environment_fingerprint
     from gpu_gate.executor.slots import detect_gpus, gpu_inventory
 
     calls = tmp_path / "calls"
@@ -292,7 +293,7 @@ def _entry(cache: ResultCache, key: str) -> tuple[Path, dict[str, object]]:
 def test_an_entry_carries_its_seed_and_run_record_and_a_hit_checks_both(repo: Path, tmp_path: Path) -> None:
     import json
 
-    from gpu_gate.store.results import run_record
+    from gpu_gate.store.dependencies import run_record
 
     cache = ResultCache(tmp_path / "cache")
     job = make_job(seed=1234)

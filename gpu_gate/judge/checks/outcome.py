@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ...findings import Finding, Status
 from ...job_extra import JobExtra
 from ..job import Context, Outcome
 
-__all__ = ["Context", "Outcome", "WrapContext", "make_outcome"]
+if TYPE_CHECKING:
+    from ...proc import ProcResult
+
+__all__ = ["BaseRun", "Context", "Outcome", "WrapContext", "make_outcome"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -25,6 +29,16 @@ class WrapContext:
     # The tool's front end runs outside the worker's sandbox (bwrap, or none); False: inside it
     # (unshare), where its report lies in the worker's own directory.
     tool_outside: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseRun:
+    """The base's worker under the same tool, in a differential run: its directory, how the tool
+    ended, and where the base's tree lies on disk (to read the lines its reports point at)."""
+
+    workdir: Path
+    proc: ProcResult
+    root: Path
 
 
 def make_outcome(

@@ -23,7 +23,7 @@ from typing import Any
 
 from ...cuda import sanitizer as cs
 from ...cuda.names import kernel_names_in_file
-from .outcome import Context, WrapContext, make_outcome
+from .outcome import BaseRun, Context, WrapContext, make_outcome
 from ...findings import Finding, Severity, Status
 from ...protocol.jobs import Job
 from ...proc import ProcResult
@@ -135,16 +135,6 @@ def wrap(job: Job, workdir: Path, ctx: WrapContext) -> list[str] | Any:
                                                         "xml": opts.xml_path}))
     env_prefix = [shutil.which("env") or "env", *(f"{k}={v}" for k, v in cs.sanitizer_env(tool).items())]
     return [*env_prefix, *cs.argv(found.path, opts, ())]
-
-
-@dataclasses.dataclass(frozen=True)
-class BaseRun:
-    """The base's worker under the same tool, in a differential run: its directory, how the tool
-    ended, and where the base's tree lies on disk (to read the lines its reports point at)."""
-
-    workdir: Path
-    proc: ProcResult
-    root: Path
 
 
 def collect(job: Job, workdir: Path, proc: ProcResult, inner: Any | None, base: BaseRun | None = None) -> Any:
