@@ -263,10 +263,13 @@ def _unshare_setup(layout: Layout) -> str:
     job directory writable again, then every capability dropped for good."""
     ro = _shown(layout) + _shown_hidden(layout)
     ro.sort(key=_depth)
-    lines = ["set -e", "mount --make-rprivate /"]
+    lines = ["set -e", "mount --make-rprivate /", _RO_UNDER]
     for p in ro:
         q = _quote(p)
-        lines.append(f"mount --bind {_quote(_source(layout, p))} {q} && mount -o remount,bind,ro {q}")
+        # Recursive: what is mounted inside a shown directory stays in view (a container's NVIDIA
+        # driver libraries, mounted under /usr one by one or as a squashfs: without them a plain
+        # bind shows empty places and CUDA finds no driver); each of those mounts read-only too.
+        lines.append(f"mount --rbind {_quote(_source(layout, p))} {q} && mount -o remount,bind,ro {q} && _ro_under {q}")
     jd = _quote(Path(os.path.realpath(layout.jobdir)))
     # A bind of a path inside a read-only mount is read-only too, until remounted.
     lines.append(f"mount --bind {jd} {jd} && mount -o remount,bind,rw {jd}")
@@ -276,6 +279,12 @@ def _unshare_setup(layout: Layout) -> str:
     lines.append(f"cd {_quote(layout.repo)}")
     lines.append("set +e")  # the waiter must count after a failing worker too
     return "\n".join(lines)
+
+
+# Every mount below a directory (read from the mount table) made read-only; a mount that cannot be
+# remounted (a pseudo file system) is left as it is.
+_RO_UNDER = ('_ro_under() { while read -r _ _ _ _ m _; do case "$m" in "$1"/*) '
+             'mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac; done < /proc/self/mountinfo; }')
 
 
 def _quote(p: Path) -> str:
