@@ -19,6 +19,7 @@ from .containment import Contained, STUCK_ATTEMPTS, _contained_run
 from .control import RunControl
 from .. import scrub
 from .judged import _run_judged
+from .keep import keep
 from .options import ExecOptions, concurrency
 from .results import STUCK, _error_result, _interrupted, _judge_run, _read_result, _refused, _with_escapes
 
@@ -70,10 +71,7 @@ def _run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl) 
         return _run_in(job, opts, gpu, workdir, control)
     finally:
         if opts.keep_workdirs is not None:
-            dest = opts.keep_workdirs / job.id.replace("/", "_").replace(":", "_")
-            shutil.copytree(workdir, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.tmp"))
-            for report in outer.glob("*.xml"):  # compute-sanitizer's, written beside the worker's directory
-                shutil.copy2(report, dest / report.name)
+            keep(workdir, outer, opts.keep_workdirs / job.id.replace("/", "_").replace(":", "_"))
         shutil.rmtree(outer, ignore_errors=True)
 
 
