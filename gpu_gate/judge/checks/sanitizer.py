@@ -202,7 +202,9 @@ def _against_base(job: Job, findings: list[Finding], head_root: Path, base: Base
         why = failures[0].message.splitlines()[0]
         note = (f"not compared with the base's code ({commit}) under {tool}: {why}; "
                 f"every report counts as this change's")
-        return [marked(f, "new") if f.severity is not Severity.NOTE else f for f in findings] + [_note(tool, job, note)]
+        # the kind says whether the tool failed rather than the base's code (the executor runs such a job again)
+        return [marked(f, "new") if f.severity is not Severity.NOTE else f for f in findings] + [
+            dataclasses.replace(_note(tool, job, note), details={"base_failure": failures[0].kind})]
     base_errors = [f for f in at_base if f.severity is not Severity.NOTE]
     base_sites = [_site(f, base.root) for f in base_errors]
     head_sites = {id(f): _site(f, head_root) for f in errors}
@@ -308,7 +310,8 @@ def tool_failures(tool: str, proc: ProcResult) -> list[Finding]:
 
 
 def _crash(tool: str, proc: ProcResult, what: str) -> Finding:
-    return Finding(tool, "sanitizer-crash", f"compute-sanitizer {proc.describe()} {what}".strip() + "\n" + _tail(proc))
+    return Finding(tool, "sanitizer-crash", f"compute-sanitizer {proc.describe()} {what}".strip() + "\n" + _tail(proc),
+                   details={"returncode": proc.returncode, "signal": proc.signal})
 
 
 def _tail(proc: ProcResult) -> str:
