@@ -23,6 +23,7 @@ from typing import Any
 
 from ...cuda import sanitizer as cs
 from ...cuda.names import kernel_names_in_file
+from ...cuda.tool_launch import tool_options
 from .outcome import Context, WrapContext, make_outcome
 from ...findings import Finding, Severity, Status
 from ...protocol.jobs import Job
@@ -129,12 +130,22 @@ def wrap(job: Job, workdir: Path, ctx: WrapContext) -> list[str] | Any:
         leak_check=bool(job.options.get("leak_check", False)),
         racecheck_report=str(job.options.get("racecheck_report", "analysis")),
         track_filtered=found.supports("--initcheck-track-filtered-global-memory"),
+        extra=tuple(tool_options(found.options, _interpreter_name())),
     )
     Path(workdir).mkdir(parents=True, exist_ok=True)
     _targets_file(workdir, tool).write_text(json.dumps({"kernels": names, "repo_root": str(ctx.repo_root),
                                                         "xml": opts.xml_path}))
     env_prefix = [shutil.which("env") or "env", *(f"{k}={v}" for k, v in cs.sanitizer_env(tool).items())]
     return [*env_prefix, *cs.argv(found.path, opts, ())]
+
+
+def _interpreter_name() -> str:
+    """The worker interpreter's executable name, as the tool sees the process (the workers run
+    this interpreter, or a venv's of the same Python, whose link resolves to the same name)."""
+    import os
+    import sys
+
+    return os.path.basename(os.path.realpath(sys.executable))
 
 
 @dataclasses.dataclass(frozen=True)
