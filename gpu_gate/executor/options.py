@@ -38,6 +38,10 @@ class ExecOptions:
     # the policy's runner.infrastructure: a failure of the runner's tools that persists over its runs
     # (see gpu_gate.executor.infrastructure) is an error (fail) or leaves the check not run (not_run)
     infrastructure: Literal["fail", "not_run"] = "not_run"
+    # GPU index -> its memory in bytes, for reservations across the runner's gates (default: nvidia-smi);
+    # where they are kept (default: gpu_gate.executor.reservations.runner_dir())
+    gpu_memory: Callable[[str], int | None] | None = None
+    reservations_dir: Path | None = None
 
 
 LESS_URGENT = 10  # the nice value of the jobs that run beside a GPU's lead job
