@@ -385,7 +385,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
                                run_deadline=time.monotonic() + policy.runner.run_timeout_minutes * 60,
                                workers=args.jobs or (len(gpus) or min(2, os.cpu_count() or 1)),
                                fail_fast=policy.runner.fail_fast, sanitizer_path=policy.cuda.sanitizer,
-                               jobs_per_gpu=policy.runner.jobs_per_gpu,
+                               jobs_per_gpu=policy.runner.jobs_per_gpu, infrastructure=policy.runner.infrastructure,
                                keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None,
                                work_root=work_root, pycache=pycache, sandbox_mode=policy.runner.sandbox,
                                sandbox=box, hide=(Path(args.out).resolve(), *([cache.cache.dir] if cache else [])),

@@ -252,10 +252,19 @@ def bwrap_argv(bwrap: str, layout: Layout, inner: Sequence[str], fd: int, watche
     the tool's network namespace, and bwrap's own init is its first process instead of the waiter
     (with a shell as PID 1, compute-sanitizer never exited: measured on an H100, cause not found);
     else the waiter is PID 1, which no signal from inside can end."""
+    return [bwrap, *bwrap_options(layout, watched), *_command(inner, fd)]
+
+
+def bwrap_options(layout: Layout, watched: bool = False) -> list[str]:
+    """bwrap's options for ``layout`` (all but the command): on its command line, or, for a
+    sandbox watched by a tool, through a pipe (``--args FD``, see gpu_gate.executor.tool_launch)."""
     devices = [a for node in layout.devices for a in ("--dev-bind", node, node)]
     init = [] if watched else ["--as-pid-1"]
-    return [bwrap, *_bwrap_base(net=not watched), *devices, *_bwrap_mounts(layout), *init,
-            "--chdir", str(layout.repo), "--", _bash(), "-c", waiter(fd), "sh", *inner]
+    return [*_bwrap_base(net=not watched), *devices, *_bwrap_mounts(layout), *init, "--chdir", str(layout.repo)]
+
+
+def _command(inner: Sequence[str], fd: int) -> list[str]:
+    return ["--", _bash(), "-c", waiter(fd), "sh", *inner]
 
 
 def _unshare_setup(layout: Layout) -> str:
@@ -308,7 +317,8 @@ def _bash() -> str:
     return shutil.which("bash") or "/bin/bash"
 
 
-def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int, tool: Sequence[str] = ()) -> list[str]:
+def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int, tool: Sequence[str] = (),
+         args_fd: int | None = None) -> list[str]:
     """``inner`` (the worker's command line) run inside the sandbox; ``fd``: where the waiter
     writes the worker's exit status and the count of processes that outlived it (read it with
     :func:`read_waiter`; ignored without a sandbox).
@@ -319,12 +329,16 @@ def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int, tool: 
     mount namespaces: the worker can neither see nor signal it, and what it writes lies where the
     worker cannot reach. It talks to its collector in the worker's process through their network
     namespace (across namespaces it never connects), so the two share one: a new, empty one made
-    for the tool, with no route anywhere, which the sandbox then keeps instead of making its own."""
+    for the tool, with no route anywhere, which the sandbox then keeps instead of making its own.
+    ``args_fd``: the watched bwrap reads its options from this descriptor (``--args``), which the
+    caller fills with :func:`bwrap_options` (see gpu_gate.executor.tool_launch)."""
     if avail.kind == "bwrap":
         assert avail.path is not None
         if not tool:
             return bwrap_argv(avail.path, layout, inner, fd)
         outer = [avail.path, "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--"]
+        if args_fd is not None:  # its options come through a pipe: bwrap_options(layout, watched=True)
+            return [*outer, *tool, avail.path, "--args", str(int(args_fd)), *_command(inner, fd)]
         return [*outer, *tool, *bwrap_argv(avail.path, layout, inner, fd, watched=True)]
     if avail.kind == "unshare":  # the tool inside the sandbox (see Available.tool_outside)
         assert avail.path is not None

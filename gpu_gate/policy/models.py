@@ -214,6 +214,11 @@ class RunnerSettings(_Frozen):
         "run every job in a sandbox (bubblewrap, else unshare): required: no job runs without one; auto: use one "
         "where it works, else run unsandboxed with a sandbox-unavailable warning; off: never"))
 
+    infrastructure: Literal["fail", "not_run"] = Field(default="not_run", description=(
+        "a failure of the runner's tools that persists when the job is run again on the same inputs "
+        "(compute-sanitizer crashing with no report, a sandbox under it that never starts): not_run: the check "
+        "is not run, with the reason, and not_run decides; fail: it is an error that blocks a required check"))
+
     @field_validator("sandbox", mode="before")
     @classmethod
     def _sandbox(cls, value: Any) -> Any:

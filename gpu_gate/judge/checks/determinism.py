@@ -8,9 +8,11 @@ another one (see gpu_gate.worker.producer): a kernel that reads them before its 
 finished differs there."""
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from ...findings import Finding, Status
+from ...findings import Finding, Severity, Status
+from .fitting import RESERVED, run_fitting
 
 if TYPE_CHECKING:
     from ...protocol.cases import Case
@@ -75,6 +77,7 @@ class Determinism:
         self._truth: tuple[str, Any] | None = None  # the last case's fetched reference: (case id, truth)
         self._errors_of: dict[str, float] | None = None  # outputs whose base error is asked; then the errors
         self.timing: dict[str, Any] = {"cases": []}  # where the job's time went (see run)
+        self.unfitted: list[str] = []  # cases run smaller, or left out, for want of GPU memory (see fitting)
 
     def cases(self) -> list[Case]:
         """The contention cases first (many programs sharing locks, partial rows and hot
@@ -91,7 +94,9 @@ class Determinism:
         usable, _ = allowed_dtypes(self.spec, opts)
         busy: list[Case] = []
         if usable and self.job.options.get("contention", True):
-            busy = contention_cases(self.spec, self.eq.seed, usable[0], self._contention_budget(), opts.max_reduction)
+            budget = self._contention_budget()
+            busy = contention_cases(self.spec, self.eq.seed, usable[0], budget, opts.max_reduction)
+            self._busy = {c.id: (i, usable[0], budget, opts.max_reduction) for i, c in enumerate(busy)}
         return busy + schedule(self.spec, opts)
 
     def _contention_budget(self) -> int:
@@ -100,10 +105,28 @@ class Determinism:
         cap = float(self.job.options.get("contention_gib") or DEFAULT_CONTENTION_GIB)
         if self.ctx.device != "cuda":
             return self.eq.budget
+        reserved = self.job.options.get(RESERVED)
+        if reserved:  # what the executor reserved for this job on its GPU, which other jobs leave alone
+            return gpu_budget(int(reserved), cap)
         import torch
 
         free, _ = torch.cuda.mem_get_info()
         return gpu_budget(int(free), cap)
+
+    def _smaller(self, case: Case, attempt: int) -> Case | None:
+        """``case`` again, smaller: a contention case at a quarter of its budget per attempt; any
+        other case once more as it is (the memory the others took may be back)."""
+        from ..equivalence.contention import contention_cases
+        from .fitting import FLOOR, SHRINK
+
+        if case.id not in getattr(self, "_busy", {}):
+            return case if attempt == 1 else None
+        index, dtype, first, reduction = self._busy[case.id]
+        budget = first // SHRINK ** attempt
+        if budget < min(FLOOR, first // 64):
+            return None
+        again = contention_cases(self.spec, self.eq.seed, dtype, budget, reduction)
+        return again[index] if index < len(again) else (again[-1] if again else None)
 
     def run(self) -> Outcome:
         """The check, with where its time went (``extra["timing"]``: importing the spec in the
@@ -158,7 +181,8 @@ class Determinism:
         debt: list[Finding] = []  # nondeterminism the base's code shows on the same case too
         try:
             for case in self.cases():
-                finding = self._timed_case(case, self.runner.candidate, "head")
+                finding = run_fitting(lambda c: self._timed_case(c, self.runner.candidate, "head"), case,
+                                      self._smaller, self.unfitted)
                 if isinstance(finding, str):  # refused: the equivalence check reports it
                     continue
                 ran += 1
@@ -177,11 +201,15 @@ class Determinism:
                            cases=ran, reason="CUDA context lost")
         except SpecBroken as exc:
             return Outcome(Status.ERROR, [self._finding("reference-error", str(exc))], cases=ran, reason=str(exc))
+        if ran == 0 and self.unfitted:  # nothing was checked: not a pass, and not the kernel's failure
+            return Outcome(Status.ERROR, [self._finding("out-of-memory", "; ".join(self.unfitted))],
+                           reason="no case fit in the GPU's memory left to this job")
         if ran == 0:
             return Outcome(Status.ERROR, [self._finding("refused", "the candidate refused every case: nothing was "
                                                                    "checked for determinism")],
                            reason="every case was refused")
         notes = [self._note_unheld(FEWER_SMS, self.unheld)] if self.unheld else []
+        notes += [dataclasses.replace(self._finding("smaller", n), severity=Severity.NOTE) for n in self.unfitted]
         notes += [self._note_unheld(CALLER_LATE, self.unheld_caller)] if self.unheld_caller else []
         if self.unproduced:  # the spec asked for these runs: not made is not passed
             notes.append(self._finding("producer-unavailable", f"the runs after a producer (producer=) could not be "
