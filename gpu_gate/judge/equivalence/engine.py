@@ -31,6 +31,7 @@ from ...protocol.cases import Case
 from .compare import EPS, Comparison, Rule, agree, as_bytes, baseline_unusable, compare
 from ...protocol.guard import GUARD_BYTES, canary_intact, geometry, guarded_from
 from ...protocol.inputs import materialize
+from .wording import less_accurate
 
 __all__ = ["CaseResult", "CaseRunner", "ContextLost", "SpecBroken", "bitwise_equal"]
 
@@ -445,11 +446,7 @@ class CaseRunner:
             head_err, base_err = min(hc.error, *errors[0]), max(bc.error, *errors[1])
             if head_err <= self.regression_factor * max(base_err, self._floor(hc)):
                 continue
-            times = head_err / max(base_err, 1e-300)
-            what = (f"output {name!r}: this change makes the result {times:.3g}x less accurate than the base's code "
-                    f"on the same case (normwise relative error {head_err:.3g} against {base_err:.3g}, the best and the "
-                    f"worst of {1 + len(errors[0])} runs each; at most {self.regression_factor:g}x is allowed, "
-                    f"regression_factor)")
+            what = less_accurate(name, head_err, base_err, 1 + len(errors[0]), self.regression_factor)
             if hc.ok:
                 out.append(marked(_finding(self.spec_id, case, "less-accurate", what, repro, output=name,
                                            error=head_err, base_error=base_err,
