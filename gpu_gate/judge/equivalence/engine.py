@@ -31,6 +31,7 @@ from ...protocol.cases import Case
 from .compare import EPS, Comparison, Rule, agree, as_bytes, baseline_unusable, compare
 from ...protocol.guard import GUARD_BYTES, canary_intact, geometry, guarded_from
 from ...protocol.inputs import materialize
+from .noise import against_noise
 from .wording import less_accurate
 
 __all__ = ["CaseResult", "CaseRunner", "ContextLost", "SpecBroken", "bitwise_equal"]
@@ -411,6 +412,10 @@ class CaseRunner:
         self.chance_at_base |= {key for key in at_base if key[0] in CHANCE_KEYS}
         findings = [(marked(f, "pre-existing" if old_debt(f) else "new")
                      if f.severity is Severity.ERROR else f) for f in result.findings]
+        if truth is not None:  # one draw of a nondeterministic base is not its accuracy
+            findings = against_noise(self, case, m, upstream, truth, findings,
+                                     {c.name: c.error for c in result.comparisons},
+                                     {c.name: c.error for c in bres.comparisons})
         findings = self._regressions(case, repro, result.comparisons, bres.comparisons, findings,
                                      lambda names: self._confirm(case, m, upstream, truth, names))
         result.findings = findings
