@@ -26,9 +26,8 @@ def _escapes(results: dict) -> list[dict]:  # type: ignore[type-arg]
 
 def test_a_helper_the_base_starts_too_is_named_and_does_not_block(make_repo) -> None:  # type: ignore[no-untyped-def]
     tag = f"both-{os.getpid()}"
-    ops = HELPER.format(tag=tag) + EXACT
-    r = _repo(make_repo, ops)
-    _pr(r, ops.replace("def row_sum(x):", "def row_sum(x):  # unchanged"))
+    r = _repo(make_repo, HELPER.format(tag=tag) + EXACT)
+    _pr(r, HELPER.format(tag=tag) + EXACT.replace("x", "rows"))  # a renamed parameter: a token, so the spec runs
     code, text, results = _check(r)
     assert code == 0, text
     found = _escapes(results)
