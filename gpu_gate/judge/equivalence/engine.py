@@ -31,7 +31,7 @@ from ...protocol.cases import Case
 from .compare import EPS, Comparison, Rule, agree, as_bytes, baseline_unusable, compare
 from ...protocol.guard import GUARD_BYTES, canary_intact, geometry, guarded_from
 from ...protocol.inputs import materialize
-from .noise import against_noise
+from .noise import against_noise, replayed_against_noise
 from .wording import less_accurate
 
 __all__ = ["CaseResult", "CaseRunner", "ContextLost", "SpecBroken", "bitwise_equal"]
@@ -527,6 +527,7 @@ class CaseRunner:
                 self.base, self.base_lost = None, f"{exc} (replay of case {case.id})"
                 return found
             found = [marked(f, "pre-existing" if failure_key(f) in at_base else "new") for f in found]
+            found = replayed_against_noise(self, case, found)
         return found
 
     def _replay_on(self, cand: Candidate, case: Case) -> list[Finding]:

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from ...protocol.cases import Case
     from .engine import CaseRunner, Truth
 
-__all__ = ["NOISE_RUNS", "Sample", "against_noise"]
+__all__ = ["NOISE_RUNS", "Sample", "against_noise", "replayed_against_noise"]
 
 NOISE_RUNS = 4  # more runs of each side on a case where the head fails and the base passed once
 WRONG = frozenset({"mismatch", "nan", "nonfinite"})
@@ -109,3 +109,25 @@ def _sample(runner: CaseRunner, case: Case, m: Any, upstream: dict[str, Any] | N
     for k in outputs:  # errors that differ are results that differ, whatever the first run was
         varies[k] = varies[k] or len(set(errors[1][k])) > 1
     return Sample(errors[0], errors[1], varies)
+
+
+def replayed_against_noise(runner: CaseRunner, case: Case, found: list[Finding]) -> list[Finding]:
+    """The replay's failures of the head that the base's one replay did not have, looked for on
+    NOISE_RUNS more replays of the base's code: a base that fails the same way on one of them is
+    nondeterministic there, and the head's failure on one draw is its debt, not this change's."""
+    from .engine import BaseLost, ContextLost, failure_key, marked
+
+    wanted = {failure_key(f) for f in found if f.details.get("change") == "new"}
+    seen: set[tuple[str, str]] = set()
+    runs = 0
+    while wanted - seen and runs < NOISE_RUNS and runner.base is not None:
+        runs += 1
+        try:
+            seen |= {failure_key(f) for f in runner._replay_on(runner.base, case)}
+        except (BaseLost, ContextLost) as exc:
+            runner.base, runner.base_lost = None, f"{exc} (replay of case {case.id})"
+            break
+    note = (f"the base's code fails the same way on one of {1 + runs} replays of the case: its results vary from "
+            f"run to run here")
+    return [marked(dataclasses.replace(f, message=f"pre-existing ({note}): {f.message}"), "pre-existing", note)
+            if f.details.get("change") == "new" and failure_key(f) in seen else f for f in found]
