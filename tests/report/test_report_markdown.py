@@ -78,8 +78,8 @@ def test_kernel_tables_show_each_checks_result(md: str) -> None:
     assert f"| equivalence | `{RMS}` | ❌ failed (2 errors) | 64 cases | 4.1s |" in kernels
     assert "| memcheck |" not in kernels  # not run: one line under the table, the reason once below
     assert "⛔ Not run: memcheck (see *Not verified, and why*)" in kernels
-    assert f"| racecheck | `{RMS}` | ✅ passed · cached from `{CACHED_SHA[:12]}` | 4 | 7.4s |" in kernels
-    assert f"| initcheck | `{RMS}` | ⚠️ failed (1 error) (advisory) | 4 | 9.5s |" in kernels
+    assert f"| racecheck | `{RMS}` | ✅ passed · cached from `{CACHED_SHA[:12]}` | 4 cases | 7.4s |" in kernels
+    assert f"| initcheck | `{RMS}` | ⚠️ failed (1 error) (advisory) | 4 cases | 9.5s |" in kernels
     assert f"| equivalence | `{ROWSUM}` | 💥 could not run |  | 600.0s |" in kernels
     assert "#### `csrc/scatter.cu`\n\ncuda · added · specs: **none** — no gate spec covers this kernel" in kernels
 
