@@ -468,6 +468,18 @@ def _cache(policy: Any, repo: Path, args: argparse.Namespace, gpus: tuple[str, .
     return cache
 
 
+def local_rules(rules: Any, record: RunRecord) -> Any:
+    """The policy's rules, where a local run without a GPU lists the GPU-only checks as not run
+    here rather than failing on them (in CI they fail closed: see gpu_gate.checked)."""
+    import dataclasses
+
+    from ..checked import in_ci
+
+    if in_ci() or record.environment.get("gpus"):
+        return rules
+    return dataclasses.replace(rules, gpu_not_run_here="warn")
+
+
 def finish(record: RunRecord, loaded: LoadedPolicy, out_dir: Path, args: argparse.Namespace) -> int:
     from .json_output import check_json
     from ..report.console import gha_annotations, paint_headline, render_summary
@@ -477,7 +489,7 @@ def finish(record: RunRecord, loaded: LoadedPolicy, out_dir: Path, args: argpars
 
     # What the specs launched in this run decides which changed kernels they covered.
     record.plan_findings = revise(record.kernels, record.plan_findings, record.results, loaded.policy.specs)
-    verdict = decide(record, loaded.policy.rules())
+    verdict = decide(record, local_rules(loaded.policy.rules(), record))
     for note in record.notes if out.verbose() else ():
         out.detail(f"note: {note}")
     if out.quiet():

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
 from . import sandbox, tool_launch
+from .leftovers import Left, read_left
 from .. import proc
 from .argv import _layout, _niced
 from .control import RunControl
@@ -76,7 +77,7 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
             unwatched = (bool(tool) and avail.tool_outside and status is None and sandbox.waiter_started(text)
                          and not pr.timed_out and control.reason is None)
             return Contained(pr, n, unwatched, ended, watch is not None and watch.stuck,
-                             watch.started_s if watch is not None else None)
+                             watch.started_s if watch is not None else None, tuple(read_left(text)))
         return Contained(pr, _hunt_orphans(start), False, 0)
 
 
@@ -91,6 +92,7 @@ class Contained(NamedTuple):
     ended: int
     stuck: bool = False
     started_s: float | None = None  # under a tool outside: how long the sandbox took to start its worker
+    left: tuple[Left, ...] = ()  # the processes that outlived the worker, as the waiter named them
 
 
 # How long a sandbox watched by a tool may stay after its worker has ended before the gate ends it.

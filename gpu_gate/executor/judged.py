@@ -21,7 +21,8 @@ from .argv import _context, _env_for, _niced, _worker_context, judge_argv, worke
 from .containment import Contained, _contained_run
 from .control import RunControl, _kill_group
 from .options import ExecOptions, concurrency
-from .results import _classify_failure, _error_result, _interrupted, _outcome_to_result, _read_result, _stuck_result, _with_escapes, _with_sandbox_ended
+from .leftovers import judge_escapes
+from .results import _classify_failure, _error_result, _interrupted, _outcome_to_result, _read_result, _stuck_result, _with_sandbox_ended
 
 
 WORKER_ROLES = ("candidate", "reference")  # and "base", the base's code, in a differential run
@@ -172,7 +173,13 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     _time_outside(result, marks, {role: c.started_s for role, c in done.items() if c.started_s is not None})
     if ended:
         result = _with_sandbox_ended(result, ended)
-    return _with_escapes(result, escaped, avail, unwatched) if escaped or unwatched else result
+    if not (escaped or unwatched):
+        return result
+    how = ("they were killed with the sandbox's PID namespace" if avail.works
+           else "they were found re-parented to gpu-gate and killed")
+    return judge_escapes(result, {role: c.escaped for role, c in done.items() if c.escaped},
+                         {role: c.left for role, c in done.items()}, [workdir, *dirs.values()],
+                         "base" in done, unwatched, how)
 
 
 def _time_outside(result: JobResult, marks: dict[str, float], sandbox_start: dict[str, float]) -> None:

@@ -53,16 +53,29 @@ Mode = Literal["required", "auto", "off"]
 # the descriptor for the worker's status and the count (bash, since dash takes one-digit
 # descriptors only); the worker runs with it closed. PID 1 cannot re-raise the signal that killed
 # the worker on itself, so the status says it: 128 + the signal, as the shell reports it.
+# Each process left is also named, on a line "left PID PPID TICKS CMDLINE" (TICKS: when it started,
+# in clock ticks after the waiter; see gpu_gate.executor.leftovers), with builtins only: a command
+# run to read them would be one more process in the count.
 WAITER = r"""
 echo started >&FD
 "$@" FD>&-
 rc=$?
 n=0
+read -r s0 < /proc/$$/stat
+f0=(${s0##*) })
 for p in /proc/[0-9]*; do
   [ "$p" = "/proc/$$" ] || [ "$p" = /proc/1 ] && continue
   read -r s < "$p/stat" 2>/dev/null || continue
   case "${s##*) }" in Z*) continue ;; esac
   n=$((n+1))
+  [ $n -le 20 ] || continue
+  f=(${s##*) })
+  a=()
+  mapfile -d '' -t a < "$p/cmdline" 2>/dev/null
+  c="${a[*]}"
+  if [ -z "$c" ]; then c="${s#*(}"; c="[${c%)*}]"; fi
+  c="${c//$'\n'/ }"
+  echo "left ${p#/proc/} ${f[1]} $(( f[19] - f0[19] )) ${c:0:400}" >&FD
 done
 echo "$rc $n" >&FD
 exit $rc

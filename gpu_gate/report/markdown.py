@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterable
 from typing import Any
 
+from ..checked import case_words, planned
 from ..findings import Finding, JobResult, Severity, Status
 from ..record import ChangedKernel, RunRecord
 from ..verdict import Item, Verdict
@@ -316,7 +317,7 @@ def _job_table(ctx: _Ctx, jobs: list[JobResult]) -> str:
     for r in sorted(jobs, key=lambda r: (order[r.check], job_target(r))):
         spec = code(r.spec) if r.spec else "—"
         badge = _badge(r, id(r) in ctx.blocking_jobs)
-        rows.append(f"| {escape(r.check)} | {spec} | {badge} | {r.cases or ''} | {_duration(r.duration_s)} |")
+        rows.append(f"| {escape(r.check)} | {spec} | {badge} | {case_words(r) if r.cases or planned(r) else ''} | {_duration(r.duration_s)} |")
     return "\n".join(rows)
 
 

@@ -233,6 +233,7 @@ class Determinism:
         is the repository's debt (pre-existing), otherwise this change's (new). A base that cannot
         answer leaves the finding as it is: judged by absolute rules."""
         from ..equivalence.engine import BaseLost, ContextLost, marked
+        from .spread import wider_than_base
 
         base = self.runner.base
         if base is None:
@@ -248,9 +249,9 @@ class Determinism:
             base_off, self._errors_of = self._errors_of or {}, None
         if isinstance(again, str):
             return marked(finding, "new", "the base's code refused this case")
-        if again is not None:
-            return _pre_existing(marked(finding, "pre-existing"))
         factor = float(getattr(self.runner, "regression_factor", 4.0))
+        if again is not None:
+            return wider_than_base(finding, again, factor) or _pre_existing(marked(finding, "pre-existing"))
         # deterministic=True: any difference is the defect, however accurate the runs
         within = head_off and all(0 < base_off.get(k, 0.0) and h <= factor * base_off[k] for k, h in head_off.items())
         if within and not self.spec.deterministic:
@@ -324,6 +325,7 @@ class Determinism:
         runs: dict[str, int] = {}
         worst = 0.0
         worst_of: dict[str, float] = {}  # per output that differed: the worst run's distance from the reference
+        spread: dict[str, float] = {}  # per output: the largest difference of a repeat from the first run
         settings = repeat_settings(self.ctx.device, self.load, self.repeats, self.spec.producer, side_streams)
         produced = [x for x in settings if "produce" in x[1]]
         import time
@@ -356,6 +358,7 @@ class Determinism:
                 for k, v in first.items():
                     if k in rep.same_as_held:
                         continue
+                    spread[k] = max(spread.get(k, 0.0), _error(rep.outputs.get(k), v))
                     ref, base, envelope = reference()
                     if k not in ref:
                         continue
@@ -396,7 +399,7 @@ class Determinism:
                                                   f"reference by up to {worst:.3g}; case {case.describe()}{hint})",
                               case)
         f.details.update({"runs_differed": differed, "repeats": self.repeats, "runs": runs, "worst_error": worst,
-                          "worst_error_of": worst_of})
+                          "worst_error_of": worst_of, "spread_of": spread})
         return f
 
 

@@ -203,7 +203,8 @@ class Equivalence:
             notes.append(Finding(check="equivalence", kind="shape-not-run", message=why_not, spec=self.spec_id,
                                  severity=Severity.ERROR if too_big else Severity.WARNING))
         if dropped:
-            notes.append(self._note("dtype-not-run", f"{', '.join(dropped)} cases not run: {why}"))
+            note = self._note("dtype-not-run", f"{', '.join(dropped)} cases not run: {why}")
+            notes.append(dataclasses.replace(note, details={**note.details, "dtypes": list(dropped)}))
         if not cases:
             return Outcome(Status.NOT_RUN, notes, reason=f"no case could run here: {why or 'no dtype left'}")
         results: list[Any] = []
@@ -245,6 +246,7 @@ class Equivalence:
         if self.unsupported:
             findings.append(self._unsupported(len(cases)))
         extra: dict[str, Any] = {"seed": self.seed, "rule": self.rule.describe(),
+                                 "cases_planned": self._planned(cases),
                                  "coverage": coverage(self.spec, [r.case for r in results])}
         if self.replayed:
             extra["replayed"] = self.replayed
@@ -392,6 +394,11 @@ class Equivalence:
                                f"on a GPU.\n" + "\n".join((r0.trace or "").rstrip().splitlines()[-TRACE_LINES:]),
                        details={"unsupported_cases": len(self.unsupported), "traceback": r0.trace,
                                 "case": r0.case.describe(), "token": r0.case.token()})
+
+    def _planned(self, cases: list[Any]) -> int:
+        """The cases the policy asked for (or more, with production shapes): the report says how
+        many of them ran, where dtypes were dropped or cases refused."""
+        return len(cases) if self.job.case else max(len(cases), int(self.job.options.get("cases") or 0))
 
     def _note(self, kind: str, message: str) -> Finding:
         return Finding(check="equivalence", kind=kind, message=message, severity=Severity.NOTE, spec=self.spec_id)
