@@ -8,6 +8,7 @@ Real git repositories, the real CLI, sandboxed workers, on the CPU.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from conftest_git import GitRepo
 from test_cli import gate
@@ -125,15 +126,49 @@ def test_a_setup_output_the_policy_does_not_name_is_not_taken(make_repo) -> None
 def test_a_setup_output_the_policy_names_is_taken_and_listed(make_repo) -> None:  # type: ignore[no-untyped-def]
     r, _ = _built_repo(make_repo, POLICY + 'setup_outputs: ["mylib/_built.py", "mylib/ops.py"]\n')
     r.write("mylib/ops.py", BUILT_OPS + "raise RuntimeError('the work tree, not the commit')\n")
-    code, text, _ = _check(r, "--head", "HEAD")
+    code, text, results = _check(r, "--head", "HEAD")
     assert code == 0, text
-    assert "setup outputs taken from the work tree: mylib/_built.py" in text
+    notes = "\n".join(results["notes"])
+    assert "setup outputs taken from the work tree: mylib/_built.py (sha256 " in notes
     # a named path that the commit tracks keeps the commit's bytes
-    assert "not taken, since the head commit has it: mylib/ops.py" in text
+    assert "not taken, since the head commit has it: mylib/ops.py" in notes
+    assert "mylib/\\_built.py" in text  # the report lists it too
 
 
 def test_setup_outputs_must_be_repository_relative(make_repo) -> None:  # type: ignore[no-untyped-def]
     r = _repo(make_repo, POLICY + 'setup_outputs: ["build/*.so", "../outside/*.so"]\n')
     p = gate("check", "--base", "main", "--cpu", cwd=r.path)
     assert p.returncode == 2, p.stdout + p.stderr
-    assert ".gpu-gate.yml:15:" in p.stderr and "'../outside/*.so' is not a path inside the repository" in p.stderr
+    assert ".gpu-gate.yml:13:31: setup_outputs[1]: '../outside/*.so' is not a path inside the repository" in p.stderr
+
+
+# --- the export itself, without a gate run ---------------------------------------------------
+
+
+def test_the_export_takes_only_named_untracked_regular_files(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    from gpu_gate.commands.head_tree import head_tree
+
+    r = make_repo("proj", {"mylib/__init__.py": "", "mylib/ops.py": EXACT, ".gitignore": "build/\n*.so\nout/\n"})
+    head = r.git("rev-parse", "HEAD")
+    r.write("mylib/ops.py", TRUNCATED)  # a tracked file rewritten in the work tree
+    r.write("mylib/_C.so", b"\x7fELF built")
+    r.write("build/lib/other.so", b"\x7fELF not named")
+    r.write("out/stale.so", b"\x7fELF the report directory")
+    (r.path / "mylib" / "_link.so").symlink_to(tmp_path / "elsewhere.so")
+    with head_tree(r.path, head, ["mylib/*.so", "mylib/ops.py", "out/**"], leave_out=[r.path / "out"]) as tree:
+        assert tree.path != r.path and (tree.path / "mylib" / "ops.py").read_text() == EXACT
+        assert [t.path for t in tree.taken] == ["mylib/_C.so"]
+        assert (tree.path / "mylib" / "_C.so").read_bytes() == b"\x7fELF built"
+        assert tree.kept == ["mylib/ops.py"] and tree.links == ["mylib/_link.so"]
+        assert not (tree.path / "build").exists() and not (tree.path / "out").exists()
+        assert tree.fingerprint() == {"mylib/_C.so": tree.taken[0].sha256}
+        made = tree.path
+    assert not made.exists() and r.git("worktree", "list").count("\n") == 0
+
+
+def test_without_a_head_the_work_tree_is_the_tree(make_repo) -> None:  # type: ignore[no-untyped-def]
+    from gpu_gate.commands.head_tree import head_tree
+
+    r = make_repo("proj", {"a.py": "x = 1\n"})
+    with head_tree(r.path, None, ["*.so"]) as tree:
+        assert tree.path == r.path and not tree.exported and tree.notes() == []

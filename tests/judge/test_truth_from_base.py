@@ -167,9 +167,10 @@ def test_a_repository_package_cannot_shadow_the_installed_one_the_truth_uses(mak
                               "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
     code, text, results = _check(r)
     assert code == 1, text
-    shadow = [f for f in _findings(results) if f["kind"] == "rules-weakened" and "gg_exact_sums" in f["message"]]
+    shadow = [f for f in _findings(results) if f["kind"] == "rules-weakened"
+              and "'gg_exact_sums' was an installed package at the base" in f["message"]]
     assert shadow and shadow[0]["severity"] == "error", _findings(results)
-    assert "was an installed package at the base" in shadow[0]["message"]
+    assert shadow[0]["file"] == "gg_exact_sums/__init__.py"
     assert any(f["kind"] == "mismatch" for f in _findings(results)), _findings(results)
 
 
