@@ -172,3 +172,20 @@ def test_without_a_head_the_work_tree_is_the_tree(make_repo) -> None:  # type: i
     r = make_repo("proj", {"a.py": "x = 1\n"})
     with head_tree(r.path, None, ["*.so"]) as tree:
         assert tree.path == r.path and not tree.exported and tree.notes() == []
+
+
+def test_making_the_export_runs_no_hook(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """A post-checkout hook would be code run by the gate itself, outside any sandbox."""
+    from gpu_gate.commands.head_tree import head_tree
+
+    r = make_repo("proj", {"a.py": "x = 1\n"})
+    ran = tmp_path / "hook-ran"
+    hook = r.path / ".git" / "hooks" / "post-checkout"
+    hook.write_text(f"#!/bin/sh\ntouch {ran}\n")
+    hook.chmod(0o755)
+    r.git("checkout", "-q", "-b", "probe")  # the hook works as a hook
+    assert ran.exists()
+    ran.unlink()
+    with head_tree(r.path, r.git("rev-parse", "HEAD"), []) as tree:
+        assert (tree.path / "a.py").exists()
+    assert not ran.exists()
