@@ -61,7 +61,7 @@ def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool =
     changes += _truth_changes(repo, plan, rules, in_force, ctx)
     plan.findings += [c.finding(mode) for c in changes]
     jobs = plan.jobs + _base_checks(plan, choice, in_force)
-    judged = [_judged_by_base(j, head_specs, in_force, mode, rules, pairs) for j in jobs]
+    judged = [_judged_by_base(j, head_specs, in_force, mode, rules, pairs, plan.base) for j in jobs]
     if differential and choice.loaded.policy.checks.equivalence.differential:
         judged = [_differential(j, pairs, plan.base) for j in judged]
         judged = _compiled_at_base(repo, judged, plan.base)
@@ -180,15 +180,19 @@ def _deleted(spec: SpecRules, ctx: specdiff.Context) -> RuleChange:
 
 
 def _judged_by_base(job: Job, head: dict[str, SpecRules], pairs: dict[str, SpecRules], mode: str,
-                    base: str | None = None, since: dict[str, SpecRules] | None = None) -> Job:
+                    base: str | None = None, since: dict[str, SpecRules] | None = None,
+                    merge_base: str | None = None) -> Job:
     """A job whose spec exists at ``base`` (the rules' revision) takes its truth from there, and its
-    spec too where the head's file differs. ``since``: the specs of the merge base, by head spec id:
+    spec too where the head's file differs. ``since``: the specs of ``merge_base``, by head spec id:
     whether this change rewrote the reference is measured against them (not what the base branch did
-    since)."""
-    if job.spec is None or job.spec.id not in pairs:
+    since), and a spec the base branch retired since the change left it is still the merge base's."""
+    since = since or {}
+    if job.spec is None or (job.spec.id not in pairs and job.spec.id not in since):
         return job
+    if job.spec.id not in pairs:
+        pairs, base = since, merge_base
     old, new = pairs[job.spec.id], head[job.spec.id]
-    before = (since or {}).get(job.spec.id, old)
+    before = since.get(job.spec.id, old)
     truth_from = {TRUTH: base} if base else {}
     if old.source == new.source and old.file == new.file:
         # the head's file is the base's: nothing to swap, but the code it imports is the head's

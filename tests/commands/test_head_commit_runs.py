@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from conftest_git import GitRepo
 from test_cli import gate
 
@@ -189,3 +191,22 @@ def test_making_the_export_runs_no_hook(make_repo, tmp_path: Path) -> None:  # t
     with head_tree(r.path, r.git("rev-parse", "HEAD"), []) as tree:
         assert (tree.path / "a.py").exists()
     assert not ran.exists()
+
+
+def test_the_work_tree_is_out_of_the_jobs_sight(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """What a build left in the work tree and the policy does not name stays out of the export's
+    jobs even when a path into the work tree reaches their sys.path (an editable install's .pth does
+    that; PYTHONPATH here): in their sandbox the work tree is hidden."""
+    from gpu_gate.executor import sandbox
+
+    if sandbox.probe().kind != "bwrap":
+        pytest.skip(f"bubblewrap hides directories; this machine's sandbox: {sandbox.probe().detail}")
+    r = _repo(make_repo)
+    r.commit("pull request", {"mylib/ops.py": "from _planted import row_sum  # built in the work tree\n",
+                              "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+    r.write("_planted.py", EXACT)  # untracked, not named by setup_outputs
+    p = gate("check", "--base", "main", "--cpu", "--head", "HEAD", cwd=r.path, env={"PYTHONPATH": str(r.path)})
+    assert p.returncode == 1, p.stdout + p.stderr
+    results = json.loads((r.path / ".gpu-gate" / "out" / "results.json").read_text())
+    assert any(f["kind"] == "spec-import-error" and "_planted" in f["message"]
+               for f in _equivalence(results)["findings"]), p.stdout
