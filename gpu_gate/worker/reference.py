@@ -29,6 +29,7 @@ from ..protocol.jobs import Job
 from ..spec import Spec, upcast
 from .calling import (call_with_grads, first_line, is_fatal, kwargs_for, normalize, upstream_from_recipe,
                       upstream_recipe)
+from .loader import SpecImportError
 from .stubs import RepositoryCode
 
 
@@ -172,9 +173,22 @@ class ReferenceServer:
             except Exception as exc:  # noqa: BLE001 - the spec needs the repository's code: import it for real
                 self.why = _why(exc)
         if self.isolate and self.truth_missing:  # the repository's code must be the base's, and it is not here
-            raise TruthUnavailable(f"the spec's reference needs the repository's code ({self.why}), which must "
-                                   f"come from the base's tree, and {self.truth_missing}")
+            raise self._truth_unavailable()
         return load_spec(self.job, self.repo_root, self.workdir, truth_root=self.truth_root)
+
+    def _truth_unavailable(self) -> SpecImportError:
+        """The spec cannot be loaded as the job asks: its repository code must be the base's, and the
+        base's tree is not here. Where the spec's import already needs that code, the job's finding is
+        ``truth-unavailable``; where only its reference does, a ``reference-error`` with this text."""
+        from ..protocol.messages import SpecImportFacts
+        from ..protocol.jobs import truth_commit
+
+        assert self.job.spec is not None
+        commit = str(truth_commit(self.job) or "")[:12]
+        return SpecImportError(SpecImportFacts(
+            kind="truth-unavailable", file=self.job.spec.file, line=None,
+            message=f"{self.job.spec.file}: the spec's reference needs the repository's code ({self.why}), which must "
+                    f"come from the base's tree at {commit}, and {self.truth_missing}: the truth was not computed"))
 
     def _unisolate(self, exc: BaseException) -> None:
         from . import stubs
@@ -198,8 +212,8 @@ class ReferenceServer:
                 if _repository_code(exc) and self.isolated:
                     try:
                         self._unisolate(exc)
-                    except TruthUnavailable as missing:
-                        return {"error": "reference", "message": str(missing), **self._status()}, []
+                    except SpecImportError as missing:
+                        return {"error": "reference", "message": missing.facts.message, **self._status()}, []
                     continue
                 if is_fatal(exc):
                     return {"error": "fatal", "message": first_line(exc), **self._status()}, []
@@ -282,10 +296,6 @@ class ReferenceServer:
                 same = all(mine[k] == theirs[k] for k in ("dims", "inputs", "dim_args", "grads", "params"))
                 self._head = head if same else "the head's spec takes other dims, inputs or gradients"
         return self._head
-
-
-class TruthUnavailable(Exception):
-    """The reference needs the repository's code, which must be the base's, and the base's tree is missing."""
 
 
 def _repository_code(exc: BaseException) -> bool:

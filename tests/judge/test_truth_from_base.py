@@ -182,3 +182,54 @@ def test_a_reference_that_imports_a_real_installed_package_passes(make_repo, ins
     code, text, results = _check(r)
     assert code == 0, text
     assert "rules-weakened" not in _kinds(results) and "mismatch" not in _kinds(results)
+
+
+# --- without the base's tree -------------------------------------------------------------------
+
+def _executor_repo(root: Path) -> Path:
+    for rel, text in {"mylib/__init__.py": "", "mylib/ops.py": EXACT, "gate/__init__.py": "",
+                      "gate/common.py": COMMON, "gate/util.py": UTIL, "gate/rows_gate.py": HELPER_SPEC}.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def _job(truth: str | None) -> object:
+    from gpu_gate.protocol.jobs import TRUTH, Job, SpecRef
+
+    return Job(id="equivalence:gate/rows_gate.py::row_sum_gate", check="equivalence", level="required",
+               kernels=(), spec=SpecRef("gate/rows_gate.py", "row_sum_gate"),
+               options={"cases": 4, "growth": False, "shrink": False, **({TRUTH: truth} if truth else {})})
+
+
+def test_a_reference_that_needs_the_repository_fails_closed_without_the_bases_tree(tmp_path: Path) -> None:
+    """The job names the commit its truth comes from, and the gate has no tree of it: the reference,
+    which needs the repository's code, is not computed from the head's instead."""
+    from gpu_gate.executor.options import ExecOptions
+    from gpu_gate.executor.scheduling import execute
+    from gpu_gate.findings import Status
+
+    root = _executor_repo(tmp_path / "head")
+    (result,) = execute([_job("0" * 40)], ExecOptions(repo_root=root, gpus=(), timeout_s=300))
+    assert result.status is Status.ERROR, [f"{f.kind}: {f.message}" for f in result.findings]
+    (f,) = [f for f in result.findings if "must come from the base's tree at 000000000000" in f.message]
+    assert f.kind in ("truth-unavailable", "reference-error") and f.severity.value == "error"
+
+
+def test_the_reference_loads_from_the_tree_the_job_names(tmp_path: Path) -> None:
+    """The same head with the bent helper, judged with the base's tree at hand: the base's helper
+    computes the truth, and the truncating kernel fails; without the job naming a truth commit, the
+    head's helper would have passed it."""
+    from gpu_gate.executor.options import ExecOptions
+    from gpu_gate.executor.scheduling import execute
+    from gpu_gate.findings import Status
+
+    base = _executor_repo(tmp_path / "base")
+    head = _executor_repo(tmp_path / "head")
+    (head / "gate" / "util.py").write_text(UTIL_BENT)
+    (head / "mylib" / "ops.py").write_text(TRUNCATED)
+    judged, bent = execute([_job("1" * 40)], ExecOptions(repo_root=head, gpus=(), timeout_s=300,
+                                                         truth_roots=(("1" * 40, base),)))[0], \
+        execute([_job(None)], ExecOptions(repo_root=head, gpus=(), timeout_s=300))[0]
+    assert judged.status is Status.FAILED and any(f.kind == "mismatch" for f in judged.findings)
+    assert bent.status is Status.PASSED, [f"{f.kind}: {f.message}" for f in bent.findings]
