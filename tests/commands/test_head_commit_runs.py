@@ -33,6 +33,8 @@ checks:
 EXACT = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype)\n"
 TRUNCATED = "def row_sum(x):\n    return x[..., :64].double().sum(-1).to(x.dtype)\n"
 KERNEL = "__global__ void rows(const float* x, float* y, int n) { /* row sums */ }\n"
+# The pull request's kernel: a token changes (a comment alone is no change to judge).
+TUNED = KERNEL + "static const int tuned_ = 1;\n"
 SPEC = """\
 import gpu_gate as gg
 from mylib.ops import row_sum
@@ -72,7 +74,7 @@ def test_head_runs_the_commit_not_the_work_tree(make_repo) -> None:  # type: ign
     and the cache hashed its bytes: the buggy commit passed."""
     r = _repo(make_repo)
     head = r.commit("pull request", {"mylib/ops.py": TRUNCATED,
-                                     "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+                                     "csrc/rows.cu": TUNED})
     r.write("mylib/ops.py", EXACT)  # not committed
     code, text, results = _check(r, "--head", "feature")
     assert code == 1, text
@@ -84,7 +86,7 @@ def test_the_cache_is_keyed_by_the_head_commits_files(make_repo) -> None:  # typ
     """A local run on the (correct) work tree stores a pass; the head commit's buggy kernel then gets
     no cached pass from it: its key is computed from the commit's files."""
     r = _repo(make_repo)
-    r.commit("pull request", {"mylib/ops.py": TRUNCATED, "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+    r.commit("pull request", {"mylib/ops.py": TRUNCATED, "csrc/rows.cu": TUNED})
     r.write("mylib/ops.py", EXACT)
     code, text, _ = _check(r)
     assert code == 0, text
@@ -96,7 +98,7 @@ def test_the_cache_is_keyed_by_the_head_commits_files(make_repo) -> None:  # typ
 def test_without_head_the_work_tree_runs(make_repo) -> None:  # type: ignore[no-untyped-def]
     """The twin: a local `check` without --head judges the uncommitted fix, and says so."""
     r = _repo(make_repo)
-    r.commit("pull request", {"mylib/ops.py": TRUNCATED, "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+    r.commit("pull request", {"mylib/ops.py": TRUNCATED, "csrc/rows.cu": TUNED})
     r.write("mylib/ops.py", EXACT)
     code, text, _ = _check(r)
     assert code == 0, text
@@ -112,7 +114,7 @@ BUILT = EXACT
 def _built_repo(make_repo, policy: str) -> tuple[GitRepo, str]:  # type: ignore[no-untyped-def]
     r = _repo(make_repo, policy, ops=EXACT)
     head = r.commit("pull request", {"mylib/ops.py": BUILT_OPS,
-                                     "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+                                     "csrc/rows.cu": TUNED})
     r.write("mylib/_built.py", BUILT)  # untracked: what `setup:` built in the work tree
     return r, head
 
@@ -203,7 +205,7 @@ def test_the_work_tree_is_out_of_the_jobs_sight(make_repo) -> None:  # type: ign
         pytest.skip(f"bubblewrap hides directories; this machine's sandbox: {sandbox.probe().detail}")
     r = _repo(make_repo)
     r.commit("pull request", {"mylib/ops.py": "from _planted import row_sum  # built in the work tree\n",
-                              "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+                              "csrc/rows.cu": TUNED})
     r.write("_planted.py", EXACT)  # untracked, not named by setup_outputs
     p = gate("check", "--base", "main", "--cpu", "--head", "HEAD", cwd=r.path, env={"PYTHONPATH": str(r.path)})
     assert p.returncode == 1, p.stdout + p.stderr

@@ -36,6 +36,8 @@ EXACT = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype)\n"
 # Wrong for rows longer than 64: the buggy kernel.
 TRUNCATED = "def row_sum(x):\n    return x[..., :64].double().sum(-1).to(x.dtype)\n"
 KERNEL = "__global__ void rows(const float* x, float* y, int n) { /* row sums */ }\n"
+# The pull request's kernel: a token changes (a comment alone is no change to judge).
+TUNED = KERNEL + "static const int tuned_ = 1;\n"
 
 # --- (a) a helper two imports away from the reference --------------------------------------
 
@@ -89,7 +91,7 @@ def test_a_helper_two_imports_away_cannot_bend_the_truth(make_repo) -> None:  # 
     head's helper computed the truth: PASS, and the base's correct code was "fixed by this change"."""
     r = _helper_repo(make_repo)
     r.commit("pull request", {"mylib/ops.py": TRUNCATED, "gate/util.py": UTIL_BENT,
-                              "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+                              "csrc/rows.cu": TUNED})
     code, text, results = _check(r)
     assert code == 1, text
     mismatches = [f for f in _findings(results) if f["kind"] == "mismatch"]
@@ -107,7 +109,7 @@ def test_a_helper_refactor_that_keeps_the_results_passes(make_repo) -> None:  # 
     """The twin: the same helper rewritten, the same sums; the kernel untouched in substance."""
     r = _helper_repo(make_repo)
     r.commit("pull request", {"gate/util.py": UTIL_REFACTORED,
-                              "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+                              "csrc/rows.cu": TUNED})
     code, text, results = _check(r)
     assert code == 0, text
     assert "mismatch" not in _kinds(results)
@@ -164,7 +166,7 @@ def test_a_repository_package_cannot_shadow_the_installed_one_the_truth_uses(mak
     the installed packages, and the head's `gg_exact_sums` computed the truth: PASS, with a note only."""
     r = _installed_repo(make_repo)
     r.commit("pull request", {"mylib/ops.py": TRUNCATED, "gg_exact_sums/__init__.py": FAKE,
-                              "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+                              "csrc/rows.cu": TUNED})
     code, text, results = _check(r)
     assert code == 1, text
     shadow = [f for f in _findings(results) if f["kind"] == "rules-weakened"
@@ -178,7 +180,7 @@ def test_a_reference_that_imports_a_real_installed_package_passes(make_repo, ins
     """The twin: the same spec, the installed package, a correct change to the kernel."""
     r = _installed_repo(make_repo)
     r.commit("pull request", {"mylib/ops.py": "def row_sum(x):\n    return x.double().flip(-1).sum(-1).to(x.dtype)\n",
-                              "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+                              "csrc/rows.cu": TUNED})
     code, text, results = _check(r)
     assert code == 0, text
     assert "rules-weakened" not in _kinds(results) and "mismatch" not in _kinds(results)

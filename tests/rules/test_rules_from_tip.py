@@ -29,6 +29,8 @@ checks:
 EXACT = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype)\n"
 TRUNCATED = "def row_sum(x):\n    return x[..., :64].double().sum(-1).to(x.dtype)\n"
 KERNEL = "__global__ void rows(const float* x, float* y, int n) { /* row sums */ }\n"
+# The pull request's kernel: a token changes (a comment alone is no change to judge).
+TUNED = KERNEL + "static const int tuned_ = 1;\n"
 # The spec the branch started from: rows of 64 at most, where the truncated sum is right.
 SHORT_SPEC = """\
 import gpu_gate as gg
@@ -94,7 +96,7 @@ def test_a_branch_from_an_older_main_is_judged_by_the_tips_spec(make_repo) -> No
     """The attack: main widened the spec to rows of 200 since the branch left it; the branch's
     kernel drops everything past 64. Before, the merge base's spec (rows of 64 at most) judged: PASS."""
     r, _, tip = _branched_before(make_repo, {"gate/rows_gate.py": LONG_SPEC})
-    r.commit("pull request", {"mylib/ops.py": TRUNCATED, "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+    r.commit("pull request", {"mylib/ops.py": TRUNCATED, "csrc/rows.cu": TUNED})
     code, text, results = _check(r)
     assert code == 1, text
     assert any(f["kind"] == "mismatch" for f in _findings(results)), _findings(results)
@@ -107,7 +109,7 @@ def test_a_correct_branch_from_an_older_main_passes_the_tips_rules(make_repo) ->
     """The twin: the same branch point, the same tightened spec on main, a correct kernel change."""
     r, merge_base, tip = _branched_before(make_repo, {"gate/rows_gate.py": LONG_SPEC})
     r.commit("pull request", {"mylib/ops.py": "def row_sum(x):\n    return x.double().flip(-1).sum(-1).to(x.dtype)\n",
-                              "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+                              "csrc/rows.cu": TUNED})
     code, text, results = _check(r)
     assert code == 0, text
     assert not any(f["kind"] in ("mismatch", "rules-weakened") for f in _findings(results)), _findings(results)
