@@ -114,3 +114,6 @@ def test_a_correct_branch_from_an_older_main_passes_the_tips_rules(make_repo) ->
     assert code == 0, text
     assert not any(f["kind"] in ("mismatch", "rules-weakened") for f in _findings(results)), _findings(results)
     assert results["rules"] == tip and results["base"] == merge_base
+    # The report says whose rules judged, and that they are not the merge base's.
+    assert f"rules of `{tip[:12]}`, the base branch's tip · policy" in text, text
+    assert "the base branch's tip and the merge base" not in text
