@@ -114,17 +114,24 @@ def _refs(repo: Path, args: argparse.Namespace) -> tuple[str, str | None]:
             head = head or event[1]
     if base is None:
         raise GateError("no base to compare against", hint="pass --base REF, e.g. --base origin/main")
+    if head is None and _in_actions():
+        head = "HEAD"  # in GitHub Actions a commit runs, never the work tree (a build step could rewrite it)
     return base, head
 
 
-def _policy_in_force(repo: Path, args: argparse.Namespace, base: str | None, head: str | None) -> PolicyInForce:
-    """The base decides (gpu_gate.policy.base): its policy, with the head's validated and compared."""
+def _policy_in_force(repo: Path, args: argparse.Namespace, base: str | None, head: str | None,
+                     rules: str | None = None) -> PolicyInForce:
+    """The base decides (gpu_gate.policy.base): the policy at the base branch's tip (``base`` resolved,
+    or ``rules`` where a plan or a results file already says which revision), with the head's validated
+    and compared with the merge base's."""
     from . import git
     from .policy.base import choose
 
     merge_base = git.merge_base(repo, base, head or "HEAD") if base else None
+    if base and rules is None:
+        rules = git.resolve(repo, base)  # merge_base fetched it where it was missing
     choice = choose(repo, merge_base, git.resolve(repo, head or "HEAD") if base else None, args.policy,
-                    strict=args.strict, in_actions=_in_actions())
+                    strict=args.strict, in_actions=_in_actions(), rules=rules)
     for w in choice.loaded.warnings + (choice.head.warnings if choice.head else ()):
         warn(w)
     return choice
@@ -290,7 +297,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
         repo = _repo(args)
         plan = Plan.read(args.plan)
-        loaded = _policy_in_force(repo, args, plan.base, plan.head).loaded
+        loaded = _policy_in_force(repo, args, plan.base, plan.head, plan.rules).loaded
     else:
         repo, loaded, plan = _make_plan(args)
     say(loaded.banner)
@@ -317,6 +324,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         if not records:
             record.kernels, record.plan_findings = plan.kernels, list(plan.findings)
             record.base, record.head, record.policy_source = plan.base, plan.head, plan.policy_source
+            record.rules = plan.rules
     loaded = _report_policy(record, args)
     if args.github is None:
         args.github = _in_actions() and bool(os.environ.get("GITHUB_TOKEN") or os.environ.get("INPUT_TOKEN"))
@@ -338,7 +346,7 @@ def _report_policy(record: RunRecord, args: argparse.Namespace) -> LoadedPolicy:
     root = Path.cwd()
     try:
         if record.base:
-            return _policy_in_force(git.repo_root(root), args, record.base, record.head).loaded
+            return _policy_in_force(git.repo_root(root), args, record.base, record.head, record.rules).loaded
     except GitError as exc:
         warn(f"gpu-gate: warning: the base's policy cannot be read ({exc}); each verdict rule is the stricter of "
              f"this checkout's policy and the default preset")
@@ -392,13 +400,12 @@ def cmd_repro(args: argparse.Namespace) -> int:
     from .report.console import progress_line
 
     repo = _repo(args)
-    base_source, loaded = None, None
+    base_source, loaded, rules = None, None, None
     if args.base:
-        # As on the pull request: the base's policy and, where the spec exists there, its spec.
-        from . import git
-
-        merge_base = git.merge_base(repo, args.base, "HEAD")
-        loaded = _policy_in_force(repo, args, merge_base, "HEAD").loaded
+        # As on the pull request: the base's policy and, where the spec exists there, its spec and
+        # the tree its truth comes from (the base branch's tip, as ``check`` reads them).
+        choice = _policy_in_force(repo, args, args.base, "HEAD")
+        loaded, rules = choice.loaded, choice.rules
     loaded = loaded or _load_policy(repo, args)
     try:
         ref = SpecRef.parse(args.spec)
@@ -416,22 +423,32 @@ def cmd_repro(args: argparse.Namespace) -> int:
     seed = args.seed if args.seed is not None else job_seed(None, loaded.policy)
     if args.seed is not None:
         options["seed"] = args.seed
-    if args.base:
+    if rules is not None:
         from . import git
-        from .protocol.jobs import BASE_SPEC
+        from .protocol.jobs import BASE_SPEC, TRUTH
 
         try:
-            base_source = git.show(repo, merge_base, ref.file).decode("utf-8", errors="replace")
+            base_source = git.show(repo, rules, ref.file).decode("utf-8", errors="replace")
         except git.GitError:
-            say(f"note: {ref.file} does not exist at the base ({merge_base[:12]}): the work tree's spec judges")
+            say(f"note: {ref.file} does not exist at the base ({rules[:12]}): the work tree's spec judges")
         if base_source is not None and base_source != (repo / ref.file).read_text(encoding="utf-8", errors="replace"):
             options[BASE_SPEC] = {"file": ref.file, "name": ref.name, "source": base_source,
                                   "reference_changed": False, "rule_changes": loaded.policy.rule_changes,
-                                  "commit": merge_base}
+                                  "commit": rules}
+        if base_source is not None:
+            options[TRUTH] = rules
     job = Job(id=f"{args.check}:{ref.id}", check=args.check, level="required", kernels=(), spec=ref,
               options=options, seed=seed, case=args.case)
     gpus = detect_gpus() if not args.cpu else ()
-    r = run_one(job, ExecOptions(repo_root=repo, gpus=gpus[:1], timeout_s=args.job_timeout or 600), gpus[0] if gpus else None)
+    from contextlib import nullcontext
+
+    from .commands.head_tree import commit_tree
+    from .protocol.jobs import TRUTH as TRUTH_KEY
+
+    with commit_tree(repo, rules) if TRUTH_KEY in options and rules else nullcontext(None) as truth:
+        opts = ExecOptions(repo_root=repo, gpus=gpus[:1], timeout_s=args.job_timeout or 600,
+                           truth_roots=((rules, truth),) if truth is not None and rules else ())
+        r = run_one(job, opts, gpus[0] if gpus else None)
     out.verdict(progress_line(r, 1, 1, r.duration_s, out.colour()))
     for f in r.findings:
         say(f"{f.kind}: {f.message}")

@@ -58,7 +58,8 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace
     gpus = detect_gpus() if not args.cpu else ()
     if isinstance(policy.runner.gpus, int):
         gpus = gpus[: policy.runner.gpus]
-    record = RunRecord(base=plan.base, head=plan.head, policy_source=loaded.source, kernels=plan.kernels,
+    record = RunRecord(base=plan.base, head=plan.head, rules=plan.rules, policy_source=loaded.source,
+                       kernels=plan.kernels,
                        plan_findings=list(plan.findings), planned_jobs=[j.id for j in jobs] if args.shard else all_ids,
                        shard=args.shard, environment=_environment(gpus), notes=list(plan.notes),
                        selected={sid: why for sid, why in plan.selected.items()
@@ -74,10 +75,14 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace
         for sid, why in sorted(record.selected.items()):
             say(f"spec {sid}: {'; '.join(why)}")
         start = time.monotonic()
-        with _head_checkout(repo, plan.head) as tree, _base_checkout(repo, plan.base, jobs, record) as base_tree:
+        with _head_checkout(repo, plan.head, policy, args) as head, \
+                _base_checkout(repo, plan.base, jobs, record) as base_tree, \
+                _truth_checkout(repo, jobs, plan.base, base_tree, record) as truth:
+            record.notes += head.notes()
             ready = {"trees": time.monotonic() - start}
-            record.results = _run_jobs(jobs, tree, policy, gpus, args, record, base_tree, ready)
-            record.places = _places(record, tree)
+            record.results = _run_jobs(jobs, head.path, policy, gpus, args, record, base_tree, ready,
+                                       home=repo, head=head, truth=truth)
+            record.places = _places(record, head.path)
         _remember_launches(plan, record, cache_dir)
     return finish(record, loaded, Path(args.out), args)
 
@@ -257,20 +262,20 @@ def _remember_launches(plan: Plan, record: RunRecord, cache_dir: Path | None) ->
 
 
 @contextlib.contextmanager
-def _head_checkout(repo: Path, head: str | None) -> Iterator[Path]:
-    """The jobs run the head's code: the work tree when it is at head, else a temporary work tree."""
-    from .. import git
+def _head_checkout(repo: Path, head: str | None, policy: Any, args: argparse.Namespace) -> Iterator[Any]:
+    """The jobs run the head's code: with a head commit, a pristine export of it (never the work tree,
+    which a build step could have rewritten), with the setup outputs the policy names; without one,
+    the work tree (see :mod:`.head_tree`)."""
+    from .head_tree import head_tree
 
-    if head is None or git.resolve(repo, "HEAD") == head:
-        yield repo
-        return
-    tmp = Path(tempfile.mkdtemp())  # a neutral name: the jobs see this path
-    say(f"head {head[:12]} is not checked out: running its code from a temporary work tree")
-    try:
-        yield git.add_worktree(repo, head, tmp / "tree")
-    finally:
-        git.remove_worktree(repo, tmp / "tree")
-        shutil.rmtree(tmp, ignore_errors=True)
+    leave_out = [Path(args.out).resolve(), *([Path(args.cache_dir).resolve()] if args.cache_dir else []),
+                 repo / policy.cache.dir]
+    work_root = Path(args.work_dir) if args.work_dir else None
+    with head_tree(repo, head, policy.setup_outputs, work_root=work_root, leave_out=leave_out) as tree:
+        if tree.exported:
+            say(f"head {tree.commit[:12] if tree.commit else ''}: the workers run an export of the commit, not the "
+                f"work tree" + (f" ({len(tree.taken)} setup output(s) taken)" if tree.taken else ""))
+        yield tree
 
 
 @contextlib.contextmanager
@@ -300,10 +305,43 @@ def _base_checkout(repo: Path, base: str | None, jobs: Sequence[Any], record: An
         shutil.rmtree(tmp, ignore_errors=True)
 
 
+@contextlib.contextmanager
+def _truth_checkout(repo: Path, jobs: Sequence[Any], base: str | None, base_tree: Path | None,
+                    record: Any) -> Iterator[dict[str, Path]]:
+    """The tree the truth comes from, by commit: the rules' revision (the base branch's tip, see
+    gpu_gate.policy.base), whose spec, reference and every repository module they import the reference
+    worker loads (see gpu_gate.worker.reference). The differential runs' tree is reused when it is the
+    same commit. One that cannot be checked out is left out: a reference that then needs the
+    repository's code fails its job closed."""
+    from ..protocol.jobs import truth_commit
+    from .head_tree import commit_tree
+
+    wanted = sorted({c for j in jobs if (c := truth_commit(j))})
+    trees: dict[str, Path] = {}
+    with contextlib.ExitStack() as stack:
+        for commit in wanted:
+            if commit == base and base_tree is not None:
+                trees[commit] = base_tree
+                continue
+            try:
+                trees[commit] = stack.enter_context(commit_tree(repo, commit))
+            except GateError as exc:
+                why = (f"the base's tree at {commit[:12]} could not be checked out ({exc}): a reference that needs the "
+                       f"repository's code cannot be computed, and its jobs fail")
+                warn(why)
+                record.notes.append(why)
+        yield trees
+
+
 def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], args: argparse.Namespace,
-              record: Any, base_tree: Path | None = None, ready: dict[str, float] | None = None) -> list[Any]:
-    """``ready``: how long each step before the first job took (the work trees, so far): the run says
-    where the time before its first job went."""
+              record: Any, base_tree: Path | None = None, ready: dict[str, float] | None = None, *,
+              home: Path | None = None, head: Any = None, truth: dict[str, Path] | None = None) -> list[Any]:
+    """``repo``: the tree the jobs run (an export of the head commit, or the work tree); ``home``: the
+    repository itself (where the result cache lives), by default ``repo``; ``head``: how ``repo`` was
+    made (its setup outputs are part of the cache's key); ``truth``: the trees the references load
+    from, by commit. ``ready``: how long each step before the first job took (the work trees, so
+    far): the run says where the time before its first job went."""
+    home = home or repo
     from ..executor import sandbox
     from ..executor.options import ExecOptions
     from ..executor.control import RunControl, cancel_on_signals, interrupted_finding
@@ -323,7 +361,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
     step("sandbox")
     record.plan_findings += sandbox_findings(box, policy.runner.sandbox)
     control = RunControl()
-    cache = _cache(policy, repo, args, gpus)
+    cache = _cache(policy, repo, args, gpus, home=home, extra=head.fingerprint() if head is not None else None)
     todo, cached = [], []
     for j in jobs:
         hit = cache.lookup(j) if cache else None
@@ -368,7 +406,8 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
             _progress(progress_line(r, i, len(jobs), 0.0, colour), r)
         offset = len(cached)
 
-        keeper = bytecode.Keeper(store if pycache is not None else None, (repo, base_tree, work_root))
+        keeper = bytecode.Keeper(store if pycache is not None else None,
+                                 (repo, home, base_tree, work_root, *(truth or {}).values()))
 
         def progress(r: Any, done: int, total: int, elapsed: float) -> None:
             keeper.take(r)  # the modules its worker imported without bytecode, compiled beside the other jobs
@@ -388,8 +427,9 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
                                jobs_per_gpu=policy.runner.jobs_per_gpu, infrastructure=policy.runner.infrastructure,
                                keep_workdirs=Path(args.out) / "jobs" if args.keep_job_dirs else None,
                                work_root=work_root, pycache=pycache, sandbox_mode=policy.runner.sandbox,
-                               sandbox=box, hide=(Path(args.out).resolve(), *([cache.cache.dir] if cache else [])),
-                               base_root=base_tree,
+                               sandbox=box, hide=(Path(args.out).resolve(), *([cache.cache.dir] if cache else []),
+                                                  *_work_tree_hidden(home, head)),
+                               base_root=base_tree, truth_roots=tuple(sorted((truth or {}).items())),
                                kernel_store=cache.cache.dir / "compiled" if cache else None,
                                worker_python=worker_python)
             with cancel_on_signals(control):
@@ -415,6 +455,14 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
     if end:
         say(end)
     return cached + results
+
+
+def _work_tree_hidden(home: Path, head: Any) -> list[Path]:
+    """Where the jobs run an export of the head commit, the work tree is out of their sight too: what
+    a build step left there (an editable install points into it) is the jobs' only through the
+    policy's ``setup_outputs``, copied into the export. The interpreters and gpu-gate stay shown
+    where they live inside it (see executor.argv._layout)."""
+    return [home.resolve()] if head is not None and head.exported else []
 
 
 def _progress(line: str, result: Any) -> None:
@@ -453,12 +501,16 @@ def _not_run_on_unfit_runner(job: Any, problems: list[Any]) -> Any:
                             f"not trusted")
 
 
-def _cache(policy: Any, repo: Path, args: argparse.Namespace, gpus: tuple[str, ...]) -> Any:
+def _cache(policy: Any, repo: Path, args: argparse.Namespace, gpus: tuple[str, ...], *, home: Path | None = None,
+           extra: dict[str, str] | None = None) -> Any:
+    """The result cache of ``home`` (the repository), keyed by the files of ``repo`` (the tree the jobs
+    run) and ``extra`` (the setup outputs taken into it)."""
     if args.no_cache or not policy.cache.enabled:
         return None
     from ..store.bridge import JobCache
 
-    cache = JobCache(policy, repo, Path(args.cache_dir) if args.cache_dir else None, gpus)
+    cache = JobCache(policy, repo, Path(args.cache_dir) if args.cache_dir else None, gpus, home=home,
+                     extra=extra or {})
     if cache.refused:
         # Nothing is read from or written to a directory the commit carries: not the results, nor the
         # bytecode and the compiled kernels kept beside them (a link there points wherever it likes).

@@ -27,6 +27,8 @@ class ExecOptions:
     sandbox: sandbox.Available | None = None  # the sandbox in use (default: chosen from sandbox_mode)
     hide: tuple[Path, ...] = ()  # directories no job may see or write: the report directory, the result cache
     base_root: Path | None = None  # the base's work tree, for jobs that also run the base's code (differential)
+    # (commit, its work tree): where a job's reference worker loads the truth from (protocol.jobs.truth_commit)
+    truth_roots: tuple[tuple[str, Path], ...] = ()
     # Triton kernels the base's code compiled in earlier runs (see compiled_store): in the result cache
     kernel_store: Path | None = None
     # The interpreter the workers run with (never the judge): the venv that the sandboxed `setup` installed

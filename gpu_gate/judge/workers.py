@@ -264,6 +264,7 @@ class Reference:
         self.channel, self.device, self.deadline = channel, device, deadline
         self.isolated = True
         self.why: str | None = None
+        self.tree = "head"  # whose tree the reference's repository code came from: "base" on a pull request
         self.wait_s = 0.0  # time the judge waited for the reference (beyond what ran beside the candidate)
 
     def _ask(self, header: dict[str, Any]) -> tuple[dict[str, Any], list[bytearray]]:
@@ -293,6 +294,7 @@ class Reference:
                 self.wait_s += time.monotonic() - start
         if "isolated" in reply and not reply.get("isolated"):
             self.isolated, self.why = False, reply.get("why")
+            self.tree = "base" if reply.get("tree") == "base" else "head"
         _check(reply, "reference")
         return reply, blobs
 

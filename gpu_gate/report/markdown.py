@@ -203,6 +203,9 @@ def _verdict_block(ctx: _Ctx) -> str:
     meta = []
     if rec.base or rec.head:
         meta.append(f"base {code(short_sha(rec.base or '?'))} → head {code(short_sha(rec.head or '?'))}")
+    if rec.rules:  # whose policy and specs judged: the base branch's tip (the merge base only when they agree)
+        meta.append(f"rules of {code(short_sha(rec.rules))}, the base branch's tip"
+                    + (" and the merge base" if rec.rules == rec.base else ""))
     if rec.policy_source:
         meta.append(f"policy {code(rec.policy_source)}")
     if meta:

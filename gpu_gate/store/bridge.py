@@ -2,7 +2,9 @@
 
 The key covers the job's kernel files, the spec and every repository file it imports
 or names (transitively), each CUDA file's includes, the policy, gpu-gate's version
-and the machine's toolchain (GPU model, driver, torch/triton/cupy, nvcc).
+and the machine's toolchain (GPU model, driver, torch/triton/cupy, nvcc). The files are read from
+the tree the jobs run: with ``--head``, the export of the head commit (see
+:mod:`gpu_gate.commands.head_tree`), with the digests of the setup outputs taken into it.
 
 A cache directory that the checked-out commit itself carries is not used: its entries were
 written by whoever wrote the commit, and anyone can compute a valid entry for any tree.
@@ -105,11 +107,21 @@ def _linked_inside(repo: Path, directory: Path) -> str | None:
 
 
 class JobCache:
-    def __init__(self, policy: Policy, repo: Path, directory: Path | None, gpus: tuple[str, ...] = ()) -> None:
+    """``repo``: the tree the jobs run, whose files the keys hash (an export of the head commit, or the
+    work tree); ``home``: the repository, where the cache lives by default and whose checked-out commit
+    must not carry it (by default ``repo``); ``extra``: more of what every job's result depends on
+    (the setup outputs taken into the export, path -> digest)."""
+
+    def __init__(self, policy: Policy, repo: Path, directory: Path | None, gpus: tuple[str, ...] = (), *,
+                 home: Path | None = None, extra: dict[str, str] | None = None) -> None:
         self.repo = repo
+        self.home = home or repo
         self.policy = policy
-        self.cache = ResultCache(directory or (repo / policy.cache.dir))
-        self.fingerprint = hashlib.sha256(json.dumps(policy.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+        self.cache = ResultCache(directory or (self.home / policy.cache.dir))
+        keyed: object = policy.model_dump(mode="json")
+        if extra:
+            keyed = {"policy": keyed, "setup_outputs": extra}
+        self.fingerprint = hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()
         self.env = environment_fingerprint(gpus, policy.cuda.sanitizer)
         self._files: frozenset[str] | None = None
         self.head = git.resolve(repo, "HEAD")
@@ -124,7 +136,7 @@ class JobCache:
                               f"never from the tree)")
 
     def _committed_entries(self) -> str | None:
-        return carried_by_commit(self.repo, self.cache.dir, self.head)
+        return carried_by_commit(self.home, self.cache.dir, self.head)
 
     def _deps(self, job: Job) -> set[str]:
         deps: set[str] = set()

@@ -7,6 +7,13 @@ deterministic, so they are the very values the judge built), and answers with th
 reference, the baseline (torch in the kernel's dtype), the rounding envelope and the upstream
 gradients. Where the spec cannot do without the repository's code, the worker imports it for real
 and every answer says so.
+
+On a pull request the truth is the base's: where the job names the commit its truth comes from
+(:func:`gpu_gate.protocol.jobs.truth_commit`), the spec, its reference and every repository module
+they import are loaded from that commit's tree (``truth_root``), and the head's tree is not on
+``sys.path``: a helper the change edits, or a repository package named like an installed one, is
+never what computes the truth. Without that tree, a reference that needs the repository's code
+cannot be computed, and says so.
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ from ..protocol.jobs import Job
 from ..spec import Spec, upcast
 from .calling import (call_with_grads, first_line, is_fatal, kwargs_for, normalize, upstream_from_recipe,
                       upstream_recipe)
+from .loader import SpecImportError
 from .stubs import RepositoryCode
 
 
@@ -134,9 +142,17 @@ class ReferenceServer:
     """Answers the judge's ``describe``, ``upstream``, ``truth`` and ``baseline_fp32`` requests."""
 
     def __init__(self, job: Job, repo_root: Path, workdir: Path, device: str, *, isolate: bool = True,
-                 spec: Spec | None = None) -> None:
+                 spec: Spec | None = None, truth_root: Path | None = None, truth_missing: str | None = None) -> None:
+        """``truth_root``: where this worker sees the tree the job's truth comes from; ``truth_missing``:
+        why it has none, where the job names one."""
+        from ..protocol.jobs import truth_commit
+
         self.job, self.repo_root, self.workdir, self.device = job, repo_root, workdir, device
         self.isolate = isolate
+        wanted = truth_commit(job) is not None
+        self.truth_root = truth_root if wanted else None
+        self.truth_missing = (truth_missing or "the base's tree is not available") if wanted and truth_root is None \
+            else None
         self._head: ReferenceServer | str | None = None  # the head's spec, when this change rewrote the reference
         self.isolated = False
         self.why: str | None = None  # why the spec needed the repository's code
@@ -150,12 +166,29 @@ class ReferenceServer:
 
         if isolate:
             try:
-                spec = load_spec(self.job, self.repo_root, self.workdir, stub_repository=True)
+                spec = load_spec(self.job, self.repo_root, self.workdir, stub_repository=True,
+                                 truth_root=self.truth_root)
                 self.isolated = True
                 return spec
             except Exception as exc:  # noqa: BLE001 - the spec needs the repository's code: import it for real
                 self.why = _why(exc)
-        return load_spec(self.job, self.repo_root, self.workdir)
+        if self.isolate and self.truth_missing:  # the repository's code must be the base's, and it is not here
+            raise self._truth_unavailable()
+        return load_spec(self.job, self.repo_root, self.workdir, truth_root=self.truth_root)
+
+    def _truth_unavailable(self) -> SpecImportError:
+        """The spec cannot be loaded as the job asks: its repository code must be the base's, and the
+        base's tree is not here. Where the spec's import already needs that code, the job's finding is
+        ``truth-unavailable``; where only its reference does, a ``reference-error`` with this text."""
+        from ..protocol.messages import SpecImportFacts
+        from ..protocol.jobs import truth_commit
+
+        assert self.job.spec is not None
+        commit = str(truth_commit(self.job) or "")[:12]
+        return SpecImportError(SpecImportFacts(
+            kind="truth-unavailable", file=self.job.spec.file, line=None,
+            message=f"{self.job.spec.file}: the spec's reference needs the repository's code ({self.why}), which must "
+                    f"come from the base's tree at {commit}, and {self.truth_missing}: the truth was not computed"))
 
     def _unisolate(self, exc: BaseException) -> None:
         from . import stubs
@@ -177,7 +210,10 @@ class ReferenceServer:
                 return self._compute(op, header)
             except Exception as exc:  # noqa: BLE001 - the spec's reference is user code
                 if _repository_code(exc) and self.isolated:
-                    self._unisolate(exc)
+                    try:
+                        self._unisolate(exc)
+                    except SpecImportError as missing:
+                        return {"error": "reference", "message": missing.facts.message, **self._status()}, []
                     continue
                 if is_fatal(exc):
                     return {"error": "fatal", "message": first_line(exc), **self._status()}, []
@@ -187,7 +223,7 @@ class ReferenceServer:
         return {"error": "reference", "message": "the reference could not run", **self._status()}, []
 
     def _status(self) -> dict[str, Any]:
-        return {"isolated": self.isolated, "why": self.why}
+        return {"isolated": self.isolated, "why": self.why, "tree": "base" if self.truth_root is not None else "head"}
 
     def _case(self, header: dict[str, Any]) -> tuple[Materialized, dict[str, Any] | None, dict[str, Any] | None]:
         """The case's inputs, its upstream gradients' recipe and their values."""

@@ -49,6 +49,9 @@ class Worker:
         self.role, self.workdir, self.isolate, self.borrow = role, workdir, isolate, borrow
         self.seeding = seeding
         self.repo_root = Path(context.get("repo_root") or os.getcwd())
+        # the reference's: the tree its truth comes from (the base's), or why there is none
+        self.truth_root = Path(context["truth_root"]) if context.get("truth_root") else None
+        self.truth_missing = str(context["truth_missing"]) if context.get("truth_missing") else None
         self.device = context.get("device") or _pick_device()
         self.job: Job | None = None
         self.server: Any = None
@@ -84,7 +87,8 @@ class Worker:
                 from .reference import ReferenceServer
 
                 self.server = ReferenceServer(job, self.repo_root, self.workdir, self.device, spec=spec,
-                                              isolate=self.isolate)
+                                              isolate=self.isolate, truth_root=self.truth_root,
+                                              truth_missing=self.truth_missing)
             else:
                 from .candidate import CandidateServer
                 from .loader import load_spec

@@ -469,8 +469,11 @@ class Equivalence:
 
         blocks = base.get("rule_changes", "fail") == "fail"
         checked = 0
-        for r in [r for r in results if r.refused is None][:REWRITE_CASES]:
-            ours = self.workers.reference.truth(r.case, {})[0]
+        picked = [r for r in results if r.refused is None][:REWRITE_CASES]
+        # Every truth of the base's first: the head's spec is imported after them in the same worker
+        # (the repository's code too, where its reference needs it), and may change that process.
+        truths = [self.workers.reference.truth(r.case, {})[0] for r in picked]
+        for r, ours in zip(picked, truths):
             theirs = self.workers.reference.head_reference(r.case)
             if isinstance(theirs, str) and theirs.startswith("not compared"):
                 return [self._note("reference-rewritten", f"the head's reference (rewritten by this change) was "
