@@ -154,6 +154,9 @@ class Equivalence:
         self.ahead_started: dict[str, str] = {}  # compiling ahead, per side: "started", or why not
         self.ahead_done: dict[str, dict[str, Any]] = {}  # per side, what its sibling said it did
         self.finish_times: dict[str, Any] = {}  # the head's worker's answer to finish, as it timed it
+        self.sizes_info: dict[str, Any] | None = None  # the thresholds read from the wrapper (see sizes.read)
+        self.sizes_skipped: list[str] = []  # planned sizes that cannot run within the case budget, and why
+        self.magnitudes: dict[str, float] = {}  # the scale each extreme-magnitude case took
 
     @property
     def spec_id(self) -> str:
@@ -167,15 +170,24 @@ class Equivalence:
             ScheduleOptions,
             allowed_dtypes,
             production_cases,
-            schedule,
+            schedule_and_skipped,
         )
 
+        from ..equivalence import sizes
+
         bad, why = unsupported_dtypes(self.ctx, self.workers.uses_triton)
-        opts = ScheduleOptions.from_options(self.job.options, seed=self.seed, budget=self.budget, unsupported=bad)
-        _, dropped = allowed_dtypes(self.spec, opts)
         if self.job.case:
+            opts = ScheduleOptions.from_options(self.job.options, seed=self.seed, budget=self.budget, unsupported=bad)
+            _, dropped = allowed_dtypes(self.spec, opts)
             return [Case.from_token(self.job.case)], [], None
-        cases = schedule(self.spec, opts)
+        thresholds: tuple[Any, ...] = ()
+        if self.job.options.get("planned", True):
+            with self._timed("read_sizes"):
+                thresholds, self.sizes_info = sizes.read(self.job, self.spec, Path(self.ctx.repo_root))
+        opts = ScheduleOptions.from_options(self.job.options, seed=self.seed, budget=self.budget, unsupported=bad,
+                                            thresholds=thresholds)
+        _, dropped = allowed_dtypes(self.spec, opts)
+        cases, self.sizes_skipped = schedule_and_skipped(self.spec, opts)
         # Production shapes: after the canonical case, larger than the fuzzing budget where a GPU allows.
         roomy = max(self.budget, PRODUCTION_CASE_BYTES) if self.ctx.device == "cuda" and not self.sanitized \
             else self.budget
@@ -204,6 +216,9 @@ class Equivalence:
                                  severity=Severity.ERROR if too_big else Severity.WARNING))
         if dropped:
             notes.append(self._note("dtype-not-run", f"{', '.join(dropped)} cases not run: {why}"))
+        if self.sizes_skipped:
+            notes.append(self._note("threshold-not-run", f"{len(self.sizes_skipped)} side(s) of the size thresholds "
+                                    f"read from the wrapper could not run here: " + "; ".join(self.sizes_skipped[:5])))
         if not cases:
             return Outcome(Status.NOT_RUN, notes, reason=f"no case could run here: {why or 'no dtype left'}")
         results: list[Any] = []
@@ -213,6 +228,11 @@ class Equivalence:
         thresholds: list[Finding] = []
         replays: list[Finding] = []
         try:
+            if not self.job.case:
+                from ..equivalence.magnitude import settle_all
+
+                with self._timed("magnitude"):
+                    cases, self.magnitudes = settle_all(cases, self.workers.reference)
             self._compile_ahead(cases)
             with self._timed("cases"):
                 self._run_cases(cases, results, refusals, notes)
@@ -248,6 +268,10 @@ class Equivalence:
                                  "coverage": coverage(self.spec, [r.case for r in results])}
         if self.replayed:
             extra["replayed"] = self.replayed
+        if self.sizes_info is not None:
+            extra["thresholds"] = {**self.sizes_info, "not_run": self.sizes_skipped}
+        if self.magnitudes:
+            extra["magnitudes"] = self.magnitudes
         if growth:
             extra["growth"] = growth["table"]
             findings += [_with_change_note(f) for f in growth["findings"]]
