@@ -195,6 +195,7 @@ class ScheduleOptions:
     shapes: tuple[dict[str, int], ...] = ()  # policy: production shapes that always run
     thresholds: tuple[Threshold, ...] = ()  # size thresholds read from the wrapper's source (the judge's reading)
     plan: bool = True  # cases on both sides of the thresholds, and at the joint corners of the dims
+    infer_couplings: bool = True  # couple indices to the float inputs they index without peak_of=
 
     @classmethod
     def from_options(cls, o: dict[str, Any], *, seed: int, budget: int, unsupported: frozenset[str] = frozenset(),
@@ -208,7 +209,8 @@ class ScheduleOptions:
                    unsupported_dtypes=unsupported, dists=tup("dists"), index_dists=tup("index_dists"),
                    layouts=tup("layouts"), max_reduction=int(o.get("max_reduction") or MAX_REDUCTION),
                    shapes=tuple({str(k): int(v) for k, v in dict(s).items()} for s in o.get("shapes") or ()),
-                   thresholds=thresholds, plan=bool(o.get("planned", True)))
+                   thresholds=thresholds, plan=bool(o.get("planned", True)),
+                   infer_couplings=bool(o.get("infer_couplings", True)))
 
 
 def narrowed(spec_choice: Sequence[str] | None, policy: tuple[str, ...] | None,
@@ -338,7 +340,7 @@ def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random,
             dist = ("uniform" if "uniform" in dists else dists[0]) if quiet else _pick(dists, rng, turn)
             layouts = narrowed(inp.layouts, tuple(l for l in opts.layouts or () if l in INDEX_LAYOUTS) or None,
                                ("contiguous", "contiguous", *INDEX_LAYOUTS[1:]))
-            couple, margin = couplings.choose(spec, name, quiet, extreme, rng)
+            couple, margin = couplings.choose(spec, name, quiet, extreme, rng, infer=opts.infer_couplings)
             inputs[name] = InputChoice(inp.dtype, dist, "contiguous" if quiet else rng.choice(layouts), margin, couple)
             continue
         dtype = _dtype_for(spec, name, primary, chosen)
@@ -422,7 +424,7 @@ def _extreme_count(spec: Spec, opts: ScheduleOptions) -> int:
     for name, inp in spec.inputs.items():
         if isinstance(inp, Tensor):
             n = max(n, len(narrowed(inp.dists, opts.dists, DEFAULT_FLOAT_DISTS)))
-        elif couplings.of_index(spec, name):
+        elif couplings.of_index(spec, name) and opts.infer_couplings:
             n = max(n, len(couplings.MODES))
     return n
 

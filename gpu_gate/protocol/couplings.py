@@ -140,7 +140,8 @@ def _coupled(target: Any, idx: Any, c: Coupling, mode: str, margin: float) -> An
     return rows.reshape(moved.shape).movedim(-1, c.axis)
 
 
-def choose(spec: Spec, index: str, canonical: bool, turn: int | None, rng: Any) -> tuple[str, float]:
+def choose(spec: Spec, index: str, canonical: bool, turn: int | None, rng: Any, *, infer: bool = True
+           ) -> tuple[str, float]:
     """(couple, margin) for an index of a case: ``""`` where the case leaves it uncoupled. A
     declared ``peak_of=`` couples every case (the canonical one at p = 0.9); an inferred coupling
     leaves the canonical case alone, takes every mode in turn in the first fuzzed cases, and a
@@ -156,7 +157,7 @@ def choose(spec: Spec, index: str, canonical: bool, turn: int | None, rng: Any) 
         if turn is not None and turn < len(PEAK_MARGINS):
             return f"peak:{c.target}", PEAK_MARGINS[turn]
         return f"peak:{c.target}", rng.choice(PEAK_MARGINS)
-    if canonical:
+    if canonical or not infer:
         return "", 0.0
     if turn is not None and turn < len(MODES) * len(options):
         mode, margin = MODES[turn % len(MODES)]

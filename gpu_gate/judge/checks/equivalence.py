@@ -295,13 +295,15 @@ class Equivalence:
     def _launches(self, extra: dict[str, Any]) -> list[Finding]:
         """The Triton specializations the cases launched (``extra["specializations"]``); on a GPU, each
         one of the spec's kernel files compiled for the compile check's archs, with its resources
-        (``extra["launch_resources"]``). The candidate worker recorded and compiled them (the launches
-        exist only in its process) and reports what came out; :mod:`gpu_gate.judge.checks.compile_launched`
-        decides what that means."""
+        (``extra["launch_resources"]``); without one, where the interpreter ran them, compiled for the
+        lint architecture (sm_90), whose PTX is read the same way. The candidate worker recorded and
+        compiled them (the launches exist only in its process) and reports what came out;
+        :mod:`gpu_gate.judge.checks.compile_launched` decides what that means."""
         from ..workers import BaseLost
 
         settings = self.job.options.get("compile")
-        wanted = self.ctx.device == "cuda" and not self.sanitized and not self.job.case and isinstance(settings, dict)
+        here = self.ctx.device == "cuda" or self.ctx.triton_interpret
+        wanted = here and not self.sanitized and not self.job.case and isinstance(settings, dict)
         start = time.monotonic()
         if self.workers.base is not None and "base" in self.ahead_started:
             with contextlib.suppress(BaseLost):  # first: its cores are the head's compile's
@@ -338,6 +340,7 @@ class Equivalence:
 
         read: set[str] = set()
         findings, extra["launch_resources"] = judge(compiled, settings, read)
+        extra["launches_linted"] = sorted(read)  # the kernels whose launched PTX was read (races, 32-bit offsets)
         if any(f.kind in ("compile-error", KIND_OFFSET) for f in findings) and self.workers.base is not None:
             findings = self._launched_against_base(findings, settings, read)
         return notes + findings
@@ -720,6 +723,8 @@ def coverage(spec: Any, cases: list[Any]) -> dict[str, Any]:
                 seen[axis][v] = seen[axis].get(v, 0) + 1
         out["inputs"][name] = {"kind": "index" if isinstance(inp, Index) else "tensor", **seen}
     out["grad_layout"] = sorted({c.grad_layout for c in cases})
+    out["planned"] = [c.why for c in cases if c.why]  # the sides of thresholds and the corners run
+    out["coupled"] = sorted({f"{k}: {ch.couple}" for c in cases for k, ch in c.inputs.items() if ch.couple})
     return out
 
 
