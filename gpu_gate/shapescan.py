@@ -769,8 +769,8 @@ def _atom(left: Any, op: ast.cmpop, right: Any) -> Atom | None:
     sym = _OPS.get(type(op))
     if sym is None or not isinstance(left, Sym) or not isinstance(right, Sym):
         return None
-    if left.const and right.const:
-        return None
+    if (left.const and right.const) or left.e == right.e:
+        return None  # constant either way: no size is on either side of it
     if right.const:
         bound = _number(right)
         return Atom(left.e, sym, bound) if bound is not None else None

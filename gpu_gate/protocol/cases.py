@@ -152,13 +152,16 @@ def numel(shape: Sequence[str | int], dims: dict[str, int]) -> int:
 
 
 def _fit_budget(spec: Spec, dims: dict[str, int], inputs: dict[str, InputChoice], budget: int,
-                keep: str | None) -> dict[str, int]:
-    """Halve the largest dims (the chosen long one last) until the case fits the memory budget."""
+                keep: str | Sequence[str] | None) -> dict[str, int]:
+    """Halve the largest dims (the chosen long one, or the ones ``keep`` names, last) until the case
+    fits the memory budget."""
     dims = dict(dims)
+    kept = [keep] if isinstance(keep, str) else list(keep or ())
     for _ in range(200):
         if case_bytes(spec, dims, inputs) <= budget:
             break
-        order = sorted((d for d in dims if d != keep), key=lambda d: -dims[d]) + ([keep] if keep else [])
+        order = sorted((d for d in dims if d not in kept), key=lambda d: -dims[d]) + \
+            sorted(kept, key=lambda d: -dims[d])
         for d in order:
             smaller = _shrink_one(spec.dims[d], dims[d])
             if smaller is not None:
@@ -321,16 +324,15 @@ def _float_choice(inp: Tensor, dtype: str, rng: random.Random, canonical: bool, 
 def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random, *, canonical: bool,
               long_dim: str | None, budget: int, opts: ScheduleOptions | None = None,
               turn: int | None = None, longest: bool = False, fixed: dict[str, int] | None = None,
-              extreme: int | None = None, model: tuple[str, int] | None = None, why: str = "",
+              extreme: int | None = None, model: dict[str, int] | None = None, why: str = "",
               plain: bool = False) -> Case:
     """``fixed``: dims that take exactly these sizes (a production shape), whatever the budget.
     ``extreme``: the position of the case among the first fuzzed ones (each distribution at its
-    extreme, each coupling mode); ``model``: a dim that takes a common model size (kept while
-    the others shrink to fit); ``plain``: planned sizes with plain inputs (normal, contiguous)."""
+    extreme, each coupling mode); ``model``: dims that take common model sizes (kept while the
+    others shrink to fit); ``plain``: planned sizes with plain inputs (normal, contiguous)."""
     opts = opts or ScheduleOptions(cases=1, seed=seed, dtypes=None, max_case_bytes=budget)
     dims = {**_dims_for(spec, rng, canonical, long_dim, opts.max_reduction, longest), **(fixed or {})}
-    if model is not None:
-        dims[model[0]] = model[1]
+    dims.update(model or {})
     chosen: dict[str, str] = {}
     inputs: dict[str, InputChoice] = {}
     quiet = canonical or plain
@@ -348,7 +350,7 @@ def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random,
         inputs[name] = _float_choice(inp, dtype, rng, quiet, opts, turn, written=name in spec.mutates,
                                      extreme=extreme)
     if not fixed:
-        dims = _fit_budget(spec, dims, inputs, budget, model[0] if model is not None else long_dim)
+        dims = _fit_budget(spec, dims, inputs, budget, list(model) if model else long_dim)
     inputs = {k: dataclasses.replace(c, layout=applicable(c.layout, _shape(spec.inputs[k].shape, dims)))
               for k, c in inputs.items()}
     return Case(cid, seed, dims, inputs, _grad_layout(spec, rng, quiet, turn), why=why)
@@ -407,7 +409,7 @@ def schedule_and_skipped(spec: Spec, opts: ScheduleOptions) -> tuple[list[Case],
         long_dim = rng.choice(reductions) if reductions and fuzzed % 4 == 0 else None
         # the round-robin of layouts skips the long-reduction cases, whose other dims are tiny
         turn = None if long_dim else turns
-        model = early.model_size_for(dict(spec.dims), turns) if turn is not None else None
+        model = early.model_sizes_for(dict(spec.dims), turns) if turn is not None else None
         cases.append(make_case(spec, f"c{i:04d}", seed, primary, rng, canonical=False, long_dim=long_dim,
                                budget=opts.max_case_bytes, opts=opts, turn=turn, longest=fuzzed == 0,
                                extreme=extremes, model=model))

@@ -39,12 +39,13 @@ def model_sizes(dim: Dim) -> list[int]:
     return [n for n in MODEL_EARLY if dim.allows(n)]
 
 
-def model_size_for(dims: dict[str, Dim], k: int, skip: str | None = None) -> tuple[str, int] | None:
-    """The ``k``-th (dim, size) of the early model-size cases: the dims take their sizes in turn
-    (the first size of every dim, then the second, ...), so every size of every dim comes early."""
-    pairs: list[tuple[str, int]] = []
-    lists = {d: model_sizes(dim) for d, dim in dims.items() if d != skip}
-    depth = max((len(v) for v in lists.values()), default=0)
-    for i in range(depth):
-        pairs += [(d, sizes[i]) for d, sizes in lists.items() if i < len(sizes)]
-    return pairs[k] if k < len(pairs) else None
+def model_sizes_for(dims: dict[str, Dim], k: int) -> dict[str, int]:
+    """The sizes of the ``k``-th early model-size case: each dim that allows one takes its ``k``-th
+    common model size (the case keeps them while the other dims shrink to fit), so every size of
+    every dim comes within the first ``len(MODEL_EARLY)`` of them."""
+    out = {}
+    for d, dim in dims.items():
+        sizes = model_sizes(dim)
+        if k < len(sizes):
+            out[d] = sizes[k]
+    return out

@@ -65,16 +65,23 @@ def dims_of(e: Expr) -> set[str]:
     return set().union(*(dims_of(a) for a in e[2 if e[0] == "call" else 1:]))
 
 
-def render(e: Expr, top: bool = True) -> str:
-    """The expression as Python-like text, for messages."""
+_PRECEDENCE = {"**": 4, "*": 3, "//": 3, "/": 3, "%": 3, "+": 2, "-": 2, "<<": 1, ">>": 1, "&": 0, "|": 0}
+
+
+def render(e: Expr, parent: str | None = None, right: bool = False) -> str:
+    """The expression as Python-like text, for messages (parentheses only where Python needs them)."""
     if e[0] == "dim":
         return str(e[1])
     if e[0] == "const":
         return format(e[1], "g") if isinstance(e[1], float) else str(e[1])
     if e[0] == "call":
         return f"{e[1]}({', '.join(render(a) for a in e[2:])})"
-    text = f"{render(e[1], False)} {e[0]} {render(e[2], False)}"
-    return text if top else f"({text})"
+    text = f"{render(e[1], e[0])} {e[0]} {render(e[2], e[0], right=True)}"
+    if parent is None:
+        return text
+    mine, theirs = _PRECEDENCE.get(e[0], 0), _PRECEDENCE.get(parent, 0)
+    bare = mine > theirs or (mine == theirs and (not right or (e[0] == parent and e[0] in ("+", "*"))))
+    return text if bare else f"({text})"
 
 
 @dataclasses.dataclass(frozen=True)
