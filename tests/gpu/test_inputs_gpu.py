@@ -3,7 +3,8 @@ gate finds without the spec's help (an undeclared label coupling, a wrapper thre
 an overflow only a large offset reaches, within 8 cases; tests/corpus), each with its twin, with
 device "cuda"; the weak accumulation that only the base's growth curve shows, through the executor
 on a GPU; and the spin lock released without a barrier, its constexprs chosen at the call site,
-read from the PTX the GPU's own Triton compiled for the cases' launches."""
+read from the PTX the GPU's own Triton compiled for the cases' launches; and the determinism
+check's contention cases surviving another gate that takes most of the GPU's memory."""
 from __future__ import annotations
 
 import sys
@@ -93,3 +94,37 @@ def test_a_launched_spin_lock_without_a_barrier_is_read_from_the_gpus_own_build(
     else:
         print(f"triton {triton.__version__}: {len(locks)} lock finding(s) (3.9 puts its own barrier there)")
     assert not [f for f in results["dw_lock_barrier"].findings if f.kind == "lock-release-without-barrier"]
+
+
+@pytest.mark.parametrize("seed", range(2))
+def test_contention_cases_survive_another_gate_taking_the_gpus_memory(seed: int, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another gate takes most of the GPU's memory after this job sized its contention cases (4 GiB
+    each, as on a free GPU): a case that no longer fits is run again smaller (an ``out-of-memory``
+    note), the scatter race is still named ``nondeterministic``, its atomic twin passes, and
+    neither job is an error. Prints the notes (-s)."""
+    import torch
+
+    from gpu_gate.judge.checks import determinism
+
+    monkeypatch.syspath_prepend(str(RACES))
+    monkeypatch.setattr(determinism.Determinism, "_contention_budget", lambda self: 4 << 30)
+    free, _ = torch.cuda.mem_get_info()
+    other_gate = torch.empty(max(0, free - (1 << 30)), dtype=torch.uint8, device="cuda")  # 1 GiB left
+    try:
+        results = {}
+        for name in ("embedding_grad_store", "embedding_grad_atomic"):
+            job = Job(id=name, check="determinism", level="required", kernels=(), spec=SpecRef("gates.py", name),
+                      seed=seed, options={"repeats": 8, "concurrent_load": True, "contention": True})
+            results[name] = run_job(job, Context(repo_root=RACES, device="cuda", workdir=tmp_path / name))
+    finally:
+        del other_gate
+        torch.cuda.empty_cache()
+    for name, r in results.items():
+        print(f"\n{name} seed {seed}: {r.status.value}; "
+              f"{[f.message[:200] for f in r.findings if f.kind == 'out-of-memory']}")
+        assert r.status is not Status.ERROR and not [f for f in r.findings if f.kind == "reference-error"], r.findings
+    assert {f.kind for f in results["embedding_grad_store"].findings if f.severity is Severity.ERROR} == \
+        {"nondeterministic"}, results["embedding_grad_store"].findings
+    assert results["embedding_grad_atomic"].status is Status.PASSED, \
+        [f.message for f in results["embedding_grad_atomic"].findings]
