@@ -34,6 +34,11 @@ class SpecBroken(Exception):
     """The spec itself (its reference) is wrong; not the kernel's fault."""
 
 
+class ReferenceOutOfMemory(SpecBroken):
+    """The reference ran out of GPU memory on a case: other work shares the GPU, or the case is too
+    large for what is free. A check that can run the case smaller (the contention cases) does."""
+
+
 class SpecDidNotImport(Exception):
     def __init__(self, finding: Finding) -> None:
         super().__init__(finding.message)
@@ -101,6 +106,8 @@ def _check(reply: dict[str, Any], what: str) -> None:
         raise ContextLost(str(reply.get("message")))
     if err == "reference":
         raise SpecBroken(str(reply.get("message")))
+    if err == "oom":
+        raise ReferenceOutOfMemory(str(reply.get("message")))
     if err is not None:
         raise ContextLost(f"the {what} worker failed: {reply.get('message') or err}")
 

@@ -218,6 +218,9 @@ class ReferenceServer:
                 if is_fatal(exc):
                     return {"error": "fatal", "message": first_line(exc), **self._status()}, []
                 case = header.get("case_id") or "?"
+                if _out_of_memory(exc):  # the GPU is shared: a fact about this case's size, not the spec
+                    return {"error": "oom", "message": f"the spec's reference ran out of GPU memory on case {case}: "
+                                                       f"{first_line(exc)}", **self._status()}, []
                 return {"error": "reference", "message": f"the spec's reference raised {first_line(exc)} on case "
                                                          f"{case}", **self._status()}, []
         return {"error": "reference", "message": "the reference could not run", **self._status()}, []
@@ -316,3 +319,13 @@ def _why(exc: BaseException) -> str:
     if cur is not None:
         return f"it uses {cur} from the repository"
     return f"it does not import without the repository's code ({first_line(exc)})"
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch's CUDA out-of-memory error; the cache it left is emptied."""
+    import torch
+
+    if not isinstance(exc, torch.cuda.OutOfMemoryError):
+        return False
+    torch.cuda.empty_cache()
+    return True

@@ -193,6 +193,14 @@ class Worker:
             reply["compile"] = compile_launched(mine, archs, known, root=str(self.repo_root))
             reply["compile_taken"] = sum((launch.key, arch) in known for _, launch in mine[:MAX_COMPILED]
                                          for arch in archs)  # for the timing report
+        elif mine and isinstance(settings, dict) and os.environ.get("TRITON_INTERPRET") == "1":
+            # no GPU: what the interpreter launched, compiled for the lint architecture in a child
+            # process, so that its PTX is read for races and 32-bit offsets as on a GPU
+            from ..protocol.archs import lint_arch
+            from .interpreted_builds import compile_interpreted
+
+            arch = lint_arch(normalise_archs(settings.get("archs") or DEFAULT_ARCHS))
+            reply["compile"] = compile_interpreted(mine, arch, self.repo_root, self.job.python_path)
         mark("compile_s")
         from .autotune import untimed
 

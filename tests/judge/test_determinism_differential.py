@@ -97,6 +97,11 @@ def _execute(tmp: Path, base_ops: str, head_ops: str, spec: str) -> list[dict]: 
 def test_runs_that_differ_where_the_base_is_exact_are_new(tmp_path: Path) -> None:
     found = _run(tmp_path, EXACT, WITHIN)
     assert found and {f["details"]["change"] for f in found} == {"new"}, found
+    # named a race with the base's spread beside it: none, on the same inputs in the same settings
+    f = found[0]
+    assert "the base's code, repeated 4 times on the same inputs in the same settings, gave the same output every " \
+           "time" in f["message"], f["message"]
+    assert f["details"]["base_spread"] == 0.0 and f["details"]["base_error_of"]["out"] < 1e-5, f["details"]
 
 
 def test_runs_within_the_bases_own_error_on_the_case_are_debt(tmp_path: Path) -> None:
