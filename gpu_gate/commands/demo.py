@@ -17,7 +17,7 @@ from pathlib import Path
 from .. import proc
 from ..exitcodes import ExitCode
 
-TEMPLATE = Path(__file__).parent / "demo_repo"
+TEMPLATE = Path(__file__).resolve().parent.parent / "demo_repo"  # gpu_gate/demo_repo, shipped as package data
 GIT_ENV = {"GIT_AUTHOR_NAME": "gpu-gate demo", "GIT_AUTHOR_EMAIL": "demo@example.invalid",
            "GIT_COMMITTER_NAME": "gpu-gate demo", "GIT_COMMITTER_EMAIL": "demo@example.invalid",
            "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}
