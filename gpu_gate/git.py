@@ -505,8 +505,9 @@ def _pair(base: object, head: object) -> tuple[str, str] | None:
 
 
 def add_worktree(repo: Path | str, rev: str, path: Path) -> Path:
-    """Check ``rev`` out, detached, into a new work tree at ``path`` (jobs must run the head's code)."""
-    r = _run(repo, ["worktree", "add", "--detach", "--force", str(path), rev])
+    """Check ``rev`` out, detached, into a new work tree at ``path`` (jobs must run the head's code).
+    No hook runs: a ``post-checkout`` hook would be code the configuration names, run by the gate."""
+    r = _run(repo, ["-c", f"core.hooksPath={os.devnull}", "worktree", "add", "--detach", "--force", str(path), rev])
     if not r.ok:
         raise GitError(f"cannot check out {rev} into a temporary work tree: {_first_line(r.stderr)}",
                        hint="check out the head yourself and omit --head")

@@ -1,6 +1,7 @@
 """What a job's result carries beyond its findings, as typed fields: what the reports show (the
-seed, the rule, what the cases covered, the growth sweep, the compile check's resources) and what
-the gate's stores take (the launches, the modules imported without bytecode).
+seed, the rule, what the cases covered and how many were planned, the growth sweep, the size
+thresholds, the compile check's resources, what allows a check not run) and what the gate's stores
+take (the launches, the modules imported without bytecode).
 
 In ``results.json`` it is the ``extra`` mapping, each field under its own name and only those that
 were set, as it always was: a result written before these fields had types reads the same, and a
@@ -15,7 +16,8 @@ from typing import Any
 _TYPES: dict[str, type | tuple[type, ...]] = {
     "seed": int, "rule": str, "coverage": dict, "replayed": list, "growth": dict, "timing": dict,
     "specializations": list, "launch_resources": list, "launches": dict, "bytecode_missing": list,
-    "resources": list, "linted": list}
+    "resources": list, "linted": list, "cases_planned": int, "thresholds": dict, "magnitudes": dict,
+    "launches_linted": list, "not_run_allowed_by": str}
 
 
 @dataclasses.dataclass
@@ -32,6 +34,11 @@ class JobExtra:
     bytecode_missing: list[str] | None = None  # for the bytecode store; taken off before the result is kept
     resources: list[dict[str, Any]] | None = None  # the compile check's resource rows
     linted: list[str] | None = None  # the kernels whose compiled code the compile check read
+    cases_planned: int | None = None  # the cases the policy asked for (the report says how many ran)
+    thresholds: dict[str, Any] | None = None  # the size thresholds read from the wrapper, and those not run
+    magnitudes: dict[str, float] | None = None  # the scale each extreme-magnitude case took
+    launches_linted: list[str] | None = None  # the kernels whose launched PTX was read (races, 32-bit offsets)
+    not_run_allowed_by: str | None = None  # a NOT_RUN result: the policy setting that allows it
     other: dict[str, Any] = dataclasses.field(default_factory=dict)  # keys this version does not know
 
     def to_json(self) -> dict[str, Any]:

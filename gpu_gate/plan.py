@@ -32,12 +32,15 @@ class Plan:
     launch_keys: dict[str, str] = dataclasses.field(default_factory=dict)  # spec id -> key of its recorded launches
     # spec id -> {file: [[first, last], ...]}: the lines the change wrote in the files the spec runs
     changed_lines: dict[str, dict[str, list[list[int]]]] = dataclasses.field(default_factory=dict)
+    # the revision whose policy and specs are in force: the base branch's tip (None: the merge base)
+    rules: str | None = None
 
     def to_json(self, shards: int | None = None) -> dict[str, Any]:
         d: dict[str, Any] = {
             "version": PLAN_VERSION,
             "base": self.base,
             "head": self.head,
+            "rules": self.rules,
             "policy_source": self.policy_source,
             "kernels": [k.to_json() for k in self.kernels],
             "findings": [f.to_json() for f in self.findings],
@@ -56,7 +59,8 @@ class Plan:
     def from_json(cls, d: dict[str, Any]) -> Plan:
         if d.get("version") != PLAN_VERSION:
             raise ValueError(f"unsupported plan version {d.get('version')!r}")
-        return cls(base=d.get("base"), head=d.get("head"), policy_source=d.get("policy_source", ""),
+        return cls(base=d.get("base"), head=d.get("head"), rules=d.get("rules") if isinstance(d.get("rules"), str)
+                   else None, policy_source=d.get("policy_source", ""),
                    kernels=[ChangedKernel.from_json(k) for k in d.get("kernels", [])],
                    findings=[Finding.from_json(f) for f in d.get("findings", [])],
                    jobs=[Job.from_json(j) for j in d.get("jobs", [])], notes=list(d.get("notes", [])),

@@ -60,12 +60,14 @@ class RunRecord:
     # jobs ran: [{"path", "line", "end", "what"}, ...]. A publisher whose checkout is another
     # commit (workflow_run: the default branch) places findings by these, not by its own files.
     places: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    rules: str | None = None  # the revision whose policy and specs were in force (the base branch's tip)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": RECORD_VERSION,
             "base": self.base,
             "head": self.head,
+            "rules": self.rules,
             "policy_source": self.policy_source,
             "kernels": [k.to_json() for k in self.kernels],
             "plan_findings": [f.to_json() for f in self.plan_findings],
@@ -86,6 +88,7 @@ class RunRecord:
         return cls(
             base=d.get("base"),
             head=d.get("head"),
+            rules=d.get("rules") if isinstance(d.get("rules"), str) else None,
             policy_source=d.get("policy_source", ""),
             kernels=[ChangedKernel.from_json(k) for k in d.get("kernels", [])],
             plan_findings=[Finding.from_json(f) for f in d.get("plan_findings", [])],
@@ -136,6 +139,7 @@ def merge(records: list[RunRecord]) -> RunRecord:
     return RunRecord(
         base=first.base,
         head=first.head,
+        rules=first.rules,
         policy_source=first.policy_source,
         kernels=first.kernels,
         plan_findings=plan_findings,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from .checked import gpu_only_not_run, summary
 from .exitcodes import ExitCode
 from .findings import Finding, JobResult, Severity, Status
 from .record import RunRecord
@@ -25,6 +26,9 @@ class Rules:
     unrecognised: Literal["fail", "warn"] = "fail"  # GPU code in no language gpu-gate reads
     submodules: Literal["fail", "warn"] = "fail"  # a submodule moved under the kernel globs
     preexisting: Literal["fail", "warn"] = "warn"  # a failure the base's code has too (differential runs)
+    # a GPU-only check not run for want of a GPU: "warn" on a local run on the CPU, never in CI
+    # (see gpu_gate.checked)
+    gpu_not_run_here: Literal["fail", "warn"] = "fail"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +47,7 @@ class Verdict:
     warnings: list[Item]
     counts: dict[str, int]
     no_kernel_changes: bool
+    checked: str = ""  # what ran: "9 of 24 equivalence cases run; float16 not run" (gpu_gate.checked)
 
     @property
     def exit_code(self) -> ExitCode:
@@ -57,9 +62,11 @@ class Verdict:
         if c["error"]:
             parts.append(f"{c['error']} could not run")
         if c["not_run"]:
-            parts.append(f"{c['not_run']} not run")
+            here = c.get("not_run_here", 0)
+            parts.append(f"{c['not_run']} not run" + (f" ({here} GPU-only, not run here)" if here else ""))
         word = "PASSED" if self.passed else "FAILED"
         tail = f"; {len(self.blocking)} blocking" if self.blocking else ""
+        tail += f"; {self.checked}" if self.checked else ""
         return f"gpu-gate: {word} - {', '.join(parts)}{tail}"
 
 
@@ -89,8 +96,13 @@ def _classify_job(r: JobResult, rules: Rules, blocking: list[Item], warnings: li
     if r.status in (Status.ERROR, Status.NOT_RUN):
         verb = "could not run" if r.status is Status.ERROR else "was not run"
         reason = f"{r.check} {verb} for {r.spec or ', '.join(r.kernels)}: {r.reason or 'no reason given'}"
-        item = Item(reason, job=r)
         fail_closed = r.status is Status.ERROR or rules.not_run == "fail"
+        if gpu_only_not_run(r) and rules.gpu_not_run_here == "warn":
+            reason, fail_closed = f"{reason} (GPU-only: not run here; in CI it blocks)", False
+        allowed = r.extra.not_run_allowed_by if r.status is Status.NOT_RUN else None
+        if allowed:  # the base's policy says so explicitly (compile's no_values: warn)
+            reason, fail_closed = f"{reason} (allowed by {allowed})", False
+        item = Item(reason, job=r)
         (blocking if required and fail_closed else warnings).append(item)
     for f in r.findings:
         mode = _mode_for(f, rules)
@@ -121,9 +133,10 @@ def decide(record: RunRecord, rules: Rules) -> Verdict:
         "failed": sum(r.status is Status.FAILED for r in record.results),
         "error": sum(r.status is Status.ERROR for r in record.results),
         "not_run": sum(r.status is Status.NOT_RUN for r in record.results),
+        "not_run_here": sum(gpu_only_not_run(r) for r in record.results) if rules.gpu_not_run_here == "warn" else 0,
         "missing": len([j for j in record.planned_jobs if j not in done]),
         "findings": sum(len(r.findings) for r in record.results) + len(record.plan_findings),
     }
     no_changes = not record.kernels and not record.plan_findings and not record.results
     return Verdict(passed=not blocking, blocking=blocking, warnings=warnings, counts=counts,
-                   no_kernel_changes=no_changes)
+                   no_kernel_changes=no_changes, checked=summary(record.results))

@@ -7,8 +7,13 @@ not depend on which module pytest happened to import first.
 """
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+# The suite runs as CI does (issue 40): a GPU-only check that cannot run fails closed. The tests of
+# a local run, where such checks are listed as not run here and do not fail, unset CI themselves.
+os.environ.setdefault("CI", "true")
 
 _HERE = Path(__file__).resolve().parent
 for _folder in sorted(p for p in _HERE.iterdir() if p.is_dir() and list(p.glob("test_*.py"))):

@@ -19,7 +19,7 @@ from . import output as out
 from ..errors import GateError
 from .planning import cache_dir as cache_dir_in_use, in_actions, make_plan, policy_in_force, repo_root, say_head
 from .report import finish
-from .trees import base_checkout, head_checkout
+from .trees import base_checkout, head_checkout, truth_checkout
 from .request import CacheChoice, PlanRequest, ReportOutput
 from .vet import DoctorBeside, vet_runner
 
@@ -62,7 +62,7 @@ def run(request: CheckRequest) -> int:
 
         repo = repo_root(request.plan.repo)
         plan = Plan.read(request.plan_file)
-        loaded = policy_in_force(repo, request.plan.policy, plan.base, plan.head).loaded
+        loaded = policy_in_force(repo, request.plan.policy, plan.base, plan.head, plan.rules).loaded
     else:
         planned = make_plan(request.plan)
         repo, loaded, plan = planned.repo, planned.loaded, planned.plan
@@ -115,7 +115,8 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, request: CheckRequest, w
     gpus = detect_gpus() if not request.cpu else ()
     if isinstance(policy.runner.gpus, int):
         gpus = gpus[: policy.runner.gpus]
-    record = RunRecord(base=plan.base, head=plan.head, policy_source=loaded.source, kernels=plan.kernels,
+    record = RunRecord(base=plan.base, head=plan.head, rules=plan.rules, policy_source=loaded.source,
+                       kernels=plan.kernels,
                        plan_findings=list(plan.findings), planned_jobs=[j.id for j in jobs] if request.shard else all_ids,
                        shard=request.shard, environment=_environment(gpus), notes=list(plan.notes),
                        selected={sid: why for sid, why in plan.selected.items()
@@ -133,10 +134,14 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, request: CheckRequest, w
         for sid, why in sorted(record.selected.items()):
             say(f"spec {sid}: {'; '.join(why)}")
         start = time.monotonic()
-        with head_checkout(repo, plan.head) as tree, base_checkout(repo, plan.base, jobs, record) as base_tree:
+        with head_checkout(repo, plan.head, policy, request) as head, \
+                base_checkout(repo, plan.base, jobs, record) as base_tree, \
+                truth_checkout(repo, jobs, plan.base, base_tree, record) as truth:
+            record.notes += head.notes()
             ready = {"trees": time.monotonic() - start}
-            record.results = _run_jobs(jobs, tree, policy, gpus, request, worker, record, base_tree, ready)
-            record.places = _places(record, tree)
+            record.results = _run_jobs(jobs, head.path, policy, gpus, request, worker, record, base_tree, ready,
+                                       home=repo, head=head, truth=truth)
+            record.places = _places(record, head.path)
         _remember_launches(plan, record, cache_dir)
     return finish(record, loaded, request.output)
 
@@ -196,9 +201,14 @@ def _remember_launches(plan: Plan, record: RunRecord, cache_dir: Path | None) ->
 
 def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], request: CheckRequest,
               worker_python: Path | None, record: Any, base_tree: Path | None = None,
-              ready: dict[str, float] | None = None) -> list[Any]:
-    """``ready``: how long each step before the first job took (the work trees, so far): the run says
-    where the time before its first job went."""
+              ready: dict[str, float] | None = None, *, home: Path | None = None, head: Any = None,
+              truth: dict[str, Path] | None = None) -> list[Any]:
+    """``repo``: the tree the jobs run (an export of the head commit, or the work tree); ``home``: the
+    repository itself (where the result cache lives), by default ``repo``; ``head``: how ``repo`` was
+    made (its setup outputs are part of the cache's key); ``truth``: the trees the references load
+    from, by commit. ``ready``: how long each step before the first job took (the work trees, so
+    far): the run says where the time before its first job went."""
+    home = home or repo
     from ..executor import sandbox
     from ..executor.options import ExecOptions
     from ..executor.control import RunControl, cancel_on_signals, interrupted_finding
@@ -218,7 +228,8 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], r
     step("sandbox")
     record.plan_findings += sandbox_findings(box, policy.runner.sandbox)
     control = RunControl()
-    cache = _cache(policy, repo, request.plan.cache, gpus)
+    cache = _cache(policy, repo, request.plan.cache, gpus, home=home,
+                   extra=head.fingerprint() if head is not None else None)
     todo, cached = [], []
     for j in jobs:
         hit = cache.lookup(j) if cache else None
@@ -262,7 +273,8 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], r
             _progress(progress_line(r, i, len(jobs), 0.0, colour), r)
         offset = len(cached)
 
-        keeper = bytecode.Keeper(store if pycache is not None else None, (repo, base_tree, work_root))
+        keeper = bytecode.Keeper(store if pycache is not None else None,
+                                 (repo, home, base_tree, work_root, *(truth or {}).values()))
 
         def progress(r: Any, done: int, total: int, elapsed: float) -> None:
             keeper.take(r)  # the modules its worker imported without bytecode, compiled beside the other jobs
@@ -279,11 +291,12 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], r
                                run_deadline=time.monotonic() + policy.runner.run_timeout_minutes * 60,
                                workers=request.jobs or (len(gpus) or min(2, os.cpu_count() or 1)),
                                fail_fast=policy.runner.fail_fast, sanitizer_path=policy.cuda.sanitizer,
-                               jobs_per_gpu=policy.runner.jobs_per_gpu,
+                               jobs_per_gpu=policy.runner.jobs_per_gpu, infrastructure=policy.runner.infrastructure,
                                keep_workdirs=request.output.out / "jobs" if request.keep_job_dirs else None,
                                work_root=work_root, pycache=pycache, sandbox_mode=policy.runner.sandbox,
-                               sandbox=box, hide=(request.output.out.resolve(), *([cache.cache.dir] if cache else [])),
-                               base_root=base_tree,
+                               sandbox=box, hide=(request.output.out.resolve(), *([cache.cache.dir] if cache else []),
+                                                  *_work_tree_hidden(home, head)),
+                               base_root=base_tree, truth_roots=tuple(sorted((truth or {}).items())),
                                kernel_store=cache.cache.dir / "compiled" if cache else None,
                                worker_python=worker_python)
             with cancel_on_signals(control):
@@ -309,6 +322,14 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], r
     if end:
         say(end)
     return cached + results
+
+
+def _work_tree_hidden(home: Path, head: Any) -> list[Path]:
+    """Where the jobs run an export of the head commit, the work tree is out of their sight too: what
+    a build step left there (an editable install points into it) is the jobs' only through the
+    policy's ``setup_outputs``, copied into the export. The interpreters and gpu-gate stay shown
+    where they live inside it (see executor.argv._layout)."""
+    return [home.resolve()] if head is not None and head.exported else []
 
 
 def _progress(line: str, result: Any) -> None:
@@ -347,12 +368,15 @@ def _not_run_on_unfit_runner(job: Any, problems: list[Any]) -> Any:
                             f"not trusted")
 
 
-def _cache(policy: Policy, repo: Path, choice: CacheChoice, gpus: tuple[str, ...]) -> Any:
+def _cache(policy: Policy, repo: Path, choice: CacheChoice, gpus: tuple[str, ...], *, home: Path | None = None,
+           extra: dict[str, str] | None = None) -> Any:
+    """The result cache of ``home`` (the repository), keyed by the files of ``repo`` (the tree the jobs
+    run) and ``extra`` (the setup outputs taken into it)."""
     if not choice.enabled or not policy.cache.enabled:
         return None
     from ..store.results import JobCache
 
-    cache = JobCache(policy, repo, Path(choice.dir) if choice.dir else None, gpus)
+    cache = JobCache(policy, repo, Path(choice.dir) if choice.dir else None, gpus, home=home, extra=extra or {})
     if cache.refused:
         # Nothing is read from or written to a directory the commit carries: not the results, nor the
         # bytecode and the compiled kernels kept beside them (a link there points wherever it likes).

@@ -23,6 +23,7 @@ def check_json(record: RunRecord, verdict: Verdict, reports: dict[str, Path], ex
         "headline": verdict.headline,
         "base": record.base,
         "head": record.head,
+        "rules": record.rules,
         "policy_source": record.policy_source,
         "counts": dict(verdict.counts),
         "blocking": [_item(i) for i in verdict.blocking],

@@ -64,17 +64,24 @@ def refs(repo: Path, request: PlanRequest) -> tuple[str, str | None]:
             head = head or event[1]
     if base is None:
         raise GateError("no base to compare against", hint="pass --base REF, e.g. --base origin/main")
+    if head is None and in_actions():
+        head = "HEAD"  # in GitHub Actions a commit runs, never the work tree (a build step could rewrite it)
     return base, head
 
 
-def policy_in_force(repo: Path, policy: PolicyFile, base: str | None, head: str | None) -> PolicyInForce:
-    """The base decides (gpu_gate.policy.base): its policy, with the head's validated and compared."""
+def policy_in_force(repo: Path, policy: PolicyFile, base: str | None, head: str | None,
+                    rules: str | None = None) -> PolicyInForce:
+    """The base decides (gpu_gate.policy.base): the policy at the base branch's tip (``base`` resolved,
+    or ``rules`` where a plan or a results file already says which revision), with the head's validated
+    and compared with the merge base's."""
     from .. import git
     from ..policy.base import choose
 
     merge_base = git.merge_base(repo, base, head or "HEAD") if base else None
+    if base and rules is None:
+        rules = git.resolve(repo, base)  # merge_base fetched it where it was missing
     choice = choose(repo, merge_base, git.resolve(repo, head or "HEAD") if base else None, policy.path,
-                    strict=policy.strict, in_actions=in_actions())
+                    strict=policy.strict, in_actions=in_actions(), rules=rules)
     for w in choice.loaded.warnings + (choice.head.warnings if choice.head else ()):
         out.warn(w)
     return choice

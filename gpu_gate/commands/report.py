@@ -48,6 +48,7 @@ def run(request: ReportRequest) -> int:
         if not records:
             record.kernels, record.plan_findings = plan.kernels, list(plan.findings)
             record.base, record.head, record.policy_source = plan.base, plan.head, plan.policy_source
+            record.rules = plan.rules
     loaded = _report_policy(record, request.policy)
     github = request.github
     if github is None:
@@ -67,7 +68,7 @@ def _report_policy(record: RunRecord, policy: PolicyFile) -> LoadedPolicy:
     root = Path.cwd()
     try:
         if record.base:
-            return policy_in_force(git.repo_root(root), policy, record.base, record.head).loaded
+            return policy_in_force(git.repo_root(root), policy, record.base, record.head, record.rules).loaded
     except GitError as exc:
         out.warn(f"gpu-gate: warning: the base's policy cannot be read ({exc}); each verdict rule is the stricter "
                  f"of this checkout's policy and the default preset")
@@ -75,6 +76,16 @@ def _report_policy(record: RunRecord, policy: PolicyFile) -> LoadedPolicy:
     if not record.base:
         return loaded
     return dataclasses.replace(loaded, policy=stricter_rules(loaded.policy, default_policy()))
+
+
+def local_rules(rules: Any, record: RunRecord) -> Any:
+    """The policy's rules, where a local run without a GPU lists the GPU-only checks as not run
+    here rather than failing on them (in CI they fail closed: see gpu_gate.checked)."""
+    from ..checked import in_ci
+
+    if in_ci() or record.environment.get("gpus"):
+        return rules
+    return dataclasses.replace(rules, gpu_not_run_here="warn")
 
 
 def finish(record: RunRecord, loaded: LoadedPolicy, output: ReportOutput) -> int:
@@ -87,7 +98,7 @@ def finish(record: RunRecord, loaded: LoadedPolicy, output: ReportOutput) -> int
 
     # What the specs launched in this run decides which changed kernels they covered.
     record.plan_findings = revise(record.kernels, record.plan_findings, record.results, loaded.policy.specs)
-    verdict = decide(record, loaded.policy.rules())
+    verdict = decide(record, local_rules(loaded.policy.rules(), record))
     for note in record.notes if out.verbose() else ():
         out.detail(f"note: {note}")
     if out.quiet():

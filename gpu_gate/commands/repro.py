@@ -20,7 +20,7 @@ class ReproRequest:
     check: str = "equivalence"
     growth: str | None = None  # DIM:DTYPE: the error-growth sweep instead of cases
     seed: int | None = None
-    base: str | None = None  # judge by the spec and the policy at the merge base with this ref
+    base: str | None = None  # judge by the spec, the policy and the truth at this ref's tip, as check does
     repo: Path | None = None
     cpu: bool = False
     job_timeout: float | None = None
@@ -33,11 +33,18 @@ def run(request: ReproRequest) -> int:
     from ..executor.slots import detect_gpus
     from ..report.console import progress_line
 
+    from contextlib import nullcontext
+
+    from ..protocol.jobs import TRUTH
+    from .head_tree import commit_tree
+
     repo = repo_root(request.repo)
-    job = _job(repo, request)
+    job, rules = _job(repo, request)
     gpus = detect_gpus() if not request.cpu else ()
-    r = run_one(job, ExecOptions(repo_root=repo, gpus=gpus[:1], timeout_s=request.job_timeout or 600),
-                gpus[0] if gpus else None)
+    with commit_tree(repo, rules) if TRUTH in job.options and rules else nullcontext(None) as truth:
+        opts = ExecOptions(repo_root=repo, gpus=gpus[:1], timeout_s=request.job_timeout or 600,
+                           truth_roots=((rules, truth),) if truth is not None and rules else ())
+        r = run_one(job, opts, gpus[0] if gpus else None)
     out.verdict(progress_line(r, 1, 1, r.duration_s, out.colour()))
     for f in r.findings:
         out.say(f"{f.kind}: {f.message}")
@@ -56,19 +63,21 @@ def _say_curve(curve: dict[str, Any]) -> None:
         out.say(f"  {row['size']:>8}  {row['candidate']:.3g}  torch {row['baseline']:.3g}")
 
 
-def _job(repo: Path, request: ReproRequest) -> Any:
+def _job(repo: Path, request: ReproRequest) -> tuple[Any, str | None]:
     """The job the report's reproducer names, with the policy's options for its check (the base's
-    policy and spec with ``base``, as on the pull request)."""
+    policy and spec with ``base``, as on the pull request), and the revision its truth comes from
+    (the base branch's tip, as ``check`` reads it; None without ``base``)."""
     from .. import git
     from ..errors import GitError
     from ..plan import job_seed
-    from ..protocol.jobs import BASE_SPEC, Job, SpecRef
+    from ..protocol.jobs import BASE_SPEC, TRUTH, Job, SpecRef
 
-    merge_base, loaded = None, None
+    rules, loaded = None, None
     if request.base:
-        # As on the pull request: the base's policy and, where the spec exists there, its spec.
-        merge_base = git.merge_base(repo, request.base, "HEAD")
-        loaded = policy_in_force(repo, request.policy, merge_base, "HEAD").loaded
+        # As on the pull request: the base's policy and, where the spec exists there, its spec and
+        # the tree its truth comes from (the base branch's tip, as ``check`` reads them).
+        choice = policy_in_force(repo, request.policy, request.base, "HEAD")
+        loaded, rules = choice.loaded, choice.rules
     loaded = loaded or load_policy(repo, request.policy)
     try:
         ref = SpecRef.parse(request.spec)
@@ -87,15 +96,18 @@ def _job(repo: Path, request: ReproRequest) -> Any:
     seed = request.seed if request.seed is not None else job_seed(None, loaded.policy)
     if request.seed is not None:
         options["seed"] = request.seed
-    if merge_base is not None:
+    if rules is not None:
         base_source = None
         try:
-            base_source = git.show(repo, merge_base, ref.file).decode("utf-8", errors="replace")
+            base_source = git.show(repo, rules, ref.file).decode("utf-8", errors="replace")
         except GitError:
-            out.say(f"note: {ref.file} does not exist at the base ({merge_base[:12]}): the work tree's spec judges")
+            out.say(f"note: {ref.file} does not exist at the base ({rules[:12]}): the work tree's spec judges")
         if base_source is not None and base_source != (repo / ref.file).read_text(encoding="utf-8", errors="replace"):
             options[BASE_SPEC] = {"file": ref.file, "name": ref.name, "source": base_source,
                                   "reference_changed": False, "rule_changes": loaded.policy.rule_changes,
-                                  "commit": merge_base}
-    return Job(id=f"{request.check}:{ref.id}", check=request.check, level="required", kernels=(), spec=ref,
-               options=options, seed=seed, case=request.case)
+                                  "commit": rules}
+        if base_source is not None:
+            options[TRUTH] = rules
+    job = Job(id=f"{request.check}:{ref.id}", check=request.check, level="required", kernels=(), spec=ref,
+              options=options, seed=seed, case=request.case)
+    return job, rules

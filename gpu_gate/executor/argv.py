@@ -126,9 +126,10 @@ def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Av
     keep = [k for k in keep if not any(h == Path(os.path.realpath(k)) or Path(os.path.realpath(k)) in h.parents
                                        for h in covered)]
     # gpu-gate's own package, by itself: its source tree may be a directory that had to go because a
-    # hidden one lies inside it (the demo's reports under a source checkout).
+    # hidden one lies inside it (the demo's reports under a source checkout), or lie inside a hidden
+    # one (a work tree hidden from jobs that run an export of the head commit).
     own = sandbox.gate_package_dir()
-    if not any(h == own or h in own.parents for h in covered[:-1]):
+    if not any(h == own or own in h.parents for h in covered[:-1]):
         keep.append(own)
     if opts.worker_python is not None:  # the workers' venv, read-only, unless it holds a hidden directory
         venv = Path(os.path.realpath(Path(opts.worker_python).parent.parent))

@@ -11,7 +11,8 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NamedTuple
-from . import orphans, sandbox
+from . import orphans, sandbox, tool_launch
+from .leftovers import Left, read_left
 from .. import proc
 from .argv import _layout, _niced
 from .control import RunControl
@@ -36,7 +37,9 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
     one, before the worker). The result's exit code is then the tool's, else the worker's."""
     with tempfile.TemporaryFile() as count:
         layout = _layout(opts, gpu, workdir, avail, source, lent)
-        full = _niced(sandbox.wrap(avail, layout, argv, count.fileno(), tool), opts)
+        feed = tool_launch.feed(avail, layout, tool)
+        full = _niced(sandbox.wrap(avail, layout, argv, count.fileno(), tool,
+                                   args_fd=feed.read_fd if feed is not None else None), opts)
         start = orphans.boot_ticks()
         pid: list[int] = []
 
@@ -45,6 +48,8 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
             control.started(p)
             if on_start is not None:
                 on_start(p)
+            if feed is not None:
+                feed.start(p)
 
         watch = None
         if tool and avail.works and avail.tool_outside and avail.path is not None:
@@ -54,8 +59,11 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
         try:
             pr = proc.run(full, cwd=opts.repo_root, env=env, timeout=timeout,
                           on_start=watch.wrap(started) if watch is not None else started,
-                          pass_fds=((count.fileno(),) if avail.works else ()) + extra_fds)
+                          pass_fds=((count.fileno(),) if avail.works else ()) + extra_fds
+                          + ((feed.read_fd,) if feed is not None else ()))
         finally:
+            if feed is not None:
+                feed.close()
             control.ended(pid[0] if pid else None)
             ended = watch.finish(start) if watch is not None else 0
         if avail.works:
@@ -69,7 +77,7 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
             unwatched = (bool(tool) and avail.tool_outside and status is None and sandbox.waiter_started(text)
                          and not pr.timed_out and control.reason is None)
             return Contained(pr, n, unwatched, ended, watch is not None and watch.stuck,
-                             watch.started_s if watch is not None else None)
+                             watch.started_s if watch is not None else None, tuple(read_left(text)))
         return Contained(pr, _hunt_orphans(start), False, 0)
 
 
@@ -84,6 +92,7 @@ class Contained(NamedTuple):
     ended: int
     stuck: bool = False
     started_s: float | None = None  # under a tool outside: how long the sandbox took to start its worker
+    left: tuple[Left, ...] = ()  # the processes that outlived the worker, as the waiter named them
 
 
 # How long a sandbox watched by a tool may stay after its worker has ended before the gate ends it.

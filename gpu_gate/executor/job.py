@@ -10,12 +10,13 @@ from . import sandbox
 from ..judge.checks import CHECKS
 from ..findings import Finding, JobResult, Severity, Status
 from ..protocol.jobs import Job
-from .containment import STUCK_ATTEMPTS
+from . import infrastructure
 from .control import RunControl
 from .. import scrub
 from .judged import _run_judged
+from .keep import keep
 from .options import ExecOptions
-from .results import STUCK, _error_result, _refused
+from .results import _error_result, _refused
 
 
 def run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl | None = None) -> JobResult:
@@ -31,19 +32,21 @@ def _run_tried(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl
                          spec=job.spec.id if job.spec else None, kernels=job.kernels,
                          reason=f"no GPU on this machine: {job.check} needs a CUDA device")
     control = control or RunControl()
-    stuck: list[str] = []
+    tries: list[str] = []
     while True:
         result = _run_one(job, opts, gpu, control)
-        found = next((f for f in result.findings if f.kind == STUCK), None)
-        if found is None or control.reason is not None or len(stuck) + 1 >= STUCK_ATTEMPTS:
+        found = infrastructure.tool_failure(result)
+        if found is None or control.reason is not None or len(tries) + 1 >= infrastructure.attempts(found):
             break
-        # the hang seen on an H100 came now and then, not every time (twice in a row, once): again
-        stuck.append(found.message)
-    if not stuck:
+        # the tool's crashes and the sandbox hang came now and then, not every time: again, same inputs
+        tries.append(infrastructure.first_line(found))
+    if found is not None and control.reason is None:
+        result = infrastructure.persistent(result, found, len(tries) + 1, opts.infrastructure)
+    if not tries:
         return result
-    times = "; ".join(f"{_ORDINAL[i]}, {m}" for i, m in enumerate(stuck))
+    times = "; ".join(f"{_ORDINAL[i]}, {m}" for i, m in enumerate(tries))
     note = Finding(check=job.check, kind="retried", severity=Severity.NOTE, spec=job.spec.id if job.spec else None,
-                   message=f"run {len(stuck) + 1} times: {times}")
+                   message=f"run {len(tries) + 1} times: {times}")
     return dataclasses.replace(result, findings=[*result.findings, note])
 
 
@@ -65,10 +68,7 @@ def _run_one(job: Job, opts: ExecOptions, gpu: str | None, control: RunControl) 
         return _run_in(job, opts, gpu, workdir, control)
     finally:
         if opts.keep_workdirs is not None:
-            dest = opts.keep_workdirs / job.id.replace("/", "_").replace(":", "_")
-            shutil.copytree(workdir, dest, dirs_exist_ok=True, ignore=shutil.ignore_patterns("*.tmp"))
-            for report in outer.glob("*.xml"):  # compute-sanitizer's, written beside the worker's directory
-                shutil.copy2(report, dest / report.name)
+            keep(workdir, outer, opts.keep_workdirs / job.id.replace("/", "_").replace(":", "_"))
         shutil.rmtree(outer, ignore_errors=True)
 
 

@@ -17,19 +17,21 @@ from ..judge.checks.base import WrappingCheck
 from ..judge.checks.outcome import BaseRun, WrapContext
 from ..findings import JobResult
 from ..protocol.jobs import Job
-from ..protocol.jobs import base_commit
+from ..protocol.jobs import base_commit, truth_commit
 from ..protocol.roles import BASE, serves, worker_roles
 from .argv import _context, _env_for, _niced, _worker_context, judge_argv, worker_argv
 from .containment import Contained, _contained_run
 from .control import RunControl, _kill_group
 from .options import ExecOptions, concurrency
-from .results import _classify_failure, _error_result, _interrupted, _outcome_to_result, _read_result, _stuck_result, _with_escapes, _with_sandbox_ended
+from .leftovers import judge_escapes
+from .results import _classify_failure, _error_result, _interrupted, _outcome_to_result, _read_result, _stuck_result, _with_sandbox_ended
 
 
 _DIR = {"reference": "r", "base": "b"}  # the directories of the workers other than the head's, in the job's
 
 
 KEPT = ".kept"  # in a worker's directory: where its sandbox shows the spec's kept kernels, read-only
+TRUTH = ".truth"  # in the reference worker's directory: where its sandbox shows the base's tree, read-only
 
 
 WORKER_GRACE_S = 5.0  # after the judge is done, how long a worker may take to exit before it is killed
@@ -58,12 +60,15 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     # very kernels the head's unchanged code does, and its reports name the same files.
     remap = avail.protects_files
     shelf = compiled_store.shelf(opts.kernel_store, job) if opts.kernel_store is not None and remap else None
+    lent: dict[str, tuple[tuple[Path, Path], ...]] = {}
     try:
         judge_dir.mkdir()
         for role, d in dirs.items():
             d.mkdir(exist_ok=True)
             shown = opts.repo_root if remap else roots[role]
             context_json = _worker_context(opts, gpu, shown)
+            if role == "reference":
+                lent[role] = _lend_truth(job, opts, d, remap, context_json)
             if shelf is not None and shelf.is_dir() and role != "reference":
                 # the worker copies its spec's kept kernels into its own cache itself, while it
                 # imports torch and the spec, from a read-only mount of the shelf in its own
@@ -72,6 +77,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
                 # launches none of them)
                 (d / KEPT).mkdir()
                 context_json["shelf"] = str(d / KEPT)
+                lent[role] = ((shelf, d / KEPT),)
             (d / "context.json").write_text(json.dumps(context_json))
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
@@ -119,10 +125,9 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
 
         other = roots[role] != opts.repo_root
         wopts = opts if remap or not other else dataclasses.replace(opts, repo_root=roots[role])
-        lent = ((shelf, dirs[role] / KEPT),) if shelf is not None and (dirs[role] / KEPT).is_dir() else ()
         done[role] = _contained_run(argvs[role], wopts, gpu, dirs[role], wenv, timeout + 60, avail, control,
                                     extra_fds=(b.fileno(),), on_start=started,
-                                    source=roots[role] if remap and other else None, lent=lent,
+                                    source=roots[role] if remap and other else None, lent=lent.get(role, ()),
                                     tool=tools.get(role, ()))
 
     running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in roles]
@@ -174,7 +179,34 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     _time_outside(result, marks, {role: c.started_s for role, c in done.items() if c.started_s is not None})
     if ended:
         result = _with_sandbox_ended(result, ended)
-    return _with_escapes(result, escaped, avail, unwatched) if escaped or unwatched else result
+    if not (escaped or unwatched):
+        return result
+    how = ("they were killed with the sandbox's PID namespace" if avail.works
+           else "they were found re-parented to gpu-gate and killed")
+    return judge_escapes(result, {role: c.escaped for role, c in done.items() if c.escaped},
+                         {role: c.left for role, c in done.items()}, [workdir, *dirs.values()],
+                         "base" in done, unwatched, how, head=first)
+
+
+def _lend_truth(job: Job, opts: ExecOptions, d: Path, remap: bool, context: dict[str, Any]
+                ) -> tuple[tuple[Path, Path], ...]:
+    """Where the reference worker finds the tree its truth comes from (see
+    :func:`gpu_gate.protocol.jobs.truth_commit`): in a sandbox, the base's work tree shown read-only
+    in the worker's own directory (the repository's path shows the head's, for the head's spec);
+    without one, that work tree itself. Written into the worker's ``context``; the mounts returned."""
+    commit = truth_commit(job)
+    if commit is None:
+        return ()
+    tree = dict(opts.truth_roots).get(commit)
+    if tree is None:
+        context["truth_missing"] = f"the base's tree at {commit[:12]} was not checked out"
+        return ()
+    if not remap:
+        context["truth_root"] = str(tree)
+        return ()
+    (d / TRUTH).mkdir()
+    context["truth_root"] = str(d / TRUTH)
+    return ((tree, d / TRUTH),)
 
 
 def _time_outside(result: JobResult, marks: dict[str, float], sandbox_start: dict[str, float]) -> None:

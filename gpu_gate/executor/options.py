@@ -4,6 +4,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from pathlib import Path
+from typing import Literal
 from . import sandbox
 
 
@@ -26,6 +27,8 @@ class ExecOptions:
     sandbox: sandbox.Available | None = None  # the sandbox in use (default: chosen from sandbox_mode)
     hide: tuple[Path, ...] = ()  # directories no job may see or write: the report directory, the result cache
     base_root: Path | None = None  # the base's work tree, for jobs that also run the base's code (differential)
+    # (commit, its work tree): where a job's reference worker loads the truth from (protocol.jobs.truth_commit)
+    truth_roots: tuple[tuple[str, Path], ...] = ()
     # Triton kernels the base's code compiled in earlier runs (see compiled_store): in the result cache
     kernel_store: Path | None = None
     # The interpreter the workers run with (never the judge): the venv that the sandboxed `setup` installed
@@ -34,6 +37,13 @@ class ExecOptions:
     # CPU priority of the job's processes (``nice``): 0 for each GPU's lead job, the one that started
     # while none of its others ran (the longest, by ``order_jobs``); LESS_URGENT for the jobs beside it
     nice: int = 0
+    # the policy's runner.infrastructure: a failure of the runner's tools that persists over its runs
+    # (see gpu_gate.executor.infrastructure) is an error (fail) or leaves the check not run (not_run)
+    infrastructure: Literal["fail", "not_run"] = "not_run"
+    # GPU index -> its memory in bytes, for reservations across the runner's gates (default: nvidia-smi);
+    # where they are kept (default: gpu_gate.executor.reservations.runner_dir())
+    gpu_memory: Callable[[str], int | None] | None = None
+    reservations_dir: Path | None = None
 
 
 LESS_URGENT = 10  # the nice value of the jobs that run beside a GPU's lead job

@@ -54,16 +54,29 @@ Mode = Literal["required", "auto", "off"]
 # the descriptor for the worker's status and the count (bash, since dash takes one-digit
 # descriptors only); the worker runs with it closed. PID 1 cannot re-raise the signal that killed
 # the worker on itself, so the status says it: 128 + the signal, as the shell reports it.
+# Each process left is also named, on a line "left PID PPID TICKS CMDLINE" (TICKS: when it started,
+# in clock ticks after the waiter; see gpu_gate.executor.leftovers), with builtins only: a command
+# run to read them would be one more process in the count.
 WAITER = r"""
 echo started >&FD
 "$@" FD>&-
 rc=$?
 n=0
+read -r s0 < /proc/$$/stat
+f0=(${s0##*) })
 for p in /proc/[0-9]*; do
   [ "$p" = "/proc/$$" ] || [ "$p" = /proc/1 ] && continue
   read -r s < "$p/stat" 2>/dev/null || continue
   case "${s##*) }" in Z*) continue ;; esac
   n=$((n+1))
+  [ $n -le 20 ] || continue
+  f=(${s##*) })
+  a=()
+  mapfile -d '' -t a < "$p/cmdline" 2>/dev/null
+  c="${a[*]}"
+  if [ -z "$c" ]; then c="${s#*(}"; c="[${c%)*}]"; fi
+  c="${c//$'\n'/ }"
+  echo "left ${p#/proc/} ${f[1]} $(( f[19] - f0[19] )) ${c:0:400}" >&FD
 done
 echo "$rc $n" >&FD
 exit $rc
@@ -253,10 +266,19 @@ def bwrap_argv(bwrap: str, layout: Layout, inner: Sequence[str], fd: int, watche
     the tool's network namespace, and bwrap's own init is its first process instead of the waiter
     (with a shell as PID 1, compute-sanitizer never exited: measured on an H100, cause not found);
     else the waiter is PID 1, which no signal from inside can end."""
+    return [bwrap, *bwrap_options(layout, watched), *_command(inner, fd)]
+
+
+def bwrap_options(layout: Layout, watched: bool = False) -> list[str]:
+    """bwrap's options for ``layout`` (all but the command): on its command line, or, for a
+    sandbox watched by a tool, through a pipe (``--args FD``, see gpu_gate.executor.tool_launch)."""
     devices = [a for node in layout.devices for a in ("--dev-bind", node, node)]
     init = [] if watched else ["--as-pid-1"]
-    return [bwrap, *_bwrap_base(net=not watched), *devices, *_bwrap_mounts(layout), *init,
-            "--chdir", str(layout.repo), "--", _bash(), "-c", waiter(fd), "sh", *inner]
+    return [*_bwrap_base(net=not watched), *devices, *_bwrap_mounts(layout), *init, "--chdir", str(layout.repo)]
+
+
+def _command(inner: Sequence[str], fd: int) -> list[str]:
+    return ["--", _bash(), "-c", waiter(fd), "sh", *inner]
 
 
 def _unshare_setup(layout: Layout) -> str:
@@ -264,10 +286,13 @@ def _unshare_setup(layout: Layout) -> str:
     job directory writable again, then every capability dropped for good."""
     ro = _shown(layout) + _shown_hidden(layout)
     ro.sort(key=_depth)
-    lines = ["set -e", "mount --make-rprivate /"]
+    lines = ["set -e", "mount --make-rprivate /", _RO_UNDER]
     for p in ro:
         q = _quote(p)
-        lines.append(f"mount --bind {_quote(_source(layout, p))} {q} && mount -o remount,bind,ro {q}")
+        # Recursive: what is mounted inside a shown directory stays in view (a container's NVIDIA
+        # driver libraries, mounted under /usr one by one or as a squashfs: without them a plain
+        # bind shows empty places and CUDA finds no driver); each of those mounts read-only too.
+        lines.append(f"mount --rbind {_quote(_source(layout, p))} {q} && mount -o remount,bind,ro {q} && _ro_under {q}")
     jd = _quote(Path(os.path.realpath(layout.jobdir)))
     # A bind of a path inside a read-only mount is read-only too, until remounted.
     lines.append(f"mount --bind {jd} {jd} && mount -o remount,bind,rw {jd}")
@@ -277,6 +302,12 @@ def _unshare_setup(layout: Layout) -> str:
     lines.append(f"cd {_quote(layout.repo)}")
     lines.append("set +e")  # the waiter must count after a failing worker too
     return "\n".join(lines)
+
+
+# Every mount below a directory (read from the mount table) made read-only; a mount that cannot be
+# remounted (a pseudo file system) is left as it is.
+_RO_UNDER = ('_ro_under() { while read -r _ _ _ _ m _; do case "$m" in "$1"/*) '
+             'mount -o remount,bind,ro "$m" 2>/dev/null || true ;; esac; done < /proc/self/mountinfo; }')
 
 
 def _quote(p: Path) -> str:
@@ -300,7 +331,8 @@ def _bash() -> str:
     return shutil.which("bash") or "/bin/bash"
 
 
-def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int, tool: Sequence[str] = ()) -> list[str]:
+def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int, tool: Sequence[str] = (),
+         args_fd: int | None = None) -> list[str]:
     """``inner`` (the worker's command line) run inside the sandbox; ``fd``: where the waiter
     writes the worker's exit status and the count of processes that outlived it (read it with
     :func:`read_waiter`; ignored without a sandbox).
@@ -311,12 +343,16 @@ def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int, tool: 
     mount namespaces: the worker can neither see nor signal it, and what it writes lies where the
     worker cannot reach. It talks to its collector in the worker's process through their network
     namespace (across namespaces it never connects), so the two share one: a new, empty one made
-    for the tool, with no route anywhere, which the sandbox then keeps instead of making its own."""
+    for the tool, with no route anywhere, which the sandbox then keeps instead of making its own.
+    ``args_fd``: the watched bwrap reads its options from this descriptor (``--args``), which the
+    caller fills with :func:`bwrap_options` (see gpu_gate.executor.tool_launch)."""
     if avail.kind == "bwrap":
         assert avail.path is not None
         if not tool:
             return bwrap_argv(avail.path, layout, inner, fd)
         outer = [avail.path, "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--"]
+        if args_fd is not None:  # its options come through a pipe: bwrap_options(layout, watched=True)
+            return [*outer, *tool, avail.path, "--args", str(int(args_fd)), *_command(inner, fd)]
         return [*outer, *tool, *bwrap_argv(avail.path, layout, inner, fd, watched=True)]
     if avail.kind == "unshare":  # the tool inside the sandbox (see Available.tool_outside)
         assert avail.path is not None

@@ -28,7 +28,9 @@ from .control import ProgressFn, RunControl
 from .job import run_one
 from .options import ExecOptions, LESS_URGENT
 from .results import _error_result, _refused
-from .slots import GpuSlots, _gpu_problem, gpu_free_bytes, memory_need
+from ..judge.checks.fitting import RESERVED
+from .reservations import Reservations
+from .slots import GpuSlots, _gpu_problem, gpu_free_bytes, gpu_total_bytes, memory_need
 
 
 def order_jobs(jobs: Sequence[Job]) -> list[Job]:
@@ -147,7 +149,8 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
     # GPU by GPU, then again: the first (longest) jobs go one to each GPU
     slots: list[str | None] = [g for _ in range(per_gpu) for g in opts.gpus] if opts.gpus else \
         [None] * max(1, opts.workers or 1)
-    gpu_slots = GpuSlots(per_gpu, opts.free_memory or gpu_free_bytes)
+    gpu_slots = GpuSlots(per_gpu, opts.free_memory or gpu_free_bytes,
+                         Reservations(opts.gpu_memory or gpu_total_bytes, opts.reservations_dir) if opts.gpus else None)
     work: queue.Queue[Job] = queue.Queue()
     for j in ordered:
         work.put(j)
@@ -193,8 +196,12 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
                 if stop.is_set():
                     res = dataclasses.replace(res, status=Status.NOT_RUN, findings=[])
             else:
+                token = None
                 if gpu is not None:
-                    gpu_slots.acquire(gpu, memory_need(job))
+                    # the job's own time limit starts once it has its place: waiting is not its time
+                    token = gpu_slots.acquire(gpu, memory_need(job))
+                    if token is not None:
+                        job = dataclasses.replace(job, options={**job.options, RESERVED: memory_need(job)})
                 began = time.monotonic() - start
                 try:
                     res = run_one(job, lead(gpu, job), gpu, control)
@@ -206,7 +213,7 @@ def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None 
                 finally:
                     led(gpu, job)
                     if gpu is not None:
-                        gpu_slots.release(gpu)
+                        gpu_slots.release(gpu, token)
             problem = _gpu_problem(opts, gpu) if res.status is Status.ERROR and control.reason is None else None
             if problem:
                 # The GPU itself is gone or broken: this worker stops; jobs go to the healthy GPUs.

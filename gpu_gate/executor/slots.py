@@ -11,6 +11,7 @@ from .. import proc
 from ..judge.checks import check_info
 from ..protocol.jobs import Job
 from .options import ExecOptions
+from .reservations import Reservations
 
 
 def detect_gpus() -> tuple[str, ...]:
@@ -59,32 +60,61 @@ def memory_need(job: Job) -> int:
 
 
 class GpuSlots:
-    """Admits a job to a GPU when fewer than ``per_gpu`` jobs run there and, if others are
-    running, the GPU has the free memory the job needs (a lone job always starts)."""
+    """Admits a job to a GPU when fewer than ``per_gpu`` of this gate's jobs run there and its
+    memory need fits beside every reservation on that GPU, this runner's other gates' included
+    (:mod:`gpu_gate.executor.reservations`; a job alone on its GPU always starts). Where the GPU's
+    memory is unknown, or the ledger cannot be used, it falls back to ``free``: the memory free now."""
 
-    def __init__(self, per_gpu: int, free: Callable[[str], int | None]) -> None:
+    def __init__(self, per_gpu: int, free: Callable[[str], int | None],
+                 reservations: Reservations | None = None) -> None:
         self.per_gpu = per_gpu
         self.free = free
+        self.reservations = reservations
         self.running: dict[str, int] = {}
         self.cond = threading.Condition()
 
-    def acquire(self, gpu: str, need: int) -> None:
+    def acquire(self, gpu: str, need: int) -> str | None:
+        """Wait for a place on ``gpu``; the reservation's token (None: nothing reserved)."""
         with self.cond:
             while True:
                 n = self.running.get(gpu, 0)
-                if n == 0:
-                    break
                 if n < self.per_gpu:
-                    free = self.free(gpu)
-                    if free is None or free >= need:
+                    admitted, token = self._fits(gpu, need, n)
+                    if admitted:
                         break
-                self.cond.wait(timeout=5)
-            self.running[gpu] = self.running.get(gpu, 0) + 1
+                self.cond.wait(timeout=0.5 if self.reservations is not None else 5)
+            self.running[gpu] = n + 1
+            return token
 
-    def release(self, gpu: str) -> None:
+    def _fits(self, gpu: str, need: int, n: int) -> tuple[bool, str | None]:
+        if self.reservations is not None and self.reservations.knows(gpu):
+            try:
+                token = self.reservations.try_reserve(gpu, need)
+                return token is not None, token
+            except OSError:
+                pass  # no ledger: the snapshot below
+        if n == 0:
+            return True, None
+        free = self.free(gpu)
+        return free is None or free >= need, None
+
+    def release(self, gpu: str, token: str | None = None) -> None:
         with self.cond:
             self.running[gpu] -= 1
+            if token is not None and self.reservations is not None:
+                try:
+                    self.reservations.release(gpu, token)
+                except OSError:
+                    pass  # a ledger gone: its reservation goes with it
             self.cond.notify_all()
+
+
+def gpu_total_bytes(gpu: str) -> int | None:
+    r = proc.run(["nvidia-smi", "-i", gpu, "--query-gpu=memory.total", "--format=csv,noheader,nounits"], timeout=30)
+    try:
+        return int(r.stdout.strip().splitlines()[0]) << 20 if r.ok else None
+    except (ValueError, IndexError):
+        return None
 
 
 def _gpu_problem(opts: ExecOptions, gpu: str | None) -> str | None:

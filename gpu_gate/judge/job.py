@@ -130,6 +130,12 @@ def _isolation_note(job: Job, ctx: Context) -> list[Finding]:
     ref = getattr(ctx.workers, "reference", None)
     if ref is None or ref.isolated or ctx.channels is None or not isinstance(ref.why, str):
         return []
+    if getattr(ref, "tree", "head") == "base":
+        return [Finding(check=job.check, kind="reference-not-isolated", severity=Severity.NOTE,
+                        spec=job.spec.id if job.spec else None,
+                        message=f"the spec's reference needs the repository's code ({ref.why}): it ran in a "
+                                f"sandboxed worker of its own that imported that code from the base's tree, never "
+                                f"the head's")]
     return [Finding(check=job.check, kind="reference-not-isolated", severity=Severity.NOTE,
                     spec=job.spec.id if job.spec else None,
                     message=f"the spec's reference could not be computed apart from the code under review ({ref.why}): "

@@ -60,6 +60,7 @@ class Reference:
         self.spec: Spec | None = None  # once described: what a case's replies may carry is counted from it
         self.isolated = True
         self.why: str | None = None
+        self.tree = "head"  # whose tree the reference's repository code came from: "base" on a pull request
         self.wait_s = 0.0  # time the judge waited for the reference (beyond what ran beside the candidate)
 
     def _ask(self, request: Request, budget: int = 0) -> Reply:
@@ -93,6 +94,7 @@ class Reference:
                 self.wait_s += time.monotonic() - start
         if getattr(reply, "isolated", None) is False:
             self.isolated, self.why = False, getattr(reply, "why", None)
+            self.tree = "base" if getattr(reply, "tree", None) == "base" else "head"
         check(reply, "reference")
         return reply, blobs
 

@@ -26,6 +26,11 @@ class SpecBroken(Exception):
     """The spec itself (its reference) is wrong; not the kernel's fault."""
 
 
+class ReferenceOutOfMemory(SpecBroken):
+    """The reference ran out of GPU memory on a case: other work shares the GPU, or the case is too
+    large for what is free. A check that can run the case smaller (the contention cases) does."""
+
+
 def check(reply: Reply, what: str) -> None:
     """Raise what a worker's error reply means for the job."""
     if not isinstance(reply, ErrorReply):
@@ -34,6 +39,8 @@ def check(reply: Reply, what: str) -> None:
         raise ContextLost(reply.message)
     if reply.error == "reference":
         raise SpecBroken(reply.message)
+    if reply.error == "oom":
+        raise ReferenceOutOfMemory(reply.message)
     raise ContextLost(f"the {what} worker failed: {reply.message or reply.error}")
 
 

@@ -25,11 +25,11 @@ from ..spec import Spec
 from .channel import Channel, ProtocolViolation, WorkerLost, WorkerTimeout
 from .limits import reply_budget
 from .reference import Recipe, Reference, TruthPending, output_dtypes, spec_from_description
-from .replies import ContextLost, SpecBroken, WorkerDied, check, expect, reading, stats_of
+from .replies import ContextLost, ReferenceOutOfMemory, SpecBroken, WorkerDied, check, expect, reading, stats_of
 
 __all__ = ["BaseCandidate", "BaseLost", "CallReport", "Candidate", "ContextLost", "ProtocolViolation", "Reference",
-           "SpecBroken", "SpecDidNotImport", "TruthPending", "WorkerDied", "Workers", "connect", "import_finding",
-           "output_dtypes", "spec_from_description"]
+           "ReferenceOutOfMemory", "SpecBroken", "SpecDidNotImport", "TruthPending", "WorkerDied", "Workers", "connect",
+           "import_finding", "output_dtypes", "spec_from_description"]
 
 
 class SpecDidNotImport(Exception):

@@ -39,8 +39,19 @@ def _check_shorthand(value: Any) -> Any:
     return value
 
 
+def _inside_repository(value: str) -> str:
+    """A glob of paths inside the repository: relative, with no `..` and nothing under `.git`."""
+    parts = value.replace("\\", "/").split("/")
+    if not value.strip() or value.startswith(("/", "~")) or ".." in parts or parts[0] == ".git":
+        raise PydanticCustomError(
+            "repo_glob", "'{glob}' is not a path inside the repository",
+            {"glob": value, "hint": "write a glob relative to the repository root, e.g. mylib/_C*.so or build/lib*/**"})
+    return value
+
+
 LevelField = Annotated[Level, BeforeValidator(_level_from_bool, json_schema_input_type=Union[Level, bool])]
 Arch = Annotated[str, AfterValidator(_arch)]
+RepoGlob = Annotated[str, AfterValidator(_inside_repository)]
 
 
 class _Frozen(BaseModel):
@@ -222,6 +233,11 @@ class RunnerSettings(_Frozen):
         "run every job in a sandbox (bubblewrap, else unshare): required: no job runs without one; auto: use one "
         "where it works, else run unsandboxed with a sandbox-unavailable warning; off: never"))
 
+    infrastructure: Literal["fail", "not_run"] = Field(default="not_run", description=(
+        "a failure of the runner's tools that persists when the job is run again on the same inputs "
+        "(compute-sanitizer crashing with no report, a sandbox under it that never starts): not_run: the check "
+        "is not run, with the reason, and not_run decides; fail: it is an error that blocks a required check"))
+
     @field_validator("sandbox", mode="before")
     @classmethod
     def _sandbox(cls, value: Any) -> Any:
@@ -253,6 +269,11 @@ class Policy(_Frozen):
     python_path: tuple[str, ...] | None = Field(default=None, description=(
         "directories, relative to the repository root, from which specs import the repository's packages; "
         "null: the package directories named in pyproject.toml (a src/ layout), else the root"))
+    setup_outputs: tuple[RepoGlob, ...] = Field(default=(), description=(
+        "globs, relative to the repository root, of the files that the setup commands build and the jobs need (a "
+        "compiled extension): with --head (always in GitHub Actions) the jobs run an export of the head commit, "
+        "and only these files are taken into it from the work tree; a file the head commit has keeps the "
+        "commit's bytes"))
     uncovered: Literal["fail", "warn", "ignore"] = Field(default="fail", description="a changed kernel with no gate spec")
     not_run: Literal["fail", "warn"] = Field(default="fail", description="a required check that could not run")
     refusals: Literal["fail", "warn", "ignore"] = Field(default="warn", description="a kernel that refuses an input loudly (one the base's code ran and passed blocks "

@@ -15,13 +15,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..spec import FLOAT_DISTS, INDEX_DISTS, INDEX_LAYOUTS, LAYOUTS, Dim, Index, Spec, Tensor
+from . import couplings, early, planned
+from .couplings import PEAK_MARGINS  # noqa: F401 - where callers have always found it
+from .shapes import Threshold
 
 ITEMSIZE = {"float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3fn": 1, "float8_e5m2": 1,
             "int64": 8, "int32": 4, "int16": 2, "int8": 1, "uint8": 1}
 PEAK_STRENGTHS = (8.0, 12.0, 16.0, 20.0, 24.0, 32.0)  # sigmas; the CE rounding bug shows near 20
-# logit margins of a label over the logsumexp of the other classes (gg.Index(peak_of=)):
-# p(label) = sigmoid(margin) = 0.5, 0.9, 0.99, 0.999, 0.9999, 0.99999, 1 - 1e-6
-PEAK_MARGINS = (0.0, 2.2, 4.6, 6.9, 9.2, 11.5, 13.8)
 MAX_REDUCTION = 1 << 18
 # Hidden, intermediate and vocabulary sizes of common models: multiples of 64 and 128 that are
 # not powers of two, where kernels switch block configurations (a kernel wrong only at 3072)
@@ -38,7 +38,14 @@ class InputChoice:
     dtype: str
     dist: str
     layout: str
-    param: float = 0.0  # distribution parameter (peak strength, offset mean)
+    param: float = 0.0  # distribution parameter (peak strength, offset mean, scale; an index's peak margin)
+    couple: str = ""  # an index coupled to a float input: "peak:<input>" or "tie:<input>" (see couplings)
+
+    def to_json(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        if not self.couple:
+            del d["couple"]
+        return d
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +55,7 @@ class Case:
     dims: dict[str, int]
     inputs: dict[str, InputChoice]
     grad_layout: str = "contiguous"  # layout of the random upstream gradient
+    why: str = ""  # what the case is there for, where it was planned (a threshold's side, a corner)
 
     @property
     def dtype(self) -> str:
@@ -58,14 +66,17 @@ class Case:
         return "float32"
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": self.id, "seed": self.seed, "dims": self.dims, "grad_layout": self.grad_layout,
-                "inputs": {k: dataclasses.asdict(v) for k, v in self.inputs.items()}}
+        d = {"id": self.id, "seed": self.seed, "dims": self.dims, "grad_layout": self.grad_layout,
+             "inputs": {k: v.to_json() for k, v in self.inputs.items()}}
+        if self.why:
+            d["why"] = self.why
+        return d
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> Case:
         return cls(id=d["id"], seed=int(d["seed"]), dims={k: int(v) for k, v in d["dims"].items()},
                    inputs={k: InputChoice(**v) for k, v in d["inputs"].items()},
-                   grad_layout=d.get("grad_layout", "contiguous"))
+                   grad_layout=d.get("grad_layout", "contiguous"), why=str(d.get("why") or ""))
 
     def token(self) -> str:
         raw = json.dumps(self.to_json(), separators=(",", ":"), sort_keys=True).encode()
@@ -78,9 +89,14 @@ class Case:
 
     def describe(self) -> str:
         dims = ", ".join(f"{k}={v}" for k, v in self.dims.items())
-        ins = "; ".join(f"{k}: {c.dtype} {c.dist}{'(' + format(c.param, 'g') + ')' if c.param else ''} {c.layout}"
-                        for k, c in self.inputs.items())
-        return f"{self.id} [{dims}] {ins}"
+        ins = "; ".join(f"{k}: {_describe_input(c)}" for k, c in self.inputs.items())
+        return f"{self.id} [{dims}] {ins}" + (f" ({self.why})" if self.why else "")
+
+
+def _describe_input(c: InputChoice) -> str:
+    if c.couple:
+        return f"{c.dtype} {c.dist} {c.layout}{couplings.describe(c.couple, c.param)}"
+    return f"{c.dtype} {c.dist}{'(' + format(c.param, 'g') + ')' if c.param else ''} {c.layout}"
 
 
 def special_sizes(dim: Dim, long: bool, max_reduction: int = MAX_REDUCTION) -> list[int]:
@@ -136,13 +152,16 @@ def numel(shape: Sequence[str | int], dims: dict[str, int]) -> int:
 
 
 def _fit_budget(spec: Spec, dims: dict[str, int], inputs: dict[str, InputChoice], budget: int,
-                keep: str | None) -> dict[str, int]:
-    """Halve the largest dims (the chosen long one last) until the case fits the memory budget."""
+                keep: str | Sequence[str] | None) -> dict[str, int]:
+    """Halve the largest dims (the chosen long one, or the ones ``keep`` names, last) until the case
+    fits the memory budget."""
     dims = dict(dims)
+    kept = [keep] if isinstance(keep, str) else list(keep or ())
     for _ in range(200):
         if case_bytes(spec, dims, inputs) <= budget:
             break
-        order = sorted((d for d in dims if d != keep), key=lambda d: -dims[d]) + ([keep] if keep else [])
+        order = sorted((d for d in dims if d not in kept), key=lambda d: -dims[d]) + \
+            sorted(kept, key=lambda d: -dims[d])
         for d in order:
             smaller = _shrink_one(spec.dims[d], dims[d])
             if smaller is not None:
@@ -177,10 +196,13 @@ class ScheduleOptions:
     layouts: tuple[str, ...] | None = None  # policy: layouts
     max_reduction: int = MAX_REDUCTION  # policy: longest reduction length fuzzed
     shapes: tuple[dict[str, int], ...] = ()  # policy: production shapes that always run
+    thresholds: tuple[Threshold, ...] = ()  # size thresholds read from the wrapper's source (the judge's reading)
+    plan: bool = True  # cases on both sides of the thresholds, and at the joint corners of the dims
+    infer_couplings: bool = True  # couple indices to the float inputs they index without peak_of=
 
     @classmethod
-    def from_options(cls, o: dict[str, Any], *, seed: int, budget: int,
-                     unsupported: frozenset[str] = frozenset()) -> ScheduleOptions:
+    def from_options(cls, o: dict[str, Any], *, seed: int, budget: int, unsupported: frozenset[str] = frozenset(),
+                     thresholds: tuple[Threshold, ...] = ()) -> ScheduleOptions:
         """Build from a job's options (the policy's ``checks.equivalence`` settings)."""
         def tup(key: str) -> tuple[str, ...] | None:
             v = o.get(key)
@@ -189,7 +211,9 @@ class ScheduleOptions:
         return cls(cases=int(o.get("cases") or 64), seed=seed, dtypes=tup("dtypes"), max_case_bytes=budget,
                    unsupported_dtypes=unsupported, dists=tup("dists"), index_dists=tup("index_dists"),
                    layouts=tup("layouts"), max_reduction=int(o.get("max_reduction") or MAX_REDUCTION),
-                   shapes=tuple({str(k): int(v) for k, v in dict(s).items()} for s in o.get("shapes") or ()))
+                   shapes=tuple({str(k): int(v) for k, v in dict(s).items()} for s in o.get("shapes") or ()),
+                   thresholds=thresholds, plan=bool(o.get("planned", True)),
+                   infer_couplings=bool(o.get("infer_couplings", True)))
 
 
 def narrowed(spec_choice: Sequence[str] | None, policy: tuple[str, ...] | None,
@@ -268,17 +292,22 @@ def _pick(options: tuple[str, ...], rng: random.Random, turn: int | None) -> str
 
 
 def _float_choice(inp: Tensor, dtype: str, rng: random.Random, canonical: bool, opts: ScheduleOptions,
-                  turn: int | None, written: bool = False) -> InputChoice:
+                  turn: int | None, written: bool = False, extreme: int | None = None) -> InputChoice:
     """``written``: the kernel writes this input in place (``mutates=``), so it never gets a layout
     whose elements share memory (``expanded``): writing one such element writes the others, which
-    torch itself refuses, and no caller can pass it to an in-place kernel."""
+    torch itself refuses, and no caller can pass it to an in-place kernel. ``extreme``: the first
+    fuzzed cases take each distribution allowed in turn, at its most extreme parameter."""
     dists = narrowed(inp.dists, opts.dists, DEFAULT_FLOAT_DISTS)
-    dist = ("normal" if "normal" in dists else dists[0]) if canonical else _pick(dists, rng, turn)
-    param = 0.0
-    if dist == "peaked":
-        param = rng.choice(PEAK_STRENGTHS)
-    elif dist == "offset":
-        param = rng.choice((8.0, 64.0, 1000.0))
+    pick = early.extreme(dists, extreme) if extreme is not None and not canonical else None
+    if pick is not None:
+        dist, param = pick
+    else:
+        dist = ("normal" if "normal" in dists else dists[0]) if canonical else _pick(dists, rng, turn)
+        param = 0.0
+        if dist == "peaked":
+            param = rng.choice(PEAK_STRENGTHS)
+        elif dist == "offset":
+            param = rng.choice((8.0, 64.0, 1000.0))
     layout = "contiguous"
     if not canonical:
         options = narrowed(inp.layouts, opts.layouts, LAYOUTS)
@@ -294,41 +323,37 @@ def _float_choice(inp: Tensor, dtype: str, rng: random.Random, canonical: bool, 
 
 def make_case(spec: Spec, cid: str, seed: int, primary: str, rng: random.Random, *, canonical: bool,
               long_dim: str | None, budget: int, opts: ScheduleOptions | None = None,
-              turn: int | None = None, longest: bool = False, fixed: dict[str, int] | None = None) -> Case:
-    """``fixed``: dims that take exactly these sizes (a production shape), whatever the budget."""
+              turn: int | None = None, longest: bool = False, fixed: dict[str, int] | None = None,
+              extreme: int | None = None, model: dict[str, int] | None = None, why: str = "",
+              plain: bool = False) -> Case:
+    """``fixed``: dims that take exactly these sizes (a production shape), whatever the budget.
+    ``extreme``: the position of the case among the first fuzzed ones (each distribution at its
+    extreme, each coupling mode); ``model``: dims that take common model sizes (kept while the
+    others shrink to fit); ``plain``: planned sizes with plain inputs (normal, contiguous)."""
     opts = opts or ScheduleOptions(cases=1, seed=seed, dtypes=None, max_case_bytes=budget)
     dims = {**_dims_for(spec, rng, canonical, long_dim, opts.max_reduction, longest), **(fixed or {})}
+    dims.update(model or {})
     chosen: dict[str, str] = {}
     inputs: dict[str, InputChoice] = {}
+    quiet = canonical or plain
     for name, inp in spec.inputs.items():
         if isinstance(inp, Index):
             dists = narrowed(inp.dists, opts.index_dists, INDEX_DISTS)
-            dist = ("uniform" if "uniform" in dists else dists[0]) if canonical else _pick(dists, rng, turn)
+            dist = ("uniform" if "uniform" in dists else dists[0]) if quiet else _pick(dists, rng, turn)
             layouts = narrowed(inp.layouts, tuple(l for l in opts.layouts or () if l in INDEX_LAYOUTS) or None,
                                ("contiguous", "contiguous", *INDEX_LAYOUTS[1:]))
-            margin = _peak_margin(inp, rng, canonical, turn)
-            inputs[name] = InputChoice(inp.dtype, dist, "contiguous" if canonical else rng.choice(layouts), margin)
+            couple, margin = couplings.choose(spec, name, quiet, extreme, rng, infer=opts.infer_couplings)
+            inputs[name] = InputChoice(inp.dtype, dist, "contiguous" if quiet else rng.choice(layouts), margin, couple)
             continue
         dtype = _dtype_for(spec, name, primary, chosen)
         chosen[name] = dtype
-        inputs[name] = _float_choice(inp, dtype, rng, canonical, opts, turn, written=name in spec.mutates)
+        inputs[name] = _float_choice(inp, dtype, rng, quiet, opts, turn, written=name in spec.mutates,
+                                     extreme=extreme)
     if not fixed:
-        dims = _fit_budget(spec, dims, inputs, budget, long_dim)
+        dims = _fit_budget(spec, dims, inputs, budget, list(model) if model else long_dim)
     inputs = {k: dataclasses.replace(c, layout=applicable(c.layout, _shape(spec.inputs[k].shape, dims)))
               for k, c in inputs.items()}
-    return Case(cid, seed, dims, inputs, _grad_layout(spec, rng, canonical, turn))
-
-
-def _peak_margin(inp: Index, rng: random.Random, canonical: bool, turn: int | None) -> float:
-    """For an index with ``peak_of``: the label's logit margin, p(label) = sigmoid(margin).
-    The first fuzzed cases take each margin in turn, so the sweep is complete within any budget."""
-    if inp.peak_of is None:
-        return 0.0
-    if canonical:
-        return PEAK_MARGINS[1]
-    if turn is not None and turn < len(PEAK_MARGINS):
-        return PEAK_MARGINS[turn]
-    return rng.choice(PEAK_MARGINS)
+    return Case(cid, seed, dims, inputs, _grad_layout(spec, rng, quiet, turn), why=why)
 
 
 def _grad_layout(spec: Spec, rng: random.Random, canonical: bool, turn: int | None) -> str:
@@ -349,26 +374,117 @@ def _shape(shape: Sequence[str | int], dims: dict[str, int]) -> tuple[int, ...]:
 
 def schedule(spec: Spec, opts: ScheduleOptions) -> list[Case]:
     """The cases for one spec: the canonical case first (contiguous, the first dtype, plain
-    values), then fuzzed ones, a quarter of them with a long reduction where the spec
-    declares a reduction dim."""
+    values), then fuzzed ones, a quarter of them with a long reduction where the spec declares
+    a reduction dim. The first fuzzed cases take every distribution at its extreme and the common
+    model sizes; after them, every third case is a planned size (see :func:`planned_sizes`)."""
+    return schedule_and_skipped(spec, opts)[0]
+
+
+def schedule_and_skipped(spec: Spec, opts: ScheduleOptions) -> tuple[list[Case], list[str]]:
+    """The schedule, and the planned sizes that could not be run here, with why."""
     usable, _ = allowed_dtypes(spec, opts)
     if not usable:
-        return []
+        return [], []
     reductions = [d for d, dim in spec.dims.items() if dim.reduction]
-    cases = []
-    turns = 0
+    plan, skipped = planned_sizes(spec, opts, usable) if opts.plan else ([], [])
+    cases: list[Case] = []
+    turns = fuzzed = extremes = planned_at = 0
+    lead = _extreme_count(spec, opts)
     for i in range(opts.cases):
         seed = (opts.seed * 1_000_003 + i * 7919) % (2**31)
         rng = random.Random(seed)
-        canonical = i == 0
-        primary = usable[0] if canonical else usable[i % len(usable)] if i < 1 + len(usable) else rng.choice(usable)
-        long_dim = rng.choice(reductions) if reductions and not canonical and i % 4 == 1 else None
-        # the round-robin skips the long-reduction cases, whose other dims are tiny
-        turn = None if canonical or long_dim else turns
+        if i == 0:
+            cases.append(make_case(spec, "c0000", seed, usable[0], rng, canonical=True, long_dim=None,
+                                   budget=opts.max_case_bytes, opts=opts))
+            continue
+        if planned_at < len(plan) and fuzzed >= lead and (fuzzed - lead) % 2 == 0 and \
+                (not cases or cases[-1].id[:1] != "b"):
+            dims, why = plan[planned_at]
+            dtype = usable[planned_at % len(usable)]
+            cases.append(make_case(spec, f"b{i:04d}", seed, dtype, rng, canonical=False, long_dim=None,
+                                   budget=opts.max_case_bytes, opts=opts, fixed=dims, why=why, plain=True))
+            planned_at += 1
+            continue
+        primary = usable[i % len(usable)] if i < 1 + len(usable) else rng.choice(usable)
+        long_dim = rng.choice(reductions) if reductions and fuzzed % 4 == 0 else None
+        # the round-robin of layouts skips the long-reduction cases, whose other dims are tiny
+        turn = None if long_dim else turns
+        model = early.model_sizes_for(dict(spec.dims), turns) if turn is not None else None
+        cases.append(make_case(spec, f"c{i:04d}", seed, primary, rng, canonical=False, long_dim=long_dim,
+                               budget=opts.max_case_bytes, opts=opts, turn=turn, longest=fuzzed == 0,
+                               extreme=extremes, model=model))
         turns += turn is not None
-        cases.append(make_case(spec, f"c{i:04d}", seed, primary, rng, canonical=canonical, long_dim=long_dim,
-                               budget=opts.max_case_bytes, opts=opts, turn=turn, longest=i == 1))
-    return cases
+        fuzzed += 1
+        extremes += 1
+    return cases, skipped
+
+
+def _extreme_count(spec: Spec, opts: ScheduleOptions) -> int:
+    """How many first fuzzed cases the extremes take: every distribution of the float input that
+    allows the most, and every coupling mode of an index."""
+    n = 1
+    for name, inp in spec.inputs.items():
+        if isinstance(inp, Tensor):
+            n = max(n, len(narrowed(inp.dists, opts.dists, DEFAULT_FLOAT_DISTS)))
+        elif couplings.of_index(spec, name) and opts.infer_couplings:
+            n = max(n, len(couplings.MODES))
+    return n
+
+
+def planned_sizes(spec: Spec, opts: ScheduleOptions, usable: list[str]) -> tuple[list[tuple[dict[str, int], str]],
+                                                                             list[str]]:
+    """Sizes on both sides of each threshold read from the wrapper, then the joint corners of the
+    dims; and the sides that cannot run within the case budget."""
+    from .planned import MAX_POINTS, corner_points, threshold_points
+
+    def plain_inputs(dtype: str) -> dict[str, InputChoice]:
+        chosen: dict[str, str] = {}
+        out: dict[str, InputChoice] = {}
+        for name, inp in spec.inputs.items():
+            if isinstance(inp, Index):
+                out[name] = InputChoice(inp.dtype, "uniform", "contiguous")
+            else:
+                chosen[name] = _dtype_for(spec, name, dtype, chosen)
+                out[name] = InputChoice(chosen[name], "normal", "contiguous")
+        return out
+
+    # the widest of the usable dtypes decides whether a size fits: then it fits in all of them
+    widest = max(usable, key=lambda d: ITEMSIZE.get(d, 8))
+    inputs = plain_inputs(widest)
+
+    def fits(dims: dict[str, int]) -> bool:
+        return case_bytes(spec, dims, inputs) <= opts.max_case_bytes
+
+    def fit_keep(dims: dict[str, int], keep: str | None) -> dict[str, int]:
+        return _fit_budget(spec, dims, inputs, opts.max_case_bytes, keep)
+
+    base = {d: canonical_size(dim) for d, dim in spec.dims.items()}
+    points, skipped = threshold_points(spec, opts.thresholds, base, fits, _shrink_one)
+    points += corner_points(spec, opts.max_reduction, _smallest, lambda dim: _largest(dim, opts.max_reduction),
+                            fit_keep)
+    out: list[tuple[dict[str, int], str]] = []
+    seen: set[tuple[tuple[str, int], ...]] = set()
+    for p in points:
+        key = tuple(sorted(p.dims.items()))
+        if key in seen or not fits(p.dims) or not all(spec.dims[d].allows(n) for d, n in p.dims.items()):
+            continue
+        seen.add(key)
+        out.append((p.dims, p.why))
+    return out[:MAX_POINTS], skipped
+
+
+def _smallest(dim: Dim) -> int:
+    for n in ([*dim.values] if dim.values is not None else range(max(dim.lo, 1), max(dim.lo, 1) + 4 * dim.multiple_of)):
+        if dim.allows(n) and n >= 1:
+            return n
+    return dim.lo
+
+
+def _largest(dim: Dim, max_reduction: int) -> int:
+    top = min(dim.hi, max_reduction) if dim.reduction else dim.hi
+    if dim.values is not None:
+        return max(v for v in dim.values if v <= top) if any(v <= top for v in dim.values) else min(dim.values)
+    return max(dim.lo, top - top % dim.multiple_of)
 
 
 PRODUCTION_CASE_BYTES = 8 << 30  # a production shape may be this large on a GPU, whatever max_case_bytes says

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..spec import Index, Spec, Tensor
+from . import couplings
 from .cases import Case, InputChoice
 from .guard import Guarded, contiguous_stride, guarded_strided
 
@@ -32,8 +33,9 @@ def _float_values(choice: InputChoice, shape: tuple[int, ...], gen: Any, device:
 
     f64 = torch.float64
     dist = choice.dist
-    if dist == "normal":
-        return torch.randn(shape, generator=gen, dtype=f64, device=device)
+    if dist == "normal":  # param: a scale (the largest the reference allows, see early.MAGNITUDE)
+        x = torch.randn(shape, generator=gen, dtype=f64, device=device)
+        return x * choice.param if choice.param > 0 else x
     if dist == "uniform_pos":
         return torch.rand(shape, generator=gen, dtype=f64, device=device) * 0.999 + 0.001
     if dist == "offset":
@@ -184,8 +186,13 @@ def _raw_values(spec: Spec, case: Case, gen: Any, device: Any) -> dict[str, Any]
         else:
             raw[name] = _float_values(choice, shape, gen, device)
     for name, inp in spec.inputs.items():
-        if isinstance(inp, Index) and inp.peak_of is not None:
-            raw[inp.peak_of] = peak_at(raw[inp.peak_of], raw[name], case.inputs[name].param)
+        if not isinstance(inp, Index):
+            continue
+        choice = case.inputs[name]
+        # a case token from before couplings were recorded: peak_of= coupled every case
+        couple = choice.couple or (f"peak:{inp.peak_of}" if inp.peak_of is not None else "")
+        if couple:
+            couplings.apply(raw, spec, name, couple, choice.param, gen)
     return raw
 
 

@@ -71,10 +71,18 @@ class Job:
 # source, which judges, and the base's commit, whose code runs beside the head's on the same cases.
 BASE_SPEC = "base_spec"
 DIFFERENTIAL = "base_commit"  # the job also runs the base's code at this commit (differential runs)
+# The commit whose tree the truth comes from: the reference worker loads the spec, its reference and
+# every repository module they import from that tree (the rules' revision), never from the head's.
+TRUTH = "truth_commit"
 
 
 def base_commit(job: Job) -> str | None:
     value = job.options.get(DIFFERENTIAL)
+    return value if isinstance(value, str) and value else None
+
+
+def truth_commit(job: Job) -> str | None:
+    value = job.options.get(TRUTH)
     return value if isinstance(value, str) and value else None
 
 
@@ -96,7 +104,7 @@ def base_copy(job: Job, workdir: Path) -> Path | None:
 
 
 def without_base(job: Job) -> Job:
-    """The job judged by the head's spec: the base's spec, and the base's code with it, are out (the
-    base's code cannot run the head's spec when the call signature changed)."""
+    """The job judged by the head's spec: the base's spec, the base's code and the base's tree for
+    the truth are out (the base's code cannot run the head's spec when the call signature changed)."""
     return dataclasses.replace(job, options={k: v for k, v in job.options.items()
-                                             if k not in (BASE_SPEC, DIFFERENTIAL)})
+                                             if k not in (BASE_SPEC, DIFFERENTIAL, TRUTH)})

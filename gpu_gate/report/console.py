@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Literal
 
+from ..checked import case_words, gpu_only_not_run, planned
 from ..findings import Finding, JobResult, Severity, Status
 from ..record import RunRecord
 from ..verdict import Item, Verdict
@@ -81,8 +82,8 @@ def _outcome(r: JobResult) -> str:
     parts = []
     if r.errors:
         parts.append(f"{len(r.errors)} error{'s' * (len(r.errors) != 1)}")
-    if r.cases:
-        parts.append(f"{r.cases} case{'s' * (r.cases != 1)}")
+    if r.cases or planned(r):
+        parts.append(case_words(r))
     if r.cached_from:
         parts.append(f"cached from {short_sha(r.cached_from)}")
     return ", ".join(parts) or "ok"
@@ -104,6 +105,7 @@ def render_summary(record: RunRecord, verdict: Verdict, *, colour: bool = False,
         for r in gaps:
             verb = "not run" if r.status is Status.NOT_RUN else "could not run"
             impact = "blocks the merge" if id(r) in blocking else "does not block"
+            impact += "; GPU-only, not run here" if gpu_only_not_run(r) and id(r) not in blocking else ""
             lines.append(f"  - {r.check} {job_target(r)}: {verb}: {first_line(r.reason or 'no reason given', 300)}"
                          f" ({impact})")
         lines += [f"  - {first_line(i.reason, 300)} (blocks the merge)" for i in missing_items(verdict)]

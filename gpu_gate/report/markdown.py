@@ -18,6 +18,7 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
+from ..checked import case_words, planned
 from ..findings import Finding, JobResult, Severity, Status
 from ..judge.checks import check_info
 from ..record import ChangedKernel, RunRecord
@@ -150,6 +151,9 @@ def _verdict_block(ctx: _Ctx) -> str:
     meta = []
     if rec.base or rec.head:
         meta.append(f"base {code(short_sha(rec.base or '?'))} → head {code(short_sha(rec.head or '?'))}")
+    if rec.rules:  # whose policy and specs judged: the base branch's tip (the merge base only when they agree)
+        meta.append(f"rules of {code(short_sha(rec.rules))}, the base branch's tip"
+                    + (" and the merge base" if rec.rules == rec.base else ""))
     if rec.policy_source:
         meta.append(f"policy {code(rec.policy_source)}")
     if meta:
@@ -265,7 +269,7 @@ def _job_table(ctx: _Ctx, jobs: list[JobResult]) -> str:
     for r in sorted(jobs, key=lambda r: (order[r.check], job_target(r))):
         spec = code(r.spec) if r.spec else "—"
         badge = _badge(r, id(r) in ctx.blocking_jobs)
-        rows.append(f"| {escape(r.check)} | {spec} | {badge} | {r.cases or ''} | {_duration(r.duration_s)} |")
+        rows.append(f"| {escape(r.check)} | {spec} | {badge} | {case_words(r) if r.cases or planned(r) else ''} | {_duration(r.duration_s)} |")
     return "\n".join(rows)
 
 

@@ -43,6 +43,9 @@ def prepare(out_dir: Path, root: Path | None = None) -> Path:
     out = Path(os.path.abspath(out_dir))
     base = Path(os.path.abspath(root if root is not None else os.getcwd()))
     start = base if _inside(out, base) and out != base else out.parent
+    if start == out.parent and not start.exists():
+        # outside the repository the path is the runner's own choice (--out): its parents are made
+        start.mkdir(parents=True)
     current = start
     for part in out.relative_to(start).parts:
         current = current / part

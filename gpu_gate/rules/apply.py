@@ -1,4 +1,11 @@
-"""Plan time: the rule changes between base and head become findings, and spec jobs get the base's spec."""
+"""Plan time: the rule changes between base and head become findings, and spec jobs get the base's spec.
+
+Two revisions of the base: the merge base, which the change is measured against (the diff, the rule
+changes, the base's code in differential runs), and the rules' revision, the base branch's tip, whose
+policy and specs judge (``PolicyInForce.rules``); they are one commit when the branch is up to date.
+Every spec job whose spec exists there also names that commit as the one its truth comes from
+(``protocol.jobs.TRUTH``): its reference worker loads the spec and the repository code it needs from
+that tree, never from the head's."""
 from __future__ import annotations
 
 import dataclasses
@@ -11,15 +18,17 @@ from ..changes import match
 from ..judge.checks import CHECKS, Differential, check_info
 from ..findings import Finding
 from ..protocol.jobs import Job
-from . import policydiff, specdiff
+from . import policydiff, specdiff, truth
 from .change import RuleChange
 from .specrules import SpecRules, read_specs
+
+from ..policy.base import rules_note
 
 if TYPE_CHECKING:
     from ..plan import Plan
     from ..policy.base import PolicyInForce
 
-from ..protocol.jobs import BASE_SPEC, DIFFERENTIAL  # the job options: the base's spec source; the base commit to run
+from ..protocol.jobs import BASE_SPEC, DIFFERENTIAL, TRUTH  # the job options (see gpu_gate.protocol.jobs)
 
 
 def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool = True) -> None:
@@ -28,11 +37,17 @@ def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool =
     if choice.base is None or choice.head is None or plan.base is None:
         return
     mode = choice.loaded.policy.rule_changes
+    rules = choice.rules or plan.base
+    plan.rules = rules
+    plan.notes += [n for n in [rules_note(rules, plan.base)] if n]
     changes = _policy_changes(choice)
-    base_specs = read_specs(repo, plan.base, choice.base.policy.specs)
+    compared = choice.compared or choice.base
+    base_specs = read_specs(repo, plan.base, compared.policy.specs)
     head_specs = read_specs(repo, plan.head, choice.loaded.policy.specs)
     ctx = _context(repo, plan, choice)
     pairs = _pairs(base_specs, head_specs)
+    # the specs in force: the rules' revision's (the merge base's when the branch is up to date)
+    in_force = _pairs(read_specs(repo, rules, choice.base.policy.specs), head_specs) if rules != plan.base else pairs
     for head_id, spec in sorted(head_specs.items()):
         old = pairs.get(head_id)
         if old is None:
@@ -41,13 +56,31 @@ def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool =
         changes += specdiff.compare(old, spec, ctx) if old else specdiff.reference_calls_code_under_review(spec, ctx, None)
     matched = {s.id for s in pairs.values()}
     changes += [_deleted(s, ctx) for s in base_specs.values() if s.id not in matched]
+    changes += _truth_changes(repo, plan, rules, in_force, ctx)
     plan.findings += [c.finding(mode) for c in changes]
-    jobs = plan.jobs + _base_checks(plan, choice, pairs)
-    judged = [_judged_by_base(j, head_specs, pairs, mode, plan.base) for j in jobs]
+    jobs = plan.jobs + _base_checks(plan, choice, in_force)
+    judged = [_judged_by_base(j, head_specs, in_force, mode, rules, pairs, plan.base) for j in jobs]
     if differential and choice.loaded.policy.checks.equivalence.differential:
         judged = [_differential(j, pairs, plan.base) for j in judged]
         judged = _compiled_at_base(repo, judged, plan.base)
     plan.jobs = sorted(judged, key=lambda j: j.id)
+
+
+def _truth_changes(repo: Path, plan: Plan, rules: str, in_force: dict[str, SpecRules],
+                   ctx: specdiff.Context) -> list[RuleChange]:
+    """What the change does to the code the truth is computed with (see :mod:`.truth`), for the specs
+    that run: a helper of the reference it modifies, an installed package it shadows."""
+    running = {j.spec.id for j in plan.jobs if j.spec is not None}
+    wanted = [spec for sid, spec in sorted(in_force.items()) if sid in running]
+    if not wanted:
+        return []
+    tree = truth.TruthTree(repo, rules)
+    roots = next((j.python_path for j in plan.jobs if j.spec is not None), ("",))
+    out: list[RuleChange] = []
+    for spec in wanted:
+        out += truth.helpers_changed(spec, tree, ctx.changed)
+        out += truth.shadowed_packages(spec, tree, ctx.files, roots)
+    return out
 
 
 def _base_checks(plan: Plan, choice: PolicyInForce, pairs: dict[str, SpecRules]) -> list[Job]:
@@ -83,11 +116,14 @@ def _base_checks(plan: Plan, choice: PolicyInForce, pairs: dict[str, SpecRules])
 
 
 def _policy_changes(choice: PolicyInForce) -> list[RuleChange]:
-    assert choice.base is not None and choice.head is not None
+    """The head's policy against the merge base's: what this change does to the rules (what the base
+    branch did since is not the change's)."""
+    compared = choice.compared
+    assert compared is not None and choice.head is not None
     head = choice.head
     file = None if head.is_default else head.source
-    changes = policydiff.compare(choice.base.policy, head.policy, file)
-    if head.is_default and not choice.base.is_default:
+    changes = policydiff.compare(compared.policy, head.policy, file)
+    if head.is_default and not compared.is_default:
         changes = [dataclasses.replace(c, what=f"{c.what} (the head has no policy file: the default preset)")
                    for c in changes]
     return changes
@@ -110,7 +146,8 @@ def _pairs(base: dict[str, SpecRules], head: dict[str, SpecRules]) -> dict[str, 
 
 def _context(repo: Path, plan: Plan, choice: PolicyInForce) -> specdiff.Context:
     snap = git.Snapshot(repo, plan.head)
-    changed = {c.path for c in git.diff(repo, plan.base, plan.head)} if plan.head and plan.base else set()
+    # the work tree too (head None): what a local run is about to commit is this change's
+    changed = {c.path for c in git.diff(repo, plan.base, plan.head)} if plan.base else set()
     kernel_paths = {k.path for k in plan.kernels}
 
     @functools.lru_cache(maxsize=None)
@@ -140,16 +177,27 @@ def _deleted(spec: SpecRules, ctx: specdiff.Context) -> RuleChange:
 
 
 def _judged_by_base(job: Job, head: dict[str, SpecRules], pairs: dict[str, SpecRules], mode: str,
-                    base: str | None = None) -> Job:
-    if job.spec is None or job.spec.id not in pairs:
+                    base: str | None = None, since: dict[str, SpecRules] | None = None,
+                    merge_base: str | None = None) -> Job:
+    """A job whose spec exists at ``base`` (the rules' revision) takes its truth from there, and its
+    spec too where the head's file differs. ``since``: the specs of ``merge_base``, by head spec id:
+    whether this change rewrote the reference is measured against them (not what the base branch did
+    since), and a spec the base branch retired since the change left it is still the merge base's."""
+    since = since or {}
+    if job.spec is None or (job.spec.id not in pairs and job.spec.id not in since):
         return job
+    if job.spec.id not in pairs:
+        pairs, base = since, merge_base
     old, new = pairs[job.spec.id], head[job.spec.id]
+    before = since.get(job.spec.id, old)
+    truth_from = {TRUTH: base} if base else {}
     if old.source == new.source and old.file == new.file:
-        return job  # the head's file is the base's: nothing to swap
+        # the head's file is the base's: nothing to swap, but the code it imports is the head's
+        return dataclasses.replace(job, options={**job.options, **truth_from})
     carried: dict[str, Any] = {"file": old.file, "name": old.name, "source": old.source,
-                               "reference_changed": old.reference_shape() != new.reference_shape(),
+                               "reference_changed": before.reference_shape() != new.reference_shape(),
                                "rule_changes": mode, "commit": base}
-    return dataclasses.replace(job, options={**job.options, BASE_SPEC: carried})
+    return dataclasses.replace(job, options={**job.options, BASE_SPEC: carried, **truth_from})
 
 
 def _differential(job: Job, pairs: dict[str, SpecRules], base: str) -> Job:

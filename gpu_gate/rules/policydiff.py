@@ -106,6 +106,14 @@ def _more_is_looser_list(old: Any, new: Any) -> tuple[Direction, str]:
     return "tightened", ""
 
 
+def _more_taken(old: Any, new: Any) -> tuple[Direction, str]:
+    """setup_outputs: an added glob lets the jobs run more of what a build step wrote in the work tree."""
+    added = [v for v in new or () if v not in (old or ())]
+    if added:
+        return "weakened", f" (now taken from the work tree: {', '.join(map(str, added))})"
+    return "tightened", ""
+
+
 def _seed(old: Any, new: Any) -> tuple[Direction, str]:
     if old is None:
         return "weakened", " (the same inputs on every run: a kernel can be fitted to them)"
@@ -127,6 +135,7 @@ _JUDGES: list[tuple[str, Judge]] = [
     ("checks.compile.resources_level", _order("advisory", "required")),
     ("kernels.include", _fewer_is_looser),
     ("kernels.exclude", _more_is_looser_list),
+    ("setup_outputs", _more_taken),
     ("specs", _fewer_is_looser),
     ("checks.compile.archs", _fewer_is_looser),
     ("checks.equivalence.dtypes", _fewer_is_looser),

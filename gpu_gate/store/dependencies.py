@@ -6,7 +6,7 @@ The key is a SHA-256 over everything that can change a job's outcome:
 - the bytes of the kernel sources (``job.kernels``), of the spec file and of every repository file
   it imports or names, transitively, with each CUDA file's includes (:class:`Dependencies`); a
   missing file counts too, so deleting one changes the key;
-- the policy (:func:`policy_fingerprint`);
+- the policy (:func:`policy_fingerprint`), with the setup outputs taken into the head's export;
 - the gpu-gate version;
 - the machine's toolchain (:func:`environment_fingerprint`: GPU model, driver, CUDA, torch, triton,
   cupy and compute-sanitizer versions; a CPU run gives what it has).
@@ -108,8 +108,13 @@ def cache_key(
     return hashlib.sha256(canonical(parts)).hexdigest()
 
 
-def policy_fingerprint(policy: Policy) -> str:
-    return hashlib.sha256(json.dumps(policy.model_dump(mode="json"), sort_keys=True).encode()).hexdigest()
+def policy_fingerprint(policy: Policy, extra: dict[str, str] | None = None) -> str:
+    """The policy's digest; with ``extra`` (the setup outputs taken into the head's export, path ->
+    digest), over both."""
+    keyed: object = policy.model_dump(mode="json")
+    if extra:
+        keyed = {"policy": keyed, "setup_outputs": extra}
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True).encode()).hexdigest()
 
 
 class Dependencies:

@@ -170,20 +170,28 @@ def _linked_inside(repo: Path, directory: Path) -> str | None:
 
 class JobCache:
     """The result cache as ``check`` uses it: a job's entry under the key of what it depends on, in a
-    directory the checked-out commit does not carry."""
+    directory the checked-out commit does not carry.
 
-    def __init__(self, policy: Policy, repo: Path, directory: Path | None, gpus: tuple[str, ...] = ()) -> None:
+    ``repo``: the tree the jobs run, whose files the keys hash (with ``--head``, the export of the head
+    commit, see :mod:`gpu_gate.commands.head_tree`; else the work tree); ``home``: the repository, where
+    the cache lives by default and whose checked-out commit must not carry it (by default ``repo``);
+    ``extra``: more of what every job's result depends on (the setup outputs taken into the export,
+    path -> digest)."""
+
+    def __init__(self, policy: Policy, repo: Path, directory: Path | None, gpus: tuple[str, ...] = (), *,
+                 home: Path | None = None, extra: dict[str, str] | None = None) -> None:
         self.repo = repo
+        self.home = home or repo
         self.policy = policy
-        self.cache = ResultCache(directory or (repo / policy.cache.dir))
-        self.fingerprint = policy_fingerprint(policy)
+        self.cache = ResultCache(directory or (self.home / policy.cache.dir))
+        self.fingerprint = policy_fingerprint(policy, extra)
         self.env = environment_fingerprint(gpus, policy.cuda.sanitizer)
         self.head = git.resolve(repo, "HEAD")
         self._deps = Dependencies(repo, policy)
         self._keys: dict[str, str] = {}
         self._runs: dict[str, dict[str, Any]] = {}
         self.notes: list[str] = []
-        self.refused = carried_by_commit(self.repo, self.cache.dir, self.head)
+        self.refused = carried_by_commit(self.home, self.cache.dir, self.head)
         if self.refused:
             self.notes.append(f"result cache: not used, since this commit carries its directory {self.refused} "
                               f"(files in it, or a link on its path: entries must come from gpu-gate's own runs, "

@@ -43,12 +43,22 @@ def _forget_other_roots(root: str) -> None:
     _ROOTS.add(root)
 
 
-def load_spec(job: Job, repo_root: Path, workdir: Path, *, stub_repository: bool = False) -> Any:
+def load_spec(job: Job, repo_root: Path, workdir: Path, *, stub_repository: bool = False,
+              truth_root: Path | None = None) -> Any:
     """Import the spec module in isolation and return the named spec. A spec that exists at the base is
-    loaded from the base's source (gpu_gate.protocol.jobs.base_copy); the head's file judges only when it cannot."""
-    from ..protocol.jobs import base_copy
+    loaded from the base's source (gpu_gate.protocol.jobs.base_copy); the head's file judges only when it
+    cannot. ``truth_root``: the base's tree the reference worker computes the truth from (see
+    gpu_gate.protocol.jobs.truth_commit): the spec is that tree's file, and the repository's modules it
+    imports, at once or later, are that tree's; the head's tree is not on sys.path at all."""
+    from ..protocol.jobs import base_copy, carried
 
     assert job.spec is not None
+    if truth_root is not None:
+        spec = carried(job)
+        path = truth_root / str(spec.get("file") if spec else job.spec.file)
+        if path.is_file():
+            return _load_spec_file(job, truth_root, path, stub_repository)
+        repo_root = truth_root
     base = base_copy(job, workdir)
     path = base if base is not None else repo_root / job.spec.file
     return _load_spec_file(job, repo_root, path, stub_repository)

@@ -7,6 +7,13 @@ deterministic, so they are the very values the judge built), and answers with th
 reference, the baseline (torch in the kernel's dtype), the rounding envelope and the upstream
 gradients. Where the spec cannot do without the repository's code, the worker imports it for real
 and every answer says so.
+
+On a pull request the truth is the base's: where the job names the commit its truth comes from
+(:func:`gpu_gate.protocol.jobs.truth_commit`), the spec, its reference and every repository module
+they import are loaded from that commit's tree (``truth_root``), and the head's tree is not on
+``sys.path``: a helper the change edits, or a repository package named like an installed one, is
+never what computes the truth. Without that tree, a reference that needs the repository's code
+cannot be computed, and says so.
 """
 from __future__ import annotations
 
@@ -27,6 +34,7 @@ from ..protocol.jobs import Job
 from ..spec import Spec, upcast
 from .calling import (call_with_grads, first_line, is_fatal, kwargs_for, normalize, upstream_from_recipe,
                       upstream_recipe)
+from .loader import SpecImportError
 from .stubs import RepositoryCode
 
 
@@ -138,9 +146,17 @@ class ReferenceServer:
     """Answers the judge's ``describe``, ``upstream``, ``truth`` and ``baseline_fp32`` requests."""
 
     def __init__(self, job: Job, repo_root: Path, workdir: Path, device: str, *, isolate: bool = True,
-                 spec: Spec | None = None) -> None:
+                 spec: Spec | None = None, truth_root: Path | None = None, truth_missing: str | None = None) -> None:
+        """``truth_root``: where this worker sees the tree the job's truth comes from; ``truth_missing``:
+        why it has none, where the job names one."""
+        from ..protocol.jobs import truth_commit
+
         self.job, self.repo_root, self.workdir, self.device = job, repo_root, workdir, device
         self.isolate = isolate
+        wanted = truth_commit(job) is not None
+        self.truth_root = truth_root if wanted else None
+        self.truth_missing = (truth_missing or "the base's tree is not available") if wanted and truth_root is None \
+            else None
         self._head: ReferenceServer | str | None = None  # the head's spec, when this change rewrote the reference
         self.isolated = False
         self.why: str | None = None  # why the spec needed the repository's code
@@ -154,12 +170,29 @@ class ReferenceServer:
 
         if isolate:
             try:
-                spec = load_spec(self.job, self.repo_root, self.workdir, stub_repository=True)
+                spec = load_spec(self.job, self.repo_root, self.workdir, stub_repository=True,
+                                 truth_root=self.truth_root)
                 self.isolated = True
                 return spec
             except Exception as exc:  # noqa: BLE001 - the spec needs the repository's code: import it for real
                 self.why = _why(exc)
-        return load_spec(self.job, self.repo_root, self.workdir)
+        if self.isolate and self.truth_missing:  # the repository's code must be the base's, and it is not here
+            raise self._truth_unavailable()
+        return load_spec(self.job, self.repo_root, self.workdir, truth_root=self.truth_root)
+
+    def _truth_unavailable(self) -> SpecImportError:
+        """The spec cannot be loaded as the job asks: its repository code must be the base's, and the
+        base's tree is not here. Where the spec's import already needs that code, the job's finding is
+        ``truth-unavailable``; where only its reference does, a ``reference-error`` with this text."""
+        from ..protocol.messages import SpecImportFacts
+        from ..protocol.jobs import truth_commit
+
+        assert self.job.spec is not None
+        commit = str(truth_commit(self.job) or "")[:12]
+        return SpecImportError(SpecImportFacts(
+            kind="truth-unavailable", file=self.job.spec.file, line=None,
+            message=f"{self.job.spec.file}: the spec's reference needs the repository's code ({self.why}), which must "
+                    f"come from the base's tree at {commit}, and {self.truth_missing}: the truth was not computed"))
 
     def _unisolate(self, exc: BaseException) -> None:
         from . import stubs
@@ -174,7 +207,7 @@ class ReferenceServer:
 
     def handle(self, request: Request, blobs: list[bytearray]) -> tuple[Reply, wire.Blobs]:
         if isinstance(request, Describe):
-            return DescribeReply(describe(self.spec), self.isolated, self.why), []
+            return DescribeReply(describe(self.spec), *self._status()), []
         if not isinstance(request, CaseRequest):
             return ErrorReply(request.op, "protocol", f"unknown request {request.op!r}"), []
         for _ in range(2):  # once more after importing the repository's code for real
@@ -182,13 +215,25 @@ class ReferenceServer:
                 return self._compute(request)
             except Exception as exc:  # noqa: BLE001 - the spec's reference is user code
                 if _repository_code(exc) and self.isolated:
-                    self._unisolate(exc)
+                    try:
+                        self._unisolate(exc)
+                    except SpecImportError as missing:
+                        return ErrorReply(request.op, "reference", missing.facts.message, *self._status()), []
                     continue
                 if is_fatal(exc):
-                    return ErrorReply(request.op, "fatal", first_line(exc), self.isolated, self.why), []
+                    return ErrorReply(request.op, "fatal", first_line(exc), *self._status()), []
+                case = request.case_id or "?"
+                if _out_of_memory(exc):  # the GPU is shared: a fact about this case's size, not the spec
+                    return ErrorReply(request.op, "oom", f"the spec's reference ran out of GPU memory on case {case}: "
+                                                         f"{first_line(exc)}", *self._status()), []
                 return ErrorReply(request.op, "reference", f"the spec's reference raised {first_line(exc)} on case "
-                                                           f"{request.case_id or '?'}", self.isolated, self.why), []
-        return ErrorReply(request.op, "reference", "the reference could not run", self.isolated, self.why), []
+                                                           f"{case}", *self._status()), []
+        return ErrorReply(request.op, "reference", "the reference could not run", *self._status()), []
+
+    def _status(self) -> tuple[bool, str | None, str]:
+        """What every answer says of this worker: whether it runs apart from the code under review,
+        why not, and whose tree the repository code it imported came from."""
+        return self.isolated, self.why, "base" if self.truth_root is not None else "head"
 
     def _case(self, request: CaseRequest) -> tuple[Materialized, dict[str, Any] | None, dict[str, Any] | None]:
         """The case's inputs, its upstream gradients' recipe and their values."""
@@ -208,7 +253,7 @@ class ReferenceServer:
         blobs: wire.Blobs = []
         m, recipe, up = self._case(request)
         like = {k: getattr(torch, v) for k, v in getattr(request, "like", {}).items()}
-        status = (self.isolated, self.why)
+        status = self._status()
         if isinstance(request, Upstream):  # its recipe: every worker makes the values itself (see calling.upstream_recipe)
             return UpstreamReply(read_recipe(recipe, "upstream"), *status), blobs
         if isinstance(request, BaselineFp32):
@@ -234,17 +279,17 @@ class ReferenceServer:
         rewrote it: the judge compares it with the base's (a rewritten truth is a weakened rule).
         ``skipped``: why the two cannot be compared."""
         head = self._head_spec()
-        status = (self.isolated, self.why)
+        isolated, why, tree = self._status()
         if isinstance(head, str):
-            return HeadReferenceReply(skipped=head, isolated=status[0], why=status[1]), []
+            return HeadReferenceReply(skipped=head, isolated=isolated, why=why, tree=tree), []
         try:
             hm, _, _ = head._case(request)
             ref = head.side.reference(hm, up)
         except Exception as exc:  # noqa: BLE001 - the head's reference is code under review
             if is_fatal(exc):
                 raise
-            return HeadReferenceReply(raised=f"{first_line(exc)}", isolated=status[0], why=status[1]), []
-        return HeadReferenceReply(tensors.encode_dict(ref, blobs), isolated=status[0], why=status[1]), blobs
+            return HeadReferenceReply(raised=f"{first_line(exc)}", isolated=isolated, why=why, tree=tree), []
+        return HeadReferenceReply(tensors.encode_dict(ref, blobs), isolated=isolated, why=why, tree=tree), blobs
 
     def _head_spec(self) -> ReferenceServer | str:
         from ..protocol.jobs import without_base
@@ -284,3 +329,13 @@ def _why(exc: BaseException) -> str:
     if cur is not None:
         return f"it uses {cur} from the repository"
     return f"it does not import without the repository's code ({first_line(exc)})"
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is torch's CUDA out-of-memory error; the cache it left is emptied."""
+    import torch
+
+    if not isinstance(exc, torch.cuda.OutOfMemoryError):
+        return False
+    torch.cuda.empty_cache()
+    return True

@@ -61,6 +61,9 @@ class Worker:
         self.role, self.workdir, self.isolate, self.borrow = role, workdir, isolate, borrow
         self.seeding = seeding
         self.repo_root = Path(context.get("repo_root") or os.getcwd())
+        # the reference's: the tree its truth comes from (the base's), or why there is none
+        self.truth_root = Path(context["truth_root"]) if context.get("truth_root") else None
+        self.truth_missing = str(context["truth_missing"]) if context.get("truth_missing") else None
         self.device = context.get("device") or _pick_device()
         self.job: Job | None = None
         self.server: Any = None
@@ -96,7 +99,8 @@ class Worker:
                 from .reference import ReferenceServer
 
                 self.server = ReferenceServer(job, self.repo_root, self.workdir, self.device, spec=spec,
-                                              isolate=self.isolate)
+                                              isolate=self.isolate, truth_root=self.truth_root,
+                                              truth_missing=self.truth_missing)
             else:
                 from .candidate import CandidateServer
                 from .loader import load_spec
@@ -200,6 +204,14 @@ class Worker:
             compiled = compile_launched(mine, archs, known, root=str(self.repo_root))
             compile_taken = sum((launch.key, arch) in known for _, launch in mine[:MAX_COMPILED]
                                 for arch in archs)  # for the timing report
+        elif mine and settings is not None and os.environ.get("TRITON_INTERPRET") == "1":
+            # no GPU: what the interpreter launched, compiled for the lint architecture in a child
+            # process, so that its PTX is read for races and 32-bit offsets as on a GPU
+            from ..protocol.archs import lint_arch
+            from .interpreted_builds import compile_interpreted
+
+            arch = lint_arch(normalise_archs(settings.get("archs") or DEFAULT_ARCHS))
+            compiled = compile_interpreted(mine, arch, self.repo_root, self.job.python_path)
         mark("compile_s")
         from .autotune import untimed
 

@@ -419,7 +419,7 @@ def test_head_that_is_not_checked_out_runs_from_its_own_tree(make_repo) -> None:
     r.checkout("main")  # the work tree is at main; the buggy spec exists only on feature
     p = gate("check", "--base", "main", "--head", "feature", "--no-cache", cwd=r.path)
     assert p.returncode == 1, p.stdout + p.stderr
-    assert "is not checked out: running its code from a temporary work tree" in p.stdout
+    assert "the workers run an export of the commit, not the work tree" in p.stdout
     assert "FAIL    equivalence gate/double_gate.py::double_gate" in p.stdout
     assert r.git("worktree", "list").count("\n") == 0  # the temporary work tree is gone
 

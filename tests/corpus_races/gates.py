@@ -8,6 +8,7 @@ import triton
 import gpu_gate as gg
 import tt_locks as K
 import tt_pdl as K_PDL
+import tt_launched as K_LAUNCHED
 
 GROUPS = 32
 
@@ -150,3 +151,21 @@ def gelu_streams_unordered(x):
 @gg.spec(name="gelu_streams_ordered", **GELU)
 def gelu_streams_ordered(x):
     return _two_streams(x, wait=True)
+
+
+# A split row sum behind ready flags (tt_launched.py): every constexpr comes from the call site.
+SPLIT = dict(
+    dims={"rows": gg.Dim(1, 64), "n": gg.Dim(1, 8192, reduction=True)},
+    inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float32"])},
+    reference=lambda x: x.sum(-1),
+)
+
+
+@gg.spec(name="split_rows_flag_store", **SPLIT)
+def split_rows_flag_store(x):
+    return K_LAUNCHED.split_row_sum(K_LAUNCHED.split_rows_flag_store, x)
+
+
+@gg.spec(name="split_rows_flag_release", **SPLIT)
+def split_rows_flag_release(x):
+    return K_LAUNCHED.split_row_sum(K_LAUNCHED.split_rows_flag_release, x)

@@ -327,7 +327,7 @@ def test_the_bases_tree_is_shown_at_the_repositorys_path_and_nothing_of_the_head
     assert not [b for b in binds if b[0].startswith(str(head))]  # nothing of the head's tree
     assert str(head / ".gpu-gate" / "out") not in argv
     script = sandbox._unshare_setup(layout)
-    assert f"mount --bind {base} {head} &&" in script and f"mount --bind {base / 'src'} {head / 'src'} &&" in script
+    assert f"mount --rbind {base} {head} &&" in script and f"mount --rbind {base / 'src'} {head / 'src'} &&" in script
     assert "build" not in script
 
 

@@ -260,7 +260,7 @@ def _memcheck_gate(tmp_path: Path, base: str, head: str) -> tuple[int, str, list
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "base")
     _git(repo, "checkout", "-q", "-b", "feature")
-    (repo / "mylib" / "past.cu").write_text("// reviewed\n" + head)
+    (repo / "mylib" / "past.cu").write_text("static const int reviewed_ = 1;  // a token: a comment alone is no change\n" + head)
     _git(repo, "commit", "-qam", "head")
     p = subprocess.run([sys.executable, "-m", "gpu_gate.cli", "check", "--base", "main"], cwd=repo,
                        capture_output=True, text=True, timeout=600)

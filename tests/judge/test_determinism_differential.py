@@ -97,6 +97,11 @@ def _execute(tmp: Path, base_ops: str, head_ops: str, spec: str) -> list[dict]: 
 def test_runs_that_differ_where_the_base_is_exact_are_new(tmp_path: Path) -> None:
     found = _run(tmp_path, EXACT, WITHIN)
     assert found and {f["details"]["change"] for f in found} == {"new"}, found
+    # named a race with the base's spread beside it: none, on the same inputs in the same settings
+    f = found[0]
+    assert "the base's code, repeated 4 times on the same inputs in the same settings, gave the same output every " \
+           "time" in f["message"], f["message"]
+    assert f["details"]["base_spread"] == 0.0 and f["details"]["base_error_of"]["out"] < 1e-5, f["details"]
 
 
 def test_runs_within_the_bases_own_error_on_the_case_are_debt(tmp_path: Path) -> None:
@@ -118,3 +123,33 @@ def test_a_spec_that_promises_identical_runs_gets_no_allowance(tmp_path: Path) -
     found = _run(tmp_path, BIASED, WITHIN, DETERMINISTIC_SPEC)
     assert found and {f["details"]["change"] for f in found} == {"new"}, found
     assert "deterministic=True" in found[0]["message"]
+
+
+# issue 40, the magnitude rule: the base's code is nondeterministic on the case too; runs that
+# spread far wider than the base's are this change's doing, runs that spread as wide are its debt
+# (a run counter, not chance: every other run is off by ``span``, so that the spreads compared are known)
+ALTERNATING = """\
+import torch
+
+_runs = [0]
+
+
+def row_sum(x):
+    _runs[0] += 1
+    return (x.double().sum(-1) + {span} * (_runs[0] % 2)).to(x.dtype)
+"""
+
+
+def test_runs_that_spread_far_wider_than_the_nondeterministic_bases_are_new(tmp_path: Path) -> None:
+    found = _run(tmp_path, ALTERNATING.format(span=0.5), ALTERNATING.format(span=50.0))
+    assert found and {f["details"]["change"] for f in found} == {"new"}, found
+    f = found[0]
+    assert "spread more than 4x as far as the base's" in f["message"], f["message"]
+    assert 49.9 < f["details"]["spread_of"]["out"] < 50.1 and 0.49 < f["details"]["base_spread_of"]["out"] < 0.51
+
+
+def test_runs_that_spread_as_wide_as_the_nondeterministic_bases_are_debt(tmp_path: Path) -> None:
+    """The twin: the head's code varies as the base's does (a change that leaves the kernel as it was)."""
+    found = _run(tmp_path, ALTERNATING.format(span=0.5), ALTERNATING.format(span=0.5).replace("_runs", "_calls"))
+    assert found and {f["details"]["change"] for f in found} == {"pre-existing"}, found
+    assert "nondeterministic on the same case too" in found[0]["message"]

@@ -50,6 +50,13 @@ PLANTED = [
     Planted("cross_entropy.py", "cross_entropy_bf16_true_class", "cross_entropy_fp32_true_class", ("mismatch",)),
     Planted("cross_entropy_labels.py", "cross_entropy_labels_bf16_true_class", "cross_entropy_labels_fp32_true_class",
             ("mismatch",)),
+    # the same bug with labels declared as most users will (no peak_of=): the coupling is inferred
+    Planted("cross_entropy_undeclared.py", "cross_entropy_undeclared_bf16_true_class",
+            "cross_entropy_undeclared_fp32_true_class", ("mismatch",)),
+    # a dW path taken only past a threshold on two dims, read from the wrapper's source
+    Planted("thresholds.py", "dweight_split_path_bf16", "dweight_split_path_fp32", ("mismatch",)),
+    # exp(x) without max subtraction: NaN once values pass 88 (the offset distribution at mean 1000)
+    Planted("softmax_offset.py", "softmax_no_max_subtraction", "softmax_max_subtracted", ("nan",)),
 ]
 
 
@@ -99,12 +106,46 @@ def test_growth_curve_of_the_bf16_accumulator_is_reported_flagged(tmp_path: Path
 
 
 def test_without_labels_at_the_hot_logit_the_cross_entropy_bug_hides(tmp_path: Path) -> None:
-    """Why gg.Index(peak_of=) exists: the same spec with labels drawn apart from the logits
-    (the label is almost never the class with p close to 1) misses the bug on every seed."""
-    (tmp_path / "ce.py").write_text((CORPUS / "cross_entropy_labels.py").read_text().replace(
-        ', peak_of="logits")', ")"))
-    for seed in range(3):
-        job = Job(id="j", check="equivalence", level="required", kernels=(),
-                  spec=SpecRef("ce.py", "cross_entropy_labels_bf16_true_class"),
-                  options={"cases": 24, "shrink": False}, seed=seed)
-        assert run_job(job, Context(repo_root=tmp_path, device="cpu", workdir=tmp_path)).status is Status.PASSED
+    """Why couplings are inferred: the same spec, its labels drawn apart from the logits (the label
+    is almost never the class with p close to 1), misses the bug on every seed."""
+    for seed in SEEDS:
+        r = run_spec("cross_entropy_undeclared.py", "cross_entropy_undeclared_bf16_true_class", seed, tmp_path,
+                     infer_couplings=False)
+        assert r.status is Status.PASSED, [f.message for f in r.findings]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_inferred_coupling_is_named_in_the_failing_case(seed: int, tmp_path: Path) -> None:
+    r = run_spec("cross_entropy_undeclared.py", "cross_entropy_undeclared_bf16_true_class", seed, tmp_path)
+    f = next(f for f in r.findings if f.kind == "mismatch")
+    assert "labels: int64" in f.details["case"] and "at the peak of logits (p=" in f.details["case"], f.details["case"]
+
+
+def test_without_the_wrappers_thresholds_the_split_path_is_never_run(tmp_path: Path) -> None:
+    """Why the wrapper is read: drawn one dim at a time, no case combines 100000 rows with at most
+    4 channels, on any seed."""
+    for seed in SEEDS:
+        r = run_spec("thresholds.py", "dweight_split_path_bf16", seed, tmp_path, planned=False)
+        assert r.status is Status.PASSED, [f.message for f in r.findings]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_threshold_is_read_from_the_wrapper_and_run_on_both_sides(seed: int, tmp_path: Path) -> None:
+    r = run_spec("thresholds.py", "dweight_split_path_bf16", seed, tmp_path)
+    found = r.extra.thresholds["found"]
+    assert [(t["where"], t["conditions"]) for t in found] == [
+        ("wraplib/scale.py:30", ["rows >= 100000 and hidden <= 4"])]
+    f = next(f for f in r.findings if f.kind == "mismatch")
+    assert "inside wraplib/scale.py:30" in f.details["case"], f.details["case"]
+    twin = run_spec("thresholds.py", "dweight_split_path_fp32", seed, tmp_path)
+    sides = [c for c in twin.extra.coverage["planned"] if "wraplib/scale.py:30" in c]
+    assert any(s.startswith("inside") for s in sides) and any("rows < 100000" in s for s in sides), sides
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_an_overflow_only_large_offsets_reach_is_caught_within_8_cases(seed: int, tmp_path: Path) -> None:
+    r = run_spec("softmax_offset.py", "softmax_no_max_subtraction", seed, tmp_path, cases=8, growth=False)
+    assert r.status is Status.FAILED and "nan" in _kinds(r), [f.message for f in r.findings]
+    assert r.cases <= 8
+    twin = run_spec("softmax_offset.py", "softmax_max_subtracted", seed, tmp_path, cases=8, growth=False)
+    assert twin.status is Status.PASSED, [f.message for f in twin.findings]

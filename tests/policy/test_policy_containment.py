@@ -88,7 +88,7 @@ def test_the_base_revision_resolves_extends_inside_itself(make_repo) -> None:  #
                                     "csrc/k.cu": "__global__ void k() {}\n"})
     r.branch("feature")
     r.commit("relax the file the policy extends", {"ci/base.yml": "version: 1\nuncovered: ignore\n",
-                                                   "csrc/k.cu": "__global__ void k() { }\n"})
+                                                   "csrc/k.cu": "__global__ void k() { return; }\n"})
     p = gate("plan", "--base", "main", cwd=r.path)
     assert p.returncode == 0, p.stderr
     plan = json.loads(p.stdout)

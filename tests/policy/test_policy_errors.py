@@ -100,6 +100,10 @@ def test_malformed_yaml(tmp_path: Path, text: str, message: str) -> None:
         ".gpu-gate.yml:1:12: uncovered: expected one of 'fail', 'warn' or 'ignore', got 'block' (choose one of these)",
         id="literal"),
     pytest.param(
+        "runner:\n  infrastructure: retry\n",
+        ".gpu-gate.yml:2:19: runner.infrastructure: expected one of 'fail' or 'not_run', got 'retry' (choose one of these)",
+        id="infrastructure"),
+    pytest.param(
         "checks:\n  racecheck: requird\n",
         ".gpu-gate.yml:2:14: checks.racecheck.level: expected one of 'required', 'advisory' or 'off',"
         " got 'requird' (did you mean 'required'?)",

@@ -44,7 +44,7 @@ def md(tmp_path: Path) -> str:
 
 def test_verdict_line_comes_first(md: str) -> None:
     assert md.splitlines()[0] == ("## ❌ gpu-gate: FAILED - 6 jobs, 2 passed, 2 failed, 1 could not run, "
-                                  "1 not run; 6 blocking")
+                                  "1 not run; 6 blocking; 64 equivalence cases run")
 
 
 def test_passing_run_shows_a_green_verdict() -> None:
@@ -76,11 +76,11 @@ def test_blocking_list_names_each_reason_with_its_location(md: str) -> None:
 def test_kernel_tables_show_each_checks_result(md: str) -> None:
     kernels = section(md, "Kernels")
     assert "#### `csrc/rmsnorm.cu`\n\ncuda · modified · specs: `gate/rmsnorm_gate.py::rmsnorm_gate`" in kernels
-    assert f"| equivalence | `{RMS}` | ❌ failed (2 errors) | 64 | 4.1s |" in kernels
+    assert f"| equivalence | `{RMS}` | ❌ failed (2 errors) | 64 cases | 4.1s |" in kernels
     assert "| memcheck |" not in kernels  # not run: one line under the table, the reason once below
     assert "⛔ Not run: memcheck (see *Not verified, and why*)" in kernels
-    assert f"| racecheck | `{RMS}` | ✅ passed · cached from `{CACHED_SHA[:12]}` | 4 | 7.4s |" in kernels
-    assert f"| initcheck | `{RMS}` | ⚠️ failed (1 error) (advisory) | 4 | 9.5s |" in kernels
+    assert f"| racecheck | `{RMS}` | ✅ passed · cached from `{CACHED_SHA[:12]}` | 4 cases | 7.4s |" in kernels
+    assert f"| initcheck | `{RMS}` | ⚠️ failed (1 error) (advisory) | 4 cases | 9.5s |" in kernels
     assert f"| equivalence | `{ROWSUM}` | 💥 could not run |  | 600.0s |" in kernels
     assert "#### `csrc/scatter.cu`\n\ncuda · added · specs: **none** — no gate spec covers this kernel" in kernels
 

@@ -37,6 +37,8 @@ def _diff(base: dict[str, Any], head: dict[str, Any]) -> dict[str, tuple[str, st
     ({}, {"checks": {"equivalence": {"seed": 7}}}, "checks.equivalence.seed", "weakened", "the same inputs"),
     ({}, {"cuda": {"sanitizer": "tools/x"}}, "cuda.sanitizer", "weakened", "a tool path chosen by this change"),
     ({}, {"rule_changes": "warn"}, "rule_changes", "weakened", "fail -> warn"),
+    ({}, {"setup_outputs": ["*.so"]}, "setup_outputs", "weakened", "(now taken from the work tree: *.so)"),
+    ({"setup_outputs": ["*.so", "build/**"]}, {"setup_outputs": ["*.so"]}, "setup_outputs", "tightened", "-> [*.so]"),
     ({}, {"runner": {"job_timeout_minutes": 5}}, "runner.job_timeout_minutes", "changed", "30.0 -> 5"),
 ])
 def test_policy_changes_have_a_direction(base: dict[str, Any], head: dict[str, Any], key: str, direction: str,

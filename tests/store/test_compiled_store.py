@@ -111,7 +111,8 @@ KERNEL = "__global__ void rows(const float* x, float* y, int n) { /* row sums */
 
 
 def _repo(make_repo) -> GitRepo:  # type: ignore[no-untyped-def]
-    r = make_repo("proj", {".gpu-gate.yml": POLICY, "mylib/__init__.py": "", "mylib/ops.py": BASE_OPS,
+    # .gitignore as `gpu-gate init` writes it: the store lives in .gpu-gate/, which no commit may carry
+    r = make_repo("proj", {".gpu-gate.yml": POLICY, ".gitignore": ".gpu-gate/\n", "mylib/__init__.py": "", "mylib/ops.py": BASE_OPS,
                            "csrc/rows.cu": KERNEL, "gate/rows_gate.py": SPEC})
     r.branch("feature")
     r.commit("pull request", {"mylib/ops.py": HEAD_OPS, "csrc/rows.cu": KERNEL.replace("sums", "sums, tuned")})

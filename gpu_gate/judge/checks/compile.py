@@ -170,10 +170,12 @@ def _outcome(findings: list[Finding], resources: list[KernelResources], compiled
         return make_outcome(Status.FAILED, findings, cases=compiled, extra=extra)
     unknown = [f for f in findings if f.kind == NO_VALUES]
     if compiled == 0 and unknown and len(unknown) == len([f for f in findings if f.severity is not Severity.NOTE]):
-        # Nothing compiled only for want of values, which the policy (no_values: warn) calls
-        # advisory: the kernels are listed as warnings and the job does not fail closed.
-        return make_outcome(Status.PASSED, findings, cases=0, extra=extra,
-                            reason=f"no kernel compiled: no values known for {len(unknown)} Triton kernel(s)")
+        # Nothing compiled only for want of values: nothing was checked, so not run (never passed);
+        # the policy (no_values: warn) calls that advisory, so it does not fail closed either.
+        extra.not_run_allowed_by = "checks.compile.no_values: warn"
+        return make_outcome(Status.NOT_RUN, findings, cases=0, extra=extra,
+                            reason=f"0 of {len(unknown)} Triton kernel(s) compiled: no constexpr or signature "
+                                   f"values known")
     if compiled == 0 and findings:
         return make_outcome(Status.NOT_RUN, findings, reason="no kernel could be compiled", extra=extra)
     return make_outcome(Status.PASSED, findings, cases=compiled, extra=extra)

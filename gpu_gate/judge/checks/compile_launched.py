@@ -21,7 +21,7 @@ from typing import Any
 from ..compiled import ptxlint
 from ...cuda.nvcc import KernelResources
 from ...findings import Finding, Severity
-from . import compiled_base, compiled_offsets
+from . import compiled_base, compiled_offsets, compiled_races
 from .compile import CHECK, resource_findings_for
 
 ROW_INTS = ("registers", "spill_store", "spill_load", "local_bytes", "shared_bytes", "constant_bytes", "barriers")
@@ -66,7 +66,12 @@ def judge(compiled: Any, options: dict[str, Any] | None,
     unread = compiled.get("ptx_left_out", 0)
     if type(unread) is int and unread > 0:
         findings.append(Finding(CHECK, "launches-not-read", f"the PTX of {unread} launched Triton specializations was "
-                                f"not read for 32-bit offsets (more than the judge takes from one job)", Severity.NOTE))
+                                f"not read for 32-bit offsets and races (more than the judge takes from one job)",
+                                Severity.NOTE))
+    why = compiled.get("why")
+    if isinstance(why, str) and why:
+        findings.append(Finding(CHECK, "launches-not-compiled", f"the launched Triton specializations were not "
+                                f"compiled: {why[:500]}", Severity.NOTE))
     skipped = compiled.get("not_compiled", 0)
     if type(skipped) is int and skipped > 0:
         findings.append(Finding(CHECK, "launches-not-compiled", f"{skipped} more launched Triton specializations "
@@ -75,10 +80,14 @@ def judge(compiled: Any, options: dict[str, Any] | None,
 
 
 def offsets(compiled: Any) -> tuple[list[Finding], set[str]]:
-    """32-bit offsets read from the PTX of the launched specializations (the worker sends it as
-    text; the reading is the judge's, :mod:`gpu_gate.judge.compiled.ptx_offsets`), one finding per kernel
-    and source line however many specializations share it, and the kernels whose PTX was read.
-    By absolute rules each is a warning, as in the compile check (see :mod:`.compiled_offsets`)."""
+    """What the PTX of the launched specializations shows (the worker sends it as text; the reading
+    is the judge's): 32-bit offsets (:mod:`gpu_gate.judge.compiled.ptx_offsets`; by absolute rules
+    each a warning, as in the compile check, see :mod:`.compiled_offsets`), and races through global
+    memory (:mod:`gpu_gate.judge.compiled.ptxlint`: a lock or flag released without a barrier, an
+    error; a scatter without atomics, a note), as the compile check reads its own builds: real
+    Triton kernels take their constexprs at the call site, and the compile check, reading the file
+    alone, cannot build them ("no values known"). One finding per kernel, kind and source line
+    however many specializations share it; and the kernels whose PTX was read."""
     if not isinstance(compiled, dict):
         return [], set()
     root = compiled.get("root") if isinstance(compiled.get("root"), str) else ""
@@ -90,11 +99,14 @@ def offsets(compiled: Any) -> tuple[list[Finding], set[str]]:
             continue
         read.update(k for k in ptxlint.parse(text)[1] if isinstance(k, str))
         values = ", ".join(f"{k}={v}" for k, v in _dict(raw.get("constexprs")).items())
-        for f in compiled_offsets.findings_from_ptx(text, where["file"], Path(root or "."), where["arch"]):
+        found = compiled_offsets.findings_from_ptx(text, where["file"], Path(root or "."), where["arch"])
+        found += compiled_races.findings_from_ptx(text, where["file"], Path(root or "."), where["arch"])
+        for f in found:
             key = (f.kind, f.file, f.line, str(f.details.get("kernel")))
             if key not in seen:
                 seen[key] = dataclasses.replace(f, message=f"{f.message} (read from the PTX of {where['kernel']} as the "
-                                                           f"cases launched it: {values})")
+                                                           f"cases launched it: {values})",
+                                                details={**f.details, "constexprs": _dict(raw.get("constexprs"))})
     return list(seen.values()), read
 
 
@@ -107,7 +119,7 @@ def against_base(findings: list[Finding], base_compiled: Any, commit: str,
     base, the absolute rule stands. A note says how many of each. ``base_compiled``: the base
     worker's ``compile`` answer, read field by field like the head's (it is code under test too)."""
     errors = [f for f in findings if f.kind == "compile-error" and isinstance(f.details.get("kernel"), str)]
-    linted = [f for f in findings if f.kind == compiled_offsets.KIND]
+    linted = [f for f in findings if f.kind in compiled_base.LINT_KINDS]
     if not errors and not linted:
         return findings
     short = commit[:12]
@@ -118,10 +130,11 @@ def against_base(findings: list[Finding], base_compiled: Any, commit: str,
     findings, fixed, unread = compiled_base.compare(findings, base_offsets, read_at_base, read_at_head)
     findings += fixed
     if linted:
-        new, old = compiled_base.tally([f for f in findings if f.kind == compiled_offsets.KIND])
+        new, old = compiled_base.tally([f for f in findings if f.kind in compiled_base.LINT_KINDS])
         alone = f"; not compared, the base's cases never launched {', '.join(unread)}" if unread else ""
         findings.append(_note(f"compared the PTX of the launched specializations with the base's ({short}): {new} new, "
-                              f"{old} pre-existing and {len(fixed)} fixed 32-bit offset(s){alone}"))
+                              f"{old} pre-existing and {len(fixed)} fixed finding(s) read from it (32-bit offsets, "
+                              f"races){alone}"))
     if not errors:
         return findings
     failing, built = set(), set()

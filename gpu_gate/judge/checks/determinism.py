@@ -8,9 +8,11 @@ another one (see gpu_gate.worker.producer): a kernel that reads them before its 
 finished differs there."""
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING, Any
 
-from ...findings import Finding, Status
+from ...findings import Finding, Severity, Status
+from .fitting import RESERVED
 
 if TYPE_CHECKING:
     from ...protocol.cases import Case
@@ -24,6 +26,7 @@ PRODUCED_ON_STREAM = "right after a kernel that writes {names} on the caller's s
 PRODUCED_ON_EVENT = "after a kernel that writes {names} on another stream, ordered by an event"
 CALLER_LATE = "with the caller's stream held back, so that the candidate's other streams run first"
 DEFAULT_CONTENTION_GIB = 4.0  # one contention case, at most; a third of the free GPU memory at most
+OOM_RETRIES = 3  # a contention case out of GPU memory is run again, each time at a quarter of its bytes
 
 
 def run(job: Job, ctx: Context) -> Outcome:
@@ -60,6 +63,20 @@ def _within_base(f: Finding, head_off: dict[str, float], base_off: dict[str, flo
                                details={**f.details, "base_error_of": dict(base_off)})
 
 
+def _against_steady_base(f: Finding, head_off: dict[str, float], base_off: dict[str, float]) -> Finding:
+    """A new finding, with the spread of the base's code on the same case: its runs all agreed."""
+    import dataclasses
+
+    spread = "; ".join(f"{k!r}: this change's runs differ, off the reference by up to {head_off[k]:.3g}; the base's "
+                       f"runs are identical, off it by {base_off.get(k, 0.0):.3g}" for k in sorted(head_off))
+    runs = f.details.get("runs") or {}
+    total = sum(int(n) for n in runs.values()) if isinstance(runs, dict) else 0
+    said = (f" (the base's code, repeated {total + 1} times on the same inputs in the same settings, gave the same output "
+            f"every time{': ' + spread if spread else ''})")
+    return dataclasses.replace(f, message=f"{f.message}{said}",
+                               details={**f.details, "base_spread": 0.0, "base_error_of": dict(base_off)})
+
+
 class Determinism:
     def __init__(self, job: Job, ctx: Context, workers: Any) -> None:
         from .equivalence import Equivalence
@@ -75,6 +92,9 @@ class Determinism:
         self._truth: tuple[str, Any] | None = None  # the last case's fetched reference: (case id, truth)
         self._errors_of: dict[str, float] | None = None  # outputs whose base error is asked; then the errors
         self.timing: dict[str, Any] = {"cases": []}  # where the job's time went (see run)
+        self.contention_budget: int | None = None  # bytes the contention cases were built for
+        self.max_reduction: int | None = None  # the schedule's longest reduction, as they were built
+        self.memory_notes: list[Finding] = []  # cases run smaller, or not at all, for want of GPU memory
 
     def cases(self) -> list[Case]:
         """The contention cases first (many programs sharing locks, partial rows and hot
@@ -91,7 +111,8 @@ class Determinism:
         usable, _ = allowed_dtypes(self.spec, opts)
         busy: list[Case] = []
         if usable and self.job.options.get("contention", True):
-            busy = contention_cases(self.spec, self.eq.seed, usable[0], self._contention_budget(), opts.max_reduction)
+            self.contention_budget, self.max_reduction = self._contention_budget(), opts.max_reduction
+            busy = contention_cases(self.spec, self.eq.seed, usable[0], self.contention_budget, opts.max_reduction)
         return busy + schedule(self.spec, opts)
 
     def _contention_budget(self) -> int:
@@ -100,6 +121,9 @@ class Determinism:
         cap = float(self.job.options.get("contention_gib") or DEFAULT_CONTENTION_GIB)
         if self.ctx.device != "cuda":
             return self.eq.budget
+        reserved = self.job.options.get(RESERVED)
+        if reserved:  # what the executor reserved for this job on its GPU, which other jobs leave alone
+            return gpu_budget(int(reserved), cap)
         import torch
 
         free, _ = torch.cuda.mem_get_info()
@@ -159,7 +183,7 @@ class Determinism:
         debt: list[Finding] = []  # nondeterminism the base's code shows on the same case too
         try:
             for case in self.cases():
-                finding = self._timed_case(case, self.runner.candidate, "head")
+                case, finding = self._head_case(case)
                 if isinstance(finding, str):  # refused: the equivalence check reports it
                     continue
                 ran += 1
@@ -170,7 +194,8 @@ class Determinism:
                     debt.append(finding)
                     if len(debt) < MAX_DEBT:
                         continue  # the base has it too: look on for what this change brings
-                return Outcome(Status.FAILED, [finding, *debt] if finding not in debt else debt, cases=ran)
+                found = [finding, *debt] if finding not in debt else debt
+                return Outcome(Status.FAILED, found + self.memory_notes, cases=ran)
         except ContextLost as exc:
             if isinstance(exc, WorkerDied):
                 raise  # the job's verdict: a crash (see harness._run_check)
@@ -178,11 +203,15 @@ class Determinism:
                            cases=ran, reason="CUDA context lost")
         except SpecBroken as exc:
             return Outcome(Status.ERROR, [self._finding("reference-error", str(exc))], cases=ran, reason=str(exc))
+        if ran == 0 and self.memory_notes:  # nothing was checked: not a pass, and not the kernel's failure
+            return Outcome(Status.ERROR, [self._finding("out-of-memory", "; ".join(n.message for n in self.memory_notes))],
+                           reason="no case fit in the GPU's memory left to this job")
         if ran == 0:
             return Outcome(Status.ERROR, [self._finding("refused", "the candidate refused every case: nothing was "
                                                                    "checked for determinism")],
                            reason="every case was refused")
-        notes = [self._note_unheld(FEWER_SMS, self.unheld)] if self.unheld else []
+        notes = list(self.memory_notes)
+        notes += [self._note_unheld(FEWER_SMS, self.unheld)] if self.unheld else []
         notes += [self._note_unheld(CALLER_LATE, self.unheld_caller)] if self.unheld_caller else []
         if self.unproduced:  # the spec asked for these runs: not made is not passed
             notes.append(self._finding("producer-unavailable", f"the runs after a producer (producer=) could not be "
@@ -191,6 +220,64 @@ class Determinism:
         if debt:
             return Outcome(Status.FAILED, debt + notes, cases=ran)
         return Outcome(Status.PASSED, notes, cases=ran)
+
+    def _head_case(self, case: Case) -> tuple[Case, Finding | str | None]:
+        """``case`` repeated on the head's code, and the case that ran. Other gates share the GPU,
+        and what is free changes while a job runs: a contention case that runs out of GPU memory
+        (the candidate's run or the float64 reference) is built again at a quarter of the bytes,
+        up to OOM_RETRIES times, and a note says so; a fuzzed case that does is left to the
+        equivalence check, which runs it too (a note here). Never an error of the job's."""
+        from ...protocol.cases import case_bytes
+        from ..workers import ReferenceOutOfMemory
+
+        budget = self.contention_budget
+        for _ in range(OOM_RETRIES + 1):
+            try:
+                finding = self._timed_case(case, self.runner.candidate, "head")
+            except ReferenceOutOfMemory:
+                finding = "oom"
+            if finding != "oom":
+                return case, finding
+            size = case_bytes(self.spec, case.dims, case.inputs)
+            smaller = self._smaller_contention(case, min(budget or size, size) // 4)
+            if smaller is None:
+                self.memory_notes.append(self._memory_note(
+                    f"case {case.id} ran out of GPU memory at {size / 2**20:.0f} MiB and was not repeated "
+                    f"({'the smallest contention case tried' if case.id.startswith('k') else 'the equivalence check runs it too'}"
+                    f"); other work shares the GPU"))
+                return case, "oom"
+            self.memory_notes.append(self._memory_note(
+                f"contention case {case.id} ran out of GPU memory at {size / 2**20:.0f} MiB (other work shares the GPU); "
+                f"run again at {case_bytes(self.spec, smaller.dims, smaller.inputs) / 2**20:.0f} MiB: {smaller.describe()}"))
+            case, budget = smaller, min(budget or size, size) // 4
+        return case, "oom"
+
+    def _smaller_contention(self, case: Case, budget: int) -> Case | None:
+        """The contention case of ``case``'s id built within ``budget`` bytes; None for a fuzzed
+        case, or where it comes out no smaller."""
+        from ...protocol.cases import case_bytes
+        from ..equivalence.contention import contention_cases
+
+        if not case.id.startswith("k") or budget <= 0:
+            return None
+        dtype = next((c.dtype for k, c in case.inputs.items() if k in self.spec.inputs and c.dtype.startswith("float")),
+                     None)
+        if dtype is None:
+            return None
+        more = [self.max_reduction] if self.max_reduction else []
+        built = contention_cases(self.spec, self.eq.seed, dtype, budget, *more)
+        again = next((c for c in built if c.id == case.id), None)
+        before = case_bytes(self.spec, case.dims, case.inputs)
+        if again is None or case_bytes(self.spec, again.dims, again.inputs) >= before:
+            return None
+        return again
+
+    def _memory_note(self, message: str) -> Finding:
+        import dataclasses
+
+        from ...findings import Severity
+
+        return dataclasses.replace(self._finding("out-of-memory", message), severity=Severity.NOTE)
 
     def _note_unheld(self, setting: str, why: str) -> Finding:
         import dataclasses
@@ -206,29 +293,36 @@ class Determinism:
         is the repository's debt (pre-existing), otherwise this change's (new). A base that cannot
         answer leaves the finding as it is: judged by absolute rules."""
         from ..equivalence.engine import BaseLost, ContextLost, marked
+        from .spread import wider_than_base
 
         base = self.runner.base
         if base is None:
             return finding
         head_off = {str(k): float(v) for k, v in (finding.details.get("worst_error_of") or {}).items()}
         self._errors_of = dict.fromkeys(head_off, 0.0)
+        from ..workers import ReferenceOutOfMemory
+
         try:
             again = self._timed_case(case, base, "base")
         except (BaseLost, ContextLost) as exc:
             self.runner.base, self.runner.base_lost = None, f"{exc} (case {case.id})"
             return finding
+        except ReferenceOutOfMemory:
+            again = "oom"
         finally:
             base_off, self._errors_of = self._errors_of or {}, None
+        if again == "oom":  # not known: judged by absolute rules
+            return marked(finding, "new", "the base's code was not repeated: out of GPU memory")
         if isinstance(again, str):
             return marked(finding, "new", "the base's code refused this case")
-        if again is not None:
-            return _pre_existing(marked(finding, "pre-existing"))
         factor = float(getattr(self.runner, "regression_factor", 4.0))
+        if again is not None:
+            return wider_than_base(finding, again, factor) or _pre_existing(marked(finding, "pre-existing"))
         # deterministic=True: any difference is the defect, however accurate the runs
         within = head_off and all(0 < base_off.get(k, 0.0) and h <= factor * base_off[k] for k, h in head_off.items())
         if within and not self.spec.deterministic:
             return _within_base(marked(finding, "pre-existing"), head_off, base_off, factor)
-        return marked(finding, "new")
+        return _against_steady_base(marked(finding, "new"), head_off, base_off)
 
     def _finding(self, kind: str, message: str, case: Case | None = None) -> Finding:
         from .equivalence import repro_command
@@ -257,7 +351,7 @@ class Determinism:
         self._lap("first_run_s", t)
         try:
             if rep.status != "ok":
-                return "refused"  # the equivalence check reports it
+                return "oom" if rep.status == "oom" else "refused"  # the equivalence check reports it
             first = rep.outputs
             truth: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = []
 
@@ -297,6 +391,7 @@ class Determinism:
         runs: dict[str, int] = {}
         worst = 0.0
         worst_of: dict[str, float] = {}  # per output that differed: the worst run's distance from the reference
+        spread: dict[str, float] = {}  # per output: the largest difference of a repeat from the first run
         settings = repeat_settings(self.ctx.device, self.load, self.repeats, self.spec.producer, side_streams)
         produced = [x for x in settings if "produce" in x[1]]
         import time
@@ -329,6 +424,7 @@ class Determinism:
                 for k, v in first.items():
                     if k in rep.same_as_held:
                         continue
+                    spread[k] = max(spread.get(k, 0.0), _error(rep.outputs.get(k), v))
                     ref, base, envelope = reference()
                     if k not in ref:
                         continue
@@ -369,7 +465,7 @@ class Determinism:
                                                   f"reference by up to {worst:.3g}; case {case.describe()}{hint})",
                               case)
         f.details.update({"runs_differed": differed, "repeats": self.repeats, "runs": runs, "worst_error": worst,
-                          "worst_error_of": worst_of})
+                          "worst_error_of": worst_of, "spread_of": spread})
         return f
 
 

@@ -155,6 +155,9 @@ class Equivalence:
         self.ahead_started: dict[str, str] = {}  # compiling ahead, per side: "started", or why not
         self.ahead_done: dict[str, dict[str, Any]] = {}  # per side, what its sibling said it did
         self.finish_times: dict[str, Any] = {}  # the head's worker's answer to finish, as it timed it
+        self.sizes_info: dict[str, Any] | None = None  # the thresholds read from the wrapper (see sizes.read)
+        self.sizes_skipped: list[str] = []  # planned sizes that cannot run within the case budget, and why
+        self.magnitudes: dict[str, float] = {}  # the scale each extreme-magnitude case took
 
     @property
     def spec_id(self) -> str:
@@ -168,15 +171,24 @@ class Equivalence:
             ScheduleOptions,
             allowed_dtypes,
             production_cases,
-            schedule,
+            schedule_and_skipped,
         )
 
+        from ..equivalence import sizes
+
         bad, why = unsupported_dtypes(self.ctx, self.workers.uses_triton)
-        opts = ScheduleOptions.from_options(self.job.options, seed=self.seed, budget=self.budget, unsupported=bad)
-        _, dropped = allowed_dtypes(self.spec, opts)
         if self.job.case:
+            opts = ScheduleOptions.from_options(self.job.options, seed=self.seed, budget=self.budget, unsupported=bad)
+            _, dropped = allowed_dtypes(self.spec, opts)
             return [Case.from_token(self.job.case)], [], None
-        cases = schedule(self.spec, opts)
+        thresholds: tuple[Any, ...] = ()
+        if self.job.options.get("planned", True):
+            with self._timed("read_sizes"):
+                thresholds, self.sizes_info = sizes.read(self.job, self.spec, Path(self.ctx.repo_root))
+        opts = ScheduleOptions.from_options(self.job.options, seed=self.seed, budget=self.budget, unsupported=bad,
+                                            thresholds=thresholds)
+        _, dropped = allowed_dtypes(self.spec, opts)
+        cases, self.sizes_skipped = schedule_and_skipped(self.spec, opts)
         # Production shapes: after the canonical case, larger than the fuzzing budget where a GPU allows.
         roomy = max(self.budget, PRODUCTION_CASE_BYTES) if self.ctx.device == "cuda" and not self.sanitized \
             else self.budget
@@ -204,7 +216,11 @@ class Equivalence:
             notes.append(Finding(check="equivalence", kind="shape-not-run", message=why_not, spec=self.spec_id,
                                  severity=Severity.ERROR if too_big else Severity.WARNING))
         if dropped:
-            notes.append(self._note("dtype-not-run", f"{', '.join(dropped)} cases not run: {why}"))
+            note = self._note("dtype-not-run", f"{', '.join(dropped)} cases not run: {why}")
+            notes.append(dataclasses.replace(note, details={**note.details, "dtypes": list(dropped)}))
+        if self.sizes_skipped:
+            notes.append(self._note("threshold-not-run", f"{len(self.sizes_skipped)} side(s) of the size thresholds "
+                                    f"read from the wrapper could not run here: " + "; ".join(self.sizes_skipped[:5])))
         if not cases:
             return Outcome(Status.NOT_RUN, notes, reason=f"no case could run here: {why or 'no dtype left'}")
         results: list[Any] = []
@@ -214,6 +230,11 @@ class Equivalence:
         thresholds: list[Finding] = []
         replays: list[Finding] = []
         try:
+            if not self.job.case:
+                from ..equivalence.magnitude import settle_all
+
+                with self._timed("magnitude"):
+                    cases, self.magnitudes = settle_all(cases, self.workers.reference)
             self._compile_ahead(cases)
             with self._timed("cases"):
                 self._run_cases(cases, results, refusals, notes)
@@ -245,10 +266,14 @@ class Equivalence:
         findings += self._rewritten_reference(results)
         if self.unsupported:
             findings.append(self._unsupported(len(cases)))
-        extra = JobExtra(seed=self.seed, rule=self.rule.describe(),
+        extra = JobExtra(seed=self.seed, rule=self.rule.describe(), cases_planned=self._planned(cases),
                          coverage=coverage(self.spec, [r.case for r in results]))
         if self.replayed:
             extra.replayed = self.replayed
+        if self.sizes_info is not None:
+            extra.thresholds = {**self.sizes_info, "not_run": self.sizes_skipped}
+        if self.magnitudes:
+            extra.magnitudes = self.magnitudes
         if growth:
             extra.growth = growth["table"]
             findings += [_with_change_note(f) for f in growth["findings"]]
@@ -272,13 +297,15 @@ class Equivalence:
     def _launches(self, extra: JobExtra) -> list[Finding]:
         """The Triton specializations the cases launched (``extra.specializations``); on a GPU, each
         one of the spec's kernel files compiled for the compile check's archs, with its resources
-        (``extra.launch_resources``). The candidate worker recorded and compiled them (the launches
-        exist only in its process) and reports what came out; :mod:`gpu_gate.judge.checks.compile_launched`
-        decides what that means."""
+        (``extra.launch_resources``); without one, where the interpreter ran them, compiled for the
+        lint architecture (sm_90), whose PTX is read the same way. The candidate worker recorded and
+        compiled them (the launches exist only in its process) and reports what came out;
+        :mod:`gpu_gate.judge.checks.compile_launched` decides what that means."""
         from ..workers import BaseLost
 
         settings = self.job.options.get("compile")
-        wanted = self.ctx.device == "cuda" and not self.sanitized and not self.job.case and isinstance(settings, dict)
+        here = self.ctx.device == "cuda" or self.ctx.triton_interpret
+        wanted = here and not self.sanitized and not self.job.case and isinstance(settings, dict)
         start = time.monotonic()
         if self.workers.base is not None and "base" in self.ahead_started:
             with contextlib.suppress(BaseLost):  # first: its cores are the head's compile's
@@ -313,6 +340,7 @@ class Equivalence:
 
         read: set[str] = set()
         findings, extra.launch_resources = judge(compiled, settings, read)
+        extra.launches_linted = sorted(read)  # the kernels whose launched PTX was read (races, 32-bit offsets)
         if any(f.kind in ("compile-error", KIND_OFFSET) for f in findings) and self.workers.base is not None:
             findings = self._launched_against_base(findings, settings, read)
         return notes + findings
@@ -392,6 +420,11 @@ class Equivalence:
                        details={"unsupported_cases": len(self.unsupported), "traceback": r0.trace,
                                 "case": r0.case.describe(), "token": r0.case.token()})
 
+    def _planned(self, cases: list[Any]) -> int:
+        """The cases the policy asked for (or more, with production shapes): the report says how
+        many of them ran, where dtypes were dropped or cases refused."""
+        return len(cases) if self.job.case else max(len(cases), int(self.job.options.get("cases") or 0))
+
     def _note(self, kind: str, message: str) -> Finding:
         return Finding(check="equivalence", kind=kind, message=message, severity=Severity.NOTE, spec=self.spec_id)
 
@@ -461,8 +494,11 @@ class Equivalence:
 
         blocks = base.get("rule_changes", "fail") == "fail"
         checked = 0
-        for r in [r for r in results if r.refused is None][:REWRITE_CASES]:
-            ours = self.workers.reference.truth(r.case, {})[0]
+        picked = [r for r in results if r.refused is None][:REWRITE_CASES]
+        # Every truth of the base's first: the head's spec is imported after them in the same worker
+        # (the repository's code too, where its reference needs it), and may change that process.
+        truths = [self.workers.reference.truth(r.case, {})[0] for r in picked]
+        for r, ours in zip(picked, truths):
             theirs = self.workers.reference.head_reference(r.case)
             if isinstance(theirs, str) and theirs.startswith("not compared"):
                 return [self._note("reference-rewritten", f"the head's reference (rewritten by this change) was "
@@ -695,6 +731,8 @@ def coverage(spec: Any, cases: list[Any]) -> dict[str, Any]:
                 seen[axis][v] = seen[axis].get(v, 0) + 1
         out["inputs"][name] = {"kind": "index" if isinstance(inp, Index) else "tensor", **seen}
     out["grad_layout"] = sorted({c.grad_layout for c in cases})
+    out["planned"] = [c.why for c in cases if c.why]  # the sides of thresholds and the corners run
+    out["coupled"] = sorted({f"{k}: {ch.couple}" for c in cases for k, ch in c.inputs.items() if ch.couple})
     return out
 
 

@@ -23,6 +23,7 @@ from typing import Any
 
 from ...cuda import sanitizer as cs
 from ...cuda.names import kernel_names_in_file
+from ...cuda.tool_launch import tool_options
 from .outcome import BaseRun, Context, WrapContext, make_outcome
 from ...findings import Finding, Severity, Status
 from ...protocol.jobs import Job
@@ -129,12 +130,22 @@ def wrap(job: Job, workdir: Path, ctx: WrapContext) -> list[str] | Any:
         leak_check=bool(job.options.get("leak_check", False)),
         racecheck_report=str(job.options.get("racecheck_report", "analysis")),
         track_filtered=found.supports("--initcheck-track-filtered-global-memory"),
+        extra=tuple(tool_options(found.options, _interpreter_name())),
     )
     Path(workdir).mkdir(parents=True, exist_ok=True)
     _targets_file(workdir, tool).write_text(json.dumps({"kernels": names, "repo_root": str(ctx.repo_root),
                                                         "xml": opts.xml_path}))
     env_prefix = [shutil.which("env") or "env", *(f"{k}={v}" for k, v in cs.sanitizer_env(tool).items())]
     return [*env_prefix, *cs.argv(found.path, opts, ())]
+
+
+def _interpreter_name() -> str:
+    """The worker interpreter's executable name, as the tool sees the process (the workers run
+    this interpreter, or a venv's of the same Python, whose link resolves to the same name)."""
+    import os
+    import sys
+
+    return os.path.basename(os.path.realpath(sys.executable))
 
 
 def collect(job: Job, workdir: Path, proc: ProcResult, inner: Any | None, base: BaseRun | None = None) -> Any:
@@ -192,7 +203,9 @@ def _against_base(job: Job, findings: list[Finding], head_root: Path, base: Base
         why = failures[0].message.splitlines()[0]
         note = (f"not compared with the base's code ({commit}) under {tool}: {why}; "
                 f"every report counts as this change's")
-        return [marked(f, "new") if f.severity is not Severity.NOTE else f for f in findings] + [_note(tool, job, note)]
+        # the kind says whether the tool failed rather than the base's code (the executor runs such a job again)
+        return [marked(f, "new") if f.severity is not Severity.NOTE else f for f in findings] + [
+            dataclasses.replace(_note(tool, job, note), details={"base_failure": failures[0].kind})]
     base_errors = [f for f in at_base if f.severity is not Severity.NOTE]
     base_sites = [_site(f, base.root) for f in base_errors]
     head_sites = {id(f): _site(f, head_root) for f in errors}
@@ -298,7 +311,8 @@ def tool_failures(tool: str, proc: ProcResult) -> list[Finding]:
 
 
 def _crash(tool: str, proc: ProcResult, what: str) -> Finding:
-    return Finding(tool, "sanitizer-crash", f"compute-sanitizer {proc.describe()} {what}".strip() + "\n" + _tail(proc))
+    return Finding(tool, "sanitizer-crash", f"compute-sanitizer {proc.describe()} {what}".strip() + "\n" + _tail(proc),
+                   details={"returncode": proc.returncode, "signal": proc.signal})
 
 
 def _tail(proc: ProcResult) -> str:

@@ -31,6 +31,8 @@ from ...protocol.cases import Case
 from .compare import EPS, Comparison, Rule, agree, as_bytes, baseline_unusable, compare
 from ...protocol.guard import GUARD_BYTES, canary_intact, geometry, guarded_from
 from ...protocol.inputs import materialize
+from .noise import against_noise, replayed_against_noise
+from .wording import less_accurate
 
 __all__ = ["CaseResult", "CaseRunner", "ContextLost", "SpecBroken", "bitwise_equal"]
 
@@ -410,6 +412,10 @@ class CaseRunner:
         self.chance_at_base |= {key for key in at_base if key[0] in CHANCE_KEYS}
         findings = [(marked(f, "pre-existing" if old_debt(f) else "new")
                      if f.severity is Severity.ERROR else f) for f in result.findings]
+        if truth is not None:  # one draw of a nondeterministic base is not its accuracy
+            findings = against_noise(self, case, m, upstream, truth, findings,
+                                     {c.name: c.error for c in result.comparisons},
+                                     {c.name: c.error for c in bres.comparisons})
         findings = self._regressions(case, repro, result.comparisons, bres.comparisons, findings,
                                      lambda names: self._confirm(case, m, upstream, truth, names))
         result.findings = findings
@@ -445,11 +451,7 @@ class CaseRunner:
             head_err, base_err = min(hc.error, *errors[0]), max(bc.error, *errors[1])
             if head_err <= self.regression_factor * max(base_err, self._floor(hc)):
                 continue
-            times = head_err / max(base_err, 1e-300)
-            what = (f"output {name!r}: this change makes the result {times:.3g}x less accurate than the base's code "
-                    f"on the same case (normwise relative error {head_err:.3g} against {base_err:.3g}, the best and the "
-                    f"worst of {1 + len(errors[0])} runs each; at most {self.regression_factor:g}x is allowed, "
-                    f"regression_factor)")
+            what = less_accurate(name, head_err, base_err, 1 + len(errors[0]), self.regression_factor)
             if hc.ok:
                 out.append(marked(_finding(self.spec_id, case, "less-accurate", what, repro, output=name,
                                            error=head_err, base_error=base_err,
@@ -525,6 +527,7 @@ class CaseRunner:
                 self.base, self.base_lost = None, f"{exc} (replay of case {case.id})"
                 return found
             found = [marked(f, "pre-existing" if failure_key(f) in at_base else "new") for f in found]
+            found = replayed_against_noise(self, case, found)
         return found
 
     def _replay_on(self, cand: Candidate, case: Case) -> list[Finding]:

@@ -14,6 +14,8 @@ from ...spec import Index, Spec
 from ...protocol.cases import MAX_REDUCTION, Case, InputChoice, case_bytes, growth_sizes, log_slope
 from .compare import EPS, floor_for
 from .engine import marked
+from .growth_base import finding as against_base
+from .growth_base import grows_faster
 
 SLOPE_MARGIN = 0.3
 JUMP_RATIO = 1.5  # candidate vs torch at the longest length (both rules)
@@ -110,6 +112,14 @@ def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[
                 _, _, base_sloped, base_jump = _flagged(sizes, at_base, base, dtype)
                 f = marked(f, "pre-existing" if base_sloped or base_jump else "new")
             findings.append(f)
+        elif at_base is not None:
+            # within torch's growth: still a regression where it grows faster than the base's code
+            b_sloped, b_jump, sh, sbase = grows_faster(sizes, cand, at_base, dtype)
+            table[-1].update({"slope_base": round(sbase, 3), "flagged_against_base": b_sloped or b_jump})
+            if b_sloped or b_jump:
+                table[-1]["flagged"] = True
+                findings.append(against_base(job, dim, dtype, sign, seed, last, sizes, cand, at_base, base, b_sloped,
+                                             sh, sbase, growth_repro(job.spec.id, dim, dtype, seed)))
     if not table:
         return None
     dedup: dict[tuple[str, str], Finding] = {}

@@ -49,6 +49,10 @@ def _plainer(choice: InputChoice) -> list[InputChoice]:
     for p in MILDER.get(choice.dist, ()):
         if p < choice.param:
             out.append(dataclasses.replace(choice, param=p))
+    if choice.dist == "normal" and choice.param > 0:  # the extreme magnitude: a unit scale
+        out.append(dataclasses.replace(choice, param=0.0))
+    if choice.couple:  # an index at its input's peak: drawn apart from it
+        out.append(dataclasses.replace(choice, couple="", param=0.0))
     if choice.dist not in ("normal", "uniform") and choice.dtype.startswith("float"):
         out.append(dataclasses.replace(choice, dist="normal", param=0.0))
     elif choice.dist not in ("uniform",) and not choice.dtype.startswith("float"):
@@ -85,7 +89,8 @@ class _Shrinker:
             progress = False
             for name in self.spec.dims:
                 for n in _smaller_sizes(self.spec, name, self.best.dims[name]):
-                    if self.attempt(dataclasses.replace(self.best, dims={**self.best.dims, name: n})):
+                    # a planned case's reason names its sizes: the smaller case is not that one
+                    if self.attempt(dataclasses.replace(self.best, dims={**self.best.dims, name: n}, why="")):
                         progress = True
                         break
 

@@ -20,8 +20,9 @@ from .fields import MAX_TEXT, text
 
 @dataclasses.dataclass(frozen=True)
 class SpecImportFacts:
-    """Why the spec did not import in a worker: the kind (``spec-import-error``, ``spec-not-found``),
-    the spec's file and line, the message and the traceback."""
+    """Why the spec did not import in a worker: the kind (``spec-import-error``, ``spec-not-found``, or
+    ``truth-unavailable``: it needs the repository's code, which must be the base's, and the base's
+    tree is not there), the spec's file and line, the message and the traceback."""
 
     kind: str
     file: str
@@ -29,7 +30,7 @@ class SpecImportFacts:
     message: str
     traceback: str = ""
 
-    KINDS = ("spec-import-error", "spec-not-found")
+    KINDS = ("spec-import-error", "spec-not-found", "truth-unavailable")
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

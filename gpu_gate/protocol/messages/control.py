@@ -112,22 +112,24 @@ class Ahead:
 @dataclasses.dataclass(frozen=True)
 class ErrorReply:
     """The worker could not do what was asked: ``error`` is ``fatal`` (its CUDA context is gone),
-    ``reference`` (the spec's reference raised), ``protocol`` (it was asked something it does not
-    answer) or ``worker`` (anything else). A reference worker says too whether it still runs apart
-    from the code under review."""
+    ``reference`` (the spec's reference raised), ``oom`` (the reference ran out of GPU memory on the
+    case: a fact about its size on a shared GPU, not the spec), ``protocol`` (it was asked something
+    it does not answer) or ``worker`` (anything else). A reference worker says too whether it still
+    runs apart from the code under review, and from whose tree."""
 
     op: str
     error: str
     message: str = ""
     isolated: bool | None = None
     why: str | None = None
+    tree: str | None = None  # whose tree the reference's repository code came from: "head" or "base"
 
-    ERRORS = ("fatal", "reference", "protocol", "worker")
+    ERRORS = ("fatal", "reference", "oom", "protocol", "worker")
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"op": self.op, "error": self.error, "message": self.message}
         if self.isolated is not None:
-            d.update(isolated=self.isolated, why=self.why)
+            d.update(isolated=self.isolated, why=self.why, tree=self.tree)
         return d
 
     @classmethod
@@ -136,8 +138,7 @@ class ErrorReply:
         error = f.text("error", 40)
         if error not in cls.ERRORS:
             raise BadMessage(f"error reply: unknown error {error!r}")
-        isolated = f.flag("isolated") if f.get("isolated") is not None else None
-        return cls(f.text("op", 40), error, f.text("message"), isolated, f.opt_text("why"))
+        return cls(f.text("op", 40), error, f.text("message"), *isolation(f))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -247,10 +248,12 @@ class DescribeReply:
     spec: SpecDescription
     isolated: bool | None = None
     why: str | None = None
+    tree: str | None = None  # whose tree the reference's repository code came from: "head" or "base"
     op: ClassVar[str] = "describe"
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "spec": self.spec.to_json(), "isolated": self.isolated, "why": self.why}
+        return {"op": self.op, "spec": self.spec.to_json(), "isolated": self.isolated, "why": self.why,
+                "tree": self.tree}
 
     @classmethod
     def from_json(cls, d: Any, blobs: Ledger) -> DescribeReply:
@@ -258,10 +261,17 @@ class DescribeReply:
         return cls(SpecDescription.from_json(f.get("spec")), *isolation(f))
 
 
-def isolation(f: Fields) -> tuple[bool | None, str | None]:
+TREES = ("head", "base")
+
+
+def isolation(f: Fields) -> tuple[bool | None, str | None, str | None]:
     """What a reference worker says of itself with every answer: whether it runs apart from the
-    code under review, and why not."""
-    return (f.flag("isolated") if f.get("isolated") is not None else None), f.opt_text("why")
+    code under review, why not, and whose tree the repository code it imported came from (the
+    base's on a pull request: see gpu_gate.worker.reference)."""
+    tree = f.opt_text("tree", 8)
+    if tree is not None and tree not in TREES:
+        raise BadMessage(f"{f.what}: unknown tree {tree!r}")
+    return (f.flag("isolated") if f.get("isolated") is not None else None), f.opt_text("why"), tree
 
 
 @dataclasses.dataclass(frozen=True)

@@ -114,10 +114,12 @@ class UpstreamReply:
     upstream: dict[str, GradRecipe] | None
     isolated: bool | None = None
     why: str | None = None
+    tree: str | None = None  # whose tree the reference's repository code came from: "head" or "base"
     op: ClassVar[str] = "upstream"
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "upstream": recipe_json(self.upstream), "isolated": self.isolated, "why": self.why}
+        return {"op": self.op, "upstream": recipe_json(self.upstream), "isolated": self.isolated, "why": self.why,
+                "tree": self.tree}
 
     @classmethod
     def from_json(cls, d: Any, blobs: Ledger) -> UpstreamReply:
@@ -132,11 +134,13 @@ class TruthReply:
     conditioning: dict[str, ValueMeta]
     isolated: bool | None = None
     why: str | None = None
+    tree: str | None = None  # whose tree the reference's repository code came from: "head" or "base"
     op: ClassVar[str] = "truth"
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "reference": values_json(self.reference), "baseline": values_json(self.baseline),
-                "conditioning": values_json(self.conditioning), "isolated": self.isolated, "why": self.why}
+                "conditioning": values_json(self.conditioning), "isolated": self.isolated, "why": self.why,
+                "tree": self.tree}
 
     @classmethod
     def from_json(cls, d: Any, blobs: Ledger) -> TruthReply:
@@ -155,12 +159,14 @@ class BaselineFp32Reply:
     storage: dict[str, ValueMeta] | None = None
     isolated: bool | None = None
     why: str | None = None
+    tree: str | None = None  # whose tree the reference's repository code came from: "head" or "base"
     op: ClassVar[str] = "baseline_fp32"
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "baseline": values_json(self.baseline),
                 "storage": values_json(self.storage) if self.storage is not None else None,
-                "isolated": self.isolated, "why": self.why}
+                "isolated": self.isolated, "why": self.why,
+                "tree": self.tree}
 
     @classmethod
     def from_json(cls, d: Any, blobs: Ledger) -> BaselineFp32Reply:
@@ -181,11 +187,13 @@ class HeadReferenceReply:
     raised: str | None = None
     isolated: bool | None = None
     why: str | None = None
+    tree: str | None = None  # whose tree the reference's repository code came from: "head" or "base"
     op: ClassVar[str] = "head_reference"
 
     def to_json(self) -> dict[str, Any]:
         return {"op": self.op, "reference": values_json(self.reference) if self.reference is not None else None,
-                "skipped": self.skipped, "raised": self.raised, "isolated": self.isolated, "why": self.why}
+                "skipped": self.skipped, "raised": self.raised, "isolated": self.isolated, "why": self.why,
+                "tree": self.tree}
 
     @classmethod
     def from_json(cls, d: Any, blobs: Ledger) -> HeadReferenceReply:

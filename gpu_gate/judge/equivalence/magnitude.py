@@ -1,0 +1,84 @@
+"""The largest magnitude a case's normal inputs take: the largest power of two the dtype holds at
+which the reference does not overflow.
+
+The first fuzzed cases meet each distribution at its extreme (:mod:`gpu_gate.protocol.early`); for
+the normal distribution that is its scale, and where it overflows depends on the reference. So the
+judge asks the reference worker, before the case runs: on the case's own sizes and values, the
+float64 reference must stay finite and within the output dtype's range, and torch's result in the
+kernel's dtype finite where the float64 one is (an overflow inside torch's own low-precision path
+would leave nothing to judge the kernel against). The scale found is written into the case, so its
+token replays it exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from ...protocol.cases import Case
+from ...protocol.early import MAGNITUDE
+from ..workers import Reference, SpecBroken
+
+HEADROOM_BITS = 3  # the largest scale tried leaves this many powers of two below the dtype's maximum
+
+
+def unsettled(case: Case) -> bool:
+    return any(c.dist == "normal" and c.param == MAGNITUDE for c in case.inputs.values())
+
+
+def settle(case: Case, reference: Reference) -> Case:
+    """``case`` with its unsettled normal inputs at the largest scale that passes (unit scale where
+    none larger does)."""
+    import torch
+
+    names = [k for k, c in case.inputs.items() if c.dist == "normal" and c.param == MAGNITUDE]
+    if not names:
+        return case
+    top = min(int(math.log2(torch.finfo(getattr(torch, case.inputs[k].dtype)).max)) for k in names) - HEADROOM_BITS
+    lo, hi = 0, max(0, top)  # scale 2**lo passes (unit scale is assumed to); find the largest that does
+    if hi > 0 and _passes(_scaled(case, names, 2.0 ** hi), reference):
+        lo = hi
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if _passes(_scaled(case, names, 2.0 ** mid), reference):
+            lo = mid
+        else:
+            hi = mid
+    return _scaled(case, names, 2.0 ** lo if lo > 0 else 0.0)
+
+
+def _scaled(case: Case, names: list[str], scale: float) -> Case:
+    inputs = {k: (dataclasses.replace(c, param=scale) if k in names else c) for k, c in case.inputs.items()}
+    return dataclasses.replace(case, inputs=inputs)
+
+
+def _passes(case: Case, reference: Reference) -> bool:
+    import torch
+
+    try:
+        ref, base, _ = reference.truth_for(case, {})()
+    except SpecBroken:
+        return False  # the reference raised on these values: they are beyond what it defines
+    for k, r in ref.items():
+        b = base.get(k)
+        if not isinstance(r, torch.Tensor) or not r.is_floating_point() or not r.numel():
+            continue
+        if not bool(torch.isfinite(r).all()):
+            return False
+        if isinstance(b, torch.Tensor) and b.is_floating_point():
+            if float(r.abs().max()) > torch.finfo(b.dtype).max:
+                return False
+            if b.shape == r.shape and not bool(torch.isfinite(b).all()):
+                return False
+    return True
+
+
+def settle_all(cases: list[Case], reference: Reference) -> tuple[list[Case], dict[str, Any]]:
+    """Every unsettled case settled; and the scale each took (for the result)."""
+    out, scales = [], {}
+    for c in cases:
+        if unsettled(c):
+            c = settle(c, reference)
+            scales[c.id] = max((x.param for x in c.inputs.values() if x.dist == "normal"), default=0.0)
+        out.append(c)
+    return out, scales

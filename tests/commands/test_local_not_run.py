@@ -1,0 +1,58 @@
+"""Statuses that say what was checked (issue 40, part 7), on a real repository with the policy
+`gpu-gate init` writes: a local `check --cpu` of a correct change is green, and names the GPU-only
+checks it could not run here; the same run in CI (`CI=true`) fails closed on them."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from conftest_git import GitRepo
+from test_init import TRITON, fill_in, triton_repo
+
+
+def _gate(*args: str, cwd: Path, ci: bool) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CI", "GITHUB_ACTIONS", "GITHUB_EVENT_PATH")}
+    if ci:
+        env["CI"] = "true"
+    return subprocess.run([sys.executable, "-m", "gpu_gate", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=900)
+
+
+def _correct_change(make_repo) -> GitRepo:  # type: ignore[no-untyped-def]
+    r = triton_repo(make_repo)
+    assert _gate("init", cwd=r.path, ci=False).returncode == 0
+    fill_in(r)
+    r.commit("gpu-gate init, and the spec filled in")
+    r.branch("feature")
+    r.commit("faster", {"src/mylib/ops/scale.py": TRITON.replace("128", "256")})
+    return r
+
+
+def test_a_local_cpu_run_of_a_correct_change_is_green_and_names_what_did_not_run(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _correct_change(make_repo)
+    p = _gate("check", "--base", "main", "--cpu", "--no-cache", cwd=r.path, ci=False)
+    text = p.stdout + p.stderr
+    assert p.returncode == 0, text
+    assert "PASS    equivalence gate/scale_gate.py::scale_kernel_gate" in p.stdout, text
+    headline = next(line for line in p.stdout.splitlines() if line.startswith("gpu-gate: PASSED"))
+    assert "GPU-only, not run here" in headline and "equivalence cases run" in headline, headline
+    not_run = [line for line in p.stdout.splitlines() if line.startswith("  - ") and "no GPU on this machine" in line]
+    named = {line.split()[1] for line in not_run}  # "  - memcheck gate/...: not run: no GPU on this machine..."
+    assert {"memcheck", "racecheck", "synccheck"} <= named, text
+    assert all("GPU-only, not run here" in line and "does not block" in line for line in not_run), text
+    # the compile check compiled nothing (no constexpr values): not run, never passed
+    assert "NOT RUN compile src/mylib/ops/scale.py  0 of 1 Triton kernel(s) compiled" in p.stdout, text
+    report = (r.path / ".gpu-gate" / "out" / "report.md").read_text()
+    assert "GPU-only, not run here" in report.splitlines()[0]
+
+
+def test_the_same_run_in_ci_fails_closed(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _correct_change(make_repo)
+    p = _gate("check", "--base", "main", "--cpu", "--no-cache", cwd=r.path, ci=True)
+    text = p.stdout + p.stderr
+    assert p.returncode == 1, text
+    assert "PASS    equivalence gate/scale_gate.py::scale_kernel_gate" in p.stdout, text
+    blocking = [line for line in p.stdout.splitlines() if "(blocks the merge)" in line]
+    assert blocking and all("no GPU on this machine" in line for line in blocking), text

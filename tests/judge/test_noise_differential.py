@@ -1,0 +1,50 @@
+"""The noise-aware differential (issue 40, part 2), on real repositories and real sandboxed workers
+on the CPU. The base's kernel is nondeterministic: it sums each row in float16, one column after
+another in an order drawn at random (seeded from os.urandom), as partial sums in fp16 with atomics
+do on a GPU; whether a case lands inside the tolerance is luck. A pull request that renames a local
+variable (a token changes, so the specs run; the computation does not) must be green every time;
+a head that is really worse than the base's whole range stays red."""
+from __future__ import annotations
+
+from test_differential import KERNEL, POLICY, SPEC, _changes, _check, _findings
+
+PERMUTED = """\
+import os
+
+import torch
+
+
+def row_sum(x):
+    g = torch.Generator().manual_seed(int.from_bytes(os.urandom(4), "little"))
+    acc = torch.zeros(x.shape[:-1], dtype=torch.float16)
+    for j in torch.randperm(x.shape[-1], generator=g).tolist():
+        acc = acc + x[..., j]
+    return acc
+"""
+RENAMED = PERMUTED.replace("acc", "total")  # a token changes, the computation does not
+WORSE = RENAMED.replace("    return total\n", "    return total * 1.125\n")  # every run off by 12.5%
+
+HALF_SPEC = SPEC.replace('dtypes=["float32"]', 'dtypes=["float16"]')
+
+
+def _gate(make_repo, head: str, name: str = "proj") -> tuple[int, str, dict]:  # type: ignore[no-untyped-def,type-arg]
+    r = make_repo(name, {".gpu-gate.yml": POLICY, "mylib/__init__.py": "", "mylib/ops.py": PERMUTED,
+                         "csrc/rows.cu": KERNEL, "gate/rows_gate.py": HALF_SPEC})
+    r.branch("feature")
+    # the kernel file's parameter renamed too: a token, so that the spec runs (a comment would not)
+    r.commit("pull request", {"mylib/ops.py": head, "csrc/rows.cu": KERNEL.replace("int n", "int count")})
+    return _check(r)
+
+
+def test_a_renamed_variable_in_a_nondeterministic_kernel_is_green_three_times(make_repo) -> None:  # type: ignore[no-untyped-def]
+    for i in range(3):
+        code, text, results = _gate(make_repo, RENAMED, f"proj{i}")
+        assert code == 0, text
+        assert "new" not in _changes(results), _findings(results)
+
+
+def test_a_head_outside_the_bases_range_is_red(make_repo) -> None:  # type: ignore[no-untyped-def]
+    code, text, results = _gate(make_repo, WORSE)
+    assert code == 1, text
+    new = [f for f in _findings(results) if f["details"].get("change") == "new"]
+    assert new and {f["kind"] for f in new} <= {"mismatch", "less-accurate"}, new
