@@ -55,13 +55,15 @@ REPLIES_MADE = [
                                                                  TensorMeta("uint8", (4096,), 3)),),
               side_streams=1, run_s=0.5, held_sms="no SMs", held_caller=True), [24, 8200, 4096, 4096]),
     (CallFailed("refused", "input must be contiguous", "Traceback"), []),
-    (UpstreamReply(RECIPE, False, "it uses lib.kern from the repository"), []),
+    (UpstreamReply(RECIPE, False, "it uses lib.kern from the repository", "base"), []),
     (TruthReply({"out": ValueMeta("tensor", TensorMeta("float64", (2, 3), 0))},
                 {"out": ValueMeta("tensor", TensorMeta("float32", (2, 3), 1))},
                 {"out": ValueMeta("tensor", TensorMeta("float64", (2, 3), 2))}), [48, 24, 48]),
     (BaselineFp32Reply({"out": ValueMeta("tensor", TensorMeta("float16", (2, 3), 0))}, None), [12]),
     (HeadReferenceReply(skipped="the head's spec takes other dims"), []),
     (ErrorReply("truth", "reference", "the spec's reference raised ZeroDivisionError", True, None), []),
+    (ErrorReply("truth", "oom", "the spec's reference ran out of GPU memory on case k0", False, "it uses lib", "base"),
+     []),
     (CompileReply(CompileFacts("csrc/a.cu", "/repo", "cuda", ptx=0)), [120]),
 ]
 
@@ -108,6 +110,8 @@ def _call(out: dict[str, Any], **over: Any) -> dict[str, Any]:
     (_call({}, op="truth"), [16], "a reply to 'truth' where 'call' was asked"),
     (_call({}, status="great"), [16], "unknown status 'great'"),
     ({"op": "call", "error": "nope", "message": "x"}, [], "unknown error 'nope'"),
+    ({"op": "call", "error": "reference", "message": "x", "isolated": False, "tree": "remote"}, [],
+     "unknown tree 'remote'"),
     (["not", "a", "mapping"], [], "expected a mapping"),
 ])
 def test_a_malformed_reply_is_refused_naming_what_is_wrong(header: Any, sizes: list[int], said: str) -> None:
