@@ -32,7 +32,8 @@ import sys
 from pathlib import Path
 
 # distribution name -> the module it provides (for the "is it importable" test)
-MODULES = {"pyyaml": "yaml", "pydantic": "pydantic", "junit-xml": "junit_xml", "requests": "requests"}
+MODULES = {"pyyaml": "yaml", "pydantic": "pydantic", "junit-xml": "junit_xml", "requests": "requests",
+           "pathspec": "pathspec"}
 
 
 def action_version(action: Path) -> str:
