@@ -476,6 +476,12 @@ def cmd_init(args: argparse.Namespace) -> int:
     return run_init(_repo(args), specs_dir=args.specs_dir, kernel=args.kernel, force=args.force)
 
 
+def cmd_vendor(args: argparse.Namespace) -> int:
+    from .vendor import run_vendor
+
+    return run_vendor(args.dir, check_only=args.check)
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .commands.doctor import doctor_main, run_doctor
 
@@ -665,6 +671,15 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--kernel", help="the kernel file to write a spec for (default: the first one found)")
     i.add_argument("--force", action="store_true", help="overwrite .gpu-gate.yml and the spec skeleton if they exist")
     i.set_defaults(func=cmd_init)
+
+    ve = add_parser("vendor", help="copy the GitHub action into DIR of your repository, for `uses: ./DIR`",
+                    description="Copy what gpu-gate's GitHub action runs (action.yml, the gpu_gate package, "
+                                "pyproject.toml, LICENSE, NOTICE) into DIR, with a manifest of checksums, and print "
+                                "the workflow steps that use it. An earlier vendored copy in DIR is replaced.")
+    ve.add_argument("dir", type=Path, help="where the action goes, e.g. .github/actions/gpu-gate")
+    ve.add_argument("--check", action="store_true",
+                    help="only verify DIR against its manifest: exit 0 when it is intact, 1 with one line per file")
+    ve.set_defaults(func=cmd_vendor)
     return p
 
 

@@ -68,7 +68,8 @@ class CheckPolicy(_Frozen):
 
 class KernelSelection(_Frozen):
     include: tuple[str, ...] = Field(default=("**/*.cu", "**/*.cuh", "**/*.py"), description="globs of kernel files")
-    exclude: tuple[str, ...] = Field(default=("third_party/**", ".git/**"), description="globs never treated as kernels")
+    exclude: tuple[str, ...] = Field(default=("third_party/**", ".git/**", ".github/**"),
+                                     description="globs never treated as kernels")
 
 
 class TritonCompile(_Frozen):
@@ -249,6 +250,12 @@ class CacheSettings(_Frozen):
     dir: str = Field(default=".gpu-gate/cache", description="cache directory, relative to the repository root")
 
 
+class ReportSettings(_Frozen):
+    sarif_notes: bool = Field(default=False, description=(
+        "also put notes in report.sarif (checks not run here, dtypes not verified, the differential run's "
+        "remarks): code scanning keeps each as an alert; by default SARIF carries what blocks and what warns"))
+
+
 class Policy(_Frozen):
     """A whole `.gpu-gate.yml`, after `extends` has been merged in."""
 
@@ -289,6 +296,7 @@ class Policy(_Frozen):
     cuda: CudaSettings = CudaSettings()
     runner: RunnerSettings = RunnerSettings()
     cache: CacheSettings = CacheSettings()
+    reports: ReportSettings = ReportSettings()
 
     def check(self, name: str) -> CheckPolicy:
         if name not in CHECKS:
