@@ -402,8 +402,9 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
             (f" ({len(cached)} cached)" if cached else "") + (f" on {len(gpus)} GPU(s)" if gpus else " on the CPU") +
             (f" (ready in {sum(ready.values()):.1f}s: {took})" if todo and took else "") +
             ("; the doctor probes the tools beside the first jobs" if beside is not None else ""))
+        said: dict[str, int] = {}  # each reason a job did not run, said once
         for i, r in enumerate(cached, 1):
-            _progress(progress_line(r, i, len(jobs), 0.0, colour), r)
+            _progress(progress_line(r, i, len(jobs), 0.0, colour, said), r)
         offset = len(cached)
 
         keeper = bytecode.Keeper(store if pycache is not None else None,
@@ -411,7 +412,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], a
 
         def progress(r: Any, done: int, total: int, elapsed: float) -> None:
             keeper.take(r)  # the modules its worker imported without bytecode, compiled beside the other jobs
-            _progress(progress_line(r, done + offset, total + offset, elapsed, colour), r)
+            _progress(progress_line(r, done + offset, total + offset, elapsed, colour, said), r)
 
         if unfit:
             results = [_not_run_on_unfit_runner(j, unfit) for j in todo]
@@ -554,7 +555,8 @@ def finish(record: RunRecord, loaded: LoadedPolicy, out_dir: Path, args: argpars
     code, written = int(verdict.exit_code), {}
     warnings: list[str] = []
     try:
-        written = write_reports(record, verdict, out_dir, list(OutputFormat), warnings=warnings)
+        written = write_reports(record, verdict, out_dir, list(OutputFormat), warnings=warnings,
+                                sarif_notes=loaded.policy.reports.sarif_notes)
         for w in warnings:
             out.error(f"gpu-gate: warning: {w}")
     except GateError as exc:
