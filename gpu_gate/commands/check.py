@@ -48,6 +48,7 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace
     from ..plan import parse_shard, shard
     from ..record import RunRecord
     from ..report.outdir import tracked_findings
+    from ..report.paths import runner_roots
 
     all_ids = [j.id for j in plan.jobs]
     jobs = plan.jobs
@@ -68,6 +69,7 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace
     record.plan_findings += tracked_findings(repo, [Path(args.out), *([cache_dir] if cache_dir else [])], plan.head)
     if not gpus:
         record.notes.append("no GPU on this machine: GPU-only checks are reported as not run")
+    roots = runner_roots([repo])
     if not jobs:
         quiet = not plan.kernels and not plan.selected and not plan.findings
         say("no kernel changes" if quiet else "no jobs to run")
@@ -83,8 +85,10 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, args: argparse.Namespace
             record.results = _run_jobs(jobs, head.path, policy, gpus, args, record, base_tree, ready,
                                        home=repo, head=head, truth=truth)
             record.places = _places(record, head.path)
+            # the work trees' paths, while they exist (a truth tree is the repository's too)
+            roots = runner_roots([repo, head.path, *truth.values()], base_tree)
         _remember_launches(plan, record, cache_dir)
-    return finish(record, loaded, Path(args.out), args)
+    return finish(record, loaded, Path(args.out), args, roots)
 
 
 def _places(record: RunRecord, tree: Path) -> dict[str, list[dict[str, Any]]]:
@@ -533,13 +537,19 @@ def local_rules(rules: Any, record: RunRecord) -> Any:
     return dataclasses.replace(rules, gpu_not_run_here="warn")
 
 
-def finish(record: RunRecord, loaded: LoadedPolicy, out_dir: Path, args: argparse.Namespace) -> int:
+def finish(record: RunRecord, loaded: LoadedPolicy, out_dir: Path, args: argparse.Namespace,
+           roots: dict[str, str] | None = None) -> int:
+    """The verdict and the reports of a run. ``roots``: this machine's directories that the record may
+    name, and what each becomes in the reports (:mod:`gpu_gate.report.paths`; default: the working
+    directory's, the runner's Python's, the temporary and home directories)."""
     from .json_output import check_json
     from ..report.console import gha_annotations, paint_headline, render_summary
+    from ..report.paths import runner_roots, scrub_record
     from ..report.formats import OutputFormat, write_reports
     from ..coverage import revise
     from ..verdict import decide
 
+    record = scrub_record(record, roots if roots is not None else runner_roots([Path.cwd()]))
     # What the specs launched in this run decides which changed kernels they covered.
     record.plan_findings = revise(record.kernels, record.plan_findings, record.results, loaded.policy.specs)
     verdict = decide(record, local_rules(loaded.policy.rules(), record))
