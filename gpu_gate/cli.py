@@ -302,7 +302,19 @@ def cmd_check(args: argparse.Namespace) -> int:
         repo, loaded, plan = _make_plan(args)
     say(loaded.banner)
     _say_head(plan, args)
+    _require_extras(plan, args.worker_python)
     return check(repo, loaded, plan, args, cache_dir=_cache_dir(loaded.policy, repo, args))
+
+
+def _require_extras(plan: Plan, worker_python: Path | None) -> None:
+    """torch for the judge of any spec's job, Triton for the workers of Triton kernels: a missing one is
+    one line that names the extra to install, before any job starts."""
+    from .extras import require
+
+    if any(j.spec is not None for j in plan.jobs):
+        require(["torch"], "gpu-gate check")
+    if any("triton" in k.language.split("+") for k in plan.kernels):
+        require(["triton"], "gpu-gate check", str(worker_python) if worker_python else None)
 
 
 def cmd_report(args: argparse.Namespace) -> int:

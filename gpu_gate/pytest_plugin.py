@@ -56,6 +56,11 @@ class _Session:
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--gpu-gate"):
+        from .extras import install_line, lacking
+
+        missing = lacking(["torch"])
+        if missing:
+            raise pytest.UsageError(install_line(missing, "pytest --gpu-gate"))
         config.stash[_KEY] = _Session(config)
 
 
@@ -106,6 +111,11 @@ class GateItem(pytest.Item):
                      seed=session.seed)
         if result.status is Status.NOT_RUN:
             raise pytest.skip.Exception(f"{self.check} not run: {result.reason}", _use_item_location=True)
+        missing = [m for f in result.findings if (m := f.details.get("missing_module")) in ("torch", "triton")]
+        if missing:  # the spec's kernels need a module gpu-gate's extras bring
+            from .extras import install_line
+
+            pytest.fail(install_line(sorted(set(missing)), f"{self.spec_name}"), pytrace=False)
         if result.status in (Status.FAILED, Status.ERROR):
             raise GateCheckFailed([result])
 

@@ -49,7 +49,8 @@ def import_finding(job: Job, facts: SpecImportFacts) -> Finding:
     """The judge's finding for a spec that a worker could not import (what the worker said, as facts)."""
     return Finding(check=job.check, kind=facts.kind, spec=job.spec.id if job.spec else None, file=facts.file,
                    line=facts.line, message=facts.message,
-                   details={"traceback": facts.traceback} if facts.traceback else {})
+                   details={**({"traceback": facts.traceback} if facts.traceback else {}),
+                            **({"missing_module": facts.missing_module} if facts.missing_module else {})})
 
 
 def _not_here(*args: Any, **kwargs: Any) -> Any:

@@ -97,7 +97,7 @@ def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool
             kind="spec-import-error", file=job.spec.file, line=line,
             message=f"{job.spec.file}:{line or 1}: the spec does not import: {type(exc).__name__}: {exc} "
                     f"({_import_hint(exc, job)})",
-            traceback=tb)) from exc
+            traceback=tb, missing_module=exc.name if isinstance(exc, ModuleNotFoundError) and exc.name else "")) from exc
     found = [s for s in specs_in_module(name) if s.name == job.spec.name]
     if not found:
         names = [s.name for s in specs_in_module(name)]
@@ -109,6 +109,9 @@ def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool
 
 
 def _import_hint(exc: BaseException, job: Job) -> str:
+    if isinstance(exc, ModuleNotFoundError) and exc.name in _EXTRAS:
+        return (f"the interpreter that runs the specs lacks {exc.name}: install gpu-gate's `{_EXTRAS[exc.name]}` extra "
+                f"there, or `gpu-cu13`/`gpu-cu12` with the CUDA build of torch on a GPU runner")
     if isinstance(exc, ModuleNotFoundError):
         where = ", ".join(repr(p or ".") for p in job.python_path)
         return (f"specs import the repository's packages from python_path [{where}]: if the package lives "
@@ -116,6 +119,10 @@ def _import_hint(exc: BaseException, job: Job) -> str:
                 f"install it on the runner")
     assert job.spec is not None
     return f"fix the spec module; run `python {job.spec.file}` to see the error"
+
+
+# The modules one of gpu-gate's extras brings (gpu_gate.extras says the same to the command line).
+_EXTRAS = {"torch": "cpu", "triton": "triton"}
 
 
 # What the judging side imports from site-packages: imported before the repository is on

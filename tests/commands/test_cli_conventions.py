@@ -80,7 +80,7 @@ def test_version_names_the_command_and_the_installed_distribution(tmp_path: Path
 
 
 @pytest.mark.parametrize("cmd", ["check", "plan", "report", "validate-policy", "list-kernels", "repro", "demo",
-                                 "doctor", "init"])
+                                 "doctor", "init", "vendor"])
 def test_every_subcommand_takes_quiet_verbose_and_color(cmd: str, tmp_path: Path) -> None:
     p = gate(cmd, "--help", cwd=tmp_path)
     assert p.returncode == 0
