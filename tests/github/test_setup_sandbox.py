@@ -95,7 +95,8 @@ def ws(tmp_path: Path) -> Path:
 
 
 def setup(runner: Runner, ws: Path, script: str, *, mode: str = "required", venv_dir: Path | None = None,
-          env: dict[str, str] | None = None, python: str | None = None) -> subprocess.CompletedProcess[str]:
+          env: dict[str, str] | None = None, python: str | None = None,
+          cache_home: Path | None = None) -> subprocess.CompletedProcess[str]:
     """The action's setup step: the module, run by the runner's interpreter, on ``script``."""
     venv_dir = venv_dir or ws.parent / "setup-venv"
     base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "GITHUB_OUTPUT")}
@@ -104,7 +105,7 @@ def setup(runner: Runner, ws: Path, script: str, *, mode: str = "required", venv
             "GITHUB_OUTPUT": str(ws.parent / "outputs"), **(env or {})}
     argv = [python or runner.python, "-P", "-m", "gpu_gate.github.setup_sandbox", "--venv", str(venv_dir),
             "--readonly", ".gpu-gate/cache", "--readonly", "gpu-gate-report", "--sandbox", mode,
-            "--", "bash", "-euo", "pipefail", "-c", script]
+            *(["--cache-home", str(cache_home)] if cache_home else []), "--", "bash", "-euo", "pipefail", "-c", script]
     return subprocess.run(argv, cwd=ws, env=full, capture_output=True, text=True, timeout=300)
 
 
@@ -169,6 +170,37 @@ def test_setup_cannot_put_a_new_cache_in_place_of_the_protected_one(runner: Runn
 def test_unsandboxed_the_cache_attack_succeeds(runner: Runner, ws: Path) -> None:
     res = setup(runner, ws, "echo forged > .gpu-gate/cache/ab/cd34.json", mode="off")
     assert res.returncode == 0 and (ws / ".gpu-gate" / "cache" / "ab" / "cd34.json").exists(), log(res)
+
+
+# --- a runner that keeps state between jobs: setup's caches stay with the job ------------------------
+
+
+@needs_bwrap
+def test_with_a_cache_of_the_jobs_own_setup_leaves_nothing_in_the_runners_home(runner: Runner, ws: Path) -> None:
+    """setup-cache: job. A later job on a persistent runner installs from ~/.cache/pip: a pull request
+    that plants a wheel there reaches it. With the job's own cache directory, ~/.cache is read-only
+    to setup, and pip, torch and the rest put their caches where the job's temporary files go."""
+    home_cache = ws.parent / "home" / ".cache"
+    home_cache.mkdir(parents=True)
+    job_cache = ws.parent / "runner-temp" / "gpu-gate-setup-cache"
+    attack = "mkdir -p ~/.cache/pip/wheels && echo planted > ~/.cache/pip/wheels/tinypkg-9.9-py3-none-any.whl"
+    res = setup(runner, ws, attack, cache_home=job_cache)
+    # refused where the home is on a read-only mount; under /tmp (as here) it lands in the sandbox's
+    # private /tmp and is gone with it: either way, nothing reaches the runner's ~/.cache
+    assert not (home_cache / "pip").exists(), log(res)
+    assert res.returncode == 0 or "Read-only file system" in log(res), log(res)
+    twin = setup(runner, ws, 'mkdir -p "$XDG_CACHE_HOME/pip" && echo cached > "$XDG_CACHE_HOME/pip/entry"',
+                 cache_home=job_cache)
+    assert twin.returncode == 0 and (job_cache / "pip" / "entry").read_text() == "cached\n", log(twin)
+    assert f"writable {ws}, " in twin.stdout and str(job_cache) in twin.stdout
+
+
+@needs_bwrap
+def test_by_default_setup_writes_the_runners_cache_as_before(runner: Runner, ws: Path) -> None:
+    """The attack above, with the default (setup-cache: runner): it reaches ~/.cache. Fine on an
+    ephemeral runner, whose home goes with the job; this is what `job` is for."""
+    res = setup(runner, ws, "mkdir -p ~/.cache/pip/wheels && echo planted > ~/.cache/pip/wheels/t.whl")
+    assert res.returncode == 0 and (ws.parent / "home" / ".cache" / "pip" / "wheels" / "t.whl").exists(), log(res)
 
 
 # --- gpu-gate's own code and the runner's interpreter --------------------------------------------------
