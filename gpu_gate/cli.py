@@ -684,7 +684,7 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("--force", action="store_true", help="overwrite .gpu-gate.yml and the spec skeleton if they exist")
     i.set_defaults(func=cmd_init)
 
-    ve = add_parser("vendor", help="copy the GitHub action into DIR of your repository, for `uses: ./DIR`",
+    ve = add_parser("vendor", help="copy the GitHub action into DIR of your repository, for `uses: $/DIR`",
                     description="Copy what gpu-gate's GitHub action runs (action.yml, the gpu_gate package, "
                                 "pyproject.toml, LICENSE, NOTICE) into DIR, with a manifest of checksums, and print "
                                 "the workflow steps that use it. An earlier vendored copy in DIR is replaced.")

@@ -1,6 +1,6 @@
 """``gpu-gate vendor DIR``: a copy of the GitHub action inside the user's own repository.
 
-A workflow then runs it as ``uses: ./DIR`` with no gpu-gate repository to fork, no release and no
+A workflow then runs it as ``uses: $/DIR`` with no gpu-gate repository to fork, no release and no
 package index. The copy holds what the action runs and nothing else: ``action.yml``, the
 ``gpu_gate`` package (which the action's install step copies for the runner's interpreter),
 ``pyproject.toml`` (its dependencies), and ``LICENSE`` and ``NOTICE``, which Apache-2.0 asks a
@@ -121,7 +121,9 @@ def check(dest: Path) -> list[str]:
 
 
 def snippet(uses: str) -> str:
-    """The steps of a workflow job that runs the vendored action."""
+    """The steps of a workflow job that runs the vendored action. ``$/`` is GitHub's syntax for an action
+    of the workflow's own repository at the workflow's commit: read from the repository, not from the
+    checkout, which no earlier step can then change it in (``./`` works too, and under act)."""
     return f"""      - uses: actions/checkout@11bd71901bbe5b1630ceea73d27597364c9af683 # v4.2.2
         with:
           fetch-depth: 0           # the three-dot diff needs the merge base
@@ -160,7 +162,7 @@ def _uses(dest: Path) -> str:
         rel = Path(os.path.relpath(dest.resolve(), root.resolve())).as_posix()
     except ValueError:
         rel = dest.as_posix()
-    return "./" + rel if not rel.startswith("../") else dest.as_posix()
+    return "$/" + rel if not rel.startswith("../") else dest.as_posix()
 
 
 def run_vendor(dest: Path, *, check_only: bool = False) -> int:
@@ -175,7 +177,8 @@ def run_vendor(dest: Path, *, check_only: bool = False) -> int:
     source = find_source()
     files = vendor(dest, source)
     out.verdict(f"vendored gpu-gate {__version__} into {dest} ({len(files)} files, from {source.described})")
-    out.say(f"\nCommit {dest}, then run it from a job on your GPU runner:\n\n{snippet(_uses(dest))}\n")
+    out.say(f"\nCommit {dest}, then run it from a job on your GPU runner (`./` instead of `$/` for act or a GitHub "
+            f"Enterprise Server without `$/`):\n\n{snippet(_uses(dest))}\n")
     where, seen = kernel_files_in_copy(dest)
     if seen:
         out.warn(f"your policy's kernels.include reaches {len(seen)} file(s) of the copy (e.g. {seen[0]}), and "

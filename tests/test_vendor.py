@@ -51,7 +51,7 @@ def test_vendor_copies_exactly_what_the_action_runs_and_prints_the_step(make_rep
     manifest = json.loads((dest / "VENDORED.json").read_text())
     assert manifest["gpu_gate"] == __version__ and manifest["source"].startswith("a checkout of gpu-gate")
     assert manifest["files"] == {k: v for k, v in got.items() if k != "VENDORED.json"}
-    assert f"uses: ./{DEST}  # gpu-gate {__version__}, vendored" in res.stdout
+    assert f"uses: $/{DEST}  # gpu-gate {__version__}, vendored" in res.stdout
     assert "persist-credentials: false" in res.stdout and "fetch-depth: 0" in res.stdout
     assert "kernels.exclude" not in res.stdout + res.stderr, "the default policy leaves .github/ out of the kernels"
 
