@@ -147,7 +147,13 @@ def first_line(exc: BaseException, limit: int = 400) -> str:
     if len(lines) > 1 and head.endswith(":"):
         head = f"{head} {lines[-1]}"
     line = f"{type(exc).__name__}: {head}".rstrip(": ")
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    if len(line) <= limit:
+        return line
+    room = line[: limit - 1]
+    if not line[limit - 1].isspace():  # cut between words, not inside one (unless one word fills half)
+        at = room.rfind(" ")
+        room = room[:at] if at >= limit // 2 else room
+    return room.rstrip(" ,;:(") + "…"
 
 
 

@@ -116,3 +116,11 @@ def test_messages_are_cut_between_words_never_inside_one() -> None:
     assert first_line("x" * 50 + " tail", 20) == "x" * 19 + "…", "one word longer than the room: cut inside"
     assert first_line("Tensor-likes are not close!\nMismatched elements: 3 / 100 (3.0%)", 30) == \
         "Mismatched elements: 3 / 100…"
+
+
+def test_an_exceptions_line_in_a_finding_is_cut_between_words_too() -> None:
+    from gpu_gate.worker.calling import first_line as exception_line
+
+    exc = RuntimeError("input must be contiguous along the last dimension")
+    assert exception_line(exc, 40) == "RuntimeError: input must be contiguous…"
+    assert exception_line(exc, 45) == "RuntimeError: input must be contiguous along…"
