@@ -90,6 +90,8 @@ def vendor(dest: Path, source: Source) -> dict[str, str]:
     """Copy the action into ``dest`` (new, empty, or an earlier vendored copy, which is replaced)."""
     if dest.exists() and not dest.is_dir():
         raise GateError(f"{dest}: exists and is not a directory", hint="choose another directory")
+    if dest.resolve().is_relative_to(source.package.resolve()):
+        raise GateError(f"{dest}: inside the gpu_gate package it would copy", hint="vendor into your own repository")
     if dest.is_dir() and any(dest.iterdir()):
         if not (dest / MANIFEST).is_file():
             raise GateError(f"{dest}: not empty, and not a copy that `gpu-gate vendor` made (no {MANIFEST})",

@@ -137,6 +137,18 @@ def test_vendor_works_from_an_installed_wheel(tmp_path: Path, make_repo) -> None
     assert a == b, set(a) ^ set(b)
 
 
+def test_a_copy_inside_the_package_it_copies_is_refused(tmp_path: Path) -> None:
+    from gpu_gate.errors import GateError
+    from gpu_gate.vendor import Source, vendor
+
+    package = tmp_path / "gpu_gate"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    with pytest.raises(GateError, match="inside the gpu_gate package it would copy"):
+        vendor(package / "copy", Source(tmp_path, package, "a test"))
+    assert not (package / "copy").exists()
+
+
 def test_a_gpu_gate_without_its_action_files_says_where_to_vendor_from(tmp_path: Path) -> None:
     from gpu_gate.errors import GateError
     from gpu_gate.vendor import find_source
