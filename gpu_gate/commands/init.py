@@ -242,10 +242,12 @@ def _check_found_by_policy(repo: Path, rel: str) -> None:
 
 def _ignore(repo: Path) -> None:
     """Add ``.gpu-gate/`` (reports, cache) to .gitignore, once; create the file if needed."""
+    import pathspec
+
     path = repo / ".gitignore"
     text = path.read_text() if path.is_file() else ""
-    lines = {ln.strip() for ln in text.splitlines()}
-    if lines & {".gpu-gate", ".gpu-gate/", "/.gpu-gate", "/.gpu-gate/"}:
+    # git's own reading of the file (wildcards, negations, the last match wins), through pathspec
+    if pathspec.GitIgnoreSpec.from_lines(text.splitlines()).match_file(".gpu-gate/out/report.md"):
         out.say(f"kept .gitignore: it already ignores {IGNORED}")
         return
     sep = "" if not text or text.endswith("\n") else "\n"
