@@ -489,7 +489,7 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_vendor(args: argparse.Namespace) -> int:
-    from .vendor import run_vendor
+    from .commands.vendor import run_vendor
 
     return run_vendor(args.dir, check_only=args.check)
 

@@ -1,6 +1,6 @@
 """docs/reference/action.md is the action's and the reusable workflow's own description of their inputs and
 outputs: it is rendered from action.yml and gate.yml, and must match them. After changing either file,
-rewrite it with ``python tests/test_docs_reference.py``."""
+rewrite it with ``python tests/commands/test_docs_reference.py``."""
 from __future__ import annotations
 
 import sys
@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGE = ROOT / "docs" / "reference" / "action.md"
 
 
@@ -39,7 +39,7 @@ def render() -> str:
     call = yaml.safe_load((ROOT / ".github" / "workflows" / "gate.yml").read_text())[True]["workflow_call"]
     lines = ["# Reference: the action and the reusable workflow", "",
              "Rendered from `action.yml` and `.github/workflows/gate.yml`, their own descriptions",
-             "(`tests/test_docs_reference.py` keeps the three in step). How to use them: [github.md](../github.md).",
+             "(`tests/commands/test_docs_reference.py` keeps the three in step). How to use them: [github.md](../github.md).",
              "", "## The action: `uses: <org>/gpu-gate@<sha>`", "", "### Inputs", "", *_inputs(action["inputs"]), "",
              "### Outputs", "", *_outputs(action["outputs"]), "",
              "## The reusable workflow: `uses: <org>/gpu-gate/.github/workflows/gate.yml@<sha>`", "", "### Inputs", "",
@@ -48,7 +48,7 @@ def render() -> str:
 
 
 def test_the_reference_page_says_what_the_files_say() -> None:
-    assert PAGE.read_text() == render(), "docs/reference/action.md is stale: run `python tests/test_docs_reference.py`"
+    assert PAGE.read_text() == render(), "docs/reference/action.md is stale: run `python tests/commands/test_docs_reference.py`"
 
 
 def test_every_input_is_on_the_page() -> None:

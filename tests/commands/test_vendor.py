@@ -139,7 +139,7 @@ def test_vendor_works_from_an_installed_wheel(tmp_path: Path, make_repo) -> None
 
 def test_a_copy_inside_the_package_it_copies_is_refused(tmp_path: Path) -> None:
     from gpu_gate.errors import GateError
-    from gpu_gate.vendor import Source, vendor
+    from gpu_gate.commands.vendor import Source, vendor
 
     package = tmp_path / "gpu_gate"
     package.mkdir()
@@ -151,7 +151,7 @@ def test_a_copy_inside_the_package_it_copies_is_refused(tmp_path: Path) -> None:
 
 def test_a_gpu_gate_without_its_action_files_says_where_to_vendor_from(tmp_path: Path) -> None:
     from gpu_gate.errors import GateError
-    from gpu_gate.vendor import find_source
+    from gpu_gate.commands.vendor import find_source
 
     lone = tmp_path / "site" / "gpu_gate"
     lone.mkdir(parents=True)

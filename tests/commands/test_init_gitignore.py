@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_gate.init import IGNORED, _ignore
+from gpu_gate.commands.init import IGNORED, _ignore
 
 
 @pytest.mark.parametrize("existing, added", [

@@ -20,10 +20,10 @@ import os
 import shutil
 from pathlib import Path
 
-from . import __version__
-from . import cli_output as out
-from .errors import GateError
-from .exitcodes import ExitCode
+from .. import __version__
+from ..errors import GateError
+from ..exitcodes import ExitCode
+from . import output as out
 
 ACTION_FILES = ("action.yml", "pyproject.toml", "LICENSE", "NOTICE")
 MANIFEST = "VENDORED.json"
@@ -44,7 +44,7 @@ class Source:
 
 def find_source(package: Path | None = None) -> Source:
     """The installed gpu-gate's own files: from a checkout around the package, else from the wheel."""
-    package = package or Path(__file__).resolve().parent
+    package = package or Path(__file__).resolve().parents[1]
     checkout = package.parent
     if all((checkout / name).is_file() for name in ACTION_FILES) and _is_gpu_gate(checkout / "pyproject.toml"):
         commit = _commit(checkout)
@@ -67,7 +67,7 @@ def _is_gpu_gate(pyproject: Path) -> bool:
 
 def _commit(checkout: Path) -> str | None:
     """The checkout's commit, when it is a git work tree with nothing uncommitted under what is copied."""
-    from . import proc
+    from .. import proc
 
     head = proc.run(["git", "rev-parse", "HEAD"], cwd=checkout, timeout=30)
     if not head.ok:
@@ -137,9 +137,9 @@ def snippet(uses: str) -> str:
 def kernel_files_in_copy(dest: Path) -> tuple[str, list[str]]:
     """(the copy's directory, its files that the repository's policy reads as kernel files), both
     repository-relative: a pull request that updates such a copy would read as one that changes kernels."""
-    from . import git
-    from .changes import matcher
-    from .policy import load_policy
+    from .. import git
+    from ..changes import matcher
+    from ..policy import load_policy
 
     try:
         root = git.repo_root(dest)
@@ -153,8 +153,8 @@ def kernel_files_in_copy(dest: Path) -> tuple[str, list[str]]:
 
 def _uses(dest: Path) -> str:
     """``./path`` of ``dest`` from the root of the git repository around it (where a workflow runs)."""
-    from . import git
-    from .errors import GitError
+    from .. import git
+    from ..errors import GitError
 
     try:
         root = git.repo_root(dest)

@@ -25,7 +25,7 @@ from github_server import FakeGitHub
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "guide" / "own-runner.md"
 FENCE = re.compile(r"^```ya?ml[ \t]*\n(?P<body>.*?)^```[ \t]*$", re.M | re.S)
 SHA = "0123456789abcdef0123456789abcdef01234567"
