@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -159,3 +160,50 @@ def test_report_mode_passes_the_comment_mode_and_the_pr_and_sha_overrides(tmp_pa
     cli = FakeCli(tmp_path / "gpu-gate-report", {})
     action.main(env_for(tmp_path, mode="report", results="gpu-gate-results/**/results.json"), run=cli)
     assert "--pr" not in cli.calls[0][0] and "--sha" not in cli.calls[0][0]
+
+
+def _artifact(tmp_path: Path, mode: str = "check") -> Path | None:
+    env = {**env_for(tmp_path, mode=mode, artifact="gpu-gate-report"), "RUNNER_TEMP": str(tmp_path / "runner-temp")}
+    (tmp_path / "runner-temp").mkdir(exist_ok=True)
+    action.main(env, run=FakeCli(tmp_path / "gpu-gate-report", {}))
+    staged = outputs(tmp_path)["artifact-dir"]
+    return Path(staged) if staged else None
+
+
+def test_the_artifact_is_a_copy_of_the_reports_the_run_wrote_outside_the_workspace(tmp_path: Path) -> None:
+    staged = _artifact(tmp_path)
+    assert staged is not None and staged.parent == tmp_path / "runner-temp"
+    assert sorted(p.name for p in staged.iterdir()) == ["junit.xml", "results.json"]
+    assert (staged / "junit.xml").read_text() == "<testsuites/>"
+
+
+def test_the_artifact_leaves_out_what_the_pull_request_put_beside_the_reports(tmp_path: Path) -> None:
+    """A committed file, a link to a file of the runner's, a hard link to one and a stale report in
+    the report directory: none of it is uploaded, only what the run wrote."""
+    secret = tmp_path / "runner-secret"
+    secret.write_text("ghp_runner_credentials")
+    out = tmp_path / "gpu-gate-report"
+    out.mkdir()
+    (out / "stolen.txt").write_text("anything")
+    (out / "report.md").symlink_to(secret)
+    os.link(secret, out / "report.sarif")
+    (out / "plan.json").write_text("{}")  # written before the run: not the gate's
+    time.sleep(1.2)  # past the file system clock's slack
+    staged = _artifact(tmp_path)
+    assert staged is not None
+    assert sorted(p.name for p in staged.iterdir()) == ["junit.xml", "results.json"]
+    assert not any("ghp_runner_credentials" in p.read_text() for p in staged.iterdir())
+
+
+def test_a_report_directory_that_is_a_link_uploads_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    elsewhere = tmp_path / "runner-home"
+    elsewhere.mkdir()
+    (elsewhere / "results.json").write_text("the runner's own file")
+    (tmp_path / "gpu-gate-report").symlink_to(elsewhere)
+    assert _artifact(tmp_path) is None
+    assert "gpu-gate-report is a symbolic link" in capsys.readouterr().out
+
+
+def test_no_artifact_name_stages_nothing(tmp_path: Path) -> None:
+    action.main(env_for(tmp_path, mode="check"), run=FakeCli(tmp_path / "gpu-gate-report", {}))
+    assert outputs(tmp_path)["artifact-dir"] == ""
