@@ -82,3 +82,31 @@ def _read(dir_fd: int, name: str, since_ns: int) -> tuple[bytes | None, str]:
         if st.st_ctime_ns < since_ns - SLACK_NS:
             return None, "this run did not write it"
         return f.read(), ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m gpu_gate.github.artifact OUT --since-ns N``: stage OUT's reports for the upload
+    step of a workflow (the reusable workflow's jobs; the action does it in its driver) and write the
+    directory as the step output ``dir`` ('' when there is nothing to upload)."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m gpu_gate.github.artifact")
+    p.add_argument("out", type=Path)
+    p.add_argument("--since-ns", type=int, required=True, help="when the step that wrote OUT started")
+    args = p.parse_args(argv)
+    temp = os.environ.get("RUNNER_TEMP")
+    dest, skipped = stage(args.out, Path.cwd(), args.since_ns, Path(temp) if temp else None)
+    for line in skipped:
+        print(f"::warning title=gpu-gate::{line}", flush=True)
+    line = f"dir={dest or ''}\n"
+    output = os.environ.get("GITHUB_OUTPUT")
+    if output:
+        with open(output, "a", encoding="utf-8") as f:
+            f.write(line)
+    else:
+        print(line, end="")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
