@@ -207,3 +207,22 @@ def test_a_report_directory_that_is_a_link_uploads_nothing(tmp_path: Path, capsy
 def test_no_artifact_name_stages_nothing(tmp_path: Path) -> None:
     action.main(env_for(tmp_path, mode="check"), run=FakeCli(tmp_path / "gpu-gate-report", {}))
     assert outputs(tmp_path)["artifact-dir"] == ""
+
+
+def test_the_workflows_collect_step_stages_what_the_step_wrote(tmp_path: Path) -> None:
+    """``python -m gpu_gate.github.artifact``, as the reusable workflow's jobs run it before each upload."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "gpu-gate-shard"
+    out.mkdir()
+    (out / "results.json").symlink_to(tmp_path / "out.txt")
+    time.sleep(1.2)
+    since = time.time_ns()
+    (out / "junit.xml").write_text("<testsuites/>")
+    env = {**os.environ, "GITHUB_OUTPUT": str(tmp_path / "out.txt"), "RUNNER_TEMP": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-P", "-m", "gpu_gate.github.artifact", "gpu-gate-shard", "--since-ns", str(since)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    staged = Path(outputs(tmp_path)["dir"])
+    assert staged.parent == tmp_path and [f.name for f in staged.iterdir()] == ["junit.xml"]
+    assert "results.json is not uploaded" in p.stdout
