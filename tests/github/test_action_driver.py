@@ -63,7 +63,7 @@ def test_check_runs_without_the_token_and_the_publish_phase_publishes_with_it(tm
     out = outputs(tmp_path)
     assert out["verdict"] == "failed" and out["exit-code"] == "1"
     assert json.loads(out["counts"]) == {"jobs": 2, "passed": 1, "failed": 1, "error": 0, "not_run": 0,
-                                         "missing": 1, "findings": 0}
+                                         "missing": 1, "findings": 0, "not_run_here": 0}
     assert out["junit"].endswith("gpu-gate-report/junit.xml") and "sarif" not in out
     assert os.environ.get("GG_TOKEN") == "s3cret", "the environment is restored afterwards"
 
