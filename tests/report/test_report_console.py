@@ -82,7 +82,7 @@ def test_not_run_here_is_said_once_per_reason_with_the_jobs_folded() -> None:
     (folded,) = [ln for ln in lines if "not run:" in ln]
     assert folded == ("  - determinism, memcheck, racecheck, synccheck, initcheck for gate/axpby_gate.py::axpby_gate, "
                       "gate/rmsnorm_gate.py::rmsnorm_gate (10 jobs): not run: no GPU on this machine: each check "
-                      "needs a CUDA device (does not block)")
+                      "needs a CUDA device (does not block; GPU-only, not run here)")
     assert text.count("needs a CUDA device") == 1
 
 
@@ -90,7 +90,7 @@ def test_a_reason_that_blocks_some_jobs_is_its_own_line() -> None:
     record = cpu_run()
     lines = render_summary(record, decide(record, Rules(not_run="fail"))).splitlines()
     said = [ln for ln in lines if "not run:" in ln]
-    assert [ln.rsplit("(", 1)[1] for ln in said] == ["blocks the merge)", "does not block)"]
+    assert [ln.rsplit("(", 1)[1] for ln in said] == ["blocks the merge)", "does not block; GPU-only, not run here)"]
     assert said[1].startswith("  - initcheck for ") and said[1].count("initcheck") == 2, "one check: its own reason"
 
 
