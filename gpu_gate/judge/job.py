@@ -130,6 +130,27 @@ def _late_settings_note(job: Job, ctx: Context) -> list[Finding]:
                             f"cases ran without it: set it in the runner's environment (the job's env), not at import")]
 
 
+def _adapted_note(job: Job, used: Any) -> list[Finding]:
+    """What the Triton interpreter had to be adapted for to run the spec's kernels on the CPU (the
+    candidate's worker says which adaptations its launches needed: see worker.interpreter)."""
+    from ..protocol.interpreter import ADAPTATIONS
+
+    if not isinstance(used, dict):
+        return []
+    parts = []
+    for name, what in ADAPTATIONS.items():
+        seen = used.get(name)
+        if isinstance(seen, list) and seen:
+            names = ", ".join(str(n)[:60] for n in seen[:6]) + (", ..." if len(seen) > 6 else "")
+            parts.append(f"{name} ({names}): {what}")
+    if not parts:
+        return []
+    return [Finding(check=job.check, kind="interpreter-adapted", severity=Severity.NOTE,
+                    spec=job.spec.id if job.spec else None,
+                    message="the Triton interpreter (no GPU) was adapted to run these kernels as a GPU does: "
+                            + "; ".join(parts), details={"adaptations": sorted(n for n in used if n in ADAPTATIONS)})]
+
+
 def run_job(job: Job, ctx: Context) -> JobResult:
     from ..protocol.jobs import without_base
     from ..rules import judging
@@ -151,6 +172,7 @@ def run_job(job: Job, ctx: Context) -> JobResult:
             try:
                 finished = ctx.workers.finish()
                 launched, uncompiled = finished.get("launches"), finished.get("uncompiled")
+                outcome.findings += _adapted_note(job, finished.get("interpreter_adapted"))
             except Exception:  # noqa: BLE001 - a worker lost at the end: no coverage record, nothing else lost
                 launched = None
     finally:

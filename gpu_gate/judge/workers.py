@@ -430,6 +430,7 @@ class Workers:
     load_times: dict[str, float] = dataclasses.field(default_factory=dict)  # of which, in the candidate's worker
     base_load_times: dict[str, float] = dataclasses.field(default_factory=dict)  # the same, in the base's
     late_cuda_settings: list[str] = dataclasses.field(default_factory=list)  # set by the spec's import, too late
+    interpreter: list[str] = dataclasses.field(default_factory=list)  # the Triton interpreter's adaptations in place
 
     def finish(self, compile_settings: Any = None) -> dict[str, Any]:
         if self.finished is None:
@@ -462,7 +463,8 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
             asked[role] = None
         except WorkerLost as exc:
             asked[role] = exc
-    uses_triton, load_times, late = _loaded(job, "candidate", channels["candidate"], asked["candidate"], deadline)
+    uses_triton, load_times, late, adapted = _loaded(job, "candidate", channels["candidate"], asked["candidate"],
+                                                     deadline)
     _loaded(job, "reference", channels["reference"], asked["reference"], deadline)
     reference = Reference(channels["reference"], device, deadline)
     reply, _ = reference._ask({"op": "describe"})
@@ -474,15 +476,16 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
     workers.load_s = time.monotonic() - start
     workers.load_times = {**load_times, "judge_alive_s": round(judge_alive_s, 2)}
     workers.late_cuda_settings = late
+    workers.interpreter = adapted
     return workers
 
 
 def _loaded(job: Job, role: str, channel: Channel, lost: WorkerLost | None, deadline: float
-            ) -> tuple[bool, dict[str, float], list[str]]:
+            ) -> tuple[bool, dict[str, float], list[str], list[str]]:
     """The answer to ``load`` from the candidate or the reference worker: whether the code it
     imported uses Triton (the candidate's answer), how long importing torch and the spec took
-    there (for the timing report) and the CUDA settings the import set too late, or the error
-    that ends the job."""
+    there (for the timing report), the CUDA settings the import set too late and the Triton
+    interpreter's adaptations in place (see worker.interpreter), or the error that ends the job."""
     try:
         if lost is not None:
             raise lost
@@ -499,7 +502,9 @@ def _loaded(job: Job, role: str, channel: Channel, lost: WorkerLost | None, dead
         raise ContextLost(f"the {role} worker failed: {reply.get('message')}")
     late = reply.get("late_cuda_settings")
     names = [str(n)[:100] for n in late[:20]] if isinstance(late, list) else []
-    return bool(reply.get("uses_triton")), _load_times(reply), names
+    adapted = reply.get("interpreter")
+    adaptations = [str(n)[:100] for n in adapted[:20]] if isinstance(adapted, list) else []
+    return bool(reply.get("uses_triton")), _load_times(reply), names, adaptations
 
 
 def _load_times(reply: dict[str, Any]) -> dict[str, float]:

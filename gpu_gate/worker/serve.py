@@ -18,6 +18,7 @@ from typing import Any
 from ..protocol import wire
 from ..proc import alive_s
 from ..protocol.jobs import Job
+from . import interpreter
 
 
 def uses_triton(repo_root: Path) -> bool:
@@ -60,6 +61,7 @@ class Worker:
 
         self.ahead = Ahead()  # the sibling that compiles the cases' kernels ahead (see worker.ahead)
         self.context: CudaContext | None = None
+        self.adapted: list[str] = []  # the Triton interpreter's adaptations this worker put in place
         if role in ("candidate", "base"):
             # the base's too: a launched specialization that does not compile at head is compared
             # with the base's, launched the same way (see checks/compile_launched.against_base)
@@ -93,6 +95,7 @@ class Worker:
                 from .candidate import CandidateServer
                 from .loader import load_spec
 
+                self.adapted = self.adapted or interpreter.install()  # before any kernel runs (see worker.interpreter)
                 loaded = spec if spec is not None else load_spec(job, self.repo_root, self.workdir)
                 if "triton.runtime.autotuner" in sys.modules:
                     from .autotune import take_in_turn
@@ -110,7 +113,8 @@ class Worker:
         # timing, for the job's report: importing torch (at the worker's start) and the spec
         return {"ok": True, "device": self.device, "torch_import_s": _TORCH_IMPORT_S[0] + torch_s,
                 "alive_s": alive_s(), "spec_import_s": spec_s, **seeded, "late_cuda_settings": late,
-                "uses_triton": uses_triton(self.repo_root) if self.role == "candidate" else None}
+                "uses_triton": uses_triton(self.repo_root) if self.role == "candidate" else None,
+                "interpreter": self.adapted}
 
     def _record(self) -> None:
         """Coverage: every launch of the repository's kernels (hooked once Triton is imported)."""
@@ -131,6 +135,10 @@ class Worker:
 
     def close(self) -> None:
         from . import tritonlaunch
+
+        if self.adapted:  # in the caller's process (a job run in-process), the interpreter is Triton's again
+            interpreter.uninstall()
+            self.adapted = []
 
         if self._recorders is not None:
             if self._recorders[2] is not None:
@@ -207,6 +215,8 @@ class Worker:
         taken = untimed()
         if taken:
             reply["untimed_autotune"] = taken
+        if self.adapted:  # what the launches needed of the interpreter's adaptations (see worker.interpreter)
+            reply["interpreter_adapted"] = interpreter.used()
         from ..store.bytecode import uncompiled_modules
 
         reply["uncompiled"] = uncompiled_modules(self.repo_root)  # the gate keeps their bytecode (see bytecode)

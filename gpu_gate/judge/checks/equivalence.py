@@ -90,15 +90,19 @@ def repro_command(job: Job, check: str = "equivalence") -> str:
     return f"gpu-gate repro {shlex.quote(job.spec.id)} --check {check}{at_base} --case {{token}}"
 
 
-def unsupported_dtypes(ctx: Context, uses_triton: bool) -> tuple[frozenset[str], str | None]:
-    """``uses_triton``: the candidate worker found Triton in the code it imported from the repository."""
+def unsupported_dtypes(ctx: Context, workers: Workers) -> tuple[frozenset[str], str | None]:
+    """The dtypes no case may take here. ``workers``: the job's workers; the candidate's found Triton in
+    the code it imported from the repository (``uses_triton``) and says which adaptations of the
+    Triton interpreter it put in place (``interpreter``: with ``bfloat16``, bfloat16 runs as on a GPU)."""
     import torch
 
     bad: set[str] = set()
     why = None
-    if ctx.triton_interpret and uses_triton:
-        bad |= INTERPRETER_BAD_DTYPES
-        why = "the Triton interpreter (no GPU) computes bfloat16/float8 arithmetic wrongly"
+    if ctx.triton_interpret and workers.uses_triton:
+        emulated = {"bfloat16"} & set(workers.interpreter)
+        bad |= INTERPRETER_BAD_DTYPES - emulated
+        wrong = "float8" if emulated else "bfloat16/float8"
+        why = f"the Triton interpreter (no GPU) computes {wrong} arithmetic wrongly"
     for f8 in ("float8_e4m3fn", "float8_e5m2"):
         if not hasattr(torch, f8):
             bad.add(f8)
@@ -175,7 +179,7 @@ class Equivalence:
 
         from ..equivalence import sizes
 
-        bad, why = unsupported_dtypes(self.ctx, self.workers.uses_triton)
+        bad, why = unsupported_dtypes(self.ctx, self.workers)
         if self.job.case:
             opts = ScheduleOptions.from_options(self.job.options, seed=self.seed, budget=self.budget, unsupported=bad)
             _, dropped = allowed_dtypes(self.spec, opts)
@@ -703,13 +707,13 @@ class Equivalence:
     def _thresholds(self) -> list[Finding]:
         from ..equivalence.growth import threshold_sweep
 
-        bad, _ = unsupported_dtypes(self.ctx, self.workers.uses_triton)
+        bad, _ = unsupported_dtypes(self.ctx, self.workers)
         return threshold_sweep(self.runner, self.spec, self.job, self.budget, bad, self.deadline, seed=self.seed)
 
     def _growth(self) -> dict[str, Any] | None:
         from ..equivalence.growth import sweep
 
-        bad, _ = unsupported_dtypes(self.ctx, self.workers.uses_triton)
+        bad, _ = unsupported_dtypes(self.ctx, self.workers)
         return sweep(self.runner, self.spec, self.job, self.budget, bad, self.deadline, seed=self.seed)
 
 
