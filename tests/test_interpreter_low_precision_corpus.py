@@ -29,6 +29,9 @@ PAIRS = [
     ("tt_cross_entropy_bf16_true_class", "tt_cross_entropy_fp32_true_class", {"mismatch"}),
 ]
 LOW = {"tt_rowsum_fp32_acc", "tt_cross_entropy_fp32_true_class"}  # bfloat16 alone on a GPU too
+# A bfloat16 running sum is as accurate as torch's bfloat16 sum up to 2^14 terms and hundreds of times
+# worse at 2^18 (measured on an H100): these two take the GPU test's longest rows, the rest the interpreter's.
+LONG_ROWS = {"tt_rowsum_bf16_acc", "tt_rowsum_fp32_acc"}
 
 DRIVER = """
 import json, sys
@@ -38,9 +41,11 @@ from gpu_gate.jobs import Job, SpecRef
 
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
 results = {}
-for name in sys.argv[3:]:
+for arg in sys.argv[3:]:
+    name, _, longest = arg.partition(":")
     job = Job(id=name, check="equivalence", level="required", kernels=(), spec=SpecRef("gates.py", name), seed=1,
-              options={"cases": 12, "shrink": False, "max_reduction": 1 << 14, "max_case_bytes": 8 << 20})
+              options={"cases": 12, "shrink": False, "max_reduction": 1 << int(longest or 14),
+                       "max_case_bytes": 8 << 20})
     results[name] = run_job(job, Context(repo_root=root, device="cpu", workdir=out.parent)).to_json()
 out.write_text(json.dumps(results))
 """
@@ -49,7 +54,7 @@ out.write_text(json.dumps(results))
 @pytest.fixture(scope="module")
 def low_precision(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobResult]:
     out = tmp_path_factory.mktemp("interp-bf16") / "results.json"
-    names = sorted({p[0] for p in PAIRS} | {p[1] for p in PAIRS})
+    names = [f"{n}:18" if n in LONG_ROWS else n for n in sorted({p[0] for p in PAIRS} | {p[1] for p in PAIRS})]
     env = {**os.environ, "TRITON_INTERPRET": "1", "CORPUS_LOW_PRECISION": "1"}
     p = subprocess.run([sys.executable, "-c", DRIVER, str(ROOT), str(out), *names], env=env, capture_output=True,
                        text=True, timeout=1800, check=False)

@@ -51,7 +51,7 @@ def declarations(interpreted: bool = False, low_precision: bool = False) -> Simp
     interpreter's adaptations run them (tests/test_interpreter_low_precision_corpus.py)."""
     low = ["float32"] if interpreted and not low_precision else ["bfloat16"]
     half = ["float32"] if interpreted and not low_precision else ["float32", "float16", "bfloat16"]
-    long = 1 << 14 if interpreted else 1 << 18
+    long = 1 << 14 if interpreted and not low_precision else 1 << 18
     return SimpleNamespace(
         ROWSUM=dict(dims={"rows": gg.Dim(1, 8), "n": gg.Dim(1, long, reduction=True)},
                     inputs={"x": gg.Tensor(("rows", "n"), dtypes=low)}, reference=lambda x: x.sum(-1)),

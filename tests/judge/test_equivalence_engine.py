@@ -162,22 +162,36 @@ def test_deterministic_specs_must_agree_bitwise(tmp_path: Path) -> None:
     assert run(tmp_path, f, "tolerant", tolerance={"atol": 1e-6, "rtol": 1e-6}).status is Status.PASSED
 
 
-def test_bf16_is_skipped_with_a_reason_under_the_triton_interpreter(tmp_path: Path,
-                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+TRITON_BF16_SPECS = """
+    import triton.language as tl  # the rule applies to specs whose code uses Triton
+
+    @gg.spec(dims={"n": gg.Dim(1, 64)}, inputs={"x": gg.Tensor(("n",), dtypes=["bfloat16", "float32"])},
+             reference=lambda x: x + 1)
+    def plus(x):
+        return x + 1
+
+    @gg.spec(dims={"n": gg.Dim(1, 64)}, inputs={"x": gg.Tensor(("n",), dtypes=["bfloat16"])},
+             reference=lambda x: x + 1)
+    def bf16_only(x):
+        return x + 1
+    """
+
+
+def test_bf16_runs_under_the_adapted_triton_interpreter(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TRITON_INTERPRET", "1")
-    f = write_spec(tmp_path, """
-        import triton.language as tl  # the rule applies to specs whose code uses Triton
+    f = write_spec(tmp_path, TRITON_BF16_SPECS)
+    r = run(tmp_path, f, "plus")
+    assert r.status is Status.PASSED and not [x for x in r.findings if x.kind == "dtype-not-run"]
+    assert set(r.extra["coverage"]["inputs"]["x"]["dtype"]) == {"bfloat16", "float32"}
 
-        @gg.spec(dims={"n": gg.Dim(1, 64)}, inputs={"x": gg.Tensor(("n",), dtypes=["bfloat16", "float32"])},
-                 reference=lambda x: x + 1)
-        def plus(x):
-            return x + 1
 
-        @gg.spec(dims={"n": gg.Dim(1, 64)}, inputs={"x": gg.Tensor(("n",), dtypes=["bfloat16"])},
-                 reference=lambda x: x + 1)
-        def bf16_only(x):
-            return x + 1
-        """)
+def test_bf16_is_skipped_with_a_reason_where_the_interpreter_is_not_adapted(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    import gpu_gate.worker.interpreter as adapt
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(adapt, "install", lambda: [])  # a Triton whose interpreter gpu-gate cannot adapt
+    f = write_spec(tmp_path, TRITON_BF16_SPECS)
     r = run(tmp_path, f, "plus")
     assert r.status is Status.PASSED
     (note,) = [x for x in r.findings if x.kind == "dtype-not-run"]
