@@ -140,8 +140,9 @@ def _header(entry: Entry, path: str, spec_path: str, constants: list[Arg], grads
     kernels = ", ".join(sorted({launch.kernel for launch in entry.launches}))
     what = {"autograd": "torch.autograd.Function", "module": "nn.Module", "function": "function"}[entry.kind]
     guessed = [a.param.name for a in constants if a.param.default is None]
-    read = (f"The {what} `{entry.name}` launches {kernels}. Its inputs, constants"
-            f"{' and grads=' if grads else ''} were read from its signature"
+    parts = ["inputs", *(["constants"] if constants else []), *(["grads="] if grads else [])]
+    listed = parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+    read = (f"The {what} `{entry.name}` launches {kernels}. Its {listed} were read from its signature"
             f"{' (no default for ' + ', '.join(guessed) + ': guessed)' if guessed else ''}. Fill in every "
             f"TODO(gpu-gate): until the reference is written this spec fails on purpose, so that no check passes "
             f"without one. How to write a spec: docs/specs.md of gpu-gate. Try it with:")
