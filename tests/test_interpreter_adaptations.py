@@ -21,14 +21,17 @@ from gpu_gate.findings import JobResult, Severity, Status
 
 FIXTURE = Path(__file__).parent / "interp_shaped"
 SPECS = {"rms_norm_gate": "gate/rms_norm_gate.py", "scaled_softmax_gate": "gate/scaled_softmax_gate.py",
-         "bias_gate": "gate/bias_gate.py"}
+         "bias_gate": "gate/bias_gate.py", "swiglu_gate": "gate/swiglu_gate.py"}
 
 DRIVER = """
 import json, sys
 from pathlib import Path
-if sys.argv[3] == "off":  # the guard switched off: the worker puts no adaptation in place
+if sys.argv[3] in ("off", "bf16-forced"):  # the guard switched off: the worker puts no adaptation in place
     import gpu_gate.worker.interpreter as adapt
     adapt.install = lambda: []
+if sys.argv[3] == "bf16-forced":  # and bfloat16 runs anyway, on the interpreter's own bfloat16 arithmetic
+    import gpu_gate.checks.equivalence as eq
+    eq.INTERPRETER_BAD_DTYPES = frozenset({"float8_e4m3fn", "float8_e5m2"})
 from gpu_gate.harness import Context, run_job
 from gpu_gate.jobs import Job, SpecRef
 
@@ -59,7 +62,8 @@ def adapted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobResult]:
 
 @pytest.fixture(scope="module")
 def unadapted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobResult]:
-    return _run(FIXTURE, tmp_path_factory.mktemp("unadapted") / "r.json", "off", list(SPECS))
+    return _run(FIXTURE, tmp_path_factory.mktemp("unadapted") / "r.json", "off",
+                ["rms_norm_gate", "scaled_softmax_gate", "bias_gate"])
 
 
 def _dtypes(r: JobResult) -> set[str]:
@@ -76,6 +80,7 @@ def _adapted(r: JobResult) -> dict[str, str]:
     ("rms_norm_gate", {"float32", "float16", "bfloat16"}, {"float-arguments", "libdevice", "bfloat16"}),
     ("scaled_softmax_gate", {"float32", "float16", "bfloat16"}, {"float-arguments", "bfloat16"}),
     ("bias_gate", {"bfloat16"}, {"bfloat16"}),
+    ("swiglu_gate", {"bfloat16", "float32"}, {"bfloat16"}),
 ])
 def test_the_kernels_run_and_pass_and_the_note_names_each_adaptation(adapted: dict[str, JobResult], name: str,
                                                                     dtypes: set[str], needed: set[str]) -> None:
@@ -112,6 +117,14 @@ def test_without_the_adaptations_bfloat16_is_not_run(unadapted: dict[str, JobRes
     assert r.status is Status.NOT_RUN and "bfloat16" in (r.reason or ""), r.reason
     assert any(f.kind == "dtype-not-run" and "computes bfloat16/float8 arithmetic wrongly" in f.message
                for f in r.findings)
+
+
+def test_the_interpreters_own_bfloat16_arithmetic_is_wrong(tmp_path: Path) -> None:
+    """Why bfloat16 cases need the adaptation: forced to run on the interpreter's own arithmetic, a
+    correct kernel that multiplies in bfloat16 fails (the interpreter multiplies the raw bits)."""
+    r = _run(FIXTURE, tmp_path / "r.json", "bf16-forced", ["swiglu_gate"])["swiglu_gate"]
+    kinds = {f.kind for f in r.findings if f.severity is Severity.ERROR}
+    assert r.status is Status.FAILED and kinds & {"mismatch", "nan"}, [f.message for f in r.findings]
 
 
 # Planted bugs in a copy of the fixture, each in a construct the interpreter needed adapting for.

@@ -186,7 +186,7 @@ def _pick(repo: Path, found: list[FoundKernel], wanted: str | None,
     return todo[0]
 
 
-CANDIDATES_SHOWN = 15
+CANDIDATES_SHOWN = 200  # one short line each: a library's every kernel file
 
 
 def _covered(repo: Path, found: list[FoundKernel]) -> set[str]:

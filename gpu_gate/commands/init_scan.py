@@ -65,10 +65,11 @@ def describe(repo: Path, k: FoundKernel) -> str:
     entries, _ = read
     if entries.entries:
         best = entries.entries[0]
-        sites = ", ".join(f"{launch.kernel} (line {launch.line}, in {launch.host})" for launch in best.launches[:3])
-        more = f", +{len(best.launches) - 3} more" if len(best.launches) > 3 else ""
+        first = best.launches[0]
+        more = f" (+{len(best.launches) - 1} more)" if len(best.launches) > 1 else ""
         others = f"; also {', '.join(e.call for e in entries.entries[1:3])}" if len(entries.entries) > 1 else ""
-        return f"{best.call} (line {best.line}) launches {sites}{more}{others}"
+        return (f"{best.call} (line {best.line}) launches {first.kernel} at line {first.line}, in {first.host}"
+                f"{more}{others}")
     if entries.launches:
         launch = entries.launches[0]
         return f"{launch.kernel} launched at line {launch.line} in {launch.host} (no entry point found above it)"

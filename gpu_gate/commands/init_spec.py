@@ -112,14 +112,16 @@ def render(entry: Entry, module: str, path: str, spec_path: str, reduces: bool, 
     # a module is differentiable through whatever it calls; a Function or a function only with a backward
     grads = [a.param.name for a in tensors if a.role != "index"] if entry.backward or entry.kind == "module" else []
     lines = [_header(entry, path, spec_path, constants, grads), "import torch  # noqa: F401  (the reference uses it)",
-             "", "import gpu_gate as gg", f"from {module} import {entry.name}", ""]
+             "", "import gpu_gate as gg", "from gpu_gate.spec import upcast  # noqa: F401  (see the reference)",
+             f"from {module} import {entry.name}", ""]
     if constants:
         lines += ["# The arguments that are not tensors, at the values the entry point's signature gives them.",
                   "# TODO(gpu-gate): the values the library's users pass."]
         lines += [f"{a.const} = {a.value}" for a in constants] + [""]
     lines += ["", f"def reference({', '.join(names)}):",
-              f"    # TODO(gpu-gate): what {entry.call} computes, in plain torch (gpu-gate runs it in float64 on the",
-              "    # same inputs, and in their own dtype for the baseline of the tolerance).",
+              f"    # TODO(gpu-gate): what {entry.call} computes, in plain torch. gpu-gate runs it in float64 on the",
+              "    # same inputs (the truth), and in their own dtype (the baseline of the tolerance). Where the kernels",
+              "    # compute in float32, write upcast(x) rather than x.float(): it keeps float64 inputs in float64.",
               f'    raise NotImplementedError("TODO(gpu-gate): write the reference for {entry.name} in {spec_path}")',
               "", "", "@gg.spec(",
               "    # TODO(gpu-gate): the sizes the library's users run; reduction=True on every dim the kernels sum "
