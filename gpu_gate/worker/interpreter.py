@@ -131,6 +131,7 @@ def _bfloat16(interp: Any) -> None:
         _set(b, attr, make(interp, getattr(b, attr)))
     _set(interp.ReduceOps, "min_max", _min_max(interp, interp.ReduceOps.min_max))
     _set(interp.ScanOps, "cumsum", _scan(interp.ScanOps.cumsum, m.running_sum))
+    _set(interp.ScanOps, "cumprod", _scan(interp.ScanOps.cumprod, m.running_product))
 
 
 def _binary(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
@@ -282,13 +283,13 @@ def _min_max(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
 def _scan(original: Callable[..., Any], running: Callable[..., Any]) -> Callable[..., Any]:
     import triton.language as tl
 
-    def cumsum(self: Any, input: Any) -> Any:
+    def scan(self: Any, input: Any) -> Any:
         if input.dtype != tl.bfloat16:
             return original(self, input)
         _note("bfloat16")
         axis = self.axis if self.axis is not None else 0
         return [self.to_tensor(running(m.bf16_to_f32(input.handle.data), axis, m.BF16_STORAGE), input.dtype)]
-    return cumsum
+    return scan
 
 
 # --- sums of half-precision data --------------------------------------------------------------

@@ -82,7 +82,8 @@ def tree_sum(values: Any, axis: int | None, keepdims: bool, dtype: Any) -> Any:
     the result in ``dtype``'s storage."""
     a = np.asarray(values, dtype=np.float32)
     if axis is None:
-        a, axis = a.reshape(-1), 0
+        out = tree_sum(a.reshape(-1), 0, False, dtype)
+        return out.reshape((1,) * a.ndim) if keepdims else out
     a = np.moveaxis(a, axis, -1)
     while a.shape[-1] > 1:
         n = a.shape[-1]
@@ -98,11 +99,20 @@ def tree_sum(values: Any, axis: int | None, keepdims: bool, dtype: Any) -> Any:
 
 def running_sum(values: Any, axis: int, dtype: Any) -> Any:
     """A cumulative sum along ``axis`` with every partial sum rounded to ``dtype`` (storage out)."""
+    return running(values, axis, dtype, np.add)
+
+
+def running_product(values: Any, axis: int, dtype: Any) -> Any:
+    return running(values, axis, dtype, np.multiply)
+
+
+def running(values: Any, axis: int, dtype: Any, op: Callable[[Any, Any], Any]) -> Any:
+    """A scan along ``axis`` with every partial result rounded to ``dtype`` (storage out)."""
     a = np.moveaxis(np.asarray(values, dtype=np.float32), axis, 0)
     out = np.empty(a.shape, np.float32)
-    acc = np.zeros(a.shape[1:], np.float32)
+    acc = a[0] if a.shape[0] else np.zeros(a.shape[1:], np.float32)
     for i in range(a.shape[0]):
-        acc = widen(round_to(acc + a[i], dtype), dtype == np.uint16)
+        acc = a[0] if i == 0 else widen(round_to(op(acc, a[i]), dtype), dtype == np.uint16)
         out[i] = acc
     return round_to(np.moveaxis(out, 0, axis), dtype)
 

@@ -14,7 +14,7 @@ def _scaled_softmax_fwd(Y, X, row_stride, n_cols, scale, BLOCK: tl.constexpr):
     cols = tl.arange(0, BLOCK)
     inside = cols < n_cols
     z = tl.load(X + row * row_stride + cols, mask=inside, other=-float("inf")) * scale
-    e = tl.exp(z - tl.max(z, axis=0))
+    e = tl.exp(z - tl.max(z, axis=0).to(z.dtype))  # the row's max, in the scores' own dtype
     tl.store(Y + row * row_stride + cols, (e / tl.sum(e, axis=0)).to(Y.dtype.element_ty), mask=inside)
 
 
