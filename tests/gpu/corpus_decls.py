@@ -48,7 +48,7 @@ def rmsnorm_reference(x, w):
 
 def declarations(interpreted: bool = False, low_precision: bool = False) -> SimpleNamespace:
     """``low_precision``: under the interpreter too, the GPU's dtypes (bfloat16 and float16), as the
-    interpreter's adaptations run them (tests/test_interpreter_low_precision_corpus.py)."""
+    interpreter's adaptations run them (tests/worker/test_interpreter_low_precision_corpus.py)."""
     low = ["float32"] if interpreted and not low_precision else ["bfloat16"]
     half = ["float32"] if interpreted and not low_precision else ["float32", "float16", "bfloat16"]
     long = 1 << 14 if interpreted and not low_precision else 1 << 18

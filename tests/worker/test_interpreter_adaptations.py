@@ -19,7 +19,7 @@ import pytest
 
 from gpu_gate.findings import JobResult, Severity, Status
 
-FIXTURE = Path(__file__).parent / "interp_shaped"
+FIXTURE = Path(__file__).resolve().parents[1] / "interp_shaped"
 SPECS = {"rms_norm_gate": "gate/rms_norm_gate.py", "scaled_softmax_gate": "gate/scaled_softmax_gate.py",
          "bias_gate": "gate/bias_gate.py", "swiglu_gate": "gate/swiglu_gate.py"}
 
@@ -30,10 +30,11 @@ if sys.argv[3] in ("off", "bf16-forced"):  # the guard switched off: the worker 
     import gpu_gate.worker.interpreter as adapt
     adapt.install = lambda: []
 if sys.argv[3] == "bf16-forced":  # and bfloat16 runs anyway, on the interpreter's own bfloat16 arithmetic
-    import gpu_gate.checks.equivalence as eq
+    import gpu_gate.judge.checks.equivalence as eq
     eq.INTERPRETER_BAD_DTYPES = frozenset({"float8_e4m3fn", "float8_e5m2"})
-from gpu_gate.harness import Context, run_job
-from gpu_gate.jobs import Job, SpecRef
+from gpu_gate.inprocess import Context
+from gpu_gate.judge.job import run_job
+from gpu_gate.protocol.jobs import Job, SpecRef
 
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
 results = {}

@@ -16,9 +16,9 @@ import pytest
 
 from gpu_gate.findings import JobResult, Severity, Status
 
-ROOT = Path(__file__).parent / "gpu" / "corpus_triton"
+ROOT = Path(__file__).resolve().parents[1] / "gpu" / "corpus_triton"
 
-# bug, twin, the finding kinds that must name the bug ("a|b": either): tests/test_equivalence_triton_interpreter.py
+# bug, twin, the finding kinds that must name the bug ("a|b": either): tests/judge/test_equivalence_triton_interpreter.py
 PAIRS = [
     ("tt_rowsum_bf16_acc", "tt_rowsum_fp32_acc", {"error-growth"}),
     ("tt_layernorm_padded_variance", "tt_layernorm_masked_variance", {"mismatch"}),
@@ -36,8 +36,9 @@ LONG_ROWS = {"tt_rowsum_bf16_acc", "tt_rowsum_fp32_acc"}
 DRIVER = """
 import json, sys
 from pathlib import Path
-from gpu_gate.harness import Context, run_job
-from gpu_gate.jobs import Job, SpecRef
+from gpu_gate.inprocess import Context
+from gpu_gate.judge.job import run_job
+from gpu_gate.protocol.jobs import Job, SpecRef
 
 root, out = Path(sys.argv[1]), Path(sys.argv[2])
 results = {}

@@ -12,9 +12,9 @@ import sys
 from pathlib import Path
 
 from gpu_gate import init_entry, init_spec
-from gpu_gate.init_entry import Param
+from gpu_gate.commands.init_entry import Param
 
-FIXTURE = Path(__file__).parent / "interp_shaped"
+FIXTURE = Path(__file__).resolve().parents[1] / "interp_shaped"
 
 OPS = '''
 import torch
