@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from gpu_gate import init_entry, init_spec
+from gpu_gate.commands import init_entry, init_spec
 from gpu_gate.commands.init_entry import Param
 
 FIXTURE = Path(__file__).resolve().parents[1] / "interp_shaped"
@@ -151,7 +151,7 @@ def test_init_lists_each_kernel_files_entry_point_and_launch_sites(tmp_path: Pat
     assert p.returncode == 0, p.stderr
     assert "4 kernel files found, 4 not covered by a spec; the entry points that reach their kernels" in p.stdout
     assert ("  src/normkit/rms_norm.py: RMSNormFunction.apply (line 65) launches _rms_norm_fwd at line 50, in "
-            "rms_norm_forward (+1 more); also RMSNorm\n") in p.stdout, p.stdout
+            "rms_norm_forward (+1 more); also RMSNorm, rms_norm_forward\n") in p.stdout, p.stdout
     assert "  src/normkit/softmax.py: scaled_softmax (line 21) launches _scaled_softmax_fwd at line 26, in " \
            "scaled_softmax\n" in p.stdout, p.stdout
 
