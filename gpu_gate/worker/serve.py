@@ -18,7 +18,15 @@ from typing import Any
 from ..protocol import wire
 from ..proc import alive_s
 from ..protocol.jobs import Job
-from . import interpreter
+
+
+
+def _interpreter() -> types.ModuleType:
+    """The interpreter's adaptations, imported only where they are used: they need numpy, which
+    Triton's interpreter needs too but a GPU runner's worker may lack."""
+    from . import interpreter
+
+    return interpreter
 
 
 def uses_triton(repo_root: Path) -> bool:
@@ -95,7 +103,7 @@ class Worker:
                 from .candidate import CandidateServer
                 from .loader import load_spec
 
-                self.adapted = self.adapted or interpreter.install()  # before any kernel runs (see worker.interpreter)
+                self.adapted = self.adapted or _interpreter().install()  # before any kernel runs (see worker.interpreter)
                 loaded = spec if spec is not None else load_spec(job, self.repo_root, self.workdir)
                 if "triton.runtime.autotuner" in sys.modules:
                     from .autotune import take_in_turn
@@ -137,7 +145,7 @@ class Worker:
         from . import tritonlaunch
 
         if self.adapted:  # in the caller's process (a job run in-process), the interpreter is Triton's again
-            interpreter.uninstall()
+            _interpreter().uninstall()
             self.adapted = []
 
         if self._recorders is not None:
@@ -216,7 +224,7 @@ class Worker:
         if taken:
             reply["untimed_autotune"] = taken
         if self.adapted:  # what the launches needed of the interpreter's adaptations (see worker.interpreter)
-            reply["interpreter_adapted"] = interpreter.used()
+            reply["interpreter_adapted"] = _interpreter().used()
         from ..store.bytecode import uncompiled_modules
 
         reply["uncompiled"] = uncompiled_modules(self.repo_root)  # the gate keeps their bytecode (see bytecode)
