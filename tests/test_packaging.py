@@ -70,8 +70,9 @@ def names(requirements: list[str]) -> set[str]:
     return {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0] for r in requirements}
 
 
-def test_the_cpu_extra_is_torch_and_triton_and_no_cuda_library() -> None:
-    assert names(extras()["cpu"]) == {"torch", "triton"}
+def test_the_cpu_extra_is_torch_triton_and_numpy_and_no_cuda_library() -> None:
+    # numpy: Triton's interpreter (and gpu-gate's adaptations of it) compute with it, and torch no longer brings it
+    assert names(extras()["cpu"]) == {"torch", "triton", "numpy"}
 
 
 def test_there_is_a_gpu_extra_per_cuda_major_and_gpu_stays_cuda_13() -> None:
