@@ -93,7 +93,9 @@ def worker_argv(opts: ExecOptions, job_file: Path, result_file: Path | None, *, 
     # The reference computes the truth: it runs with gpu-gate's own interpreter, which the setup
     # commands could not write, never with their venv (a .pth file planted there runs at start-up).
     # It imports the spec with the repository's modules stubbed, so it needs nothing setup installed.
-    trusted = role == "reference"
+    # The base's code too: what it does is what the head is judged against, and what it compiles is
+    # kept for later runs (a .pth planted by the head's setup would run in the base's worker).
+    trusted = role in ("reference", "base")
     python = str(opts.worker_python) if opts.worker_python is not None and not trusted else sys.executable
     if role is not None:
         return [python, "-I", *flags, "-c", _WORKER_BOOT, str(job_file), str(fd), role]

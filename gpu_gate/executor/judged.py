@@ -14,7 +14,7 @@ from . import sandbox
 from .. import proc
 from ..judge.checks import CHECKS
 from ..judge.checks.outcome import WrapContext
-from ..findings import JobResult
+from ..findings import Finding, JobResult, Severity
 from ..protocol.jobs import Job
 from ..protocol.jobs import base_commit, truth_commit
 from .argv import _context, _env_for, _niced, _worker_context, judge_argv, worker_argv
@@ -58,6 +58,11 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     roles = tuple(dirs)
     shelf = compiled_store.shelf(opts.kernel_store, job) if opts.kernel_store is not None and remap else None
     lent: dict[str, tuple[tuple[Path, Path], ...]] = {}
+    try:
+        # entries the gate did not harvest itself never reach a worker (see compiled_store.verify)
+        dropped = compiled_store.verify(shelf)
+    except OSError:
+        dropped, shelf = [], None  # a store that cannot be checked is not used
     try:
         judge_dir.mkdir()
         for role, d in dirs.items():
@@ -154,8 +159,9 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         for t in running:
             t.join()
         marks["workers_gone"] = time.monotonic()
-    if shelf is not None and "base" in dirs and control.reason is None:
-        # every sandbox is gone: what the base's code compiled is kept for the next runs
+    if shelf is not None and "base" in dirs and control.reason is None and opts.worker_python is None:
+        # every sandbox is gone: what the base's code compiled is kept for the next runs (never from
+        # a run whose workers used an environment the pull request's setup built)
         compiled_store.harvest(dirs["base"] / ".cache" / "triton", shelf)
     marks["kept"] = time.monotonic()
     if control.reason is not None and (jpr.signal == 9 or jpr.timed_out or jpr.returncode is None):
@@ -175,6 +181,8 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         base_run = BaseRun(dirs["base"], done["base"][0], roots["base"])
     result = _judge_result(job, opts, workdir, jpr, cand_pr, inner, timeout, module, base_run)
     _time_outside(result, marks, {role: c.started_s for role, c in done.items() if c.started_s is not None})
+    if dropped:
+        result.findings.append(store_note(dropped))
     if ended:
         result = _with_sandbox_ended(result, ended)
     if not (escaped or unwatched):
@@ -205,6 +213,16 @@ def _lend_truth(job: Job, opts: ExecOptions, d: Path, remap: bool, context: dict
     (d / TRUTH).mkdir()
     context["truth_root"] = str(d / TRUTH)
     return ((tree, d / TRUTH),)
+
+
+def store_note(dropped: list[str]) -> Finding:
+    """A note: compiled-kernel store entries dropped because their digest was not the gate's."""
+    shown = ", ".join(dropped[:3]) + (f" and {len(dropped) - 3} more" if len(dropped) > 3 else "")
+    return Finding(check="gate", kind="store-entry-dropped", severity=Severity.NOTE,
+                   message=f"compiled-kernel store: {len(dropped)} entr{'y' if len(dropped) == 1 else 'ies'} "
+                           f"not harvested by the gate (no digest, or a digest that does not match) dropped "
+                           f"before any worker saw them: {shown}",
+                   details={"dropped": dropped})
 
 
 def _time_outside(result: JobResult, marks: dict[str, float], sandbox_start: dict[str, float]) -> None:

@@ -167,7 +167,7 @@ def test_harvest_takes_only_well_formed_entries(tmp_path: Path) -> None:
     (src / ("d" * 32)).symlink_to(good)  # an entry that is a link
     (src / ("e" * 32)).write_text("a file, not an entry")
     assert compiled_store.harvest(src, shelf) == 1
-    assert sorted(p.name for p in shelf.iterdir()) == ["a" * 32]
+    assert sorted(p.name for p in shelf.iterdir() if not p.name.startswith(".")) == ["a" * 32]
     assert compiled_store.harvest(src, shelf) == 0  # already kept
     dest = tmp_path / "worker" / "triton"
     assert compiled_store.seed(shelf, dest) == 1
@@ -203,3 +203,50 @@ def test_the_shelf_drops_its_oldest_entries_past_its_size(tmp_path: Path) -> Non
         os.utime(shelf / name, (1000 + i, 1000 + i))
     assert compiled_store.prune(shelf, max_bytes=2000) == 1
     assert sorted(p.name for p in shelf.iterdir()) == ["y" * 32, "z" * 32]
+
+
+# A future kernel of the head: right only when its worker starts with the binary "compiled" under its
+# key (as a correct binary planted under a buggy kernel's key would make it look right).
+FUTURE_OPS = f"""\
+import os
+import pathlib
+
+
+def row_sum(x):
+    kept = pathlib.Path(os.environ["TRITON_CACHE_DIR"]) / "{HEAD_KEY}" / "kernel.json"
+    s = x.double().sum(-1).to(x.dtype)
+    return s if kept.is_file() and kept.read_text() == "a correct binary" else s + 1
+"""
+
+
+def test_an_entry_planted_by_hand_in_the_store_never_reaches_a_worker(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo)
+    cache = r.path.parent / "cache"
+    _check(r, cache)  # the base's kernel is harvested, with its digest
+    (shelf,) = [p for p in (cache / "compiled").iterdir() if p.is_dir()]
+    planted = shelf / HEAD_KEY
+    planted.mkdir()
+    (planted / "kernel.json").write_text("a correct binary")
+    tampered = shelf / BASE_KEY / "kernel.json"  # a kept entry changed after the gate harvested it
+    original = tampered.read_text()
+    tampered.write_text(original + " ")
+    r.commit("future kernel", {"mylib/ops.py": FUTURE_OPS, "csrc/rows.cu": KERNEL.replace("sums", "sums, v2")})
+    code, text, results = _check(r, cache)
+    assert _equivalence(results) == "failed", text  # its worker started without the planted binary
+    job = next(x for x in results["results"] if x["check"] == "equivalence")
+    notes = [f for f in job["findings"] if f["kind"] == "store-entry-dropped"]
+    assert len(notes) == 1 and sorted(notes[0]["details"]["dropped"]) == sorted([BASE_KEY, HEAD_KEY]), notes
+    assert not planted.exists()
+    assert tampered.read_text() == original  # the base's worker compiled it again, and the gate kept that
+
+
+def test_verify_keeps_what_the_gate_harvested_and_drops_the_rest(tmp_path: Path) -> None:
+    src, shelf = tmp_path / "src", tmp_path / "shelf"
+    (src / ("a" * 32)).mkdir(parents=True)
+    (src / ("a" * 32) / "k.cubin").write_bytes(b"\x7fELF")
+    compiled_store.harvest(src, shelf)
+    (shelf / ("p" * 32)).mkdir()
+    (shelf / ("p" * 32) / "k.cubin").write_bytes(b"planted")
+    assert compiled_store.verify(shelf) == ["p" * 32]
+    assert compiled_store.verify(shelf) == []  # the harvested entry stays, and seeds
+    assert compiled_store.seed(shelf, tmp_path / "w") == 1
