@@ -357,6 +357,9 @@ def test_worker_python_is_the_workers_interpreter_never_the_judges(tmp_path: Pat
     assert argv.judge_argv(opts, tmp_path / "in.json", tmp_path / "out.json")[0] == sys.executable
     # the reference computes the truth: gpu-gate's own interpreter, as the judge
     assert argv.worker_argv(opts, tmp_path / "in.json", None, role="reference", fd=3)[0] == sys.executable
+    # the base's code, whose results decide what is debt and whose kernels are kept: never a venv the
+    # pull request's setup built (a .pth planted there would run in it)
+    assert argv.worker_argv(opts, tmp_path / "in.json", None, role="base", fd=3)[0] == sys.executable
     box = sandbox.Available("bwrap", "bwrap", "test")
     layout = argv._layout(opts, None, tmp_path / "jobs" / "w", box)
     assert (tmp_path / "venv").resolve() in layout.readonly
