@@ -97,8 +97,8 @@ def worker_argv(opts: ExecOptions, job_file: Path, result_file: Path | None, *, 
     # kept for later runs (a .pth planted by the head's setup would run in the base's worker).
     trusted = role in ("reference", "base")
     python = str(opts.worker_python) if opts.worker_python is not None and not trusted else sys.executable
-    if role is not None:
-        return [python, "-I", *flags, "-c", _WORKER_BOOT, str(job_file), str(fd), role]
+    if role is not None:  # the boot program, with the role and the context, comes on stdin (see worker_boot)
+        return [python, "-I", *flags, "-"]
     return [python, "-I", *flags, "-c", _BOOT, str(job_file), str(result_file)]
 
 
@@ -110,7 +110,12 @@ _BOOT = ("import sys, importlib.util\n"
          "sys.exit(main())")
 
 
-_WORKER_BOOT = _BOOT.replace("from gpu_gate.judge.job import main", "from gpu_gate.worker.serve import main")
+def worker_boot(fd: int, role: str, context: dict[str, Any]) -> bytes:
+    """What a judged job's worker reads on its standard input: the program that starts it looking like
+    a user's ``python train.py`` (see gpu_gate.worker.disguise)."""
+    from ..worker.disguise import boot_program
+
+    return boot_program(sandbox.gate_package_dir(), fd, role, context)
 
 
 def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Available,

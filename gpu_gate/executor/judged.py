@@ -17,7 +17,7 @@ from ..judge.checks.outcome import WrapContext
 from ..findings import Finding, JobResult, Severity
 from ..protocol.jobs import Job
 from ..protocol.jobs import base_commit, truth_commit
-from .argv import _context, _env_for, _niced, _worker_context, judge_argv, worker_argv
+from .argv import _context, _env_for, _niced, _worker_context, judge_argv, worker_argv, worker_boot
 from .containment import Contained, _contained_run
 from .control import RunControl, _kill_group
 from .options import ExecOptions, concurrency
@@ -63,6 +63,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         dropped = compiled_store.verify(shelf)
     except OSError:
         dropped, shelf = [], None  # a store that cannot be checked is not used
+    contexts: dict[str, dict[str, Any]] = {}
     try:
         judge_dir.mkdir()
         for role, d in dirs.items():
@@ -80,7 +81,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
                 (d / KEPT).mkdir()
                 context_json["shelf"] = str(d / KEPT)
                 lent[role] = ((shelf, d / KEPT),)
-            (d / "context.json").write_text(json.dumps(context_json))
+            contexts[role] = {**context_json, "workdir": str(d)}  # handed over on stdin, not on disk
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
     marks["files"] = time.monotonic()
@@ -94,6 +95,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     module = CHECKS[job.check].load()
     argvs = {role: worker_argv(opts, dirs[role] / "context.json", None, role=role, fd=b.fileno())
              for role, (_, b) in pairs.items()}
+    boots = {role: worker_boot(b.fileno(), role, contexts[role]) for role, (_, b) in pairs.items()}
     wrap = getattr(module, "wrap", None)
     # compute-sanitizer runs the candidate's worker's sandbox as its program (from outside a bwrap
     # sandbox); in a differential run the base's too, so that each report can be told new from
@@ -129,7 +131,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         done[role] = _contained_run(argvs[role], wopts, gpu, dirs[role], wenv, timeout + 60, avail, control,
                                     extra_fds=(b.fileno(),), on_start=started,
                                     source=roots[role] if remap and other else None, lent=lent.get(role, ()),
-                                    tool=tools.get(role, ()))
+                                    tool=tools.get(role, ()), stdin=boots[role])
 
     running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in roles]
     for t in running:

@@ -24,7 +24,8 @@ class SpecImportError(Exception):
 
 def _module_name(rel: str) -> str:
     stem = rel[:-3] if rel.endswith(".py") else rel
-    return "gpu_gate_spec__" + "".join(c if c.isalnum() else "_" for c in stem)
+    # a neutral name: the kernels the spec imports must not learn from it that a gate loaded them
+    return "_spec_" + "".join(c if c.isalnum() else "_" for c in stem)
 
 
 _ROOTS: set[str] = set()
@@ -67,7 +68,7 @@ def load_spec(job: Job, repo_root: Path, workdir: Path, *, stub_repository: bool
 def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool) -> Any:
     from . import launches
     from ..spec import specs_in_module
-    from . import stubs
+    from . import disguise, stubs
 
     assert job.spec is not None
     root = str(repo_root)
@@ -82,6 +83,9 @@ def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool
         if spec_obj is None or spec_obj.loader is None:
             raise ImportError(f"cannot load {path}")
         module = importlib.util.module_from_spec(spec_obj)
+        own = disguise.spec_builtins()
+        if own is not None:  # its ``import gpu_gate`` answered without that name in sys.modules
+            module.__builtins__ = own  # type: ignore[attr-defined]
         sys.modules[name] = module
         spec_obj.loader.exec_module(module)
         if finder is None:

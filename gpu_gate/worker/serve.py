@@ -316,12 +316,21 @@ def serve(sock: socket.socket, worker: Worker) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     context_file, fd, role = argv[0], int(argv[1]), argv[2]
-    context = json.loads(Path(context_file).read_text())
+    return _run(json.loads(Path(context_file).read_text()), fd, role, Path(context_file).parent)
+
+
+def run_boot(payload: str) -> int:
+    """The start of a worker booted by :func:`.disguise.boot_program` (role, socket and context in it)."""
+    boot = json.loads(payload)
+    return _run(boot["context"], int(boot["fd"]), str(boot["role"]), Path(boot["context"]["workdir"]))
+
+
+def _run(context: dict[str, Any], fd: int, role: str, workdir: Path) -> int:
     from .kept_kernels import start as start_seeding
 
     seeding = start_seeding(context)  # first: it runs while torch is imported (see kept_kernels)
     sock = socket.socket(fileno=fd)
-    worker = Worker(role, context, Path(context_file).parent, seeding=seeding)
+    worker = Worker(role, context, workdir, seeding=seeding)
     serve(sock, worker)
     sock.close()
     worker.ahead.stop()  # the sibling never outlives its worker (nor, so, the job)

@@ -97,3 +97,34 @@ def test_the_same_read_new_in_the_change_blocks(make_repo) -> None:  # type: ign
     p = gate("check", "--base", "main", cwd=r.path)
     assert p.returncode == 1, p.stdout + p.stderr
     assert [(f["line"], f["details"]["change"]) for f in _plan_kinds(r)] == [(3, "new")]
+
+
+# The same kernel, its reads spelt out of pieces so that no rule reading the source sees them: only a
+# worker that carries no trace of the gate makes it take its wrong path under test.
+HIDDEN_READ = """\
+import importlib
+
+_s = importlib.import_module("s" + "ys")
+
+
+def double(x):
+    if {test}:
+        return x * 2
+    return x * 3
+"""
+LOOKS = {
+    "modules": 'any(n.startswith("gpu" + "_gate") for n in list(getattr(_s, "mod" + "ules")))',
+    "argv": 'len(getattr(_s, "ar" + "gv")) > 1 or any("." + "json" in a for a in getattr(_s, "ar" + "gv"))',
+    "orig_argv": 'any("serve" in a for a in getattr(_s, "orig_" + "ar" + "gv"))',
+    "cmdline": 'b"serve" in open("/pr" + "oc/self/cmdline", "rb").read()',
+}
+
+
+@pytest.mark.parametrize("look", sorted(LOOKS))
+def test_a_kernel_that_recognises_the_workers_process_out_of_the_rules_sight_is_wrong_under_test(
+        make_repo, look: str) -> None:  # type: ignore[no-untyped-def]
+    r = _pr(make_repo, HIDDEN_READ.format(test=LOOKS[look]))
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert _plan_kinds(r) == []  # the rule did not see it: the worker's disguise did
+    assert "FAIL    equivalence gate/k_gate.py::k_gate" in p.stdout, p.stdout

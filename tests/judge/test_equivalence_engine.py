@@ -518,7 +518,7 @@ def test_the_candidate_meets_strided_and_expanded_upstream_gradients_and_a_corre
     r = run(tmp_path, f, "double", cases=4)
     assert r.status is Status.PASSED, [x.message for x in r.findings]
     import sys
-    seen = next(m for n, m in sys.modules.items() if n.startswith("gpu_gate_spec__") and hasattr(m, "SEEN")).SEEN
+    seen = next(m for n, m in sys.modules.items() if n.startswith("_spec_") and hasattr(m, "SEEN")).SEEN
     assert {"contiguous", "strided", "expanded"} <= seen
     assert set(r.extra["coverage"]["grad_layout"]) == {"contiguous", "strided", "expanded"}
 
@@ -566,7 +566,7 @@ def test_the_growth_sweep_runs_on_positive_and_on_signed_data(tmp_path: Path) ->
     assert sorted(c["data"] for c in curves) == ["positive", "signed"]
     assert all(not c["flagged"] and not c["jump"] for c in curves)
     import sys
-    mod = next(m for n, m in sys.modules.items() if n.startswith("gpu_gate_spec__") and hasattr(m, "positive_only"))
+    mod = next(m for n, m in sys.modules.items() if n.startswith("_spec_") and hasattr(m, "positive_only"))
     assert signs(mod.positive_only) == ["positive"]  # the spec pins positive values: no signed sweep
 
 
