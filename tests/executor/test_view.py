@@ -1,0 +1,84 @@
+"""The minimal view (issue 39, part 2): a probe run in a job's bubblewrap sandbox finds none of what a
+kernel could read and raise into a report (the checkout's .git with its token, /etc/shadow, the homes,
+/run/credentials, the runner's other checkouts), and finds what a worker needs to run."""
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from gpu_gate import proc
+from gpu_gate.executor import argv, sandbox
+from gpu_gate.executor.options import ExecOptions
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (CI installs it)")
+
+PROBE = "import json, os, sys; print(json.dumps({p: os.path.lexists(p) for p in sys.argv[1:]}))"
+TOKEN = "AUTHORIZATION: basic eC1hY2Nlc3MtdG9rZW46Z2hzX3NlY3JldA=="
+
+
+def _probe(tmp_path: Path, paths: list[str], python: str = sys.executable, code: str = PROBE) -> proc.ProcResult:
+    """``code`` run by ``python`` in a job's sandbox over a checkout in ``tmp_path`` (whose .git holds a token)."""
+    work = tmp_path / "_work"
+    repo = work / "proj" / "proj"
+    (repo / ".git").mkdir(parents=True, exist_ok=True)
+    (repo / ".git" / "config").write_text(f'[http "https://github.com/"]\n\textraheader = {TOKEN}\n')
+    (repo / "kernels.py").write_text("SCALE = 2\n")
+    (work / "other" / "other" / ".git").mkdir(parents=True, exist_ok=True)  # another checkout of the runner
+    jobdir = tmp_path / "jobs" / "w"
+    jobdir.mkdir(parents=True, exist_ok=True)
+    avail = sandbox.Available("bwrap", shutil.which("bwrap"), "bwrap")
+    layout = argv._layout(ExecOptions(repo_root=repo, gpus=(), work_root=tmp_path / "jobs"), None, jobdir, avail)
+    with tempfile.TemporaryFile() as count:
+        full = sandbox.wrap(avail, layout, [python, "-I", "-c", code, *paths], count.fileno())
+        return proc.run(full, cwd=repo, timeout=120, pass_fds=(count.fileno(),))
+
+
+def test_a_probe_in_the_sandbox_finds_none_of_the_secrets_a_kernel_could_raise(tmp_path: Path) -> None:
+    repo = tmp_path / "_work" / "proj" / "proj"
+    hidden = ["/root", "/home", "/run", "/run/credentials", "/etc/shadow", "/etc/gshadow", "/var", "/mnt",
+              str(repo / ".git" / "config"), str(tmp_path / "_work" / "other"), "/etc/ssh", "/etc/sudoers"]
+    shown = [str(repo / "kernels.py"), sys.executable, "/etc/passwd", "/etc/ld.so.cache", "/usr/bin",
+             "/tmp", "/proc/self", "/dev/null"]
+    # a Python installed under a home (pyenv) is shown, and nothing else of that home
+    python_homes = {str(p) for p in sandbox.python_install_paths() if str(p).startswith(("/root/", "/home/"))}
+    hidden = [p for p in hidden if not any(h.startswith(p + "/") for h in python_homes)]
+    hidden += ["/root/.bashrc", "/root/.gitconfig", "/root/.ssh", "/root/.config", "/root/.docker"]
+    r = _probe(tmp_path, hidden + shown)
+    assert r.ok, r.describe()
+    seen = json.loads(r.stdout.strip().splitlines()[-1])
+    assert [p for p in hidden if seen[p]] == []
+    assert [p for p in shown if not seen[p]] == []
+    listing = "import json, os; print(json.dumps({d: sorted(os.listdir(d)) for d in ('/root', '/home') if os.path.isdir(d)}))"
+    r = _probe(tmp_path, [], code=listing)
+    for home, names in json.loads(r.stdout.strip().splitlines()[-1]).items():
+        allowed = {h[len(home) + 1:].split("/")[0] for h in python_homes if h.startswith(home + "/")}
+        assert set(names) <= allowed, (home, names)
+
+
+def test_a_kernel_that_raises_the_checkouts_token_raises_nothing_of_it(tmp_path: Path) -> None:
+    code = ("import sys\n"
+            "try:\n"
+            "    print(open(sys.argv[1]).read())\n"
+            "except OSError as exc:\n"
+            "    print(type(exc).__name__)\n")
+    repo = tmp_path / "_work" / "proj" / "proj"
+    r = _probe(tmp_path, [str(repo / ".git" / "config")], code=code)
+    assert r.ok, r.describe()
+    assert "FileNotFoundError" in r.stdout and TOKEN not in r.stdout + r.stderr
+
+
+def test_python_torch_and_the_c_compiler_work_in_the_minimal_view(tmp_path: Path) -> None:
+    code = ("import subprocess, sys, sysconfig\n"
+            "import torch\n"
+            "print(torch.ones(3).sum().item())\n"
+            "cc = subprocess.run(['cc', '--version'], capture_output=True, text=True)\n"
+            "print('cc', cc.returncode)\n"
+            "print('ldconfig', subprocess.run(['/sbin/ldconfig', '-p'], capture_output=True).returncode)\n")
+    r = _probe(tmp_path, [], code=code)
+    assert r.ok, r.describe()
+    assert "3.0" in r.stdout and "cc 0" in r.stdout and "ldconfig 0" in r.stdout, r.stdout
