@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import changes, coverage, discovery, gateaware, git, pythonpath, spec_filter
+from . import changes, coverage, discovery, gateaware, git, pythonpath, read_files, spec_filter
 from .judge.checks import CHECKS
 from .findings import Finding, Severity
 from .protocol.jobs import Job, SpecRef
@@ -177,10 +177,18 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     findings: list[Finding] = list(cs.parse_errors) + list(disc.findings)
     predicted: list[coverage.Prediction] = []
     store = coverage.LaunchStore(launch_store) if launch_store is not None else None
-    if store is not None and not store.is_empty() and any(k.language == "triton" for k in cs.kernels):
-        cov, predicted = coverage.predict(cs, disc.specs, cov, store, git.list_tree(repo, cs.base))
+    reads: dict[str, frozenset[str]] = {}
+    if store is not None and not store.is_empty():
+        base_tree = git.list_tree(repo, cs.base)
+        if any(k.language == "triton" for k in cs.kernels):
+            cov, predicted = coverage.predict(cs, disc.specs, cov, store, base_tree)
+        assert cs.import_graph is not None
+        reads = read_files.recorded(disc.specs, store, cs.import_graph.snap, base_tree)
+        cov = read_files.cover(cov, reads)  # a changed artefact a spec loaded is covered by it
     discovery.annotate(cs, cov, disc.specs)
     why = coverage.select(cs, disc.specs, cov)
+    for sid, reasons in read_files.select(cs, disc.specs, reads).items():
+        why.setdefault(sid, []).extend(r for r in reasons if r not in why.get(sid, []))
     assert cs.import_graph is not None
     gone_why, gone_findings = coverage.deleted_imports(cs, disc.specs, cs.import_graph, _base_files(repo, cs))
     for sid, reasons in gone_why.items():

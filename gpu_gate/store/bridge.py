@@ -173,11 +173,18 @@ class JobCache:
     def lookup(self, job: Job) -> JobResult | None:
         if self.refused:
             return None
-        return self.cache.get(self._key(job), self._run(job))
+        from . import reads
+
+        return self.cache.get(self._key(job), self._run(job), still=lambda run: reads.unchanged(run.get("reads"),
+                                                                                               self.repo))
 
     def store(self, result: JobResult, job: Job) -> None:
         if self.refused:
             return
-        note = self.cache.put(self._key(job), result, self.head, self._run(job))
+        from . import reads
+
+        # the files the job's code read, as they are now: a later change to one is a miss (see .reads)
+        run = {**self._run(job), "reads": reads.digests(self.repo, result)}
+        note = self.cache.put(self._key(job), result, self.head, run)
         if note:
             self.notes.append(note)

@@ -56,7 +56,7 @@ import json
 import os
 import re
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +79,7 @@ def _canonical(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
 
 
-def _file_digest(repo_root: Path, rel: str) -> str:
+def file_digest(repo_root: Path, rel: str) -> str:
     try:
         return hashlib.sha256((repo_root / rel).read_bytes()).hexdigest()
     except FileNotFoundError:
@@ -98,7 +98,7 @@ def _files_of(job: Job, dep_files: Iterable[str]) -> list[str]:
 
 def run_record(job: Job, repo_root: Path, dep_files: Iterable[str]) -> dict[str, Any]:
     """Exactly what a job runs: the job itself and the digest of every file it depends on."""
-    return {"job": job.to_json(), "files": {rel: _file_digest(repo_root, rel) for rel in _files_of(job, dep_files)}}
+    return {"job": job.to_json(), "files": {rel: file_digest(repo_root, rel) for rel in _files_of(job, dep_files)}}
 
 
 def _digest(value: Any) -> str:
@@ -132,7 +132,7 @@ def cache_key(
             "case": job.case,
             "options": job.options,
         },
-        "files": {rel: _file_digest(repo_root, rel) for rel in files},
+        "files": {rel: file_digest(repo_root, rel) for rel in files},
         "policy": policy_fingerprint,
         "gpu_gate": gpu_gate_version(),
         "env": dict(env),
@@ -152,14 +152,18 @@ class ResultCache:
     def _path(self, key: str) -> Path:
         return self.dir / key[:2] / f"{key}.json"
 
-    def get(self, key: str, run: dict[str, Any] | None = None) -> JobResult | None:
+    def get(self, key: str, run: dict[str, Any] | None = None,
+            still: Callable[[dict[str, Any]], bool] | None = None) -> JobResult | None:
         """The stored result with ``cached_from`` set to its commit, or None (a miss). With ``run``
-        (see :func:`run_record`), only an entry whose own record is intact and describes that run."""
+        (see :func:`run_record`), only an entry whose own record is intact and describes that run;
+        with ``still``, only one whose stored record it accepts (the files the job read: see .reads)."""
         try:
             entry = json.loads(self._path(key).read_text(encoding="utf-8"))
             if entry.get("format") != FORMAT or entry.get("key") != key:
                 return None
             if run is not None and not self._matches(entry, run):
+                return None
+            if still is not None and not still(entry.get("run") or {}):
                 return None
             result = JobResult.from_json(entry["result"])
             result.cached_from = str(entry["commit"])

@@ -65,6 +65,7 @@ class Worker:
         self.job: Job | None = None
         self.server: Any = None
         self._recorders: Any = None
+        self._reads: Any = None  # the repository files the candidate opened (see worker.reads)
         from .ahead import Ahead
 
         self.ahead = Ahead()  # the sibling that compiles the cases' kernels ahead (see worker.ahead)
@@ -74,6 +75,10 @@ class Worker:
             # the base's too: a launched specialization that does not compile at head is compared
             # with the base's, launched the same way (see checks/compile_launched.against_base)
             self._record()
+        if role == "candidate":
+            from . import reads
+
+            self._reads = reads.start(self.repo_root)  # before the spec's import: its module-level loads count
 
     def load(self, job: Job, spec: Any = None) -> dict[str, Any]:
         """Import the job's spec (again, for a job whose spec changed: the head's after the base's)."""
@@ -198,7 +203,10 @@ class Worker:
         from .specializations import MAX_COMPILED, compile_launched, repo_launches
 
         mine = repo_launches(specializations.launches if specializations else [], self.repo_root, self.job.kernels)
-        reply: dict[str, Any] = {"launches": coverage.to_json(),
+        launched = coverage.to_json()
+        if self._reads is not None:
+            launched["reads"] = self._reads.to_json()  # kept with the launches (see gpu_gate.coverage)
+        reply: dict[str, Any] = {"launches": launched,
                                  "specializations": [{**launch.to_json(), "file": rel} for rel, launch in mine]}
         mark("launches_s")
         settings = header.get("compile")
