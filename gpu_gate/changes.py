@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import pathspec
 
-from . import cudascan, git, kernelscan, pyscan, tokens
+from . import artefacts, cudascan, git, kernelscan, pyscan, tokens
 from .store import scans as scancache
 from .findings import Finding, Severity
 from .git import FileChange
@@ -113,6 +113,10 @@ def detect(repo: Path | str, base: str, head: str | None, policy: PolicyLike) ->
     errors: list[Finding] = []
 
     kernels = _direct_kernels(root, merge_base, files, snap, is_kernel_path, errors)
+    # compiled artefacts (.so, .cubin, .ptx, ...): GPU code whose source gpu-gate cannot read (see artefacts)
+    binaries, binary_errors = artefacts.changed(files, policy.kernels.include, policy.kernels.exclude, _KERNEL_STATUS)
+    kernels.update({p: k for p, k in binaries.items() if p not in kernels})
+    errors += binary_errors
     errors += submodule_findings(files, policy.kernels.include, policy.kernels.exclude)
     includers = _header_propagation(files, snap, is_kernel_path, policy, kernels)
     modules = sorted(f.path for f in files if f.path.endswith(".py"))
