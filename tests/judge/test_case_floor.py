@@ -90,7 +90,7 @@ def test_a_slow_first_call_cannot_spend_the_cases(make_repo) -> None:  # type: i
     _pr(r, AUTOTUNED)
     code, text, run = _check(r)
     assert code == 1, text
-    assert run["status"] == "FAILED" and run["cases"] == 6, text
+    assert run["status"] == "failed" and run["cases"] == 6, text
     bad = [f for f in run["findings"] if f["severity"] == "error"]
     assert bad and all("float16" in f["message"] for f in bad), bad
     slow = [f for f in run["findings"] if f["kind"] == "slow-case"]
@@ -102,7 +102,7 @@ def test_a_slow_correct_kernel_is_a_slow_case_not_a_pass_on_one_case(make_repo) 
     _pr(r, SLOW)
     code, text, run = _check(r)
     assert code == 0, text
-    assert run["status"] == "PASSED" and run["cases"] == 6, text
+    assert run["status"] == "passed" and run["cases"] == 6, text
     slow = [f for f in run["findings"] if f["kind"] == "slow-case"]
     assert slow and slow[0]["severity"] == "warning" and len(slow[0]["details"]["cases"]) == 6, run["findings"]
     assert "slow-case" in text

@@ -65,7 +65,7 @@ def test_a_change_to_the_table_alone_runs_the_spec_that_read_it(make_repo) -> No
     assert "no kernel changes" not in text
     assert code == 1, text
     runs = _equivalence(results)
-    assert [x["status"] for x in runs] == ["FAILED"], text
+    assert [x["status"] for x in runs] == ["failed"], text
     assert any(f["kind"] == "mismatch" and f["details"].get("change") == "new" for f in runs[0]["findings"]), text
     assert "read mylib/configs/rows.json when it last ran, modified" in text
 
@@ -76,7 +76,7 @@ def test_a_correct_retuning_is_run_and_green(make_repo) -> None:  # type: ignore
     code, text, results = _check(r)
     assert code == 0, text
     runs = _equivalence(results)
-    assert [x["status"] for x in runs] == ["PASSED"], text
+    assert [x["status"] for x in runs] == ["passed"], text
     assert runs[0]["cached_from"] is None  # run on the new table, not served from the nightly's entry
     assert "mylib/configs/rows.json" in runs[0]["extra"]["launches"]["reads"]
 
@@ -91,4 +91,4 @@ def test_the_cache_does_not_serve_the_old_tables_pass(make_repo) -> None:  # typ
     code, text, results = _check(r)
     assert code == 1, text
     runs = _equivalence(results)
-    assert [(x["status"], x["cached_from"]) for x in runs] == [("FAILED", None)], text
+    assert [(x["status"], x["cached_from"]) for x in runs] == [("failed", None)], text
