@@ -25,8 +25,9 @@ checks:
   racecheck: off
   synccheck: off
   initcheck: off
-  equivalence: {cases: 6, growth: false, shrink: false, seed: 7, time_budget_s: 4, slow_case_s: 2}
+  equivalence: {cases: 6, growth: false, shrink: false, seed: 7, time_budget_s: 4}
 """
+SLOW_POLICY = POLICY.replace("time_budget_s: 4}", "time_budget_s: 4, slow_case_s: 2}")
 SPEC = """\
 import torch
 import gpu_gate as gg
@@ -93,12 +94,19 @@ def test_a_slow_first_call_cannot_spend_the_cases(make_repo) -> None:  # type: i
     assert run["status"] == "failed" and run["cases"] == 6, text
     bad = [f for f in run["findings"] if f["severity"] == "error"]
     assert bad and all("float16" in f["message"] for f in bad), bad
+
+
+def test_the_slow_first_call_is_a_slow_case(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo, SLOW_POLICY)
+    _pr(r, AUTOTUNED)
+    code, text, run = _check(r)
+    assert code == 1, text
     slow = [f for f in run["findings"] if f["kind"] == "slow-case"]
     assert slow and slow[0]["severity"] == "warning" and slow[0]["details"]["cases"] == ["c0000"], run["findings"]
 
 
 def test_a_slow_correct_kernel_is_a_slow_case_not_a_pass_on_one_case(make_repo) -> None:  # type: ignore[no-untyped-def]
-    r = _repo(make_repo)
+    r = _repo(make_repo, SLOW_POLICY)
     _pr(r, SLOW)
     code, text, run = _check(r)
     assert code == 0, text
@@ -109,7 +117,7 @@ def test_a_slow_correct_kernel_is_a_slow_case_not_a_pass_on_one_case(make_repo) 
 
 
 def test_the_base_policy_can_make_a_slow_case_block(make_repo) -> None:  # type: ignore[no-untyped-def]
-    r = _repo(make_repo, POLICY.replace("slow_case_s: 2}", "slow_case_s: 2, slow_case: fail}"))
+    r = _repo(make_repo, SLOW_POLICY.replace("slow_case_s: 2}", "slow_case_s: 2, slow_case: fail}"))
     _pr(r, SLOW)
     code, text, run = _check(r)
     assert code == 1, text
