@@ -147,7 +147,11 @@ class Worker:
             self._recorders[2] = rec
 
     def close(self) -> None:
-        from . import tritonlaunch
+        from . import reads, tritonlaunch
+
+        if self._reads is not None:
+            reads.stop(self._reads)  # the hook stays (it cannot be removed), idle
+            self._reads = None
 
         if self.adapted:  # in the caller's process (a job run in-process), the interpreter is Triton's again
             _interpreter().uninstall()

@@ -1,0 +1,51 @@
+"""The worker's record of the repository files the code under review opens or loads."""
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from gpu_gate.worker import reads
+
+
+def test_opens_and_loads_under_the_root_are_recorded(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    (root / "configs").mkdir(parents=True)
+    (root / "configs" / "table.json").write_text('{"block": 64}')
+    (tmp_path / "outside.txt").write_text("x")
+    libm = ctypes.util.find_library("m")
+    if libm is None:
+        pytest.skip("no libm to load")
+    found = next((p for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64")
+                  if (p := Path(d) / libm).exists()), None)
+    if found is None:
+        pytest.skip("libm's file not found")
+    shutil.copy(found, root / "libkernel.so")
+    rec = reads.start(root)
+    try:
+        json.loads((root / "configs" / "table.json").read_text())
+        (tmp_path / "outside.txt").read_text()
+        ctypes.CDLL(str(root / "libkernel.so"))
+        ctypes.CDLL(libm)  # the system's, by name
+        with pytest.raises(OSError):
+            open(root / "missing.json")
+    finally:
+        reads.stop(rec)
+    (root / "configs" / "table.json").read_text()  # after: not recorded
+    assert rec.to_json() == ["configs/table.json", "libkernel.so"]
+
+
+def test_the_record_is_capped(tmp_path: Path) -> None:
+    for i in range(reads.MAX_READS + 5):
+        (tmp_path / f"f{i}").write_text("x")
+    rec = reads.start(tmp_path)
+    try:
+        for i in range(reads.MAX_READS + 5):
+            (tmp_path / f"f{i}").read_text()
+    finally:
+        reads.stop(rec)
+    assert len(rec.to_json()) == reads.MAX_READS and rec.dropped == 5
