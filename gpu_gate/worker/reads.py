@@ -31,8 +31,10 @@ _inside = threading.local()  # resolving a path must not record itself
 class Recorder:
     """The repository files opened or loaded while it is active, relative to the root."""
 
-    def __init__(self, repo_root: Path) -> None:
+    def __init__(self, repo_root: Path, ignore: Path | None = None) -> None:
         self.root = os.path.realpath(repo_root) + os.sep
+        # the worker's own directory (its context, its caches), wherever the runner put it
+        self.ignore = os.path.realpath(ignore) + os.sep if ignore is not None else None
         self.files: set[str] = set()
         self.dropped = 0
 
@@ -42,7 +44,7 @@ class Recorder:
         if not isinstance(path, str) or not path:
             return  # a file descriptor, or a library name the loader resolves (``libc.so.6``)
         full = os.path.realpath(path)
-        if not full.startswith(self.root):
+        if not full.startswith(self.root) or (self.ignore is not None and full.startswith(self.ignore)):
             return
         rel = full[len(self.root):].replace(os.sep, "/")
         if "__pycache__/" in rel or rel.startswith(".git/") or not os.path.isfile(full):
@@ -72,9 +74,10 @@ def _hook(event: str, args: tuple[Any, ...]) -> None:
         _inside.busy = False
 
 
-def start(repo_root: Path) -> Recorder:
-    """Record from now on (the hook is added once per process and stays: audit hooks cannot be removed)."""
-    rec = Recorder(repo_root)
+def start(repo_root: Path, ignore: Path | None = None) -> Recorder:
+    """Record from now on (the hook is added once per process and stays: audit hooks cannot be removed);
+    ``ignore``: a directory whose files are never recorded (the worker's own)."""
+    rec = Recorder(repo_root, ignore)
     with _LOCK:
         if not _HOOKED[0]:
             sys.addaudithook(_hook)

@@ -78,7 +78,7 @@ class Worker:
         if role == "candidate":
             from . import reads
 
-            self._reads = reads.start(self.repo_root)  # before the spec's import: its module-level loads count
+            self._reads = reads.start(self.repo_root, ignore=workdir)  # before the spec's import: its module-level loads count
 
     def load(self, job: Job, spec: Any = None) -> dict[str, Any]:
         """Import the job's spec (again, for a job whose spec changed: the head's after the base's)."""

@@ -25,9 +25,12 @@ def test_opens_and_loads_under_the_root_are_recorded(tmp_path: Path) -> None:
     if found is None:
         pytest.skip("libm's file not found")
     shutil.copy(found, root / "libkernel.so")
-    rec = reads.start(root)
+    (root / "work").mkdir()
+    (root / "work" / "context.json").write_text("{}")
+    rec = reads.start(root, ignore=root / "work")
     try:
         json.loads((root / "configs" / "table.json").read_text())
+        (root / "work" / "context.json").read_text()  # the worker's own directory
         (tmp_path / "outside.txt").read_text()
         ctypes.CDLL(str(root / "libkernel.so"))
         ctypes.CDLL(libm)  # the system's, by name
