@@ -73,10 +73,13 @@ def select(cs: ChangeSet, specs: Sequence[SpecInfo], reads: dict[str, frozenset[
 
 
 def cover(cov: dict[str, list[str]], reads: dict[str, frozenset[str]]) -> dict[str, list[str]]:
-    """Coverage of changed kernel files, plus the specs seen to read (or load) them."""
+    """Coverage of changed compiled artefacts, plus the specs seen to load them. Only artefacts: a
+    Python kernel file is read by its import too, and what a spec launched decides its coverage."""
+    from .artefacts import is_artefact
+
     out = {path: list(ids) for path, ids in cov.items()}
     for sid, files in reads.items():
         for path in files:
-            if path in out and sid not in out[path]:
+            if path in out and sid not in out[path] and is_artefact(path):
                 out[path] = sorted([*out[path], sid])
     return out
