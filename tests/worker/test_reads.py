@@ -17,13 +17,10 @@ def test_opens_and_loads_under_the_root_are_recorded(tmp_path: Path) -> None:
     (root / "configs").mkdir(parents=True)
     (root / "configs" / "table.json").write_text('{"block": 64}')
     (tmp_path / "outside.txt").write_text("x")
+    import _ctypes  # an extension module: a shared object dlopen can load from a copy
+
+    found = Path(_ctypes.__file__)
     libm = ctypes.util.find_library("m")
-    if libm is None:
-        pytest.skip("no libm to load")
-    found = next((p for d in ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib64")
-                  if (p := Path(d) / libm).exists()), None)
-    if found is None:
-        pytest.skip("libm's file not found")
     shutil.copy(found, root / "libkernel.so")
     (root / "work").mkdir()
     (root / "work" / "context.json").write_text("{}")
@@ -33,7 +30,8 @@ def test_opens_and_loads_under_the_root_are_recorded(tmp_path: Path) -> None:
         (root / "work" / "context.json").read_text()  # the worker's own directory
         (tmp_path / "outside.txt").read_text()
         ctypes.CDLL(str(root / "libkernel.so"))
-        ctypes.CDLL(libm)  # the system's, by name
+        if libm is not None:
+            ctypes.CDLL(libm)  # the system's, by name
         with pytest.raises(OSError):
             open(root / "missing.json")
     finally:
