@@ -197,10 +197,12 @@ def choose(mode: Mode) -> Available:
 
 
 def _bwrap_base(net: bool = True) -> list[str]:
-    """The sandbox's root: the least of the machine a worker needs (see :mod:`.view`), read-only."""
-    from .view import system_binds
+    """The sandbox's root, read-only: the whole machine, or where the minimal view is switched on, the
+    least a worker needs (see :mod:`.view`)."""
+    from .view import minimal, system_binds
 
-    return [*system_binds(), "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+    root = [*system_binds()] if minimal() else ["--ro-bind", "/", "/"]
+    return [*root, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
             "--unshare-pid", *(["--unshare-net"] if net else []), "--unshare-ipc", "--die-with-parent",
             "--new-session", "--cap-drop", "ALL"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from gpu_gate import proc
-from gpu_gate.executor import argv, sandbox
+from gpu_gate.executor import argv, sandbox, view
 from gpu_gate.executor.options import ExecOptions
 
 pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (CI installs it)")
@@ -36,6 +36,19 @@ def _probe(tmp_path: Path, paths: list[str], python: str = sys.executable, code:
     with tempfile.TemporaryFile() as count:
         full = sandbox.wrap(avail, layout, [python, "-I", "-c", code, *paths], count.fileno())
         return proc.run(full, cwd=repo, timeout=120, pass_fds=(count.fileno(),))
+
+
+@pytest.fixture(autouse=True)
+def _minimal_view(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These tests are of the minimal view, which a runner switches on (see gpu_gate.executor.view)."""
+    monkeypatch.setenv(view.SWITCH, "1")
+
+
+def test_the_minimal_view_is_off_unless_the_runner_switches_it_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(view.SWITCH)
+    assert sandbox._bwrap_base()[:3] == ["--ro-bind", "/", "/"]
+    monkeypatch.setenv(view.SWITCH, "1")
+    assert ["--ro-bind", "/", "/"] != sandbox._bwrap_base()[:3] and "/usr" in sandbox._bwrap_base()
 
 
 def test_a_probe_in_the_sandbox_finds_none_of_the_secrets_a_kernel_could_raise(tmp_path: Path) -> None:

@@ -79,7 +79,9 @@ def _jobs(root: Path) -> list[Job]:
     return jobs
 
 
-def test_a_triton_kernel_runs_in_the_minimal_view_and_a_gate_aware_one_is_caught(tmp_path: Path) -> None:
+def test_a_triton_kernel_runs_in_the_minimal_view_and_a_gate_aware_one_is_caught(tmp_path: Path,
+                                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("GPU_GATE_MINIMAL_VIEW", "1")  # the view a runner switches on (off by default)
     bwrap = shutil.which("bwrap")
     if bwrap is None or sandbox._try([bwrap, *sandbox._bwrap_base(), "--", "true"]) is not None:
         pytest.fail(f"bwrap does not work on this GPU runner: {sandbox.probe().detail}")
