@@ -237,7 +237,7 @@ def _atomic(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     import numpy as np
     import triton.language as tl
 
-    ops = {interp._ir.ATOMIC_OP.FADD: np.add, interp._ir.ATOMIC_OP.MAX: np.maximum,
+    ops: dict[Any, Any] = {interp._ir.ATOMIC_OP.FADD: np.add, interp._ir.ATOMIC_OP.MAX: np.maximum,
            interp._ir.ATOMIC_OP.MIN: np.minimum, interp._ir.ATOMIC_OP.XCHG: lambda old, new: new}
 
     def create_atomic_rmw(self: Any, rmw_op: Any, ptr: Any, val: Any, mask: Any, sem: Any, scope: Any) -> Any:

@@ -35,7 +35,7 @@ def floor(cases: Sequence[Any], device: str) -> set[int]:
     picked = set(range(min(GPU_FLOOR if device == "cuda" else CPU_FLOOR, len(cases))))
     seen: set[tuple[str, ...]] = set()
     for i, case in enumerate(cases):
-        kinds = {("grad", case.grad_layout)}
+        kinds: set[tuple[str, ...]] = {("grad", case.grad_layout)}
         for name, choice in case.inputs.items():
             kinds |= {("dtype", name, choice.dtype), ("layout", name, choice.layout)}
         if kinds - seen:
