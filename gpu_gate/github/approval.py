@@ -25,6 +25,9 @@ from .client import GitHubClient, GitHubError
 from .context import ActionsContext
 
 COMMAND = re.compile(r"^/gpu-gate approve ([0-9a-f]{40})\s*$", re.M)
+# The same approval for the rule findings a maintainer may let through (gpu_gate.rules.approved): a
+# command of its own, since approving a fork's commit to run on a GPU is not accepting its specs.
+RULES_COMMAND = re.compile(r"^/gpu-gate approve-rules ([0-9a-f]{40})\s*$", re.M)
 MAINTAINERS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
 
 
@@ -34,13 +37,13 @@ class Decision:
     reason: str
 
 
-def approvers(comments: Iterable[Mapping[str, Any]], head_sha: str) -> list[str]:
-    """Logins of the maintainers whose comments approve ``head_sha``."""
+def approvers(comments: Iterable[Mapping[str, Any]], head_sha: str, command: re.Pattern[str] = COMMAND) -> list[str]:
+    """Logins of the maintainers whose comments approve ``head_sha`` with ``command``."""
     out = []
     for c in comments:
         body, user = c.get("body"), c.get("user")
         login = user.get("login", "?") if isinstance(user, dict) else "?"
-        if c.get("author_association") in MAINTAINERS and isinstance(body, str) and head_sha in COMMAND.findall(body):
+        if c.get("author_association") in MAINTAINERS and isinstance(body, str) and head_sha in command.findall(body):
             out.append(str(login))
     return out
 

@@ -52,6 +52,8 @@ def load_spec(job: Job, repo_root: Path, workdir: Path, *, stub_repository: bool
     imports, at once or later, are that tree's; the head's tree is not on sys.path at all."""
     from ..protocol.jobs import base_copy, carried
 
+    from ..protocol.jobs import carried
+
     assert job.spec is not None
     if truth_root is not None:
         spec = carried(job)
@@ -61,10 +63,12 @@ def load_spec(job: Job, repo_root: Path, workdir: Path, *, stub_repository: bool
         repo_root = truth_root
     base = base_copy(job, workdir)
     path = base if base is not None else repo_root / job.spec.file
-    return _load_spec_file(job, repo_root, path, stub_repository)
+    # a spec paired across a rename (gpu_gate.rules.pairing) has the base's name in the base's source
+    name = str((carried(job) or {}).get("name") or job.spec.name) if base is not None else job.spec.name
+    return _load_spec_file(job, repo_root, path, stub_repository, name)
 
 
-def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool) -> Any:
+def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool, spec_name: str) -> Any:
     from . import launches
     from ..spec import specs_in_module
     from . import stubs
@@ -98,12 +102,12 @@ def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool
             message=f"{job.spec.file}:{line or 1}: the spec does not import: {type(exc).__name__}: {exc} "
                     f"({_import_hint(exc, job)})",
             traceback=tb)) from exc
-    found = [s for s in specs_in_module(name) if s.name == job.spec.name]
+    found = [s for s in specs_in_module(name) if s.name == spec_name]
     if not found:
         names = [s.name for s in specs_in_module(name)]
         raise SpecImportError(SpecImportFacts(
             kind="spec-not-found", file=job.spec.file, line=None,
-            message=f"{job.spec.file}: no gate spec named {job.spec.name!r} (found: {', '.join(names) or 'none'}; "
+            message=f"{job.spec.file}: no gate spec named {spec_name!r} (found: {', '.join(names) or 'none'}; "
                     f"decorate the function with @gg.spec)"))
     return found[0]
 

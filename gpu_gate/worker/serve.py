@@ -69,6 +69,10 @@ class Worker:
         """Import the job's spec (again, for a job whose spec changed: the head's after the base's)."""
         from .loader import SpecImportError
 
+        if self.role == "candidate":
+            from ..protocol.jobs import for_candidate
+
+            job = for_candidate(job)  # the head's call to the kernel, where the job says so
         self.job, self.server = job, None
         if self.role != "reference":
             # the sibling that will compile the cases' kernels ahead imports torch and the spec now,
