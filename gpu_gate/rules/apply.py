@@ -56,23 +56,10 @@ def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool =
                          git.diff(repo, plan.base, plan.head), store)
     found = pairing.pair(base_specs, head_specs, judges.moves.renamed, judges.base, judges.head)
     pairs = found.base
-    still = frozenset(f for old in pairs.values() for f in judges.base.get(old.id, ()))
     # the specs in force: the rules' revision's (the merge base's when the branch is up to date)
     in_force = _in_force(read_specs(repo, rules, choice.base.policy.specs), base_specs, head_specs, pairs) \
         if rules != plan.base else pairs
-    for head_id, spec in sorted(head_specs.items()):
-        old = pairs.get(head_id)
-        if old is None:
-            changes.append(_new(spec, judges, still))
-            changes += specdiff.reference_calls_code_under_review(spec, ctx, None)
-            continue
-        if head_id in found.how:
-            changes.append(RuleChange("changed", f"spec {spec.name} ({spec.file}) is the base's {old.name} ({old.file}), "
-                                                 f"paired by what they judge ({found.how[head_id]}): the base's spec "
-                                                 f"judges it", spec.file, spec.line, spec.id))
-        changes += specdiff.compare(old, spec, ctx)
-    matched = {s.id for s in pairs.values()}
-    changes += [_deleted(s, judges) for s in base_specs.values() if s.id not in matched]
+    changes += _spec_changes(base_specs, head_specs, found, judges, ctx)
     changes += _truth_changes(repo, plan, rules, in_force, ctx)
     plan.findings += [c.finding(mode) for c in changes]
     jobs = plan.jobs + _base_checks(plan, choice, in_force)
@@ -81,6 +68,25 @@ def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool =
         judged = [_differential(j, pairs, plan.base) for j in judged]
         judged = _compiled_at_base(repo, judged, plan.base)
     plan.jobs = sorted(judged, key=lambda j: j.id)
+
+
+def _spec_changes(base: dict[str, SpecRules], head: dict[str, SpecRules], found: pairing.Pairing, judges: Judges,
+                  ctx: specdiff.Context) -> list[RuleChange]:
+    """Each head spec against the base's it is paired with (or as new); each base spec left, retired."""
+    out: list[RuleChange] = []
+    still = frozenset(f for old in found.base.values() for f in judges.base.get(old.id, ()))
+    for head_id, spec in sorted(head.items()):
+        old = found.base.get(head_id)
+        if old is None:
+            out += [_new(spec, judges, still), *specdiff.reference_calls_code_under_review(spec, ctx, None)]
+            continue
+        if head_id in found.how:
+            out.append(RuleChange("changed", f"spec {spec.name} ({spec.file}) is the base's {old.name} ({old.file}): "
+                                             f"{found.how[head_id]}; the base's spec judges it", spec.file, spec.line,
+                                  spec.id))
+        out += specdiff.compare(old, spec, ctx)
+    matched = {s.id for s in found.base.values()}
+    return out + [_deleted(s, judges) for s in base.values() if s.id not in matched]
 
 
 def _truth_changes(repo: Path, plan: Plan, rules: str, in_force: dict[str, SpecRules],
@@ -109,13 +115,10 @@ def _new(spec: SpecRules, judges: Judges, still: frozenset[str]) -> RuleChange:
     if not orphans:
         return RuleChange("new", f"new reference, written by this change: review it (spec {spec.name})",
                           spec.file, spec.line_of("reference"), spec.id)
-    what = "; ".join(f + ("" if olds == {f} else f" (as {', '.join(sorted(olds))})") for f, olds in orphans.items())
-    first = next(iter(orphans))
-    return RuleChange("weakened", f"spec {spec.name} is new, and judges {first}, which the base had"
-                                  f"{'' if orphans[first] == {first} else ' (as ' + ', '.join(sorted(orphans[first])) + ')'}"
-                                  f"{'' if len(orphans) == 1 else ' (all: ' + what + ')'}: no spec of the base still "
-                                  f"judges it, so a reference written by this change would judge a kernel the base "
-                                  f"had", spec.file, spec.line_of("reference"), spec.id, approvable=True)
+    listed = "; ".join(f + ("" if olds == {f} else f" (as {', '.join(sorted(olds))})") for f, olds in orphans.items())
+    return RuleChange("weakened", f"spec {spec.name} is new, and judges {listed}, which the base had: no spec of the "
+                                  f"base still judges it, so a reference written by this change would judge a kernel "
+                                  f"the base had", spec.file, spec.line_of("reference"), spec.id, approvable=True)
 
 
 def _in_force(tip: dict[str, SpecRules], merge_base: dict[str, SpecRules], head: dict[str, SpecRules],

@@ -49,11 +49,11 @@ def _by_renamed_file(out: Pairing, left: dict[str, SpecRules], head: dict[str, S
         for new in list(news):
             same = [s for s in olds if s.name == new.name]
             if len(same) == 1:
-                _take(out, left, new.id, same[0], f"{old_file} renamed to {new_file}")
+                _take(out, left, new.id, same[0], f"git renamed {old_file} to {new_file}")
                 olds.remove(same[0])
                 news.remove(new)
         if len(olds) == 1 and len(news) == 1:
-            _take(out, left, news[0].id, olds[0], f"{old_file} renamed to {new_file}")
+            _take(out, left, news[0].id, olds[0], f"git renamed {old_file} to {new_file}")
 
 
 def _by_unique_name(out: Pairing, left: dict[str, SpecRules], head: dict[str, SpecRules]) -> None:
