@@ -583,8 +583,8 @@ def _approvals(record: RunRecord) -> None:
     try:
         by = read_approvers(os.environ, record.head)
     except GitHubError as exc:
-        warn(f"gpu-gate: warning: the pull request's comments cannot be read ({exc}): no approval of the rule "
-             f"changes is taken into account")
+        warn(f"gpu-gate: warning: the approvals of the rule changes cannot be read ({exc}): no approval of the "
+             f"rule changes is taken into account")
         return
     count = apply_approval(record, by, record.head or "")
     if count:

@@ -7,12 +7,16 @@ than its call to the kernel when the base's no longer runs (``spec-signature-cha
 ``/gpu-gate approve-rules <head sha>`` on the pull request, naming the full SHA of the commit the run
 judged (the same binding as ``/gpu-gate approve``, gpu_gate/github/approval.py): a new push needs a new
 approval. gpu-gate reads the comments where it publishes (``report`` with a token), and each approved
-finding stays in the report as a warning that names who approved it.
+finding stays in the report as a warning that names who approved it. Only an approver with write
+permission on the repository counts (GitHub's collaborator permission, read with the run's token; an
+organisation member may have none), and never the pull request's author: a maintainer who wrote the
+change cannot approve the rules it wrote.
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from ..findings import Finding, JobResult, Severity, Status
@@ -20,6 +24,7 @@ from ..record import RunRecord
 from .change import APPROVABLE
 
 Comments = Callable[[str, int], Iterable[Mapping[str, Any]]]
+Source = tuple[Comments, Callable[[str], str]]  # the comments, and login -> permission on the repository
 
 
 def approvable(record: RunRecord) -> bool:
@@ -39,31 +44,40 @@ def apply_approval(record: RunRecord, by: list[str], sha: str) -> int:
     return count
 
 
-def read_approvers(env: Mapping[str, str], sha: str | None, comments: Comments | None = None) -> list[str]:
-    """The maintainers who approved ``sha`` on the pull request of this run (none outside one)."""
+def read_approvers(env: Mapping[str, str], sha: str | None, source: Source | None = None) -> list[str]:
+    """The maintainers with write permission, other than the pull request's author, who approved ``sha``
+    on the pull request of this run (none outside one)."""
     from ..github import approval
     from ..github.context import ActionsContext
 
     ctx = ActionsContext.from_env(env)
-    if ctx.pull_request is None or ctx.pr_number is None or not ctx.repository or not sha or len(sha) != 40:
+    pr = ctx.pull_request
+    if pr is None or ctx.pr_number is None or not ctx.repository or not sha or len(sha) != 40:
         return []
     if sha != ctx.head_sha:
         return []  # the run judged another commit than the pull request's head: no comment names it
-    read = comments or _client_comments(ctx)
-    return sorted(set(approval.approvers(read(ctx.repository, ctx.pr_number), sha, approval.RULES_COMMAND)))
+    author = (pr.get("user") or {}).get("login") if isinstance(pr.get("user"), dict) else None
+    if not isinstance(author, str) or not author:
+        return []  # who wrote the change is unknown: nobody can be told apart from its author
+    with _source(ctx, source) as (comments, permission):
+        return approval.rules_approvers(comments(ctx.repository, ctx.pr_number), sha, author, permission)
 
 
-def _client_comments(ctx: Any) -> Comments:
+@contextlib.contextmanager
+def _source(ctx: Any, given: Source | None) -> Iterator[Source]:
+    """The pull request's comments and the repository's permissions, read with the run's token."""
+    if given is not None:
+        yield given
+        return
+    from ..github import approval
     from ..github.client import GitHubClient
 
-    def read(repo: str, number: int) -> list[Any]:
-        client = GitHubClient(ctx.api_url, ctx.token or "")
-        try:
-            return list(client.paginate(f"/repos/{repo}/issues/{number}/comments"))
-        finally:
-            client.close()
-
-    return read
+    client = GitHubClient(ctx.api_url, ctx.token or "")
+    try:
+        yield (lambda repo, number: list(client.paginate(f"/repos/{repo}/issues/{number}/comments")),
+               approval.permission_of(client, ctx.repository))
+    finally:
+        client.close()
 
 
 def _blocks(f: Finding) -> bool:
