@@ -10,12 +10,19 @@ Checked on the syntax tree, the head's spec against the base's:
   imports and whose arguments are the function's own arguments, constants, or their shapes, strides
   and dtypes; no statement follows the call but the base's own ``return`` of the names it bound, so
   nothing writes the outputs after the kernel did;
-- whatever else of the spec module the candidate uses is the base's.
+- whatever else of the spec module the candidate uses is the base's;
+- the head's module runs in the candidate's worker (its imports are what the head's call needs), so
+  beside its imports and spec functions every statement of it is the base's, and what the spec
+  functions evaluate when the module imports (decorators, their keywords, default arguments) is the
+  base's or inert (literals, names, lambdas, ``gg.*`` constructors): nothing in the spec module
+  patches the kernel, or what it returns, before the call. What its imports run is code under review
+  like the kernel's own module.
 Whatever is not plumbing is a reason; none means the base's spec judges with the head's call.
 """
 from __future__ import annotations
 
 import ast
+import collections
 
 from .. import discovery, pyscan
 from .specrules import SpecRules
@@ -32,7 +39,7 @@ def differences(base: SpecRules, head: SpecRules, index: pyscan.ModuleIndex | No
                                                                  - _FREE_KEYWORDS)
            if base.shape(key) != head.shape(key)]
     out += _function(base, head, index)
-    return out
+    return out + _module(base, head)
 
 
 def between_sources(file: str, name: str, base_source: str, head_source: str) -> list[str]:
@@ -57,6 +64,88 @@ def _function(base: SpecRules, head: SpecRules, index: pyscan.ModuleIndex | None
     if _used(base) != _used(head):
         out.append("the spec module's functions or values that the spec function uses differ from the base's")
     return out
+
+
+def _module(base: SpecRules, head: SpecRules) -> list[str]:
+    """What the head's spec module runs when the candidate's worker imports it, beyond the base's."""
+    old = collections.Counter(ast.dump(s) for s in base.module.body if not _import(s) and not _spec_def(s, base))
+    known = _evaluated(base)
+    out = []
+    for stmt in head.module.body:
+        if _import(stmt):
+            continue
+        if _spec_def(stmt, head):
+            out += [f"the spec module's {stmt.name} evaluates {_short(ast.unparse(e))} when it imports, which is not "
+                    f"the base's (it runs in the candidate's worker before the call)"
+                    for e in _evaluated_by(stmt) if ast.dump(e) not in known and not _inert(e, head)]
+            continue
+        if old[ast.dump(stmt)] > 0:
+            old[ast.dump(stmt)] -= 1
+            continue
+        out.append(f"the spec module's statement at line {stmt.lineno} ({_short(ast.unparse(stmt))}) is not the "
+                   f"base's (it runs in the candidate's worker before the call)")
+    return out
+
+
+def _import(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, (ast.Import, ast.ImportFrom))
+
+
+def _spec_def(stmt: ast.stmt, spec: SpecRules) -> bool:
+    return isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+        discovery.is_spec_decorator(pyscan.qualified_name(d, spec.aliases)) for d in stmt.decorator_list)
+
+
+def _evaluated_by(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[ast.expr]:
+    """What defining ``fn`` evaluates: its decorators (a spec decorator's arguments one by one), default
+    arguments and annotations."""
+    out: list[ast.expr] = []
+    for d in fn.decorator_list:
+        if isinstance(d, ast.Call):
+            out += [d.func, *d.args, *(k.value for k in d.keywords)]
+        else:
+            out.append(d)
+    a = fn.args
+    out += [*a.defaults, *(d for d in a.kw_defaults if d is not None)]
+    out += [x.annotation for x in [*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg]
+            if x is not None and x.annotation is not None]
+    return out + ([fn.returns] if fn.returns is not None else [])
+
+
+def _evaluated(spec: SpecRules) -> set[str]:
+    return {ast.dump(e) for s in spec.module.body if _spec_def(s, spec) for e in _evaluated_by(s)}
+
+
+def _inert(node: ast.expr, spec: SpecRules) -> bool:
+    """Evaluating ``node`` runs nothing of the repository's: literals, names and attributes, containers,
+    lambdas (whose bodies run later, in the reference's worker, and whose defaults are inert too), and
+    gpu_gate's own constructors (``gg.Tolerance(...)``)."""
+    if isinstance(node, ast.Lambda):
+        return all(_inert(d, spec) for d in [*node.args.defaults, *(d for d in node.args.kw_defaults if d)])
+    if isinstance(node, ast.Call):
+        name = pyscan.qualified_name(node.func, spec.aliases) or ""
+        return name.startswith("gpu_gate.") and all(_inert(a, spec) for a in [*node.args,
+                                                                              *(k.value for k in node.keywords)])
+    if isinstance(node, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(node, (ast.Attribute, ast.Starred)):
+        return _inert(node.value, spec)
+    if isinstance(node, ast.Subscript):
+        return _inert(node.value, spec) and _inert(node.slice, spec)
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return all(_inert(e, spec) for e in node.elts)
+    if isinstance(node, ast.Dict):
+        return all(_inert(e, spec) for e in [*(k for k in node.keys if k is not None), *node.values])
+    if isinstance(node, ast.UnaryOp):
+        return _inert(node.operand, spec)
+    if isinstance(node, ast.BinOp):
+        return _inert(node.left, spec) and _inert(node.right, spec)
+    return False
+
+
+def _short(text: str) -> str:
+    line = text.strip().splitlines()[0] if text.strip() else ""
+    return line if len(line) <= 80 else line[:77] + "..."
 
 
 def _statements(old: list[ast.stmt], new: list[ast.stmt], base: SpecRules, head: SpecRules,

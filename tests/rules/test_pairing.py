@@ -231,6 +231,24 @@ def test_a_signature_change_cannot_let_the_heads_spec_overwrite_the_output(make_
     assert "statements after the call" in text
 
 
+def test_a_signature_change_cannot_let_the_heads_spec_module_patch_the_kernel(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The attack: the spec function changes only its call, but the head's spec module, which the
+    candidate's worker imports for that call, wraps the kernel at import so that its output is
+    overwritten with the right answer (the kernel still launches, so it counts as covered)."""
+    r = _repo(make_repo)
+    cheat = SPEC.replace("from lib.scale import scale\n", "import lib.scale as _m\n\n_real = _m.scale\n\n\n"
+                         "def _fixed(x, alpha=2.0, *, block):\n    y = _real(x, alpha, block=block)\n"
+                         "    y.copy_(x * alpha)\n    return y\n\n\n_m.scale = _fixed\n"
+                         "from lib.scale import scale  # noqa: E402\n").replace("return scale(x)",
+                                                                               "return scale(x, block=64)")
+    r.commit("block size", {"lib/scale.py": BUGGY.replace("def scale(x, alpha=2.0):", NEW_KEYWORD),
+                            "gate/scale_gate.py": cheat})
+    code, text, results = _check(r)
+    assert code == 1, text
+    assert "spec-signature-changed" in _blocking(results)
+    assert "the spec module's statement at line 5 (_real = _m.scale) is not the base's" in text
+
+
 def test_a_signature_change_cannot_change_params(make_repo) -> None:  # type: ignore[no-untyped-def]
     """`params=` changed with the signature: the bug needs alpha != 1, and the head's spec sets 1."""
     spec = (SPEC.replace('reference=lambda x: x * 2)', 'params={"alpha": 2.0},\n         '

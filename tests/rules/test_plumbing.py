@@ -73,11 +73,33 @@ def test_plumbing_alone_is_not_a_difference(head: str) -> None:
     (BASE.replace("def scale_gate(x, alpha):", "def scale_gate(x, alpha, extra=1):"),
      "the spec function's arguments differ"),
     (BASE.replace("def scale_gate", "@torch.no_grad()\ndef scale_gate"), "other decorators differ"),
+    # the head's module runs in the candidate's worker: what it runs at import could patch the kernel
+    (BASE.replace("BLOCK = 64\n", "BLOCK = 64\nimport lib.scale as _m\n_m.scale = lambda x, a, block: x * a\n"),
+     "the spec module's statement at line 7 (_m.scale = lambda x, a, block: x * a) is not the base's"),
+    (BASE.replace("reference=lambda x, alpha: x * alpha", "reference=(setattr(torch, 'mul', None), "
+                                                           "lambda x, alpha: x * alpha)[1]"),
+     "the spec module's scale_gate evaluates (setattr(torch, 'mul', None), lambda x, alpha: x * alpha)[1]"),
+    (BASE + "\n\n@gg.spec(dims={}, inputs={}, reference=lambda: torch.zeros(1), name=print('patched'))\n"
+            "def other_gate():\n    return torch.zeros(1)\n",
+     "the spec module's other_gate evaluates print('patched')"),
+    (BASE.replace("def scale_gate(x, alpha):", "def scale_gate(x, alpha=torch.manual_seed(0)):"),
+     "the spec function's arguments differ"),
 ], ids=["overwrite", "partial-write", "computed-argument", "calls-torch", "spec-own-function", "input-rewritten",
-        "params", "dims", "dtypes", "tolerance", "checks", "arguments", "decorator"])
+        "params", "dims", "dtypes", "tolerance", "checks", "arguments", "decorator", "module-patch",
+        "reference-side-effect", "other-spec-side-effect", "default-side-effect"])
 def test_anything_else_is_named(head: str, reason: str) -> None:
     reasons = _reasons(head)
     assert any(reason in r for r in reasons), reasons
+
+
+def test_a_second_spec_of_the_module_with_only_its_own_call_changed_is_plumbing() -> None:
+    """Two specs of one module that call the kernel, both adapted to its new keyword: for each, the
+    other's definition evaluates only what the base's did."""
+    two = BASE + ("\n\n@gg.spec(dims={\"n\": gg.Dim(1, 8)}, inputs={\"x\": gg.Tensor((\"n\",))},"
+                  " reference=lambda x: x * 3.0)\ndef triple_gate(x):\n    return scale(x, 3.0)\n")
+    head = two.replace("return scale(x, alpha)", "return scale(x, alpha, block=64)").replace(
+        "return scale(x, 3.0)", "return scale(x, 3.0, block=64)")
+    assert plumbing.differences(_spec(two), _spec(head), INDEX) == []
 
 
 def test_a_rebound_import_is_not_an_imported_name() -> None:
