@@ -12,7 +12,7 @@ import pytest
 
 from github_server import FakeGitHub
 from test_cli import gate
-from test_pairing import _legacy_repo
+from test_pairing import KERNEL, NEW_KEYWORD, SPEC, _legacy_repo, _repo
 
 
 @pytest.fixture
@@ -78,3 +78,22 @@ def test_an_approval_whose_permission_cannot_be_read_lets_nothing_through(  # ty
     code, text = _report(r, tmp_path, gh, head, "unreadable")
     assert code == 1, text
     assert "no approval of the rule changes is taken into account" in text
+
+
+def test_a_maintainers_approval_lets_a_spec_signature_change_through(  # type: ignore[no-untyped-def]
+        make_repo, tmp_path: Path, gh: FakeGitHub) -> None:
+    """The head's spec does more than adapt its call to a new signature (it fixes the output up after
+    the call): the job judged by it fails as spec-signature-changed until a maintainer approves."""
+    r = _repo(make_repo)
+    spec = SPEC.replace("    return scale(x)\n", "    y = scale(x, block=64)\n    y.mul_(1.0)\n    return y\n")
+    r.commit("block size", {"lib/scale.py": KERNEL.replace("def scale(x, alpha=2.0):", NEW_KEYWORD),
+                            "gate/scale_gate.py": spec})
+    head = r.git("rev-parse", "feature")
+    p = gate("check", "--base", "main", "--head", "feature", "--no-cache", cwd=r.path)
+    assert p.returncode == 1 and "spec-signature-changed" in p.stdout + p.stderr, p.stdout + p.stderr
+    gh.set_permission("maintainer", "admin")
+    gh.add_comment(7, f"/gpu-gate approve-rules {head}", "maintainer", "OWNER")
+    code, text = _report(r, tmp_path, gh, head, "approved")
+    assert code == 0, text
+    assert f"[approved for {head[:12]} by maintainer]" in text
+    assert "the head's spec changes more than the call to the kernel" in text
