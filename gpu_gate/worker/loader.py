@@ -52,14 +52,14 @@ def load_spec(job: Job, repo_root: Path, workdir: Path, *, stub_repository: bool
     imports, at once or later, are that tree's; the head's tree is not on sys.path at all."""
     from ..protocol.jobs import base_copy, carried
 
-    from ..protocol.jobs import carried
-
     assert job.spec is not None
     if truth_root is not None:
         spec = carried(job)
         path = truth_root / str(spec.get("file") if spec else job.spec.file)
         if path.is_file():
-            return _load_spec_file(job, truth_root, path, stub_repository)
+            # the base's file holds the base's name (a spec paired across a rename, gpu_gate.rules.pairing)
+            name = str(spec.get("name") or job.spec.name) if spec else job.spec.name
+            return _load_spec_file(job, truth_root, path, stub_repository, name)
         repo_root = truth_root
     base = base_copy(job, workdir)
     path = base if base is not None else repo_root / job.spec.file
