@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import collections
+from typing import TypeGuard
 
 from .. import discovery, pyscan
 from .specrules import SpecRules
@@ -91,7 +92,7 @@ def _import(stmt: ast.stmt) -> bool:
     return isinstance(stmt, (ast.Import, ast.ImportFrom))
 
 
-def _spec_def(stmt: ast.stmt, spec: SpecRules) -> bool:
+def _spec_def(stmt: ast.stmt, spec: SpecRules) -> TypeGuard[ast.FunctionDef | ast.AsyncFunctionDef]:
     return isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
         discovery.is_spec_decorator(pyscan.qualified_name(d, spec.aliases)) for d in stmt.decorator_list)
 
