@@ -145,10 +145,11 @@ def _make_plan(args: argparse.Namespace) -> tuple[Path, LoadedPolicy, Plan]:
     base, head = _refs(repo, args)
     choice = _policy_in_force(repo, args, base, head)
     scancache.active = _scan_store(choice.loaded.policy, repo, args)  # until main() returns
-    plan = build_plan(repo, base, head, choice.loaded, launch_store=_cache_dir(choice.loaded.policy, repo, args),
+    launches = _cache_dir(choice.loaded.policy, repo, args)
+    plan = build_plan(repo, base, head, choice.loaded, launch_store=launches,
                       every_spec=getattr(args, "all_specs", False), only=getattr(args, "spec", None) or ())
     # --all (a nightly run) lists the repository's debt: every spec by absolute rules, no base's code
-    apply(repo, plan, choice, differential=not getattr(args, "all_specs", False))
+    apply(repo, plan, choice, differential=not getattr(args, "all_specs", False), launch_store=launches)
     return repo, choice.loaded, plan
 
 
@@ -443,10 +444,14 @@ def cmd_repro(args: argparse.Namespace) -> int:
             base_source = git.show(repo, rules, ref.file).decode("utf-8", errors="replace")
         except git.GitError:
             say(f"note: {ref.file} does not exist at the base ({rules[:12]}): the work tree's spec judges")
-        if base_source is not None and base_source != (repo / ref.file).read_text(encoding="utf-8", errors="replace"):
+        head_source = (repo / ref.file).read_text(encoding="utf-8", errors="replace")
+        if base_source is not None and base_source != head_source:
+            from .rules.plumbing import between_sources
+
             options[BASE_SPEC] = {"file": ref.file, "name": ref.name, "source": base_source,
                                   "reference_changed": False, "rule_changes": loaded.policy.rule_changes,
-                                  "commit": rules}
+                                  "commit": rules,
+                                  "plumbing": between_sources(ref.file, ref.name, base_source, head_source)}
         if base_source is not None:
             options[TRUTH] = rules
     job = Job(id=f"{args.check}:{ref.id}", check=args.check, level="required", kernels=(), spec=ref,

@@ -552,6 +552,8 @@ def finish(record: RunRecord, loaded: LoadedPolicy, out_dir: Path, args: argpars
     record = scrub_record(record, roots if roots is not None else runner_roots([Path.cwd()]))
     # What the specs launched in this run decides which changed kernels they covered.
     record.plan_findings = revise(record.kernels, record.plan_findings, record.results, loaded.policy.specs)
+    if getattr(args, "github", None):
+        _approvals(record)
     verdict = decide(record, local_rules(loaded.policy.rules(), record))
     for note in record.notes if out.verbose() else ():
         out.detail(f"note: {note}")
@@ -580,6 +582,26 @@ def finish(record: RunRecord, loaded: LoadedPolicy, out_dir: Path, args: argpars
     if getattr(args, "format", "text") == "json":
         out.data(json.dumps(check_json(record, verdict, written, code), indent=1))
     return code
+
+
+def _approvals(record: RunRecord) -> None:
+    """Where the run publishes to a pull request (a token in reach, no repository code running), the
+    maintainers' approvals of the judged commit let the approvable rule findings through."""
+    from ..github.client import GitHubError
+    from ..rules.approved import apply_approval, approvable, read_approvers
+
+    if not approvable(record):
+        return
+    try:
+        by = read_approvers(os.environ, record.head)
+    except GitHubError as exc:
+        warn(f"gpu-gate: warning: the approvals of the rule changes cannot be read ({exc}): no approval of the "
+             f"rule changes is taken into account")
+        return
+    count = apply_approval(record, by, record.head or "")
+    if count:
+        say(f"{count} rule finding(s) approved for {str(record.head)[:12]} by {', '.join(by)} "
+            f"(/gpu-gate approve-rules)")
 
 
 def _publish(record: Any, verdict: Any, written: dict[str, Path], args: argparse.Namespace) -> None:

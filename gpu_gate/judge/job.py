@@ -152,7 +152,6 @@ def _adapted_note(job: Job, used: Any) -> list[Finding]:
 
 
 def run_job(job: Job, ctx: Context) -> JobResult:
-    from ..protocol.jobs import without_base
     from ..rules import judging
 
     start = time.monotonic()
@@ -162,9 +161,8 @@ def run_job(job: Job, ctx: Context) -> JobResult:
     try:
         outcome = _run_check(info, job, ctx)
         why = judging.signature_broke(job, outcome.findings)
-        if why is not None:  # the base's spec no longer fits the head: the head's judges, and the job says so
-            outcome = _run_check(info, without_base(job), ctx)
-            outcome.findings.append(judging.fallback_finding(job, why))
+        if why is not None:  # the base's spec no longer fits the head: as the head's spec allows, and the job says so
+            outcome = judging.fall_back(job, why, lambda again: _run_check(info, again, ctx))
             if outcome.status is Status.PASSED and any(f.severity is Severity.ERROR for f in outcome.findings):
                 outcome.status = Status.FAILED
         if ctx.workers is not None and outcome.status in (Status.PASSED, Status.FAILED):

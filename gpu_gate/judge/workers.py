@@ -463,8 +463,15 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
             asked[role] = None
         except WorkerLost as exc:
             asked[role] = exc
-    uses_triton, load_times, late, adapted = _loaded(job, "candidate", channels["candidate"], asked["candidate"],
-                                                     deadline)
+    try:
+        uses_triton, load_times, late, adapted = _loaded(job, "candidate", channels["candidate"], asked["candidate"],
+                                                         deadline)
+    except BaseException:
+        # The others were asked too: take their answers now, or the next ``load`` on these channels
+        # (the job judged by another spec) would read this one's answer as its own.
+        _drain({role: ch for role, ch in (("reference", channels["reference"]), ("base", base))
+                if ch is not None and asked.get(role) is None}, deadline)
+        raise
     _loaded(job, "reference", channels["reference"], asked["reference"], deadline)
     reference = Reference(channels["reference"], device, deadline)
     reply, _ = reference._ask({"op": "describe"})
@@ -478,6 +485,20 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
     workers.late_cuda_settings = late
     workers.interpreter = adapted
     return workers
+
+
+DRAIN_S = 60.0  # how long a worker's answer to an abandoned ``load`` is waited for
+
+
+def _drain(channels: dict[str, Channel], deadline: float) -> None:
+    """Read and drop the pending answer of each channel; one that does not answer is lost, and says so."""
+    import time
+
+    for channel in channels.values():
+        try:
+            channel.answer(min(deadline, time.monotonic() + DRAIN_S))
+        except (WorkerLost, WorkerTimeout):
+            pass  # the channel now knows it is lost: a later request says so instead of misreading
 
 
 def _loaded(job: Job, role: str, channel: Channel, lost: WorkerLost | None, deadline: float

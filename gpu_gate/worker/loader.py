@@ -58,14 +58,18 @@ def load_spec(job: Job, repo_root: Path, workdir: Path, *, stub_repository: bool
         spec = carried(job)
         path = truth_root / str(spec.get("file") if spec else job.spec.file)
         if path.is_file():
-            return _load_spec_file(job, truth_root, path, stub_repository)
+            # the base's file holds the base's name (a spec paired across a rename, gpu_gate.rules.pairing)
+            name = str(spec.get("name") or job.spec.name) if spec else job.spec.name
+            return _load_spec_file(job, truth_root, path, stub_repository, name)
         repo_root = truth_root
     base = base_copy(job, workdir)
     path = base if base is not None else repo_root / job.spec.file
-    return _load_spec_file(job, repo_root, path, stub_repository)
+    # a spec paired across a rename (gpu_gate.rules.pairing) has the base's name in the base's source
+    name = str((carried(job) or {}).get("name") or job.spec.name) if base is not None else job.spec.name
+    return _load_spec_file(job, repo_root, path, stub_repository, name)
 
 
-def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool) -> Any:
+def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool, spec_name: str) -> Any:
     from . import launches
     from ..spec import specs_in_module
     from . import disguise, stubs
@@ -102,12 +106,12 @@ def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool
             message=f"{job.spec.file}:{line or 1}: the spec does not import: {type(exc).__name__}: {exc} "
                     f"({_import_hint(exc, job)})",
             traceback=tb, missing_module=exc.name if isinstance(exc, ModuleNotFoundError) and exc.name else "")) from exc
-    found = [s for s in specs_in_module(name) if s.name == job.spec.name]
+    found = [s for s in specs_in_module(name) if s.name == spec_name]
     if not found:
         names = [s.name for s in specs_in_module(name)]
         raise SpecImportError(SpecImportFacts(
             kind="spec-not-found", file=job.spec.file, line=None,
-            message=f"{job.spec.file}: no gate spec named {job.spec.name!r} (found: {', '.join(names) or 'none'}; "
+            message=f"{job.spec.file}: no gate spec named {spec_name!r} (found: {', '.join(names) or 'none'}; "
                     f"decorate the function with @gg.spec)"))
     return found[0]
 

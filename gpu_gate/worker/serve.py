@@ -84,6 +84,10 @@ class Worker:
         """Import the job's spec (again, for a job whose spec changed: the head's after the base's)."""
         from .loader import SpecImportError
 
+        if self.role == "candidate":
+            from ..protocol.jobs import for_candidate
+
+            job = for_candidate(job)  # the head's call to the kernel, where the job says so
         self.job, self.server = job, None
         if self.role != "reference":
             # the sibling that will compile the cases' kernels ahead imports torch and the spec now,
@@ -166,8 +170,14 @@ class Worker:
     def handle(self, header: dict[str, Any], blobs: list[bytearray]) -> tuple[dict[str, Any], wire.Blobs]:
         op = header.get("op")
         if op == "load":
-            lent = getattr(self.borrow.server, "spec", None) if self.borrow is not None else None
-            return self.load(Job.from_json(header["job"]), lent), []
+            from ..protocol.jobs import for_candidate
+
+            job = Job.from_json(header["job"])
+            # in one process the reference borrows the candidate's spec, unless the candidate's is the
+            # head's and the reference's the base's (the head's call with the base's spec)
+            same = for_candidate(job) is job
+            lent = getattr(self.borrow.server, "spec", None) if self.borrow is not None and same else None
+            return self.load(job, lent), []
         if self.server is None:
             return {"error": "protocol", "message": "no spec is loaded"}, []
         if op == "finish":

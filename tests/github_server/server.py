@@ -89,6 +89,7 @@ class FakeGitHub:
         self.releases: dict[int, dict[str, Any]] = {}
         self.assets: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)  # with the bytes, in "data"
         self.refs: dict[str, str] = {}  # "tags/v1" -> sha
+        self.permissions: dict[str, str] = {}  # login -> admin, write, read (anyone else: none)
         self.requests: list[Recorded] = []
         self.violations: list[Violation] = []
         self.faults: list[Fault] = []
@@ -127,6 +128,13 @@ class FakeGitHub:
         COLLABORATOR, CONTRIBUTOR, NONE...)."""
         comment = self._add_comment("o", "r", number, body)
         comment.update(user={"login": login}, author_association=association)
+
+    def set_permission(self, login: str, permission: str) -> None:
+        """``login``'s permission on the repository, as GitHub's ``permission`` field reads it (admin,
+        write, read, none: maintain reads as write and triage as read)."""
+        if permission not in ("admin", "write", "read", "none"):
+            raise ValueError(f"unknown permission {permission!r}")
+        self.permissions[login] = permission
 
     def add_pull(self, number: int, head_sha: str, *, head_repo: str = "octo/kernels", head_ref: str = "feature",
                  state: str = "open", repo: str = "octo/kernels") -> dict[str, Any]:
@@ -298,6 +306,13 @@ class FakeGitHub:
         found = [pr for pr in self.pulls.values() if state in ("all", pr["state"])
                  and (head is None or pr["head"]["label"] == head)]
         return 200, found, {}
+
+    def _op_repos_get_collaborator_permission_level(self, p: dict[str, str], query: dict[str, list[str]],
+                                                    body: Any):
+        login = urllib.parse.unquote(p["username"])
+        permission = self.permissions.get(login, "none")
+        return 200, {"permission": permission, "role_name": permission,
+                     "user": {"login": login, "type": "User"}}, {}
 
     def _op_repos_create_commit_status(self, p: dict[str, str], query: dict[str, list[str]], body: Any):
         status = {"id": next(self._ids), "sha": p["sha"], "state": body["state"],
