@@ -156,6 +156,9 @@ class ReferenceServer:
         self._head: ReferenceServer | str | None = None  # the head's spec, when this change rewrote the reference
         self.isolated = False
         self.why: str | None = None  # why the spec needed the repository's code
+        # why the truth cannot be computed at all (the base's tree is needed and missing): said to every
+        # ask, not only the first (a judge's probe may ask first and carry on)
+        self.unavailable: str | None = None
         # the last case asked: its token and salt, inputs, upstream gradients' recipe and values
         self._last: tuple[str, int, Materialized, dict[str, Any] | None, dict[str, Any] | None] | None = None
         self.spec = spec if spec is not None else self._load(isolate)
@@ -205,6 +208,8 @@ class ReferenceServer:
         op = header.get("op")
         if op == "describe":
             return {"spec": describe(self.spec), **self._status()}, []
+        if self.unavailable is not None:  # every later ask too: the truth cannot be computed here
+            return {"error": "reference", "message": self.unavailable, **self._status()}, []
         for _ in range(2):  # once more after importing the repository's code for real
             try:
                 return self._compute(op, header)
@@ -213,6 +218,7 @@ class ReferenceServer:
                     try:
                         self._unisolate(exc)
                     except SpecImportError as missing:
+                        self.unavailable = missing.facts.message
                         return {"error": "reference", "message": missing.facts.message, **self._status()}, []
                     continue
                 if is_fatal(exc):
