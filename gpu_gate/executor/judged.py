@@ -88,7 +88,13 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     pairs = {role: socket.socketpair() for role in roles}
     context = {**_context(opts, gpu, job), "channels": {role: a.fileno() for role, (a, _) in pairs.items()}}
     job_file, result_file = judge_dir / "in.json", judge_dir / "out.json"
-    job_file.write_text(json.dumps({"job": job.to_json(), "context": context}))
+    try:
+        job_file.write_text(json.dumps({"job": job.to_json(), "context": context}))
+    except OSError as exc:
+        for a, b in pairs.values():
+            a.close()
+            b.close()
+        return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
     threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
     env = _env_for(opts, gpu, workdir, threads, job.check, avail)
     judge_env = {**env, "TMPDIR": str(judge_dir)}
