@@ -207,7 +207,7 @@ def test_check_json_is_one_object_on_stdout_and_progress_on_stderr(make_repo) ->
     doc = json.loads(p.stdout)  # the whole of stdout
     assert doc["schema"] == 1 and doc["command"] == "check"
     assert doc["passed"] is False and doc["exit_code"] == 1
-    assert doc["headline"] == "gpu-gate: FAILED - 2 jobs, 1 passed, 1 failed; 1 blocking"
+    assert doc["headline"].startswith("gpu-gate: FAILED - 2 jobs, 1 passed, 1 failed; 1 blocking; ") and doc["headline"].endswith(" equivalence cases run"), doc["headline"]
     assert doc["counts"]["failed"] == 1
     status = {j["id"]: j["status"] for j in doc["jobs"]}
     assert status == {"equivalence:gate/double_gate.py::double_gate": "passed",
