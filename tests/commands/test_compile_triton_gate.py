@@ -68,7 +68,7 @@ def _triton_repo(make_repo, policy: str | None):  # type: ignore[no-untyped-def]
     r = make_repo("tlib", files)
     r.branch("feature")
     r.commit("a correct change", {"mylib/scale.py": KERNEL.replace("    row = tl.program_id(0)\n",
-                                                                    "    row = tl.program_id(0)  # one row each\n")})
+                                                                    "    row = tl.program_id(axis=0)\n")})
     return r
 
 

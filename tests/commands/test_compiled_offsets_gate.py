@@ -3,7 +3,7 @@ compile check builds the base's kernel file too, and only what the change brings
 
 - the bug brought back (``tl.program_id(0).to(tl.int64)`` made ``tl.program_id(0)`` again, as in
   Liger-Kernel #804 reverted): new, blocks;
-- a change to a comment in a kernel that has always computed its offsets in 32 bits: the same
+- a change that computes nothing new in a kernel that has always computed its offsets in 32 bits: the same
   findings at the base, the repository's debt, a warning;
 - the fix: reported fixed, green.
 """
@@ -82,7 +82,8 @@ def _repo(make_repo, base_row: str, head_row: str, comment: bool = False,  # typ
     r.branch("feature")
     head = KERNEL.replace("ROW", head_row)
     if comment:
-        head = head.replace("    cols = tl.arange", "    # one program per row\n    cols = tl.arange")
+        # a line that changes a token and nothing the kernel computes (a comment alone is no change)
+        head = head.replace("    cols = tl.arange", "    pass  # one program per row\n    cols = tl.arange")
     r.commit("the change", {"mylib/scale.py": head + added})
     return r
 
