@@ -129,9 +129,12 @@ LANGUAGES: tuple[Language, ...] = (
                                                                         "helion.language")),
     # Modules whose every use may be GPU code gpu-gate cannot read (issue 38): a file that uses them and
     # defines no kernel above is unrecognised. Their compiling calls are read as inline-cuda first.
-    # Moving arrays to and from the device (as numba's cuda.to_device) is host code: CuPy's own kernels.
-    Language("gpu-module", gpu=("cupy", "cupyx", "pycuda", "cuda.core", "torch.ops.load_library",
-                                "torch.classes.load_library"),
+    # CuPy's array functions (cp.exp, x.sum()) run CuPy's own kernels, as torch's operators run torch's:
+    # what is the repository's own GPU code there is what compiles or loads device code (cupy.fuse, the
+    # driver's module loads, the compiler), and any name reached by a computed getattr (gpu_loads).
+    Language("gpu-module", gpu=("cupy.fuse", "cupy.cuda.function", "cupy.cuda.driver", "cupy.cuda.compiler",
+                                "cupy.cuda.nvrtc", "cupyx.jit", "cupyx.rawkernel", "pycuda", "cuda.core",
+                                "torch.ops.load_library", "torch.classes.load_library"),
              host=tuple(f"cupy.{n}" for n in _CUPY_HOST)),
 )
 

@@ -41,7 +41,7 @@ def interpret_without_gpu() -> str | None:
     run Triton kernels under Triton's interpreter, as ``gpu-gate check`` does without a GPU); the line
     that says so, or None. Triton reads it when a kernel is defined, so call this before the library
     is imported."""
-    from .harness import pick_device
+    from .judge.job import pick_device
 
     if os.environ.get("TRITON_INTERPRET") is not None or pick_device() == "cuda":
         return None

@@ -123,6 +123,8 @@ def test_a_system_library_is_not_gpu_code(make_repo) -> None:  # type: ignore[no
     "import pycuda.driver as drv\nmod = drv.module_from_file('rows.cubin')\n",
     "from cuda.core import ObjectCode\ncode = ObjectCode.from_cubin(DATA)\n",
     "import cupy\nmod = cupy.RawModule(path='rows.cubin')\n",
+    "import cupy\n\n@cupy.fuse()\ndef scale(x, a):\n    return x * a\n",
+    "import cupy\nmod = cupy.cuda.function.Module()\nmod.load_file('rows.cubin')\n",
 ])
 def test_every_side_door_is_a_gpu_use(src: str) -> None:
     assert scan(src, "m.py").unrecognised or scan(src, "m.py").kernels
@@ -132,6 +134,7 @@ def test_every_side_door_is_a_gpu_use(src: str) -> None:
     "import ctypes\nlib = ctypes.CDLL('libcuda.so.1')\n",
     "import cffi\nffi = cffi.FFI()\nC = ffi.dlopen(None)\n",
     "import cupy as cp\ny = cp.asarray([1.0]) * 2\n",
+    "import cupy as cp\ne = cp.exp(x - x.max(axis=-1, keepdims=True))\ny = e / e.sum(axis=-1)\n",
     "x = getattr(obj, 'a' + 'b')\n",
 ])
 def test_host_code_is_not_a_gpu_use(src: str) -> None:

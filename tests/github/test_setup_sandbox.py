@@ -208,7 +208,7 @@ def test_by_default_setup_writes_the_runners_cache_as_before(runner: Runner, ws:
 
 @needs_bwrap
 def test_setup_cannot_write_gpu_gates_package_or_the_runners_site_packages(runner: Runner, ws: Path) -> None:
-    harness = runner.package / "harness.py"
+    harness = runner.package / "judge" / "job.py"
     before = harness.read_text()
     res = setup(runner, ws, f"echo 'import os' >> {harness}")
     assert res.returncode != 0 and harness.read_text() == before, log(res)
@@ -222,10 +222,10 @@ def test_setup_cannot_write_gpu_gates_package_or_the_runners_site_packages(runne
 
 
 def test_unsandboxed_the_site_packages_attack_succeeds(runner: Runner, ws: Path) -> None:
-    res = setup(runner, ws, f"echo 'import os' >> {runner.package / 'harness.py'}; "
+    res = setup(runner, ws, f"echo 'import os' >> {runner.package / 'judge' / 'job.py'}; "
                             f"echo 'X = 1' > {runner.site / 'sitecustomize.py'}", mode="off")
     assert res.returncode == 0 and (runner.site / "sitecustomize.py").exists(), log(res)
-    assert (runner.package / "harness.py").read_text().endswith("import os\n")
+    assert (runner.package / "judge" / "job.py").read_text().endswith("import os\n")
 
 
 # --- the environment and the processes ------------------------------------------------------------------

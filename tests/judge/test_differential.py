@@ -74,7 +74,7 @@ def _repo(make_repo, ops: str, policy: str = POLICY, spec: str = SPEC) -> GitRep
 
 
 def _pr(r: GitRepo, ops: str | None) -> None:
-    files: dict[str, str | bytes] = {"csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")}
+    files: dict[str, str | bytes] = {"csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")}
     if ops is not None:
         files["mylib/ops.py"] = ops
     r.commit("pull request", files)
@@ -154,7 +154,7 @@ def test_the_head_cannot_turn_debt_into_a_pass_by_policy(make_repo) -> None:  # 
     """`preexisting` is read from the base: a pull request that relaxes it is a weakening."""
     r = _repo(make_repo, TRUNCATED, POLICY + "preexisting: fail\n")
     r.commit("pull request", {".gpu-gate.yml": POLICY + "preexisting: warn\n",
-                              "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+                              "csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")})
     code, text, _ = _check(r)
     assert code == 1, text
     assert "rules weakened by this change: preexisting: fail -> warn" in text

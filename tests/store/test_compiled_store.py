@@ -115,7 +115,7 @@ def _repo(make_repo) -> GitRepo:  # type: ignore[no-untyped-def]
     r = make_repo("proj", {".gpu-gate.yml": POLICY, ".gitignore": ".gpu-gate/\n", "mylib/__init__.py": "", "mylib/ops.py": BASE_OPS,
                            "csrc/rows.cu": KERNEL, "gate/rows_gate.py": SPEC})
     r.branch("feature")
-    r.commit("pull request", {"mylib/ops.py": HEAD_OPS, "csrc/rows.cu": KERNEL.replace("sums", "sums, tuned")})
+    r.commit("pull request", {"mylib/ops.py": HEAD_OPS, "csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")})
     return r
 
 
@@ -144,7 +144,7 @@ def test_the_store_keeps_the_bases_kernels_and_seeds_the_next_run(make_repo) -> 
     # Only the base's kernel, compiled from the base's tree seen at the repository's own path.
     assert kept == {BASE_KEY: str(r.path.resolve() / "mylib" / "ops.py")}, kept
     # Nothing changed in the store through the head's attempts.
-    r.commit("again", {"csrc/rows.cu": KERNEL.replace("sums", "sums, tuned twice")})
+    r.commit("again", {"csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned, int twice)")})
     code, text, results = _check(r, cache)
     assert _equivalence(results) == "passed", text  # the head's worker started with the base's kernel
     assert _entries(cache) == kept
@@ -230,7 +230,7 @@ def test_an_entry_planted_by_hand_in_the_store_never_reaches_a_worker(make_repo)
     tampered = shelf / BASE_KEY / "kernel.json"  # a kept entry changed after the gate harvested it
     original = tampered.read_text()
     tampered.write_text(original + " ")
-    r.commit("future kernel", {"mylib/ops.py": FUTURE_OPS, "csrc/rows.cu": KERNEL.replace("sums", "sums, v2")})
+    r.commit("future kernel", {"mylib/ops.py": FUTURE_OPS, "csrc/rows.cu": KERNEL.replace("int n)", "int n, int v2)")})
     code, text, results = _check(r, cache)
     assert _equivalence(results) == "failed", text  # its worker started without the planted binary
     job = next(x for x in results["results"] if x["check"] == "equivalence")
