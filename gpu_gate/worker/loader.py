@@ -12,6 +12,7 @@ from typing import Any
 
 from ..protocol.jobs import Job
 from ..protocol.messages import SpecImportFacts
+from . import distribution
 
 
 class SpecImportError(Exception):
@@ -159,6 +160,7 @@ def user_path(repo_root: Path, python_path: tuple[str, ...] = ("",)) -> None:
         if entry not in sys.path:
             sys.path.insert(at, entry)
             at += 1
+    distribution.answer_for(repo_root)  # its own metadata, where the tree is not installed
 
 
 def user_roots(repo_root: Path, python_path: tuple[str, ...]) -> list[str]:
