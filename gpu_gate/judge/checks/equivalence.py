@@ -251,7 +251,7 @@ class Equivalence:
                 from ..equivalence.magnitude import settle_all
 
                 with self._timed("magnitude"):
-                    cases, self.magnitudes = settle_all(cases, self.workers.reference)
+                    cases, self.magnitudes = settle_all(cases, self.workers.reference, self.workers.spec)
             self._compile_ahead(cases)
             with self._timed("cases"):
                 self._run_cases(cases, results, refusals, notes)
