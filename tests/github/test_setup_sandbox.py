@@ -404,12 +404,16 @@ def tiny_job(ws: Path) -> Job:
 @needs_bwrap
 def test_a_spec_imports_what_setup_installed_through_the_worker_python(ws: Path, tmp_path: Path) -> None:
     """End to end: setup (sandboxed, run by this interpreter) installs the package into its venv; the
-    sandboxed workers import it with that venv's python; without it they cannot (the package reads its
-    own installed version, as real ones do: its sources alone on sys.path do not import)."""
+    sandboxed workers import it with that venv's python; without it they cannot (the package insists on
+    its installation, the record pip writes: its sources alone on sys.path, with the name and version
+    the worker answers for a tree's pyproject.toml, do not import)."""
     runner = Runner.__new__(Runner)  # this interpreter, gpu-gate as installed here
     runner.gate_site = sandbox.gate_package_dir().parent
-    (ws / "src" / "tinypkg" / "__init__.py").write_text("from importlib.metadata import version\n\n"
-                                                         "X = 1 if version('tinypkg') else 0\n")
+    (ws / "src" / "tinypkg" / "__init__.py").write_text(
+        "from importlib.metadata import distribution\n\n"
+        "if not distribution('tinypkg').read_text('INSTALLER'):\n"
+        "    raise ImportError('tinypkg is not installed')\n"
+        "X = 1\n")
     res = setup(runner, ws, PIP_INSTALL, python=sys.executable)
     assert res.returncode == 0, log(res)
     (ws / "gate").mkdir()
