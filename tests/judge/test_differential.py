@@ -279,10 +279,11 @@ def test_results_that_change_only_at_the_head_block(make_repo) -> None:  # type:
     assert "unstable" in _changes(results).get("new", set()), _findings(results)
 
 
-# Off by one everywhere (the base's debt), and, at the head, by a varying ulp on top: the way an
-# in-place kernel whose programs overlap shows, once a change makes their writes disagree.
-OFF_BY_ONE_EVERYWHERE = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype) + 1.0\n"
-OFF_AND_WOBBLY = _wobbly(" + 1.0", 20)
+# Off everywhere (the base's debt), and, at the head, by a varying ulp on top: the way an in-place
+# kernel whose programs overlap shows, once a change makes their writes disagree. Off by a part in a
+# thousand, not by one: the cases' inputs reach magnitudes (1e36) where an added 1.0 is no error.
+OFF_BY_ONE_EVERYWHERE = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype) * (1 + 2.0 ** -10)\n"
+OFF_AND_WOBBLY = _wobbly(" * (1 + 2.0 ** -10)", 20)
 
 
 def test_results_that_vary_where_the_base_is_already_wrong_are_the_same_debt(make_repo) -> None:  # type: ignore[no-untyped-def]
