@@ -65,12 +65,12 @@ def accumulator_cap(case: Case, spec: Spec | None, names: list[str]) -> int | No
 
     if spec is None:
         return None
-    terms = math.prod(case.dims.get(d, 1) for d, dim in spec.dims.items() if getattr(dim, "reduction", False))
+    terms = math.prod(case.dims.get(d, 1) for d, dim in spec.dims.items() if dim.reduction)
     if terms <= 1:
         return None
     caps = []
     for k in names:
-        acc = getattr(torch, accumulation_dtype(getattr(spec, "accumulate", None), case.inputs[k].dtype))
+        acc = getattr(torch, accumulation_dtype(spec.accumulate, case.inputs[k].dtype))
         caps.append(int(math.log2(torch.finfo(acc).max)) - math.ceil(math.log2(terms)) - SAMPLE_BITS - HEADROOM_BITS)
     return max(0, min(caps))
 
