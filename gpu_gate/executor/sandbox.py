@@ -199,10 +199,11 @@ def choose(mode: Mode) -> Available:
 def _bwrap_base(net: bool = True) -> list[str]:
     """The sandbox's root, read-only: the whole machine, or where the minimal view is switched on, the
     least a worker needs (see :mod:`.view`)."""
-    from .view import minimal, system_binds
+    from .view import minimal, system_binds, tool_binds
 
     root = [*system_binds()] if minimal() else ["--ro-bind", "/", "/"]
-    return [*root, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+    tools = [*tool_binds()] if minimal() else []
+    return [*root, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *tools,
             "--unshare-pid", *(["--unshare-net"] if net else []), "--unshare-ipc", "--die-with-parent",
             "--new-session", "--cap-drop", "ALL"]
 

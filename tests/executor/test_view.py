@@ -4,6 +4,7 @@ kernel could read and raise into a report (the checkout's .git with its token, /
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -95,3 +96,63 @@ def test_python_torch_and_the_c_compiler_work_in_the_minimal_view(tmp_path: Path
     r = _probe(tmp_path, [], code=code)
     assert r.ok, r.describe()
     assert "3.0" in r.stdout and "cc 0" in r.stdout and "ldconfig 0" in r.stdout, r.stdout
+
+
+def _toolset(tmp_path: Path) -> Path:
+    """A C compiler installed outside /usr, as a runner's image may have one (a toolset under /opt):
+    ``bin/gcc`` a link to ``libexec/gcc-wrapper``, which runs the system's compiler."""
+    root = tmp_path / "opt" / "toolset"
+    (root / "bin").mkdir(parents=True)
+    (root / "libexec").mkdir()
+    wrapper = root / "libexec" / "gcc-wrapper"
+    wrapper.write_text(f"#!/bin/sh\nexec {shutil.which('gcc') or '/usr/bin/gcc'} \"$@\"\n")
+    wrapper.chmod(0o755)
+    (root / "bin" / "gcc").symlink_to("../libexec/gcc-wrapper")
+    (tmp_path / "opt" / "private").mkdir()
+    (tmp_path / "opt" / "private" / "token").write_text("secret\n")
+    return root
+
+
+COMPILE = ("import os, subprocess, sys, tempfile\n"
+           "src = os.path.join(tempfile.mkdtemp(), 'k.c')\n"
+           "open(src, 'w').write('int launch(void) { return 3; }\\n')\n"
+           "try:\n"
+           "    r = subprocess.run([os.environ['CC'], src, '-shared', '-fPIC', '-o', src + '.so'],\n"
+           "                       capture_output=True, text=True)\n"
+           "    print('built', r.returncode, r.stderr[-300:])\n"
+           "except OSError as exc:\n"
+           "    print('error', type(exc).__name__)\n"
+           "print('private', os.path.lexists(sys.argv[1]))\n")
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler")
+def test_a_compiler_named_by_cc_outside_usr_is_in_the_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton builds its launcher with ``$CC`` where set: a compiler outside /usr that the view did
+    not show made every Triton job fail to build (FileNotFoundError), an honest change red. The
+    compiler's installation is shown; the rest of the directory it sits in is not."""
+    root = _toolset(tmp_path)
+    monkeypatch.setenv("CC", str(root / "bin" / "gcc"))
+    r = _probe(tmp_path, [str(tmp_path / "opt" / "private" / "token")], code=COMPILE)
+    assert r.ok, r.describe()
+    assert "built 0" in r.stdout and "private False" in r.stdout, r.stdout
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler")
+def test_the_first_gcc_on_path_outside_usr_is_in_the_view(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``$CC``, Triton takes the first ``gcc`` on ``PATH``: the worker finds the same one."""
+    root = _toolset(tmp_path)
+    monkeypatch.setenv("PATH", f"{root / 'bin'}:{os.environ.get('PATH', '/usr/bin:/bin')}")
+    monkeypatch.delenv("CC", raising=False)
+    code = COMPILE.replace("os.environ['CC']", "__import__('shutil').which('gcc')") + \
+        "print('which', __import__('shutil').which('gcc'))\n"
+    r = _probe(tmp_path, [str(tmp_path / "opt" / "private" / "token")], code=code)
+    assert r.ok, r.describe()
+    assert "built 0" in r.stdout and f"which {root / 'bin' / 'gcc'}" in r.stdout, r.stdout
+    assert "private False" in r.stdout, r.stdout
+
+
+def test_without_a_compiler_outside_usr_nothing_more_is_shown(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CC", "gcc")
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
+    assert view.compiler_dirs() == [] and view.driver_dirs() == []
