@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from . import cudascan, git, kernelscan, pyscan, tokens
+import pathspec
+
+from . import artefacts, cudascan, git, kernelscan, pyscan, tokens
 from .store import scans as scancache
 from .findings import Finding, Severity
 from .git import FileChange
@@ -43,52 +44,22 @@ class PolicyLike(Protocol):
 
 # --- globs ---------------------------------------------------------------------------------
 
+# gitignore semantics come from pathspec: ``*`` stays inside one directory, ``**/`` spans zero or
+# more, a pattern without a slash (but a trailing one) matches at any depth, a pattern that names a
+# directory matches everything below it, and ``!`` negates an earlier pattern of the same list.
 @functools.lru_cache(maxsize=1024)
-def _glob_regex(pattern: str) -> re.Pattern[str]:
-    pat = pattern.strip()
-    # As in .gitignore, only a slash at the start or in the middle anchors a pattern to the root.
-    anchored = "/" in pat.rstrip("/")
-    if pat.endswith("/"):
-        pat += "**"
-    pat = pat.lstrip("/")
-    out: list[str] = []
-    i = 0
-    while i < len(pat):
-        if pat.startswith("**/", i):
-            out.append("(?:.*/)?")
-            i += 3
-        elif pat.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif pat[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif pat[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif pat[i] == "[" and "]" in pat[i + 2:]:
-            end = pat.index("]", i + 2)
-            body = pat[i + 1:end]
-            out.append("[" + ("^" + body[1:] if body[0] == "!" else body).replace("\\", "\\\\") + "]")
-            i = end + 1
-        else:
-            out.append(re.escape(pat[i]))
-            i += 1
-    prefix = "" if anchored else "(?:.*/)?"
-    # A pattern that names a directory matches everything below it, as in .gitignore.
-    return re.compile(prefix + "".join(out) + "(?:/.*)?", re.S)
+def _spec(patterns: tuple[str, ...]) -> pathspec.PathSpec:
+    return pathspec.PathSpec.from_lines("gitignore", [p.strip() for p in patterns])
 
 
 def match(path: str, pattern: str) -> bool:
-    """gitignore-style glob: ``*`` stays inside one directory, ``**/`` spans zero or more,
-    a pattern without a slash matches at any depth, a directory matches what it contains."""
-    return _glob_regex(pattern).fullmatch(path) is not None
+    """Whether ``path`` (repository-relative, with ``/``) matches the gitignore-style ``pattern``."""
+    return _spec((pattern,)).match_file(path)
 
 
 def matcher(include: Iterable[str], exclude: Iterable[str] = ()) -> Callable[[str], bool]:
-    inc = [_glob_regex(p) for p in include]
-    exc = [_glob_regex(p) for p in exclude]
-    return lambda path: any(r.fullmatch(path) for r in inc) and not any(r.fullmatch(path) for r in exc)
+    inc, exc = _spec(tuple(include)), _spec(tuple(exclude))
+    return lambda path: inc.match_file(path) and not exc.match_file(path)
 
 
 # --- the change set --------------------------------------------------------------------------
@@ -142,6 +113,10 @@ def detect(repo: Path | str, base: str, head: str | None, policy: PolicyLike) ->
     errors: list[Finding] = []
 
     kernels = _direct_kernels(root, merge_base, files, snap, is_kernel_path, errors)
+    # compiled artefacts (.so, .cubin, .ptx, ...): GPU code whose source gpu-gate cannot read (see artefacts)
+    binaries, binary_errors = artefacts.changed(files, policy.kernels.include, policy.kernels.exclude, _KERNEL_STATUS)
+    kernels.update({p: k for p, k in binaries.items() if p not in kernels})
+    errors += binary_errors
     errors += submodule_findings(files, policy.kernels.include, policy.kernels.exclude)
     includers = _header_propagation(files, snap, is_kernel_path, policy, kernels)
     modules = sorted(f.path for f in files if f.path.endswith(".py"))
@@ -271,7 +246,8 @@ def _components_may_match(pattern: list[str], path: list[str]) -> bool:
         return False
     if pattern[0] == "**":
         return _components_may_match(pattern[1:], path) or _components_may_match(pattern, path[1:])
-    return _glob_regex(pattern[0]).fullmatch(path[0]) is not None and _components_may_match(pattern[1:], path[1:])
+    # one component against one path component: anchored, so that it cannot match deeper
+    return match(path[0], "/" + pattern[0]) and _components_may_match(pattern[1:], path[1:])
 
 
 def _header_propagation(files: list[FileChange], snap: git.Snapshot, is_kernel_path: Callable[[str], bool],

@@ -137,6 +137,12 @@ def cmd_init(args: argparse.Namespace) -> int:
     return init.run(args.repo, specs_dir=args.specs_dir, kernel=args.kernel, force=args.force)
 
 
+def cmd_vendor(args: argparse.Namespace) -> int:
+    from .commands.vendor import run_vendor
+
+    return run_vendor(args.dir, check_only=args.check)
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from .commands import doctor
 
@@ -303,6 +309,17 @@ def _init_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     i.set_defaults(func=cmd_init)
 
 
+def _vendor_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
+    ve = add_parser("vendor", help="copy the GitHub action into DIR of your repository, for `uses: $/DIR`",
+                    description="Copy what gpu-gate's GitHub action runs (action.yml, the gpu_gate package, "
+                                "pyproject.toml, LICENSE, NOTICE) into DIR, with a manifest of checksums, and print "
+                                "the workflow steps that use it. An earlier vendored copy in DIR is replaced.")
+    ve.add_argument("dir", type=Path, help="where the action goes, e.g. .github/actions/gpu-gate")
+    ve.add_argument("--check", action="store_true",
+                    help="only verify DIR against its manifest: exit 0 when it is intact, 1 with one line per file")
+    ve.set_defaults(func=cmd_vendor)
+
+
 def build_parser() -> argparse.ArgumentParser:
     common = _common()
     p = argparse.ArgumentParser(
@@ -319,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
         return parser(name, parents=[common], **kw)
 
     for add in (_check_parser, _plan_parser, _report_parser, _validate_policy_parser, _list_kernels_parser,
-                _repro_parser, _demo_parser, _doctor_parser, _init_parser):  # the order --help lists them in
+                _repro_parser, _demo_parser, _doctor_parser, _init_parser, _vendor_parser):  # --help's order
         add(add_parser)
     return p
 

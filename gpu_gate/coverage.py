@@ -142,16 +142,20 @@ class Launched:
 
     files: frozenset[str]
     kernels: tuple[str, ...]  # "file::function"
+    reads: frozenset[str] = frozenset()  # repository files the candidate opened or loaded (worker.reads)
 
     @classmethod
     def from_json(cls, d: Any) -> Launched | None:
         if not isinstance(d, dict) or not isinstance(d.get("files"), list):
             return None
         kernels = [f"{k.get('file')}::{k.get('name')}" for k in d.get("kernels", []) if isinstance(k, dict)]
-        return cls(frozenset(str(f) for f in d["files"]), tuple(kernels))
+        from .read_files import clean
+
+        return cls(frozenset(str(f) for f in d["files"]), tuple(kernels), clean(d.get("reads")))
 
     def merge(self, other: Launched) -> Launched:
-        return Launched(self.files | other.files, tuple(sorted(set(self.kernels) | set(other.kernels))))
+        return Launched(self.files | other.files, tuple(sorted(set(self.kernels) | set(other.kernels))),
+                        self.reads | other.reads)
 
     def describe(self) -> str:
         return ", ".join(self.kernels) if self.kernels else "no kernel of this repository"

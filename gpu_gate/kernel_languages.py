@@ -80,6 +80,10 @@ _NUMBA_HOST = ("to_device", "device_array", "device_array_like", "pinned_array",
                "current_context", "gpus", "event", "pinned", "mapped", "defer_cleanup", "profile_start",
                "profile_stop", "profiling", "list_devices", "devices", "cudadrv", "errors")
 
+_CUPY_HOST = ("asarray", "asnumpy", "array", "empty", "empty_like", "zeros", "zeros_like", "ones", "ones_like",
+              "from_dlpack", "ndarray", "get_array_module", "cuda.Device", "cuda.Stream", "cuda.get_current_stream",
+              "cuda.is_available", "float16", "float32", "float64", "int32", "int64", "uint8", "bool_", "dtype")
+
 LANGUAGES: tuple[Language, ...] = (
     Language("triton", decorators=pyscan.TRITON_DECORATORS, gpu=("triton",), host=(
         "triton.cdiv", "triton.next_power_of_2", "triton.Config", "triton.testing", "triton.runtime.driver",
@@ -123,12 +127,21 @@ LANGUAGES: tuple[Language, ...] = (
              gpu=("warp.kernel", "warp.func", "warp.Kernel", "warp.context.Kernel")),
     Language("helion", decorators=frozenset({"helion.kernel"}), gpu=("helion.kernel", "helion.Kernel",
                                                                         "helion.language")),
+    # Modules whose every use may be GPU code gpu-gate cannot read (issue 38): a file that uses them and
+    # defines no kernel above is unrecognised. Their compiling calls are read as inline-cuda first.
+    # CuPy's array functions (cp.exp, x.sum()) run CuPy's own kernels, as torch's operators run torch's:
+    # what is the repository's own GPU code there is what compiles or loads device code (cupy.fuse, the
+    # driver's module loads, the compiler), and any name reached by a computed getattr (gpu_loads).
+    Language("gpu-module", gpu=("cupy.fuse", "cupy.cuda.function", "cupy.cuda.driver", "cupy.cuda.compiler",
+                                "cupy.cuda.nvrtc", "cupyx.jit", "cupyx.rawkernel", "pycuda", "cuda.core",
+                                "torch.ops.load_library", "torch.classes.load_library"),
+             host=tuple(f"cupy.{n}" for n in _CUPY_HOST)),
 )
 
 # GPU modules (not names inside one), for messages.
 _MODULES = frozenset({"triton", "triton.language", "cutlass", "cutlass.cute", "cuda.tile", "tilelang",
                       "tilelang.language", "numba.cuda", "cupyx.jit", "torch.cuda.jiterator", "pycuda.compiler",
-                      "helion.language"})
+                      "helion.language", "cupy", "cupyx", "pycuda", "cuda.core"})
 DECORATORS: frozenset[str] = frozenset().union(*(lang.decorators for lang in LANGUAGES))
 
 

@@ -28,8 +28,8 @@ import dataclasses
 import re
 from collections.abc import Iterable
 
+from . import gpu_loads, pyscan
 from . import kernel_languages as languages
-from . import pyscan
 from .cuda.names import blank_comments_and_strings, cuda_kernel_names
 from .pyscan import ParseError
 
@@ -174,6 +174,9 @@ class _Scanner:
                 lang = languages.gpu_language(literal) if literal else None
                 if lang is not None and literal is not None:
                     yield GpuUse(literal, node.lineno, lang.name)
+        # libraries loaded from a path, getattr by a computed name on a GPU module (see gpu_loads)
+        for name, line, language in gpu_loads.uses(self.tree, self.aliases):
+            yield GpuUse(name, line, language)
 
 
 # Where the compiled kernel's name is given, by callable: (positional index, keyword).

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from . import changes, coverage, discovery, git, pythonpath, spec_filter
+from . import changes, coverage, discovery, gateaware, git, pythonpath, read_files, spec_filter
 from .judge.checks import CHECKS
 from .findings import Finding, Severity
 from .protocol.jobs import Job, SpecRef
@@ -175,10 +175,18 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     findings: list[Finding] = list(cs.parse_errors) + list(disc.findings)
     predicted: list[coverage.Prediction] = []
     store = coverage.LaunchStore(launch_store) if launch_store is not None else None
-    if store is not None and not store.is_empty() and any(k.language == "triton" for k in cs.kernels):
-        cov, predicted = coverage.predict(cs, disc.specs, cov, store, git.list_tree(repo, cs.base))
+    reads: dict[str, frozenset[str]] = {}
+    if store is not None and not store.is_empty():
+        base_tree = git.list_tree(repo, cs.base)
+        if any(k.language == "triton" for k in cs.kernels):
+            cov, predicted = coverage.predict(cs, disc.specs, cov, store, base_tree)
+        assert cs.import_graph is not None
+        reads = read_files.recorded(disc.specs, store, cs.import_graph.snap, base_tree)
+        cov = read_files.cover(cov, reads)  # a changed artefact a spec loaded is covered by it
     discovery.annotate(cs, cov, disc.specs)
     why = coverage.select(cs, disc.specs, cov)
+    for sid, reasons in read_files.select(cs, disc.specs, reads).items():
+        why.setdefault(sid, []).extend(r for r in reasons if r not in why.get(sid, []))
     assert cs.import_graph is not None
     gone_why, gone_findings = coverage.deleted_imports(cs, disc.specs, cs.import_graph, _base_files(repo, cs))
     for sid, reasons in gone_why.items():
@@ -190,6 +198,7 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
         why = spec_filter.narrow(why, [s.id for s in disc.specs], only)
         notes += [n for n in [spec_filter.narrowing_note(len(why), selected, only)] if n]
     findings += gone_findings + [coverage.prediction_finding(p) for p in predicted] + _not_compiled(policy, cs.kernels)
+    findings += _gate_aware(repo, cs, disc.specs)
     if policy.uncovered != "ignore":
         hidden = {p.kernel for p in predicted}
         findings += discovery.uncovered({k: v for k, v in cov.items() if k not in hidden}, policy.specs)
@@ -208,6 +217,26 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     return Plan(base=cs.base, head=cs.head, policy_source=loaded.source, kernels=cs.kernels,
                 findings=_unique(findings), jobs=sorted(jobs, key=lambda j: j.id), notes=notes, selected=why,
                 launch_keys=keys, changed_lines=_changed_lines(repo, cs, disc.specs, why))
+
+
+def _gate_aware(repo: Path, cs: changes.ChangeSet, specs: list[discovery.SpecInfo]) -> list[Finding]:
+    """Kernel and wrapper files of the change (changed kernels, and the changed modules a spec
+    imports; not the specs, which import gpu-gate by design) that read the process's identity."""
+    spec_files = {s.file for s in specs}
+    imported = {p for s in specs for p in s.imports}
+    kernels = {k.path for k in cs.kernels if k.status not in ("deleted", "affected")}
+    files = [(f.path, None if f.status == "added" else (f.old_path or f.path)) for f in cs.files
+             if f.status != "deleted" and not f.binary and f.gitlink is None and f.path not in spec_files
+             and (f.path in kernels or (f.path.endswith(".py") and f.path in imported))]
+    if not files:
+        return []
+    assert cs.import_graph is not None
+    base_tree = git.list_tree(repo, cs.base)
+
+    def at_base(path: str) -> bytes | None:
+        return git.read_blobs(repo, [base_tree[path]])[base_tree[path]] if path in base_tree else None
+
+    return gateaware.findings(files, cs.import_graph.snap.read, at_base)
 
 
 def _covered_files(policy: Policy, specs: list[discovery.SpecInfo], why: dict[str, list[str]],

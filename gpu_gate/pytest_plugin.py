@@ -5,7 +5,8 @@ given. It then collects the files that the repository's policy names as specs (`
 ``.gpu-gate.yml``, by default ``**/*_gate.py``) and makes one test per spec and check, run with
 the same engine and settings as ``gpu-gate check`` (see :mod:`gpu_gate.testing`). A failure
 shows the findings and their repro commands; a spec that cannot run here (GPU only, no GPU) is
-skipped with the reason.
+skipped with the reason. On a machine without a usable GPU, Triton kernels run under Triton's
+interpreter (``TRITON_INTERPRET=1`` is set for the session, unless it is set already).
 """
 from __future__ import annotations
 
@@ -54,8 +55,30 @@ class _Session:
         return any(match(rel, glob) for glob in self.policy.specs)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_load_initial_conftests(early_config: pytest.Config, parser: pytest.Parser, args: list[str]) -> None:
+    """Without a GPU, Triton kernels run only under Triton's interpreter, which Triton picks when a kernel
+    is defined: so it is chosen here, before the first conftest imports the library."""
+    if getattr(early_config.known_args_namespace, "gpu_gate", False):
+        from .testing import interpret_without_gpu
+
+        early_config.stash[_INTERPRET] = interpret_without_gpu()
+
+
+_INTERPRET = pytest.StashKey[str | None]()
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    return config.stash.get(_INTERPRET, None)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     if config.getoption("--gpu-gate"):
+        from .extras import install_line, lacking
+
+        missing = lacking(["torch"])
+        if missing:
+            raise pytest.UsageError(install_line(missing, "pytest --gpu-gate"))
         config.stash[_KEY] = _Session(config)
 
 
@@ -106,6 +129,11 @@ class GateItem(pytest.Item):
                      seed=session.seed)
         if result.status is Status.NOT_RUN:
             raise pytest.skip.Exception(f"{self.check} not run: {result.reason}", _use_item_location=True)
+        missing = [m for f in result.findings if (m := f.details.get("missing_module")) in ("torch", "triton")]
+        if missing:  # the spec's kernels need a module gpu-gate's extras bring
+            from .extras import install_line
+
+            pytest.fail(install_line(sorted(set(missing)), f"{self.spec_name}"), pytrace=False)
         if result.status in (Status.FAILED, Status.ERROR):
             raise GateCheckFailed([result])
 

@@ -38,6 +38,19 @@ def repo_root_for(path: Path) -> Path:
     return path.parent
 
 
+def interpret_without_gpu() -> str | None:
+    """Where no GPU is usable and ``TRITON_INTERPRET`` is not set, set it (this process and its children
+    run Triton kernels under Triton's interpreter, as ``gpu-gate check`` does without a GPU); the line
+    that says so, or None. Triton reads it when a kernel is defined, so call this before the library
+    is imported."""
+    from .judge.job import pick_device
+
+    if os.environ.get("TRITON_INTERPRET") is not None or pick_device() == "cuda":
+        return None
+    os.environ["TRITON_INTERPRET"] = "1"
+    return "gpu-gate: no GPU here: Triton kernels run under Triton's interpreter (TRITON_INTERPRET=1)"
+
+
 def job_for(root: Path, file: str, name: str, check: str, *, policy: Any = None, cases: int | None = None,
             seed: int | None = None) -> Any:
     """The job ``gpu-gate check`` would run for this spec and check, from the repository's policy."""

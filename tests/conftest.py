@@ -14,6 +14,13 @@ from pathlib import Path
 # The suite runs as CI does (issue 40): a GPU-only check that cannot run fails closed. The tests of
 # a local run, where such checks are listed as not run here and do not fail, unset CI themselves.
 os.environ.setdefault("CI", "true")
+# GPU-memory ledgers (gpu_gate.executor.reservations) are shared by every gate on a runner: the tests'
+# fake GPUs keep theirs in a directory of this test process's own, so that test processes running
+# side by side (pytest-xdist) never reserve each other's fake GPU "0". Gates a test starts inherit it.
+if "GPU_GATE_RUNNER_DIR" not in os.environ:
+    import tempfile
+
+    os.environ["GPU_GATE_RUNNER_DIR"] = tempfile.mkdtemp(prefix="gpu-gate-runner-tests-")
 
 _HERE = Path(__file__).resolve().parent
 for _folder in sorted(p for p in _HERE.iterdir() if p.is_dir() and list(p.glob("test_*.py"))):

@@ -59,6 +59,20 @@ def test_match(path: str, pattern: str, expected: bool) -> None:
     assert match(path, pattern) is expected
 
 
+def test_a_list_of_globs_reads_as_gitignore_does_with_negation() -> None:
+    """pathspec's gitignore semantics: a later ``!pattern`` takes back what an earlier one matched."""
+    is_kernel = changes.matcher(["mylib/**/*.py", "!mylib/testing/**"], ["mylib/vendored.py"])
+    assert is_kernel("mylib/ops/rms.py") and is_kernel("mylib/testing.py")
+    assert not is_kernel("mylib/testing/fake_kernels.py") and not is_kernel("mylib/vendored.py")
+
+
+def test_globs_are_matched_by_pathspec_not_a_hand_written_translation() -> None:
+    import inspect
+
+    source = inspect.getsource(changes)
+    assert "pathspec" in source and "fullmatch" not in source and "_glob_regex" not in source
+
+
 # --- detection ----------------------------------------------------------------------------------
 
 def test_no_kernel_changes(repo: GitRepo) -> None:

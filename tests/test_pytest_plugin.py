@@ -123,3 +123,24 @@ def test_determinism_runs_too_when_asked(tmp_path: Path) -> None:
     assert p.returncode == 0, out
     assert "PASSED gate/ops_gate.py::double_gate[determinism]" in out, out
     assert "SKIPPED [1] gate/ops_gate.py:" in out and "determinism not run" in out, out
+
+
+def test_without_a_gpu_triton_kernels_run_under_the_interpreter_unasked(tmp_path: Path) -> None:
+    """No GPU and no TRITON_INTERPRET in the environment: the plugin chooses Triton's interpreter before
+    the first conftest imports the library (without it every launch fails: "0 active drivers")."""
+    import os
+    import shutil
+
+    root = tmp_path / "normkit"
+    shutil.copytree(Path(__file__).parent / "interp_shaped", root)
+    (root / "conftest.py").write_text("import normkit.softmax  # the library's kernels are defined here\n")
+    subprocess.run(["git", "init", "-q"], cwd=root, check=True)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update({"PYTHONPATH": str(root / "src"), "CUDA_VISIBLE_DEVICES": ""})
+    p = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-rA", "--gpu-gate",
+                        "--gpu-gate-cases", "3", "gate/scaled_softmax_gate.py"], cwd=root, capture_output=True,
+                       text=True, timeout=900, env=env)
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, out
+    assert "gpu-gate: no GPU here: Triton kernels run under Triton's interpreter (TRITON_INTERPRET=1)" in out
+    assert "PASSED gate/scaled_softmax_gate.py::scaled_softmax_gate[equivalence]" in out

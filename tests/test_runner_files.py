@@ -121,6 +121,16 @@ def test_dockerfile_installs_the_gpu_stack() -> None:
     assert '[gpu,triton]"' in text
 
 
+def test_dockerfile_copies_everything_a_build_of_gpu_gate_reads() -> None:
+    """pyproject.toml names LICENSE and NOTICE and setup.py copies action.yml: a build without them fails."""
+    from build_helpers import SOURCES
+
+    copied = {name for line in re.findall(r"^COPY (?!--from)(.+) /src/gpu-gate/$", dockerfile(), re.M)
+              for name in line.split()}
+    assert set(SOURCES) <= copied, set(SOURCES) - copied
+    assert "COPY gpu_gate /src/gpu-gate/gpu_gate" in dockerfile()
+
+
 def test_dockerfile_verifies_the_runner_tarball() -> None:
     text = dockerfile()
     version = re.search(r"^ARG RUNNER_VERSION=(\d+\.\d+\.\d+)$", text, re.M)

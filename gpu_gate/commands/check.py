@@ -68,7 +68,19 @@ def run(request: CheckRequest) -> int:
         repo, loaded, plan = planned.repo, planned.loaded, planned.plan
     say(loaded.banner)
     say_head(plan, request.plan.staged)
+    _require_extras(plan, worker)
     return check(repo, loaded, plan, request, worker)
+
+
+def _require_extras(plan: Plan, worker_python: Path | None) -> None:
+    """torch for the judge of any spec's job, Triton for the workers of Triton kernels: a missing one is
+    one line that names the extra to install, before any job starts."""
+    from ..extras import require
+
+    if any(j.spec is not None for j in plan.jobs):
+        require(["torch"], "gpu-gate check")
+    if any("triton" in k.language.split("+") for k in plan.kernels):
+        require(["triton"], "gpu-gate check", str(worker_python) if worker_python else None)
 
 
 def worker_python(given: str | None) -> Path | None:
@@ -105,6 +117,7 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, request: CheckRequest, w
     from ..plan import parse_shard, shard
     from ..record import RunRecord
     from ..report.outdir import tracked_findings
+    from ..report.paths import runner_roots
 
     all_ids = [j.id for j in plan.jobs]
     jobs = plan.jobs
@@ -127,6 +140,7 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, request: CheckRequest, w
                                              plan.head)
     if not gpus:
         record.notes.append("no GPU on this machine: GPU-only checks are reported as not run")
+    roots = runner_roots([repo])
     if not jobs:
         quiet = not plan.kernels and not plan.selected and not plan.findings
         say("no kernel changes" if quiet else "no jobs to run")
@@ -142,8 +156,10 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, request: CheckRequest, w
             record.results = _run_jobs(jobs, head.path, policy, gpus, request, worker, record, base_tree, ready,
                                        home=repo, head=head, truth=truth)
             record.places = _places(record, head.path)
+            # the work trees' paths, while they exist (a truth tree is the repository's too)
+            roots = runner_roots([repo, head.path, *truth.values()], base_tree)
         _remember_launches(plan, record, cache_dir)
-    return finish(record, loaded, request.output)
+    return finish(record, loaded, request.output, roots)
 
 
 def _places(record: RunRecord, tree: Path) -> dict[str, list[dict[str, Any]]]:
@@ -269,8 +285,9 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], r
             (f" ({len(cached)} cached)" if cached else "") + (f" on {len(gpus)} GPU(s)" if gpus else " on the CPU") +
             (f" (ready in {sum(ready.values()):.1f}s: {took})" if todo and took else "") +
             ("; the doctor probes the tools beside the first jobs" if beside is not None else ""))
+        said: dict[str, int] = {}  # each reason a job did not run, said once
         for i, r in enumerate(cached, 1):
-            _progress(progress_line(r, i, len(jobs), 0.0, colour), r)
+            _progress(progress_line(r, i, len(jobs), 0.0, colour, said), r)
         offset = len(cached)
 
         keeper = bytecode.Keeper(store if pycache is not None else None,
@@ -278,7 +295,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], r
 
         def progress(r: Any, done: int, total: int, elapsed: float) -> None:
             keeper.take(r)  # the modules its worker imported without bytecode, compiled beside the other jobs
-            _progress(progress_line(r, done + offset, total + offset, elapsed, colour), r)
+            _progress(progress_line(r, done + offset, total + offset, elapsed, colour, said), r)
 
         if unfit:
             results = [_not_run_on_unfit_runner(j, unfit) for j in todo]

@@ -72,6 +72,9 @@ def run_demo(where: Path, check: Callable[[list[str]], int], *, gpu: bool = Fals
     from ..report.console import paint
     from ..report.formats import FILENAMES
 
+    from ..extras import require
+
+    require(("torch", "triton"), "gpu-gate demo")  # before anything is written: one line naming the extra
     if where.exists() and (not where.is_dir() or any(where.iterdir())):
         raise GateError(f"{where}: already exists and is not an empty directory (a previous demo?)",
                         hint="pass --out NEW_DIR, or delete it")

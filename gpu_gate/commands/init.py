@@ -18,6 +18,7 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
+from . import init_scan
 from . import output as out
 from .. import git, kernelscan, pythonpath
 from ..changes import matcher
@@ -38,6 +39,7 @@ class FoundKernel:
     name: str  # the first kernel defined in it
     line: int
     language: str
+    names: tuple[str, ...] = ()  # every kernel defined in it
 
 
 def run(repo: Path | None, *, specs_dir: str, kernel: str | None, force: bool) -> int:
@@ -49,56 +51,63 @@ def run(repo: Path | None, *, specs_dir: str, kernel: str | None, force: bool) -
 
 def run_init(repo: Path, *, specs_dir: str, kernel: str | None, force: bool) -> int:
     specs_dir = _clean_dir(specs_dir)
-    found = find_kernels(repo)
-    support = support_dirs(found)
+    files = git.list_files(repo, None)
+    if kernel is not None:  # that file alone is read: the rest of the repository only by path
+        found = find_kernels(repo, [posixpath.normpath(kernel)])
+        support = support_dirs_by_path(repo, files)
+    else:
+        found = find_kernels(repo, files)
+        support = support_dirs(found)
     policy_text = starter_policy(specs_dir, support)
     _write(repo, ".gpu-gate.yml", policy_text, force, what="the starter policy",
            exists_as=[n for n in POLICY_NAMES if (repo / n).exists()])
     target = _pick(repo, found, kernel, support)
     if target is not None:
         rel = f"{specs_dir}/{_stem(target.path)}_gate.py"
-        _write(repo, rel, spec_skeleton(repo, target, rel), force,
-               what=f"a spec skeleton for {target.name} ({target.path}:{target.line}); fill in its TODOs")
+        text, what = spec_skeleton(repo, target, rel)
+        _write(repo, rel, text, force, what=f"{what}; fill in its TODOs")
         _check_found_by_policy(repo, rel)
     _ignore(repo)
     out.verdict(f"next: fill in the TODO(gpu-gate) lines{' in ' + rel if target else ''}, then run "
-                f"`gpu-gate validate-policy` and `gpu-gate check --base main`")
+                f"`gpu-gate check --cpu{' --spec ' + rel if target else ''}`")
     return int(ExitCode.PASSED)
 
 
 # --- finding kernels --------------------------------------------------------------------------
 
-def find_kernels(repo: Path) -> list[FoundKernel]:
-    """The first kernel of every kernel file in the work tree, by path; files the default policy
-    excludes (third_party/**) are left out."""
+def find_kernels(repo: Path, paths: Sequence[str]) -> list[FoundKernel]:
+    """The kernels of every kernel file among ``paths``, by path; files the default policy excludes
+    (third_party/**) are left out, and so are files that name no GPU module at all (read as bytes)."""
     from ..policy import default_policy
 
     kernels = default_policy().kernels
     is_kernel_path = matcher(kernels.include, kernels.exclude)
     found = []
-    for path in git.list_files(repo, None):
+    for path in paths:
         if not is_kernel_path(path) or not (path.endswith(".py") or is_c_source(path)):
             continue
         try:
             source = (repo / path).read_bytes()
         except OSError:
             continue
-        k = _first_kernel(path, source)
+        if not init_scan.may_hold_kernels(source):
+            continue
+        k = _kernels_of(path, source)
         if k is not None:
             found.append(k)
     return found
 
 
-def _first_kernel(path: str, source: bytes) -> FoundKernel | None:
+def _kernels_of(path: str, source: bytes) -> FoundKernel | None:
     if path.endswith(".py"):
         try:
             scan = kernelscan.scan(source, path)
         except ParseError:
             return None
         ks = sorted(scan.kernels, key=lambda k: k.line)
-        return FoundKernel(path, ks[0].name, ks[0].line, ks[0].language) if ks else None
+        return FoundKernel(path, ks[0].name, ks[0].line, ks[0].language, tuple(k.name for k in ks)) if ks else None
     names = cuda_kernel_names(source.decode("utf-8", errors="replace"))
-    return FoundKernel(path, names[0].name, names[0].line, "cuda") if names else None
+    return FoundKernel(path, names[0].name, names[0].line, "cuda", tuple(n.name for n in names)) if names else None
 
 
 # Directories whose kernels serve the library's tests, benchmarks, examples or docs: a change there is
@@ -120,15 +129,37 @@ def support_dirs(found: list[FoundKernel]) -> list[str]:
     return out
 
 
-def _rank(repo: Path, k: FoundKernel) -> tuple[int, int, str]:
+def support_dirs_by_path(repo: Path, files: Sequence[str]) -> list[str]:
+    """``support_dirs`` without scanning: each directory of ``SUPPORT_DIRS`` that holds a Python or C
+    file naming a GPU module (read as bytes, not parsed)."""
+    from ..policy import default_policy
+
+    kernels = default_policy().kernels
+    is_kernel_path = matcher(kernels.include, kernels.exclude)
+    maybe = []
+    for path in files:
+        parts = path.split("/")[:-1]
+        if not any(part.lower() in SUPPORT_DIRS for part in parts) or not is_kernel_path(path):
+            continue
+        if not (path.endswith(".py") or is_c_source(path)):
+            continue
+        try:
+            if init_scan.may_hold_kernels((repo / path).read_bytes()):
+                maybe.append(FoundKernel(path, "", 0, ""))
+        except OSError:
+            continue
+    return support_dirs(maybe)
+
+
+def _rank(repo: Path, k: FoundKernel) -> tuple[int, int, int, str]:
     """The kernel a new user most likely wants a spec for first: one of the library's own Python
     packages (a directory with ``__init__.py``) before a C source, before a loose script; Triton
-    first within each; then by path."""
+    first within each; then the shallower path (the package's own ops before its backends)."""
     if k.path.endswith(".py"):
         tier = 0 if (repo / posixpath.dirname(k.path) / "__init__.py").is_file() else 2
     else:
         tier = 1
-    return tier, 0 if k.language == "triton" else 1, k.path
+    return tier, 0 if k.language == "triton" else 1, k.path.count("/"), k.path
 
 
 def _pick(repo: Path, found: list[FoundKernel], wanted: str | None,
@@ -154,9 +185,15 @@ def _pick(repo: Path, found: list[FoundKernel], wanted: str | None,
                 f"to a kernel the library ships")
     shipped = [k for k in found if not aside(k.path)]
     if len(shipped) > 1:
-        out.say(f"{len(shipped)} kernel files found, {len(todo)} not covered by a spec; writing a skeleton for "
-                f"{todo[0].path} (choose another with --kernel PATH)")
+        out.say(f"{len(shipped)} kernel files found, {len(todo)} not covered by a spec; the entry points that reach "
+                f"their kernels, and where each kernel is launched:")
+        for line in init_scan.candidates(repo, todo, limit=CANDIDATES_SHOWN):
+            out.say(f"  {line}")
+        out.say(f"writing a skeleton for {todo[0].path} (choose another with --kernel PATH)")
     return todo[0]
+
+
+CANDIDATES_SHOWN = 200  # one short line each: a library's every kernel file
 
 
 def _covered(repo: Path, found: list[FoundKernel]) -> set[str]:
@@ -183,13 +220,20 @@ def starter_policy(specs_dir: str, support: Sequence[str] = ()) -> str:
     return text
 
 
-def spec_skeleton(repo: Path, k: FoundKernel, spec_path: str) -> str:
+def spec_skeleton(repo: Path, k: FoundKernel, spec_path: str) -> tuple[str, str]:
+    """The skeleton's text, and what it is for the message: a spec for the kernel file's best entry
+    point where one reaches its kernels (see init_entry), else one that names the kernel."""
     name = _identifier(k.name)
     values = {"path": k.path, "kernel": k.name, "line": k.line, "language": k.language, "spec": spec_path,
               "func": f"{name}_gate"}
+    plain = f"a spec skeleton for {k.name} ({k.path}:{k.line})"
     if k.language == "cuda":
-        return CUDA_SPEC.format(**values)
-    return PYTHON_SPEC.format(**values, module=module_name(repo, k.path))
+        return CUDA_SPEC.format(**values), plain
+    module = module_name(repo, k.path)
+    entry = init_scan.entry_skeleton(repo, k, module, spec_path, f"{_stem(k.path)}_gate")
+    if entry is not None:
+        return entry
+    return PYTHON_SPEC.format(**values, module=module), plain
 
 
 def module_name(repo: Path, path: str) -> str:
@@ -249,10 +293,12 @@ def _check_found_by_policy(repo: Path, rel: str) -> None:
 
 def _ignore(repo: Path) -> None:
     """Add ``.gpu-gate/`` (reports, cache) to .gitignore, once; create the file if needed."""
+    import pathspec
+
     path = repo / ".gitignore"
     text = path.read_text() if path.is_file() else ""
-    lines = {ln.strip() for ln in text.splitlines()}
-    if lines & {".gpu-gate", ".gpu-gate/", "/.gpu-gate", "/.gpu-gate/"}:
+    # git's own reading of the file (wildcards, negations, the last match wins), through pathspec
+    if pathspec.GitIgnoreSpec.from_lines(text.splitlines()).match_file(".gpu-gate/out/report.md"):
         out.say(f"kept .gitignore: it already ignores {IGNORED}")
         return
     sep = "" if not text or text.endswith("\n") else "\n"

@@ -95,10 +95,11 @@ def make_plan(request: PlanRequest) -> Planned:
     base, head = refs(repo, request)
     choice = policy_in_force(repo, request.policy, base, head)
     scancache.active = scan_store(choice.loaded.policy, repo, request.cache)  # until the command returns
-    plan = build_plan(repo, base, head, choice.loaded, launch_store=cache_dir(choice.loaded.policy, repo, request.cache),
-                      every_spec=request.every_spec, only=request.only)
+    launches = cache_dir(choice.loaded.policy, repo, request.cache)
+    plan = build_plan(repo, base, head, choice.loaded, launch_store=launches, every_spec=request.every_spec,
+                      only=request.only)
     # --all (a nightly run) lists the repository's debt: every spec by absolute rules, no base's code
-    apply(repo, plan, choice, differential=not request.every_spec)
+    apply(repo, plan, choice, differential=not request.every_spec, launch_store=launches)
     return Planned(repo, choice.loaded, plan)
 
 

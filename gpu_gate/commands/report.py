@@ -88,16 +88,23 @@ def local_rules(rules: Any, record: RunRecord) -> Any:
     return dataclasses.replace(rules, gpu_not_run_here="warn")
 
 
-def finish(record: RunRecord, loaded: LoadedPolicy, output: ReportOutput) -> int:
-    """The verdict on ``record`` by the policy, said, written as reports, published: the exit code."""
+def finish(record: RunRecord, loaded: LoadedPolicy, output: ReportOutput, roots: dict[str, str] | None = None) -> int:
+    """The verdict on ``record`` by the policy, said, written as reports, published: the exit code.
+    ``roots``: this machine's directories that the record may name, and what each becomes in the
+    reports (:mod:`gpu_gate.report.paths`; default: the working directory's, the runner's Python's, the
+    temporary and home directories)."""
     from .json_output import check_json
     from ..report.console import gha_annotations, paint_headline, render_summary
+    from ..report.paths import runner_roots, scrub_record
     from ..report.formats import OutputFormat, write_reports
     from ..coverage import revise
     from ..verdict import decide
 
+    record = scrub_record(record, roots if roots is not None else runner_roots([Path.cwd()]))
     # What the specs launched in this run decides which changed kernels they covered.
     record.plan_findings = revise(record.kernels, record.plan_findings, record.results, loaded.policy.specs)
+    if output.publishing.github:
+        _approvals(record)
     verdict = decide(record, local_rules(loaded.policy.rules(), record))
     for note in record.notes if out.verbose() else ():
         out.detail(f"note: {note}")
@@ -111,7 +118,8 @@ def finish(record: RunRecord, loaded: LoadedPolicy, output: ReportOutput) -> int
     code, written = int(verdict.exit_code), {}
     warnings: list[str] = []
     try:
-        written = write_reports(record, verdict, output.out, list(OutputFormat), warnings=warnings)
+        written = write_reports(record, verdict, output.out, list(OutputFormat), warnings=warnings,
+                                sarif_notes=loaded.policy.reports.sarif_notes)
         for w in warnings:
             out.error(f"gpu-gate: warning: {w}")
     except GateError as exc:
@@ -125,6 +133,26 @@ def finish(record: RunRecord, loaded: LoadedPolicy, output: ReportOutput) -> int
     if output.json:
         out.data(json.dumps(check_json(record, verdict, written, code), indent=1))
     return code
+
+
+def _approvals(record: RunRecord) -> None:
+    """Where the run publishes to a pull request (a token in reach, no repository code running), the
+    maintainers' approvals of the judged commit let the approvable rule findings through."""
+    from ..github.client import GitHubError
+    from ..rules.approved import apply_approval, approvable, read_approvers
+
+    if not approvable(record):
+        return
+    try:
+        by = read_approvers(os.environ, record.head)
+    except GitHubError as exc:
+        out.warn(f"gpu-gate: warning: the approvals of the rule changes cannot be read ({exc}): no approval of "
+                 f"the rule changes is taken into account")
+        return
+    count = apply_approval(record, by, record.head or "")
+    if count:
+        out.say(f"{count} rule finding(s) approved for {str(record.head)[:12]} by {', '.join(by)} "
+                f"(/gpu-gate approve-rules)")
 
 
 def _publish(record: RunRecord, verdict: Any, written: dict[str, Path], publishing: Publishing) -> None:

@@ -102,10 +102,14 @@ def _job(repo: Path, request: ReproRequest) -> tuple[Any, str | None]:
             base_source = git.show(repo, rules, ref.file).decode("utf-8", errors="replace")
         except GitError:
             out.say(f"note: {ref.file} does not exist at the base ({rules[:12]}): the work tree's spec judges")
-        if base_source is not None and base_source != (repo / ref.file).read_text(encoding="utf-8", errors="replace"):
+        head_source = (repo / ref.file).read_text(encoding="utf-8", errors="replace")
+        if base_source is not None and base_source != head_source:
+            from ..rules.plumbing import between_sources
+
             options[BASE_SPEC] = {"file": ref.file, "name": ref.name, "source": base_source,
                                   "reference_changed": False, "rule_changes": loaded.policy.rule_changes,
-                                  "commit": rules}
+                                  "commit": rules,
+                                  "plumbing": between_sources(ref.file, ref.name, base_source, head_source)}
         if base_source is not None:
             options[TRUTH] = rules
     job = Job(id=f"{request.check}:{ref.id}", check=request.check, level="required", kernels=(), spec=ref,

@@ -36,4 +36,5 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'gpu_gate.cuda' has no attribute {name!r}")
     from importlib import import_module
 
-    return getattr(import_module(f"gpu_gate.worker.{module}"), name)
+    # relative to this package's own name: in a worker the gate is loaded under another (worker.disguise)
+    return getattr(import_module(f"{__name__.rpartition('.')[0]}.worker.{module}"), name)

@@ -93,9 +93,12 @@ def worker_argv(opts: ExecOptions, context_file: Path, *, role: str, fd: int) ->
     # The reference computes the truth: it runs with gpu-gate's own interpreter, which the setup
     # commands could not write, never with their venv (a .pth file planted there runs at start-up).
     # It imports the spec with the repository's modules stubbed, so it needs nothing setup installed.
-    trusted = role == "reference"
+    # The base's code too: what it does is what the head is judged against, and what it compiles is
+    # kept for later runs (a .pth planted by the head's setup would run in the base's worker).
+    trusted = role in ("reference", "base")
     python = str(opts.worker_python) if opts.worker_python is not None and not trusted else sys.executable
-    return [python, "-I", *flags, "-c", _WORKER_BOOT, str(context_file), str(fd), role]
+    # the boot program, with the role, the socket and the context, comes on stdin (see worker_boot)
+    return [python, "-I", *flags, "-"]
 
 
 # Where gpu-gate is not installed in site-packages (run from a source tree through PYTHONPATH,
@@ -106,7 +109,12 @@ _BOOT = ("import sys, importlib.util\n"
          "sys.exit(main())")
 
 
-_WORKER_BOOT = _BOOT.replace("from gpu_gate.judge.job import main", "from gpu_gate.worker.serve import main")
+def worker_boot(fd: int, role: str, context: dict[str, Any]) -> bytes:
+    """What a judged job's worker reads on its standard input: the program that starts it looking like
+    a user's ``python train.py`` (see gpu_gate.worker.disguise)."""
+    from ..worker.disguise import boot_program
+
+    return boot_program(sandbox.gate_package_dir(), fd, role, context)
 
 
 def _layout(opts: ExecOptions, gpu: str | None, workdir: Path, avail: sandbox.Available,

@@ -23,7 +23,7 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
                    timeout: float, avail: sandbox.Available, control: RunControl, extra_fds: tuple[int, ...] = (),
                    on_start: Callable[[int], None] | None = None, source: Path | None = None,
                    lent: tuple[tuple[Path, Path], ...] = (),
-                   tool: Sequence[str] = ()) -> Contained:
+                   tool: Sequence[str] = (), stdin: bytes | None = None) -> Contained:
     """Run ``argv`` in the sandbox; also return how many processes outlived the worker (they
     are dead by the time this returns), whether a process of the job killed the sandbox's
     waiter, which counts them (possible only where a tool watches from outside: the waiter is then
@@ -34,7 +34,8 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
     ``source``: the tree shown at the repository's path (the base's); ``lent``: (a directory of the
     gate's, where the sandbox shows it read-only: the kept kernels); ``tool``: compute-sanitizer's
     command line, run with the sandbox as its program (outside a bwrap sandbox; inside an unshare
-    one, before the worker). The result's exit code is then the tool's, else the worker's."""
+    one, before the worker). The result's exit code is then the tool's, else the worker's.
+    ``stdin``: what the worker reads on its standard input (a judged worker's boot program)."""
     with tempfile.TemporaryFile() as count:
         layout = _layout(opts, gpu, workdir, avail, source, lent)
         feed = tool_launch.feed(avail, layout, tool)
@@ -57,7 +58,7 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
             orphans.become_subreaper()
             watch = _ToolWatch(count.fileno(), avail.path)
         try:
-            pr = proc.run(full, cwd=opts.repo_root, env=env, timeout=timeout,
+            pr = proc.run(full, cwd=opts.repo_root, env=env, timeout=timeout, input=stdin,
                           on_start=watch.wrap(started) if watch is not None else started,
                           pass_fds=((count.fileno(),) if avail.works else ()) + extra_fds
                           + ((feed.read_fd,) if feed is not None else ()))

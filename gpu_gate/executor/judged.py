@@ -15,11 +15,11 @@ from .. import proc
 from ..judge.checks import CHECKS
 from ..judge.checks.base import WrappingCheck
 from ..judge.checks.outcome import BaseRun, WrapContext
-from ..findings import JobResult
+from ..findings import Finding, JobResult, Severity
 from ..protocol.jobs import Job
 from ..protocol.jobs import base_commit, truth_commit
 from ..protocol.roles import BASE, serves, worker_roles
-from .argv import _context, _env_for, _niced, _worker_context, judge_argv, worker_argv
+from .argv import _context, _env_for, _niced, _worker_context, judge_argv, worker_argv, worker_boot
 from .containment import Contained, _contained_run
 from .control import RunControl, _kill_group
 from .options import ExecOptions, concurrency
@@ -62,6 +62,12 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     shelf = compiled_store.shelf(opts.kernel_store, job) if opts.kernel_store is not None and remap else None
     lent: dict[str, tuple[tuple[Path, Path], ...]] = {}
     try:
+        # entries the gate did not harvest itself never reach a worker (see compiled_store.verify)
+        dropped = compiled_store.verify(shelf)
+    except OSError:
+        dropped, shelf = [], None  # a store that cannot be checked is not used
+    contexts: dict[str, dict[str, Any]] = {}
+    try:
         judge_dir.mkdir()
         for role, d in dirs.items():
             d.mkdir(exist_ok=True)
@@ -78,7 +84,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
                 (d / KEPT).mkdir()
                 context_json["shelf"] = str(d / KEPT)
                 lent[role] = ((shelf, d / KEPT),)
-            (d / "context.json").write_text(json.dumps(context_json))
+            contexts[role] = {**context_json, "workdir": str(d)}  # handed over on stdin, not on disk
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
     marks["files"] = time.monotonic()
@@ -87,13 +93,20 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     if differential:
         context["base_root"] = str(opts.base_root)  # the judge reads the base's kernel files (the compile check)
     job_file, result_file = judge_dir / "in.json", judge_dir / "out.json"
-    job_file.write_text(json.dumps({"job": job.to_json(), "context": context}))
+    try:
+        job_file.write_text(json.dumps({"job": job.to_json(), "context": context}))
+    except OSError as exc:
+        for a, b in pairs.values():
+            a.close()
+            b.close()
+        return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
     threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
     env = _env_for(opts, gpu, workdir, threads, job.check, avail)
     judge_env = {**env, "TMPDIR": str(judge_dir)}
     wrapping = CHECKS[job.check].wrapping()
     argvs = {role: worker_argv(opts, dirs[role] / "context.json", role=serves(job.check, role), fd=b.fileno())
              for role, (_, b) in pairs.items()}
+    boots = {role: worker_boot(b.fileno(), serves(job.check, role), contexts[role]) for role, (_, b) in pairs.items()}
     # compute-sanitizer runs the candidate's worker's sandbox as its program (from outside a bwrap
     # sandbox); in a differential run the base's too, so that each report can be told new from
     # pre-existing.
@@ -128,7 +141,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         done[role] = _contained_run(argvs[role], wopts, gpu, dirs[role], wenv, timeout + 60, avail, control,
                                     extra_fds=(b.fileno(),), on_start=started,
                                     source=roots[role] if remap and other else None, lent=lent.get(role, ()),
-                                    tool=tools.get(role, ()))
+                                    tool=tools.get(role, ()), stdin=boots[role])
 
     running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in roles]
     for t in running:
@@ -158,8 +171,9 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         for t in running:
             t.join()
         marks["workers_gone"] = time.monotonic()
-    if shelf is not None and "base" in dirs and control.reason is None:
-        # every sandbox is gone: what the base's code compiled is kept for the next runs
+    if shelf is not None and "base" in dirs and control.reason is None and opts.worker_python is None:
+        # every sandbox is gone: what the base's code compiled is kept for the next runs (never from
+        # a run whose workers used an environment the pull request's setup built)
         compiled_store.harvest(dirs["base"] / ".cache" / "triton", shelf)
     marks["kept"] = time.monotonic()
     if control.reason is not None and (jpr.signal == 9 or jpr.timed_out or jpr.returncode is None):
@@ -177,6 +191,8 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         base_run = BaseRun(dirs["base"], done["base"][0], roots["base"])
     result = _judge_result(job, opts, workdir, jpr, cand_pr, inner, timeout, wrapping, base_run)
     _time_outside(result, marks, {role: c.started_s for role, c in done.items() if c.started_s is not None})
+    if dropped:
+        result.findings.append(store_note(dropped))
     if ended:
         result = _with_sandbox_ended(result, ended)
     if not (escaped or unwatched):
@@ -207,6 +223,16 @@ def _lend_truth(job: Job, opts: ExecOptions, d: Path, remap: bool, context: dict
     (d / TRUTH).mkdir()
     context["truth_root"] = str(d / TRUTH)
     return ((tree, d / TRUTH),)
+
+
+def store_note(dropped: list[str]) -> Finding:
+    """A note: compiled-kernel store entries dropped because their digest was not the gate's."""
+    shown = ", ".join(dropped[:3]) + (f" and {len(dropped) - 3} more" if len(dropped) > 3 else "")
+    return Finding(check="gate", kind="store-entry-dropped", severity=Severity.NOTE,
+                   message=f"compiled-kernel store: {len(dropped)} entr{'y' if len(dropped) == 1 else 'ies'} "
+                           f"not harvested by the gate (no digest, or a digest that does not match) dropped "
+                           f"before any worker saw them: {shown}",
+                   details={"dropped": dropped})
 
 
 def _time_outside(result: JobResult, marks: dict[str, float], sandbox_start: dict[str, float]) -> None:

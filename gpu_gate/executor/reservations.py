@@ -53,10 +53,10 @@ class Reservations:
         else None. Raises OSError where the ledger cannot be used."""
         total = self._total(gpu)
         with self._ledger(gpu) as entries:
-            live = {t: e for t, e in entries.items() if _alive(int(e["pid"]))}
+            live = {t: e for t, e in entries.items() if _alive(_int(e["pid"]))}
             entries.clear()
             entries.update(live)
-            held = sum(int(e["bytes"]) for e in live.values())
+            held = sum(_int(e["bytes"]) for e in live.values())
             if live and total is not None and held + need > total - HEADROOM:
                 return None
             token = uuid.uuid4().hex
@@ -69,7 +69,7 @@ class Reservations:
 
     def held(self, gpu: str) -> int:
         with self._ledger(gpu) as entries:
-            return sum(int(e["bytes"]) for e in entries.values() if _alive(int(e["pid"])))
+            return sum(_int(e["bytes"]) for e in entries.values() if _alive(_int(e["pid"])))
 
     @contextlib.contextmanager
     def _ledger(self, gpu: str) -> Iterator[dict[str, dict[str, float]]]:
@@ -106,6 +106,8 @@ def _entries(raw: object) -> dict[str, dict[str, float]]:
 
 
 def _alive(pid: int) -> bool:
+    if pid <= 0:  # not a process id (kill would signal a whole process group): a stale entry
+        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -113,3 +115,8 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _int(value: object) -> int:
+    """A ledger number; anything else (an entry another version wrote, a hand edit) counts as 0."""
+    return int(value) if isinstance(value, (int, float, str)) and str(value).lstrip("-").isdigit() else 0

@@ -198,7 +198,13 @@ def choose(mode: Mode) -> Available:
 
 
 def _bwrap_base(net: bool = True) -> list[str]:
-    return ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp",
+    """The sandbox's root, read-only: the whole machine, or where the minimal view is switched on, the
+    least a worker needs (see :mod:`.view`)."""
+    from .view import minimal, system_binds, tool_binds
+
+    root = [*system_binds()] if minimal() else ["--ro-bind", "/", "/"]
+    tools = [*tool_binds()] if minimal() else []
+    return [*root, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp", *tools,
             "--unshare-pid", *(["--unshare-net"] if net else []), "--unshare-ipc", "--die-with-parent",
             "--new-session", "--cap-drop", "ALL"]
 
@@ -252,13 +258,27 @@ def _bwrap_mounts(layout: Layout) -> list[str]:
         ops.append((_depth(p), 0, ["--ro-bind", str(_source(layout, p)), str(p)]))
     for p in hide:
         ops.append((_depth(p), 1, ["--tmpfs", str(p)]))
+    for git, op in _git_covers(layout):  # the checkout's .git: the worker needs the files, never git's
+        ops.append((_depth(git), 1, op))
     jobdir = Path(os.path.realpath(layout.jobdir))
     ops.append((_depth(jobdir), 2, ["--bind", str(jobdir), str(jobdir)]))
     for src, dest in layout.lent:  # inside the job's directory: deeper, so after it
         ops.append((_depth(dest), 3, ["--ro-bind", str(src), str(dest)]))
     argv = [a for _, _, op in sorted(ops, key=lambda o: (o[0], o[1])) for a in op]
     # Read-only last: bwrap cannot make a mount point inside a read-only tmpfs.
-    return argv + [a for p in hide for a in ("--remount-ro", str(p))]
+    ro = [*hide, *(g for g, op in _git_covers(layout) if op[0] == "--tmpfs")]
+    return argv + [a for p in ro for a in ("--remount-ro", str(p))]
+
+
+def _git_covers(layout: Layout) -> list[tuple[Path, list[str]]]:
+    """What covers the shown tree's ``.git`` (its configuration may hold a token): an empty directory
+    over a directory, an empty file over a file (a work tree's or a submodule's)."""
+    repo = Path(os.path.realpath(layout.repo))
+    shown = _source(layout, repo) / ".git"
+    if shown.is_symlink() or not shown.exists():
+        return []
+    return [(repo / ".git", ["--tmpfs", str(repo / ".git")] if shown.is_dir() else
+             ["--ro-bind", "/dev/null", str(repo / ".git")])]
 
 
 def bwrap_argv(bwrap: str, layout: Layout, inner: Sequence[str], fd: int, watched: bool = False) -> list[str]:

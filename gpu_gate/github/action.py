@@ -22,12 +22,13 @@ import os
 import re
 import shlex
 import sys
+import time
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from contextlib import contextmanager
 from pathlib import Path
 
 from ..exitcodes import ExitCode
-from . import credentials, sealed
+from . import artifact, credentials, sealed
 from ..record import RunRecord
 from ..verdict import Rules, decide
 
@@ -221,6 +222,7 @@ def main(env: Mapping[str, str] | None = None, run: Runner = _cli) -> int:
     inp = Inputs.from_env(environ)
     runner = MODE_RUNNERS.get((inp.mode, inp.phase))
     extra: dict[str, str] = {}
+    started_ns = time.time_ns()
     if runner is None:
         print(f"::error title=gpu-gate::mode {inp.mode!r} in phase {inp.phase!r}: use mode check, plan or report",
               flush=True)
@@ -231,9 +233,20 @@ def main(env: Mapping[str, str] | None = None, run: Runner = _cli) -> int:
         outputs = {"publish-exit-code": str(code)}  # the verdict is the check step's
     else:
         outputs = report_outputs(inp, code)
+        outputs["artifact-dir"] = _stage_artifact(inp, started_ns, environ) if outputs["artifact-name"] else ""
     outputs.update(extra)
     write_outputs(environ.get("GITHUB_OUTPUT"), outputs)
     return 0
+
+
+def _stage_artifact(inp: Inputs, started_ns: int, environ: Mapping[str, str]) -> str:
+    """The directory the upload step uploads: the reports this run wrote, copied out of the workspace
+    (see :mod:`.artifact`); '' when there are none."""
+    temp = environ.get("RUNNER_TEMP")
+    dest, skipped = artifact.stage(inp.out, inp.workspace, started_ns, Path(temp) if temp else None)
+    for line in skipped:
+        print(f"::warning title=gpu-gate::{line}", flush=True)
+    return str(dest) if dest else ""
 
 
 def _seal_run_phase() -> None:

@@ -18,6 +18,7 @@ import dataclasses
 import os
 import re
 import sys
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
@@ -25,7 +26,13 @@ from .client import GitHubClient, GitHubError
 from .context import ActionsContext
 
 COMMAND = re.compile(r"^/gpu-gate approve ([0-9a-f]{40})\s*$", re.M)
+# The same approval for the rule findings a maintainer may let through (gpu_gate.rules.approved): a
+# command of its own, since approving a fork's commit to run on a GPU is not accepting its specs.
+RULES_COMMAND = re.compile(r"^/gpu-gate approve-rules ([0-9a-f]{40})\s*$", re.M)
 MAINTAINERS = frozenset({"OWNER", "MEMBER", "COLLABORATOR"})
+# GitHub's `permission` of a user on a repository (maintain reads as write, triage as read): who may
+# let a rule finding through, which is changing what judges the repository's kernels.
+WRITERS = frozenset({"admin", "write"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,15 +41,38 @@ class Decision:
     reason: str
 
 
-def approvers(comments: Iterable[Mapping[str, Any]], head_sha: str) -> list[str]:
-    """Logins of the maintainers whose comments approve ``head_sha``."""
+def approvers(comments: Iterable[Mapping[str, Any]], head_sha: str, command: re.Pattern[str] = COMMAND) -> list[str]:
+    """Logins of the maintainers whose comments approve ``head_sha`` with ``command``."""
     out = []
     for c in comments:
         body, user = c.get("body"), c.get("user")
         login = user.get("login", "?") if isinstance(user, dict) else "?"
-        if c.get("author_association") in MAINTAINERS and isinstance(body, str) and head_sha in COMMAND.findall(body):
+        if c.get("author_association") in MAINTAINERS and isinstance(body, str) and head_sha in command.findall(body):
             out.append(str(login))
     return out
+
+
+def rules_approvers(comments: Iterable[Mapping[str, Any]], head_sha: str, author: str,
+                    permission: Callable[[str], str]) -> list[str]:
+    """Logins whose ``/gpu-gate approve-rules <head_sha>`` counts: maintainers with write permission on
+    the repository (``permission``: login -> GitHub's permission), never the pull request's ``author``,
+    who cannot approve the rules their own change wrote whatever their permission."""
+    out = []
+    for login in sorted(set(approvers(comments, head_sha, RULES_COMMAND))):
+        if login.lower() != author.lower() and permission(login) in WRITERS:
+            out.append(login)
+    return out
+
+
+def permission_of(client: GitHubClient, repository: str) -> Callable[[str], str]:
+    """The permission a user holds on ``repository`` (raises GitHubError when it cannot be read)."""
+    def read(login: str) -> str:
+        path = f"/repos/{repository}/collaborators/{urllib.parse.quote(login, safe='')}/permission"
+        data = client.request("GET", path).data
+        value = data.get("permission") if isinstance(data, dict) else None
+        return value if isinstance(value, str) else "none"
+
+    return read
 
 
 def decide(ctx: ActionsContext, comments: Callable[[str, int], Iterable[Mapping[str, Any]]]) -> Decision:

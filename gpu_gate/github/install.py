@@ -17,12 +17,18 @@ from, and runner images often keep torch in a venv. So nothing is installed into
 - gpu-gate's dependencies that PYTHON lacks are installed into DEST/deps from the package index,
   by requirement, and said so. gpu-gate itself is never installed by name from an index.
 
+With ``--package SOURCE --sha256 DIGEST`` (the action's ``package`` and ``package-sha256`` inputs),
+the ``gpu_gate`` package comes from that wheel or sdist instead of the action's checkout, once its
+SHA-256 is the one pinned (:mod:`package`); it must be of the action's version.
+
 It writes the step outputs ``python``, ``pythonpath`` and ``sys-path`` (the import path, as JSON,
 that the publishing step uses with ``python -I -S`` so that nothing the repository's code planted
 in site-packages afterwards, a ``.pth`` file or ``sitecustomize``, runs with the token).
 """
 from __future__ import annotations
 
+import argparse
+import importlib.util
 import json
 import os
 import re
@@ -30,9 +36,20 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 # distribution name -> the module it provides (for the "is it importable" test)
-MODULES = {"pyyaml": "yaml", "pydantic": "pydantic", "junit-xml": "junit_xml", "requests": "requests"}
+MODULES = {"pyyaml": "yaml", "pydantic": "pydantic", "junit-xml": "junit_xml", "requests": "requests",
+           "pathspec": "pathspec"}
+
+
+def _sibling(name: str) -> ModuleType:
+    """A module next to this file: run as a script, before gpu-gate is importable, there is no package."""
+    spec = importlib.util.spec_from_file_location(f"_gpu_gate_install_{name}", Path(__file__).with_name(f"{name}.py"))
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def action_version(action: Path) -> str:
@@ -104,14 +121,18 @@ def import_path(python: str, pythonpath: str) -> list[str]:
     return front + [p for p in json.loads(res.stdout) if p and p not in front]
 
 
-def install(python: str, action: Path | None, dest: Path) -> dict[str, str]:
-    """Step outputs: python, pythonpath, sys-path. ``action`` None: use the gpu-gate PYTHON has."""
+def install(python: str, action: Path | None, dest: Path, package: tuple[str, str] | None = None,
+            workspace: Path | None = None) -> dict[str, str]:
+    """Step outputs: python, pythonpath, sys-path. ``action`` None: use the gpu-gate PYTHON has.
+    ``package``: (source, sha256) of a wheel or sdist to take the gpu_gate package from."""
     exe = _python(python, "import sys; print(sys.executable); sys.exit(sys.version_info < (3, 11))")
     if exe.returncode != 0:
         raise SystemExit(f"::error title=gpu-gate::{python} is not Python 3.11 or newer "
                          f"({(exe.stderr or exe.stdout).strip()[-300:]}): pass the action a `python:` that is")
     python = exe.stdout.strip()
     have = installed_version(python)
+    if action is None and package is not None:
+        raise SystemExit("::error title=gpu-gate::a package needs the action's checkout (its action.yml and version)")
     if action is None:
         if have is None:
             raise SystemExit(f"::error title=gpu-gate::{python} has no gpu-gate: pass gpu-gate-ref (the commit you "
@@ -120,29 +141,56 @@ def install(python: str, action: Path | None, dest: Path) -> dict[str, str]:
         return {"python": python, "pythonpath": "", "sys-path": json.dumps(import_path(python, ""))}
     want = action_version(action)
     pythonpath = ""
-    if have == want:
+    if have == want and package is None:
         print(f"gpu-gate {want} is already installed for {python}", flush=True)
     else:
         site = dest / "site"
-        copy_package(action, site)
+        origin = "the action's checkout"
+        if package is None:
+            copy_package(action, site)
+        else:
+            origin = unpack_package(package, site, workspace or Path.cwd())
         pythonpath = str(site)
         lacking = missing(python, requirements(action))
         if lacking:
             install_deps(python, lacking, dest / "deps")
             pythonpath += os.pathsep + str(dest / "deps")
         got = installed_version(python, pythonpath)
+        if package is not None and got is not None and got != want:
+            raise SystemExit(f"::error title=gpu-gate::the package is gpu-gate {got}, the action is {want}: take the "
+                             "action and the package from the same release")
         if got != want:
             raise SystemExit(f"::error title=gpu-gate::gpu-gate {want} copied to {site} does not import in {python}")
-        print(f"gpu-gate {want} from the action's checkout, for {python} (PYTHONPATH {pythonpath})", flush=True)
+        print(f"gpu-gate {want} from {origin}, for {python} (PYTHONPATH {pythonpath})", flush=True)
     return {"python": python, "pythonpath": pythonpath,
             "sys-path": json.dumps(import_path(python, pythonpath), separators=(",", ":"))}
 
 
+def unpack_package(package: tuple[str, str], site: Path, workspace: Path) -> str:
+    """The gpu_gate package of the pinned wheel or sdist into ``site``; says where it came from."""
+    artifact = _sibling("package")
+    source, sha256 = package
+    name, data = artifact.fetch(source, sha256, workspace)
+    shutil.rmtree(site, ignore_errors=True)
+    site.mkdir(parents=True)
+    count = artifact.unpack(name, data, site)
+    print(f"{name}: SHA-256 {sha256.strip().lower()} as pinned; {count} files of its gpu_gate package", flush=True)
+    return name
+
+
 def main(argv: list[str]) -> int:
-    if len(argv) != 3:
-        print("usage: install.py PYTHON ACTION_PATH|'' DEST", file=sys.stderr)
-        return 2
-    outputs = install(argv[0], Path(argv[1]) if argv[1] else None, Path(argv[2]))
+    parser = argparse.ArgumentParser(prog="install.py", description="gpu-gate for PYTHON, before any repository code")
+    parser.add_argument("python")
+    parser.add_argument("action", help="the action's checkout ('': use the gpu-gate PYTHON has)")
+    parser.add_argument("dest", type=Path)
+    parser.add_argument("--package", default="", help="a wheel or sdist of gpu-gate: URL, or path in the workspace")
+    parser.add_argument("--sha256", default="", help="its SHA-256, required with --package")
+    args = parser.parse_args(argv)
+    if bool(args.package) != bool(args.sha256):
+        raise SystemExit("::error title=gpu-gate::package and package-sha256 go together: pin the package's "
+                         "SHA-256 (from the release's SHA256SUMS), or give neither")
+    package = (args.package, args.sha256) if args.package else None
+    outputs = install(args.python, Path(args.action) if args.action else None, args.dest, package)
     lines = "".join(f"{k}={v}\n" for k, v in outputs.items())
     target = os.environ.get("GITHUB_OUTPUT")
     if target:

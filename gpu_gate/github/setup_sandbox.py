@@ -271,10 +271,14 @@ def run_setup(argv: Sequence[str], venv: Path, *, workspace: Path, readonly: Seq
     python = make_venv(venv)
     protected = [workspace / p if not p.is_absolute() else p for p in readonly]
     before = {p: identity(p) for p in [*git_paths(workspace), *protected]}
+    own_cache = cache_home is not None
     if cache_home is None:
         cache_home = Path(base_env.get("HOME") or os.path.expanduser("~")) / ".cache"
+    cache_home = Path(os.path.abspath(cache_home))
     cache_home.mkdir(parents=True, exist_ok=True)
     cenv = command_env(base_env, venv)
+    if own_cache:  # pip, torch and the rest keep their caches here, not in ~/.cache (read-only then)
+        cenv["XDG_CACHE_HOME"] = str(cache_home)
     if bwrap is not None:
         cenv["TMPDIR"] = "/tmp"
         lay = layout(workspace, venv, protected, cache_home)
@@ -309,6 +313,9 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
                    help="a path, relative to the workspace, that setup must not write, create or replace")
     p.add_argument("--sandbox", choices=MODES, default="required",
                    help="required (default): fail where bubblewrap cannot run; auto: then run unsandboxed; off: never")
+    p.add_argument("--cache-home", type=Path, default=None, metavar="DIR",
+                   help="the cache directory setup may write (XDG_CACHE_HOME; default: ~/.cache, which outlives the "
+                        "job; a directory of the job's own on a runner that keeps state between jobs)")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS...")
     args = p.parse_args(argv)
     if args.command and args.command[0] == "--":
@@ -319,7 +326,8 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 def main(argv: Sequence[str]) -> int:
     args = parse(argv)
     try:
-        out = run_setup(args.command, args.venv, workspace=args.workspace, readonly=args.readonly, mode=args.sandbox)
+        out = run_setup(args.command, args.venv, workspace=args.workspace, readonly=args.readonly, mode=args.sandbox,
+                        cache_home=args.cache_home)
     except SetupError as exc:
         print(f"::error title=gpu-gate::{exc}", flush=True)
         return 2

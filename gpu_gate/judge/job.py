@@ -155,8 +155,28 @@ def _late_settings_note(job: Job, ctx: Context) -> list[Finding]:
                             f"cases ran without it: set it in the runner's environment (the job's env), not at import")]
 
 
+def _adapted_note(job: Job, used: Any) -> list[Finding]:
+    """What the Triton interpreter had to be adapted for to run the spec's kernels on the CPU (the
+    candidate's worker says which adaptations its launches needed: see worker.interpreter)."""
+    from ..protocol.interpreter import ADAPTATIONS
+
+    if not isinstance(used, dict):
+        return []
+    parts = []
+    for name, what in ADAPTATIONS.items():
+        seen = used.get(name)
+        if isinstance(seen, (list, tuple)) and seen:
+            names = ", ".join(str(n)[:60] for n in seen[:6]) + (", ..." if len(seen) > 6 else "")
+            parts.append(f"{name} ({names}): {what}")
+    if not parts:
+        return []
+    return [Finding(check=job.check, kind="interpreter-adapted", severity=Severity.NOTE,
+                    spec=job.spec.id if job.spec else None,
+                    message="the Triton interpreter (no GPU) was adapted to run these kernels as a GPU does: "
+                            + "; ".join(parts), details={"adaptations": sorted(n for n in used if n in ADAPTATIONS)})]
+
+
 def run_job(job: Job, ctx: Context) -> JobResult:
-    from ..protocol.jobs import without_base
     from ..rules import judging
     from .channel import ProtocolViolation
 
@@ -167,9 +187,8 @@ def run_job(job: Job, ctx: Context) -> JobResult:
     try:
         outcome = _run_check(info, job, ctx)
         why = judging.signature_broke(job, outcome.findings)
-        if why is not None:  # the base's spec no longer fits the head: the head's judges, and the job says so
-            outcome = _run_check(info, without_base(job), ctx)
-            outcome.findings.append(judging.fallback_finding(job, why))
+        if why is not None:  # the base's spec no longer fits the head: as the head's spec allows, and the job says so
+            outcome = judging.fall_back(job, why, lambda again: _run_check(info, again, ctx))
             if outcome.status is Status.PASSED and any(f.severity is Severity.ERROR for f in outcome.findings):
                 outcome.status = Status.FAILED
         if ctx.workers is not None and outcome.status in (Status.PASSED, Status.FAILED):
@@ -177,6 +196,7 @@ def run_job(job: Job, ctx: Context) -> JobResult:
             try:
                 finished = ctx.workers.finish()
                 launched, uncompiled = finished.launches, finished.uncompiled
+                outcome.findings += _adapted_note(job, finished.interpreter_adapted)
             except ProtocolViolation as exc:
                 outcome = _protocol(job, exc)
             except Exception:  # noqa: BLE001 - a worker lost at the end: no coverage record, nothing else lost

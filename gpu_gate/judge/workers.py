@@ -42,7 +42,8 @@ def import_finding(job: Job, facts: SpecImportFacts) -> Finding:
     """The judge's finding for a spec that a worker could not import (what the worker said, as facts)."""
     return Finding(check=job.check, kind=facts.kind, spec=job.spec.id if job.spec else None, file=facts.file,
                    line=facts.line, message=facts.message,
-                   details={"traceback": facts.traceback} if facts.traceback else {})
+                   details={**({"traceback": facts.traceback} if facts.traceback else {}),
+                            **({"missing_module": facts.missing_module} if facts.missing_module else {})})
 
 
 @dataclasses.dataclass
@@ -240,6 +241,7 @@ class Workers:
     load_times: dict[str, float] = dataclasses.field(default_factory=dict)  # of which, in the candidate's worker
     base_load_times: dict[str, float] = dataclasses.field(default_factory=dict)  # the same, in the base's
     late_cuda_settings: list[str] = dataclasses.field(default_factory=list)  # set by the spec's import, too late
+    interpreter: list[str] = dataclasses.field(default_factory=list)  # the Triton interpreter's adaptations in place
 
     def finish(self, compile_settings: Any = None) -> FinishReply:
         if self.finished is None:
@@ -271,7 +273,15 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
             asked[role] = None
         except WorkerLost as exc:
             asked[role] = exc
-    uses_triton, load_times, late = _loaded(job, "candidate", channels["candidate"], asked["candidate"], deadline)
+    try:
+        uses_triton, load_times, late, adapted = _loaded(job, "candidate", channels["candidate"], asked["candidate"],
+                                                         deadline)
+    except BaseException:
+        # The others were asked too: take their answers now, or the next ``load`` on these channels
+        # (the job judged by another spec) would read this one's answer as its own.
+        _drain({role: ch for role, ch in (("reference", channels["reference"]), ("base", base))
+                if ch is not None and asked.get(role) is None}, deadline)
+        raise
     _loaded(job, "reference", channels["reference"], asked["reference"], deadline)
     reference = Reference(channels["reference"], device, deadline)
     spec = reference.describe()
@@ -282,15 +292,30 @@ def connect(job: Job, channels: dict[str, Channel], device: str, deadline: float
     workers.load_s = time.monotonic() - start
     workers.load_times = {**load_times, "judge_alive_s": round(judge_alive_s, 2)}
     workers.late_cuda_settings = late
+    workers.interpreter = adapted
     return workers
 
 
+DRAIN_S = 60.0  # how long a worker's answer to an abandoned ``load`` is waited for
+
+
+def _drain(channels: dict[str, Channel], deadline: float) -> None:
+    """Read and drop the pending answer of each channel; one that does not answer is lost, and says so."""
+    import time
+
+    for channel in channels.values():
+        try:
+            channel.answer(min(deadline, time.monotonic() + DRAIN_S))
+        except (WorkerLost, WorkerTimeout):
+            pass  # the channel now knows it is lost: a later request says so instead of misreading
+
+
 def _loaded(job: Job, role: str, channel: Channel, lost: WorkerLost | None, deadline: float
-            ) -> tuple[bool, dict[str, float], list[str]]:
+            ) -> tuple[bool, dict[str, float], list[str], list[str]]:
     """The answer to ``load`` from the candidate or the reference worker: whether the code it
     imported uses Triton (the candidate's answer), how long importing torch and the spec took
-    there (for the timing report) and the CUDA settings the import set too late, or the error
-    that ends the job."""
+    there (for the timing report), the CUDA settings the import set too late and the Triton
+    interpreter's adaptations in place (see worker.interpreter), or the error that ends the job."""
     try:
         if lost is not None:
             raise lost
@@ -307,7 +332,8 @@ def _loaded(job: Job, role: str, channel: Channel, lost: WorkerLost | None, dead
         raise ContextLost(f"the {role} worker failed: {reply.message}")
     loaded = expect(reply, LoadReply, channel)
     names = [n[:100] for n in loaded.late_cuda_settings[:20]]
-    return bool(loaded.uses_triton), _load_times(loaded), names
+    adaptations = [n[:100] for n in loaded.interpreter[:20]]
+    return bool(loaded.uses_triton), _load_times(loaded), names, adaptations
 
 
 def _load_times(reply: LoadReply) -> dict[str, float]:

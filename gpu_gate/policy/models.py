@@ -68,7 +68,8 @@ class CheckPolicy(_Frozen):
 
 class KernelSelection(_Frozen):
     include: tuple[str, ...] = Field(default=("**/*.cu", "**/*.cuh", "**/*.py"), description="globs of kernel files")
-    exclude: tuple[str, ...] = Field(default=("third_party/**", ".git/**"), description="globs never treated as kernels")
+    exclude: tuple[str, ...] = Field(default=("third_party/**", ".git/**", ".github/**"),
+                                     description="globs never treated as kernels")
 
 
 class TritonCompile(_Frozen):
@@ -117,7 +118,15 @@ class EquivalencePolicy(CheckPolicy):
     seed: int | None = Field(default=None, description="fixed seed; null: a fresh seed per run (always recorded)")
     tolerance: Tolerance = Tolerance()
     max_case_bytes: int = Field(default=256 * MiB, ge=1, description="largest input+output size of one case")
-    time_budget_s: float = Field(default=300.0, gt=0, description="stop generating cases after this long")
+    time_budget_s: float = Field(default=300.0, gt=0, description=(
+        "gpu-gate's own time for the cases (the kernel's calls are counted apart): once spent, only the floor runs "
+        "(every dtype and layout, at least 16 cases on a GPU, 4 on the CPU)"))
+    candidate_budget_s: float | None = Field(default=None, gt=0, description=(
+        "the kernel's calls may add up to this much on top of time_budget_s; null: as much as time_budget_s"))
+    slow_case_s: float | None = Field(default=None, gt=0, description=(
+        "a case whose kernel calls take longer is a slow-case finding; null: 10 s on a GPU, 60 s on the CPU"))
+    slow_case: Literal["warn", "fail"] = Field(default="warn", description=(
+        "slow-case findings: warn (the cases still run: slow is not wrong), or fail"))
     growth: bool = Field(default=True, description="check how the error grows with the reduction length")
     shrink: bool = Field(default=True, description="shrink a failing case to a minimal one")
     shrink_budget_s: float = Field(default=60.0, ge=0, description="time allowed for shrinking")
@@ -257,6 +266,12 @@ class CacheSettings(_Frozen):
     dir: str = Field(default=".gpu-gate/cache", description="cache directory, relative to the repository root")
 
 
+class ReportSettings(_Frozen):
+    sarif_notes: bool = Field(default=False, description=(
+        "also put notes in report.sarif (checks not run here, dtypes not verified, the differential run's "
+        "remarks): code scanning keeps each as an alert; by default SARIF carries what blocks and what warns"))
+
+
 class Policy(_Frozen):
     """A whole `.gpu-gate.yml`, after `extends` has been merged in."""
 
@@ -297,6 +312,7 @@ class Policy(_Frozen):
     cuda: CudaSettings = CudaSettings()
     runner: RunnerSettings = RunnerSettings()
     cache: CacheSettings = CacheSettings()
+    reports: ReportSettings = ReportSettings()
 
     def check(self, name: str) -> CheckPolicy:
         if name not in CHECKS:

@@ -103,6 +103,24 @@ def base_copy(job: Job, workdir: Path) -> Path | None:
     return path
 
 
+def with_head_call(job: Job) -> Job:
+    """The base's spec with the head's call to the kernel: the head's spec differs from the base's only
+    in that call (gpu_gate.rules.plumbing), so the reference, the rules and the base's code stay the
+    base's, and the candidate's worker calls the head's kernel through the head's spec."""
+    spec = carried(job)
+    if spec is None:
+        return job
+    return dataclasses.replace(job, options={**job.options, BASE_SPEC: {**spec, "call": "head"}})
+
+
+def for_candidate(job: Job) -> Job:
+    """The job as the candidate's worker loads it: with the head's call, the head's spec file."""
+    spec = carried(job)
+    if spec is None or spec.get("call") != "head":
+        return job
+    return dataclasses.replace(job, options={k: v for k, v in job.options.items() if k != BASE_SPEC})
+
+
 def without_base(job: Job) -> Job:
     """The job judged by the head's spec: the base's spec, the base's code and the base's tree for
     the truth are out (the base's code cannot run the head's spec when the call signature changed)."""

@@ -35,6 +35,7 @@ bar for a correct kernel that accumulates in fp32 in another order.
 from __future__ import annotations
 
 import math
+import sys
 from typing import Any
 
 ENVELOPE_C = 1.0  # lambda of the probabilistic bound; the comparison's baseline_factor (2) adds margin
@@ -158,6 +159,13 @@ class RoundingNoise:
         outer = self
 
         class _Mode(TorchDispatchMode):
+            @classmethod
+            def _should_skip_dynamo(cls) -> bool:
+                # torch wraps a mode's handler in a lazy import of Dynamo (sympy and some 900 modules, two
+                # seconds of CPU in every reference worker), so that torch.compile does not trace into
+                # it. A reference that has not loaded Dynamo runs eagerly: there is nothing to skip.
+                return "torch._dynamo" in sys.modules and bool(super()._should_skip_dynamo())
+
             def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
                 return outer.dispatch(self, func, args, kwargs or {})
 

@@ -36,8 +36,48 @@ def first_line(text: str, limit: int = 200) -> str:
     lines = [ln.strip() for ln in clean_text(text).split("\n") if ln.strip()]
     if len(lines) > 1 and lines[0] in _GENERIC_OPENERS:
         lines = lines[1:]
-    line = lines[0] if lines else ""
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    return cut(lines[0] if lines else "", limit)
+
+
+def cut(line: str, limit: int) -> str:
+    """``line`` in at most ``limit`` characters: cut between words, never inside one, and marked with
+    an ellipsis. Only a single word longer than half the room (a path, a token) is cut inside."""
+    if len(line) <= limit:
+        return line
+    room = line[: limit - 1]
+    if not line[limit - 1].isspace():  # the cut falls inside a word: back to the space before it
+        at = max(room.rfind(c) for c in " \n\t")
+        room = room[:at] if at >= limit // 2 else room
+    return room.rstrip(" \n\t,;:(") + "…"
+
+
+def reason_key(result: JobResult) -> str:
+    """The job's reason with its own check's name taken out ("each check"), so that one cause that
+    several checks share ("no GPU on this machine: memcheck needs a CUDA device", the same for
+    racecheck) is one reason, said once."""
+    return re.sub(rf"\b{re.escape(result.check)}\b", "each check", result.reason or "no reason given")
+
+
+def group_not_run(results: Iterable[JobResult], blocking: set[int]) -> dict[tuple[str, str, bool], list[JobResult]]:
+    """Jobs that did not run, by (verb, reason, whether they block), in report order; the reason is
+    the job's own when its group holds one check, else the shared one (:func:`reason_key`)."""
+    groups: dict[tuple[str, str, bool], list[JobResult]] = {}
+    for r in not_run_jobs(results):
+        verb = "not run" if r.status is Status.NOT_RUN else "could not run"
+        groups.setdefault((verb, reason_key(r), id(r) in blocking), []).append(r)
+    return {(verb, key if len({r.check for r in jobs}) > 1 else (jobs[0].reason or "no reason given"), blocks): jobs
+            for (verb, key, blocks), jobs in groups.items()}
+
+
+def targets_phrase(jobs: Iterable[JobResult], limit: int = 6) -> str:
+    """"memcheck, racecheck for a.py::x, b.py::y (4 jobs)": the checks and targets, each once."""
+    jobs = list(jobs)
+    checks = check_order({r.check for r in jobs})
+    targets = list(dict.fromkeys(job_target(r) for r in jobs))
+    shown = ", ".join(targets[:limit])
+    more = f" and {len(targets) - limit} more" if len(targets) > limit else ""
+    count = f" ({len(jobs)} jobs)" if len(jobs) > 1 else ""
+    return f"{', '.join(checks)} for {shown}{more}{count}"
 
 
 def job_target(result: JobResult) -> str:

@@ -11,8 +11,8 @@ from ..checked import case_words, gpu_only_not_run, planned
 from ..findings import Finding, JobResult, Severity, Status
 from ..record import RunRecord
 from ..verdict import Item, Verdict
-from . import (blocking_findings, clean_text, first_line, job_target, missing_items, not_run_jobs,
-               short_sha, warning_findings)
+from . import (blocking_findings, clean_text, first_line, group_not_run, job_target, missing_items, not_run_jobs,
+               reason_key, short_sha, targets_phrase, warning_findings)
 
 _WORDS = {Status.PASSED: "PASS", Status.FAILED: "FAIL", Status.ERROR: "ERROR", Status.NOT_RUN: "NOT RUN"}
 MESSAGE_LINES = 8  # lines of a multi-line message shown in the terminal summary
@@ -45,11 +45,19 @@ def paint_headline(headline: str, colour: bool) -> str:
     return headline
 
 
-def progress_line(result: JobResult, done: int, total: int, elapsed_s: float, colour: bool = False) -> str:
+def progress_line(result: JobResult, done: int, total: int, elapsed_s: float, colour: bool = False,
+                  said: dict[str, int] | None = None) -> str:
+    """One finished job. ``said``: the reasons already given for jobs that did not run, by the number of
+    the line that gave each (kept by the caller across the run), so that a reason is said once."""
     width = len(str(total))
     check = result.check + (" (advisory)" if result.level != "required" else "")
+    outcome = _outcome(result)
+    if said is not None and result.status in (Status.NOT_RUN, Status.ERROR):
+        first = said.setdefault(f"{result.status.value}:{reason_key(result)}", done)
+        if first != done:
+            outcome = f"the same reason as [{first:>{width}}/{total}]"
     return (f"[{done:>{width}}/{total}] {status_word(result.status, colour)} {check} {job_target(result)}  "
-            f"{_outcome(result)}  {result.duration_s:.1f}s  (elapsed {elapsed_s:.1f}s)")
+            f"{outcome}  {result.duration_s:.1f}s  (elapsed {elapsed_s:.1f}s)")
 
 
 def job_details(result: JobResult) -> list[str]:
@@ -98,16 +106,13 @@ def render_summary(record: RunRecord, verdict: Verdict, *, colour: bool = False,
         lines += ["", paint("Blocking:", "red", colour)]
         for item in blockers:
             lines += _item_lines(item, None if full else MESSAGE_LINES)
-    gaps = not_run_jobs(record.results)
-    if gaps or missing_items(verdict):
+    if not_run_jobs(record.results) or missing_items(verdict):
         lines += ["", "Not run, and why:"]
         blocking = {id(i.job) for i in verdict.blocking if i.job is not None}
-        for r in gaps:
-            verb = "not run" if r.status is Status.NOT_RUN else "could not run"
-            impact = "blocks the merge" if id(r) in blocking else "does not block"
-            impact += "; GPU-only, not run here" if gpu_only_not_run(r) and id(r) not in blocking else ""
-            lines.append(f"  - {r.check} {job_target(r)}: {verb}: {first_line(r.reason or 'no reason given', 300)}"
-                         f" ({impact})")
+        for (verb, reason, blocks), jobs in group_not_run(record.results, blocking).items():
+            impact = "blocks the merge" if blocks else "does not block"
+            impact += "; GPU-only, not run here" if not blocks and all(gpu_only_not_run(r) for r in jobs) else ""
+            lines.append(f"  - {targets_phrase(jobs)}: {verb}: {first_line(reason, 300)} ({impact})")
         lines += [f"  - {first_line(i.reason, 300)} (blocks the merge)" for i in missing_items(verdict)]
     warned = [i for i in verdict.warnings if i.finding is not None]
     if warned:

@@ -37,11 +37,12 @@ FILENAMES = {
 
 def write_reports(record: RunRecord, verdict: Verdict, out_dir: Path,
                   formats: Iterable[OutputFormat | str], root: Path | None = None,
-                  warnings: list[str] | None = None) -> dict[str, Path]:
+                  warnings: list[str] | None = None, *, sarif_notes: bool = False) -> dict[str, Path]:
     """Write each format to ``out_dir``; returns {format name: path}. ``root`` is the checkout that
     places findings with no line (default: the working directory); ``out_dir`` is refused where its
     path from ``root`` holds a symbolic link (see :mod:`.outdir`): the reports then go to a directory
-    of the gate's own, and ``warnings`` gets a line saying where.
+    of the gate's own, and ``warnings`` gets a line saying where. ``sarif_notes``: the policy's
+    ``reports.sarif_notes``.
 
     A report that cannot be written (disk full, a directory in the way) does not stop the
     others: they are written first, then a GateError names the first path that failed.
@@ -62,7 +63,7 @@ def write_reports(record: RunRecord, verdict: Verdict, out_dir: Path,
     for fmt in dict.fromkeys(OutputFormat(f) for f in formats):
         path = out_dir / fmt.filename
         try:
-            _write(fmt, record, verdict, path, root)
+            _write(fmt, record, verdict, path, root, sarif_notes)
         except OSError as err:
             failed.append((path, err))
         else:
@@ -75,13 +76,14 @@ def write_reports(record: RunRecord, verdict: Verdict, out_dir: Path,
     return written
 
 
-def _write(fmt: OutputFormat, record: RunRecord, verdict: Verdict, path: Path, root: Path | None) -> None:
+def _write(fmt: OutputFormat, record: RunRecord, verdict: Verdict, path: Path, root: Path | None,
+           sarif_notes: bool) -> None:
     if fmt is OutputFormat.JUNIT:
         text = render_junit(record, verdict)
     elif fmt is OutputFormat.MARKDOWN:
         text = render_markdown(record, verdict)
     elif fmt is OutputFormat.SARIF:
-        text = json.dumps(render_sarif(record, verdict, root), indent=1)
+        text = json.dumps(render_sarif(record, verdict, root, notes=sarif_notes), indent=1)
     elif fmt is OutputFormat.JSON:
         text = record.dumps()
     else:

@@ -23,8 +23,8 @@ from ..findings import Finding, JobResult, Severity, Status
 from ..judge.checks import check_info
 from ..record import ChangedKernel, RunRecord
 from ..verdict import Item, Verdict
-from . import (blocking_findings, blocking_jobs, check_order, clean_text, first_line, job_target,
-               missing_items, not_run_jobs, short_sha)
+from . import (blocking_findings, blocking_jobs, check_order, clean_text, first_line, group_not_run, job_target,
+               missing_items, reason_key, short_sha)
 from .mdfit import Section as _Section, assemble as _assemble, fit as _fit
 from .mdgrowth import growth_blocks, resource_blocks
 from .mdtext import _shorten, _tail, code, details, escape, fence
@@ -169,15 +169,15 @@ def _blocking_lines(items: list[Item]) -> list[str]:
     for item in items:
         job = item.job
         if item.finding is None and job is not None and job.status in (Status.NOT_RUN, Status.ERROR):
-            key = (_verb(job), job.reason or "no reason given")
+            key = (_verb(job), reason_key(job))
             if key not in groups:
                 groups[key] = []
                 lines.append("")  # the group's place, filled below
             groups[key].append(job)
             continue
         lines.append(_blocking_line(item))
-    filled = iter(f"- {_jobs_phrase(jobs)}: {escape(verb)}: {escape(first_line(reason, 300))}"
-                  for (verb, reason), jobs in groups.items())
+    filled = iter(f"- {_jobs_phrase(jobs)}: {escape(verb)}: {escape(first_line(_said(key, jobs), 300))}"
+                  for (verb, key), jobs in groups.items())
     return [line or next(filled) for line in lines]
 
 
@@ -194,6 +194,11 @@ def _blocking_line(item: Item) -> str:
                    else " (new: the base's code passes this case)")
     where = f" — {code(f.location)}" if f.location else ""
     return f"- **{escape(f.check)}**{target}: {escape(first_line(item.reason, 300))}{where}"
+
+
+def _said(key: str, jobs: list[JobResult]) -> str:
+    """A group's reason: the job's own where the group holds one check, else the shared one."""
+    return key if len({r.check for r in jobs}) > 1 else (jobs[0].reason or "no reason given")
 
 
 def _verb(r: JobResult) -> str:
@@ -308,11 +313,8 @@ _DROPPED = re.compile(r"^(?P<dtypes>.+?) cases not run: (?P<why>.+)$", re.S)
 
 def _unverified_blocks(ctx: _Ctx) -> list[str]:
     """Checks that did not run and dtypes that were dropped, each reason once, with what it covers."""
-    groups: dict[tuple[str, str, bool], list[JobResult]] = {}
-    for r in not_run_jobs(ctx.record.results):
-        groups.setdefault((_verb(r), r.reason or "no reason given", id(r) in ctx.blocking_jobs), []).append(r)
     blocks = [_unverified_group(verb, reason, blocks, jobs, ctx.log_lines)
-              for (verb, reason, blocks), jobs in groups.items()]
+              for (verb, reason, blocks), jobs in group_not_run(ctx.record.results, ctx.blocking_jobs).items()]
     blocks += _dropped_dtype_lines(ctx.record.results)
     blocks += [f"- ⛔ {escape(first_line(i.reason, 300))} — **blocks the merge**" for i in missing_items(ctx.verdict)]
     return blocks

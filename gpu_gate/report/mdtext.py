@@ -5,7 +5,7 @@ from __future__ import annotations
 import html
 import re
 
-from . import clean_text, first_line
+from . import clean_text, cut, first_line
 
 
 def code(text: str) -> str:
@@ -32,7 +32,8 @@ def _shorten(text: str, limit: int | None) -> str:
     text = clean_text(text)
     if limit is None or len(text) <= limit:
         return text
-    return text[:limit].rstrip() + f"\n… ({len(text) - limit} more characters in the full report)"
+    kept = cut(text, limit + 1).removesuffix("…").rstrip()
+    return kept + f"\n… ({len(text) - len(kept)} more characters in the full report)"
 
 
 def _tail(text: str, lines: int) -> str:

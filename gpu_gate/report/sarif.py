@@ -1,7 +1,10 @@
 """SARIF 2.1.0 for code scanning: one result per finding, placed on the kernel source line.
 
 Levels follow the verdict, not just the finding: a finding that blocks the merge is
-``error``, one the policy lets through is ``warning``, information is ``note``. Every result
+``error``, one the policy lets through is ``warning``, information is ``note``. Code scanning keeps
+every result as an alert, so notes (a check not run on this machine, a dtype not verified, the
+differential run's remarks) are left out unless the policy says ``reports: {sarif_notes: true}``:
+twenty alerts for one defect hide the defect. Every result
 has a region: its own line, else (an equivalence failure, a required job that could not run)
 the spec's decorator with the judged kernels' definitions as related locations, as the check
 run's annotations place them (:mod:`.locate`), else line 1 of the spec or kernel file.
@@ -44,8 +47,10 @@ _DESCRIPTIONS = {
 }
 
 
-def render_sarif(record: RunRecord, verdict: Verdict, root: Path | None = None) -> dict[str, Any]:
-    """The SARIF log; sources under ``root`` (default: the working directory) place findings with no line."""
+def render_sarif(record: RunRecord, verdict: Verdict, root: Path | None = None, *,
+                 notes: bool = False) -> dict[str, Any]:
+    """The SARIF log; sources under ``root`` (default: the working directory) place findings with no
+    line. ``notes``: keep the results of level ``note`` too (the policy's ``reports.sarif_notes``)."""
     rules: dict[str, dict[str, Any]] = {}
     results: list[dict[str, Any]] = []
     levels = _Levels(verdict)
@@ -61,11 +66,24 @@ def render_sarif(record: RunRecord, verdict: Verdict, root: Path | None = None) 
         for f in r.findings:
             found = job_places if f.spec in (None, r.spec) else _placed(here, f.spec, r.kernels)
             _add(results, rules, _finding_result(f, levels.of_finding(f), r.kernels, here, found), f.check, f.kind)
+    if not notes:
+        results, rules = _without_notes(results, rules)
     driver = {"name": "gpu-gate", "version": __version__, "rules": list(rules.values())}
     return {"$schema": SARIF_SCHEMA, "version": SARIF_VERSION,
             "runs": [{"tool": {"driver": driver}, "results": results,
                       "columnKind": "unicodeCodePoints", "originalUriBaseIds": {"%SRCROOT%": {"description": {
                           "text": "The root of the repository that was checked"}}}}]}
+
+
+def _without_notes(results: list[dict[str, Any]], rules: dict[str, dict[str, Any]]
+                   ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """What blocks and what warns, and only the rules those results name (re-indexed)."""
+    kept = [r for r in results if r["level"] != "note"]
+    used = {r["ruleId"] for r in kept}
+    rules = {k: v for k, v in rules.items() if k in used}
+    for r in kept:
+        r["ruleIndex"] = list(rules).index(r["ruleId"])
+    return kept, rules
 
 
 def fingerprint(check: str, kind: str, spec: str | None, kernels: Iterable[str], subject: str | None) -> str:
@@ -92,7 +110,8 @@ class _Levels:
         return "note"
 
     def of_job(self, r: JobResult) -> str:
-        return "error" if id(r) in self.blocking_j else "warning"
+        """A job that did not run says nothing of the code: an error when it blocks, else a note."""
+        return "error" if id(r) in self.blocking_j else "note"
 
 
 def _add(results: list[dict[str, Any]], rules: dict[str, dict[str, Any]], result: dict[str, Any] | None,

@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import cudascan, git, pyscan
-from ..changes import match
 from ..judge.checks import CHECKS, Differential, check_info
 from ..findings import Finding
 from ..protocol.jobs import Job
-from . import policydiff, specdiff, truth
+from ..coverage import LaunchStore
+from . import pairing, plumbing, policydiff, specdiff, truth
 from .change import RuleChange
+from .judged import Judges
 from .specrules import SpecRules, read_specs
 
 from ..policy.base import rules_note
@@ -31,9 +32,11 @@ if TYPE_CHECKING:
 from ..protocol.jobs import BASE_SPEC, DIFFERENTIAL, TRUTH  # the job options (see gpu_gate.protocol.jobs)
 
 
-def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool = True) -> None:
+def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool = True,
+          launch_store: Path | None = None) -> None:
     """Add the rule changes to ``plan.findings`` and point its spec jobs at the base's specs (and,
-    with ``differential``, have their equivalence jobs run the base's code on the same cases)."""
+    with ``differential``, have their equivalence jobs run the base's code on the same cases).
+    ``launch_store``: the cache directory whose recorded launches say what each spec judges."""
     if choice.base is None or choice.head is None or plan.base is None:
         return
     mode = choice.loaded.policy.rule_changes
@@ -45,25 +48,43 @@ def apply(repo: Path, plan: Plan, choice: PolicyInForce, *, differential: bool =
     base_specs = read_specs(repo, plan.base, compared.policy.specs)
     head_specs = read_specs(repo, plan.head, choice.loaded.policy.specs)
     ctx = _context(repo, plan, choice)
-    pairs = _pairs(base_specs, head_specs)
+    store = LaunchStore(launch_store) if launch_store is not None else None
+    # what the change did to the specs: the merge base's against the head's, paired by what they judge
+    judges = Judges.read(repo, (plan.base, compared.policy), (plan.head, choice.loaded.policy),
+                         git.diff(repo, plan.base, plan.head), store)
+    found = pairing.pair(base_specs, head_specs, judges.moves.renamed, judges.base, judges.head)
+    pairs = found.base
     # the specs in force: the rules' revision's (the merge base's when the branch is up to date)
-    in_force = _pairs(read_specs(repo, rules, choice.base.policy.specs), head_specs) if rules != plan.base else pairs
-    for head_id, spec in sorted(head_specs.items()):
-        old = pairs.get(head_id)
-        if old is None:
-            changes.append(RuleChange("new", f"new reference, written by this change: review it (spec {spec.name})",
-                                      spec.file, spec.line_of("reference"), spec.id))
-        changes += specdiff.compare(old, spec, ctx) if old else specdiff.reference_calls_code_under_review(spec, ctx, None)
-    matched = {s.id for s in pairs.values()}
-    changes += [_deleted(s, ctx) for s in base_specs.values() if s.id not in matched]
+    in_force = _in_force(read_specs(repo, rules, choice.base.policy.specs), base_specs, head_specs, pairs) \
+        if rules != plan.base else pairs
+    changes += _spec_changes(base_specs, head_specs, found, judges, ctx)
     changes += _truth_changes(repo, plan, rules, in_force, ctx)
     plan.findings += [c.finding(mode) for c in changes]
     jobs = plan.jobs + _base_checks(plan, choice, in_force)
-    judged = [_judged_by_base(j, head_specs, in_force, mode, rules, pairs, plan.base) for j in jobs]
+    judged = [_judged_by_base(j, head_specs, in_force, mode, rules, pairs, plan.base, ctx.index) for j in jobs]
     if differential and choice.loaded.policy.checks.equivalence.differential:
         judged = [_differential(j, pairs, plan.base) for j in judged]
         judged = _compiled_at_base(repo, judged, plan.base)
     plan.jobs = sorted(judged, key=lambda j: j.id)
+
+
+def _spec_changes(base: dict[str, SpecRules], head: dict[str, SpecRules], found: pairing.Pairing, judges: Judges,
+                  ctx: specdiff.Context) -> list[RuleChange]:
+    """Each head spec against the base's it is paired with (or as new); each base spec left, retired."""
+    out: list[RuleChange] = []
+    still = frozenset(f for old in found.base.values() for f in judges.base.get(old.id, ()))
+    for head_id, spec in sorted(head.items()):
+        old = found.base.get(head_id)
+        if old is None:
+            out += [_new(spec, judges, still), *specdiff.reference_calls_code_under_review(spec, ctx, None)]
+            continue
+        if head_id in found.how:
+            out.append(RuleChange("changed", f"spec {spec.name} ({spec.file}) is the base's {old.name} ({old.file}): "
+                                             f"{found.how[head_id]}; the base's spec judges it", spec.file, spec.line,
+                                  spec.id))
+        out += specdiff.compare(old, spec, ctx)
+    matched = {s.id for s in found.base.values()}
+    return out + [_deleted(s, judges) for s in base.values() if s.id not in matched]
 
 
 def _truth_changes(repo: Path, plan: Plan, rules: str, in_force: dict[str, SpecRules],
@@ -81,6 +102,36 @@ def _truth_changes(repo: Path, plan: Plan, rules: str, in_force: dict[str, SpecR
         out += truth.helpers_changed(spec, tree, ctx.changed)
         out += truth.shadowed_packages(spec, tree, ctx.files, roots)
     return out
+
+
+def _new(spec: SpecRules, judges: Judges, still: frozenset[str]) -> RuleChange:
+    """A spec no spec of the base pairs with. Over kernels this change adds, its truth judges only new
+    code: review it. Over a kernel the base had that no spec of the base still judges, a truth written
+    by this change would judge a kernel of the base: a weakening, until a maintainer approves it."""
+    had = {f: judges.moves.at_base(f) for f in sorted(judges.head.get(spec.id, ()))}
+    orphans = {f: olds for f, olds in had.items() if olds and f not in still}
+    if not orphans:
+        return RuleChange("new", f"new reference, written by this change: review it (spec {spec.name})",
+                          spec.file, spec.line_of("reference"), spec.id)
+    listed = "; ".join(f + ("" if olds == {f} else f" (as {', '.join(sorted(olds))})") for f, olds in orphans.items())
+    return RuleChange("weakened", f"spec {spec.name} is new, and judges {listed}, which the base had: no spec of the "
+                                  f"base still judges it, so a reference written by this change would judge a kernel "
+                                  f"the base had", spec.file, spec.line_of("reference"), spec.id, approvable=True)
+
+
+def _in_force(tip: dict[str, SpecRules], merge_base: dict[str, SpecRules], head: dict[str, SpecRules],
+              since: dict[str, SpecRules]) -> dict[str, SpecRules]:
+    """Head spec id -> the spec of the rules' revision (the base branch's tip) that judges it. ``since``:
+    the merge base's spec each head spec is paired with (by what they judge); the tip's version of it is
+    the same spec, or the one of the same name where unique (the base branch moved it). A head spec the
+    merge base lacks takes a spec the base branch added since, by id or unique name. A merge base spec
+    the tip retired has none: the merge base's judges (see ``_judged_by_base``)."""
+    tip_of = pairing.pair(tip, merge_base, {}, {}, {}).base  # merge base spec id -> the tip's
+    out = {hid: tip_of[old.id] for hid, old in since.items() if old.id in tip_of}
+    taken = {s.id for s in tip_of.values()}
+    added = pairing.pair({sid: s for sid, s in tip.items() if sid not in taken},
+                         {hid: s for hid, s in head.items() if hid not in since}, {}, {}, {}).base
+    return {**out, **added}
 
 
 def _base_checks(plan: Plan, choice: PolicyInForce, pairs: dict[str, SpecRules]) -> list[Job]:
@@ -129,21 +180,6 @@ def _policy_changes(choice: PolicyInForce) -> list[RuleChange]:
     return changes
 
 
-def _pairs(base: dict[str, SpecRules], head: dict[str, SpecRules]) -> dict[str, SpecRules]:
-    """Head spec id -> the same spec at the base: same id, else the same name when it is unique (a spec
-    moved to another file keeps its rules)."""
-    out = {hid: base[hid] for hid in head if hid in base}
-    left = [s for s in base.values() if s.id not in out]
-    for hid, spec in head.items():
-        if hid in out:
-            continue
-        same = [s for s in left if s.name == spec.name]
-        if len(same) == 1:
-            out[hid] = same[0]
-            left.remove(same[0])
-    return out
-
-
 def _context(repo: Path, plan: Plan, choice: PolicyInForce) -> specdiff.Context:
     snap = git.Snapshot(repo, plan.head)
     # the work tree too (head None): what a local run is about to commit is this change's
@@ -164,21 +200,18 @@ def _context(repo: Path, plan: Plan, choice: PolicyInForce) -> specdiff.Context:
     return specdiff.Context(snap.files, changed, is_kernel_module, factor)
 
 
-def _deleted(spec: SpecRules, ctx: specdiff.Context) -> RuleChange:
-    covers = spec.literal("covers", [])
-    remaining = sorted(f for f in spec.modules_used(spec.candidate, ctx.index) if ctx.is_kernel_module(f))
-    if isinstance(covers, list):
-        files = ctx.files
-        remaining += sorted(f for f in files if any(isinstance(p, str) and match(f, p) for p in covers))
+def _deleted(spec: SpecRules, judges: Judges) -> RuleChange:
+    """A base spec no spec of the head pairs with: retired, which only a spec whose kernels are gone may be."""
+    remaining = sorted(judges.base.get(spec.id, ()))
     if remaining:
         return RuleChange("weakened", f"spec {spec.name} deleted while the kernels it checks remain "
-                                      f"({', '.join(sorted(set(remaining))[:5])})", spec.file, spec.line, spec.id)
+                                      f"({', '.join(remaining[:5])})", spec.file, spec.line, spec.id)
     return RuleChange("changed", f"spec {spec.name} deleted together with its kernels", spec.file, spec.line, spec.id)
 
 
 def _judged_by_base(job: Job, head: dict[str, SpecRules], pairs: dict[str, SpecRules], mode: str,
                     base: str | None = None, since: dict[str, SpecRules] | None = None,
-                    merge_base: str | None = None) -> Job:
+                    merge_base: str | None = None, index: pyscan.ModuleIndex | None = None) -> Job:
     """A job whose spec exists at ``base`` (the rules' revision) takes its truth from there, and its
     spec too where the head's file differs. ``since``: the specs of ``merge_base``, by head spec id:
     whether this change rewrote the reference is measured against them (not what the base branch did
@@ -191,12 +224,16 @@ def _judged_by_base(job: Job, head: dict[str, SpecRules], pairs: dict[str, SpecR
     old, new = pairs[job.spec.id], head[job.spec.id]
     before = since.get(job.spec.id, old)
     truth_from = {TRUTH: base} if base else {}
-    if old.source == new.source and old.file == new.file:
+    if old.source == new.source and old.file == new.file and old.name == new.name:
         # the head's file is the base's: nothing to swap, but the code it imports is the head's
         return dataclasses.replace(job, options={**job.options, **truth_from})
+    # "plumbing": what the head's spec changes beyond its call to the kernel, against the spec that
+    # judges, for the job to know whether that spec may judge with the head's call when its own no
+    # longer fits (judging.py)
     carried: dict[str, Any] = {"file": old.file, "name": old.name, "source": old.source,
                                "reference_changed": before.reference_shape() != new.reference_shape(),
-                               "rule_changes": mode, "commit": base}
+                               "rule_changes": mode, "commit": base,
+                               "plumbing": plumbing.differences(old, new, index)}
     return dataclasses.replace(job, options={**job.options, BASE_SPEC: carried, **truth_from})
 
 

@@ -12,7 +12,7 @@ Flat = dict[str, Any]
 Judge = Callable[[Any, Any], tuple[Direction, str]]
 _LEVELS = ("off", "advisory", "required")
 _IGNORED = {"extends"}  # already merged in
-_IGNORED_PREFIXES = ("cache.", "runner.labels", "runner.gpus", "runner.fail_fast", "runner.jobs_per_gpu",
+_IGNORED_PREFIXES = ("cache.", "reports.", "runner.labels", "runner.gpus", "runner.fail_fast", "runner.jobs_per_gpu",
                      "checks.equivalence.shrink")
 
 

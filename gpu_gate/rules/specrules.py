@@ -131,6 +131,11 @@ def read_specs(repo: Path, rev: str | None, spec_globs: Iterable[str]) -> dict[s
     return found
 
 
+def specs_in_source(source: str, path: str) -> list[SpecRules]:
+    """The specs of one module's source (raises pyscan.ParseError)."""
+    return _specs_in(pyscan.parse(source.encode(), path), path, source)
+
+
 def _specs_in(tree: ast.Module, path: str, source: str) -> list[SpecRules]:
     aliases = pyscan.import_aliases(tree)
     out = []

@@ -19,22 +19,33 @@ its sandbox (see ``executor``), so the kernels it compiles carry the paths the h
 
 Triton's group files name their members by absolute path; a copy's are pointed at the copy.
 
+Each entry carries a digest of its files, computed by the gate when it harvests the entry (kept in the
+shelf's ``.digests.json``), and checked again before a job's workers are shown the shelf
+(:func:`verify`): an entry the gate did not harvest (written by hand under a future kernel's key, or
+changed after it was kept) is dropped, and the job says so. The digest is not a signature: whoever can
+write the store with the gate's own user can write the digests too; it stops what reaches the store by
+any other way than the gate's harvest (a restored cache, a copied directory, a tool that writes there).
+
 Layout: ``<store>/<shelf>/<triton key>/<files>``, one shelf per spec (a spec's kernels are what
 its jobs need), capped at MAX_SHELF_BYTES (every worker gets a copy of its shelf); the oldest
 entries go first.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import re
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from ..protocol.jobs import Job
 
+DIGESTS = ".digests.json"  # in a shelf: each entry's digest, as the gate computed it when harvesting
 MAX_SHELF_BYTES = 256 << 20  # every worker of a job gets a copy: kept small
 MAX_ENTRY_BYTES = 256 << 20
 _ENTRY = re.compile(r"^[A-Za-z0-9_-]{16,128}$")
@@ -96,6 +107,7 @@ def harvest(src: Path, shelf_dir: Path | None) -> int:
         tmp = Path(tempfile.mkdtemp(prefix=".in-", dir=shelf_dir))
         try:
             shutil.copytree(entry, tmp / "e")
+            _record(shelf_dir, entry.name, entry_digest(tmp / "e", entry.name))  # of the copy: what is kept
             os.rename(tmp / "e", shelf_dir / entry.name)
             added += 1
         except OSError:
@@ -105,6 +117,72 @@ def harvest(src: Path, shelf_dir: Path | None) -> int:
     if added:
         prune(shelf_dir)
     return added
+
+
+def entry_digest(entry: Path, name: str | None = None) -> str:
+    """SHA-256 over the entry's name (``name``, where it is not yet in place) and each file's name,
+    size and bytes, in name order."""
+    h = hashlib.sha256((name or entry.name).encode() + b"\0")
+    for f in sorted(entry.iterdir(), key=lambda p: p.name):
+        data = f.read_bytes()
+        h.update(f.name.encode() + b"\0" + str(len(data)).encode() + b"\0" + data)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _locked(shelf_dir: Path) -> Iterator[None]:
+    """The shelf's digests are read and written by one job at a time (jobs of one spec run at once)."""
+    with open(shelf_dir / ".lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _digests(shelf_dir: Path) -> dict[str, str]:
+    try:
+        data = json.loads((shelf_dir / DIGESTS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def _write_digests(shelf_dir: Path, digests: dict[str, str]) -> None:
+    tmp = shelf_dir / f".digests-{os.getpid()}.tmp"
+    tmp.write_text(json.dumps(digests, sort_keys=True))
+    os.replace(tmp, shelf_dir / DIGESTS)
+
+
+def _record(shelf_dir: Path, name: str, digest: str) -> None:
+    with _locked(shelf_dir):
+        _write_digests(shelf_dir, {**_digests(shelf_dir), name: digest})
+
+
+def verify(shelf_dir: Path | None) -> list[str]:
+    """Drop every entry whose digest is not the one the gate recorded when it harvested it (or that it
+    never harvested); the names dropped, for the job's note. Run by the gate before a job's workers
+    are shown the shelf."""
+    if shelf_dir is None or not shelf_dir.is_dir():
+        return []
+    dropped: list[str] = []
+    with _locked(shelf_dir):
+        digests = _digests(shelf_dir)
+        for entry in sorted(e for e in shelf_dir.iterdir() if not e.name.startswith(".")):
+            try:
+                ok = entry.is_dir() and not entry.is_symlink() and digests.get(entry.name) == entry_digest(entry)
+            except OSError:
+                ok = False
+            if not ok:
+                if entry.is_dir() and not entry.is_symlink():
+                    shutil.rmtree(entry, ignore_errors=True)
+                else:
+                    entry.unlink(missing_ok=True)
+                dropped.append(entry.name)
+        kept = {name: d for name, d in digests.items() if (shelf_dir / name).is_dir()}
+        if kept != digests:
+            _write_digests(shelf_dir, kept)
+    return dropped
 
 
 def prune(shelf_dir: Path, max_bytes: int = MAX_SHELF_BYTES) -> int:

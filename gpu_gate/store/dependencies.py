@@ -51,7 +51,7 @@ def digest(value: Any) -> str:
     return hashlib.sha256(canonical(value)).hexdigest()
 
 
-def _file_digest(repo_root: Path, rel: str) -> str:
+def file_digest(repo_root: Path, rel: str) -> str:
     try:
         return hashlib.sha256((repo_root / rel).read_bytes()).hexdigest()
     except FileNotFoundError:
@@ -70,7 +70,7 @@ def _files_of(job: Job, dep_files: Iterable[str]) -> list[str]:
 
 def run_record(job: Job, repo_root: Path, dep_files: Iterable[str]) -> dict[str, Any]:
     """Exactly what a job runs: the job itself and the digest of every file it depends on."""
-    return {"job": job.to_json(), "files": {rel: _file_digest(repo_root, rel) for rel in _files_of(job, dep_files)}}
+    return {"job": job.to_json(), "files": {rel: file_digest(repo_root, rel) for rel in _files_of(job, dep_files)}}
 
 
 def same_run(stored: Any, current: dict[str, Any]) -> bool:
@@ -100,7 +100,7 @@ def cache_key(
             "case": job.case,
             "options": job.options,
         },
-        "files": {rel: _file_digest(repo_root, rel) for rel in files},
+        "files": {rel: file_digest(repo_root, rel) for rel in files},
         "policy": policy_fingerprint,
         "gpu_gate": gpu_gate_version(),
         "env": dict(env),

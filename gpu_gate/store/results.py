@@ -42,6 +42,7 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -67,14 +68,18 @@ class ResultCache:
     def _path(self, key: str) -> Path:
         return self.dir / key[:2] / f"{key}.json"
 
-    def get(self, key: str, run: dict[str, Any] | None = None) -> JobResult | None:
+    def get(self, key: str, run: dict[str, Any] | None = None,
+            still: Callable[[dict[str, Any]], bool] | None = None) -> JobResult | None:
         """The stored result with ``cached_from`` set to its commit, or None (a miss). With ``run``
-        (see :func:`run_record`), only an entry whose own record is intact and describes that run."""
+        (see :func:`run_record`), only an entry whose own record is intact and describes that run;
+        with ``still``, only one whose stored record it accepts (the files the job read: see .reads)."""
         try:
             entry = json.loads(self._path(key).read_text(encoding="utf-8"))
             if entry.get("format") != FORMAT or entry.get("key") != key:
                 return None
             if run is not None and not self._matches(entry, run):
+                return None
+            if still is not None and not still(entry.get("run") or {}):
                 return None
             result = JobResult.from_json(entry["result"])
             result.cached_from = str(entry["commit"])
@@ -210,11 +215,18 @@ class JobCache:
     def lookup(self, job: Job) -> JobResult | None:
         if self.refused:
             return None
-        return self.cache.get(self._key(job), self._run(job))
+        from . import reads
+
+        return self.cache.get(self._key(job), self._run(job), still=lambda run: reads.unchanged(run.get("reads"),
+                                                                                               self.repo))
 
     def store(self, result: JobResult, job: Job) -> None:
         if self.refused:
             return
-        note = self.cache.put(self._key(job), result, self.head, self._run(job))
+        from . import reads
+
+        # the files the job's code read, as they are now: a later change to one is a miss (see .reads)
+        run = {**self._run(job), "reads": reads.digests(self.repo, result)}
+        note = self.cache.put(self._key(job), result, self.head, run)
         if note:
             self.notes.append(note)

@@ -111,7 +111,7 @@ class Ahead:
 
     def _spawn(self, job: Job, repo_root: Path, workdir: Path, builds: bool) -> None:
         d = workdir / "ahead"
-        d.mkdir(exist_ok=True)
+        d.mkdir(parents=True, exist_ok=True)  # an in-process run may not have made its workdir yet
         (d / "ahead.json").write_text(json.dumps({"job": job.to_json(), "repo_root": str(repo_root),
                                                   "builds": builds}))
         argv = [sys.executable, *_interpreter_flags(), "-c", boot(), str(d / "ahead.json")]

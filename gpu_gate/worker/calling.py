@@ -5,6 +5,7 @@ nothing here compares."""
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -147,7 +148,13 @@ def first_line(exc: BaseException, limit: int = 400) -> str:
     if len(lines) > 1 and head.endswith(":"):
         head = f"{head} {lines[-1]}"
     line = f"{type(exc).__name__}: {head}".rstrip(": ")
-    return line if len(line) <= limit else line[: limit - 1] + "…"
+    if len(line) <= limit:
+        return line
+    room = line[: limit - 1]
+    if not line[limit - 1].isspace():  # cut between words, not inside one (unless one word fills half)
+        at = room.rfind(" ")
+        room = room[:at] if at >= limit // 2 else room
+    return room.rstrip(" ,;:(") + "…"
 
 
 
@@ -164,7 +171,7 @@ def torch_settings() -> Iterator[None]:
 
     before = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
               det.fill_uninitialized_memory)  # type: ignore[attr-defined]
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    _deterministic(True, warn_only=True)
     det.fill_uninitialized_memory = True  # type: ignore[attr-defined]
     try:
         with warnings.catch_warnings():
@@ -172,5 +179,18 @@ def torch_settings() -> Iterator[None]:
             warnings.filterwarnings("ignore", category=UserWarning)
             yield
     finally:
-        torch.use_deterministic_algorithms(before[0], warn_only=before[1])
+        _deterministic(before[0], warn_only=before[1])
         det.fill_uninitialized_memory = before[2]  # type: ignore[attr-defined]
+
+
+def _deterministic(mode: bool, warn_only: bool) -> None:
+    """torch's deterministic-algorithms flag, as ``torch.use_deterministic_algorithms`` sets it, without
+    importing Inductor's configuration (sympy and 900 modules, two seconds of CPU in every worker) when
+    the code under test has not imported Inductor itself. Where it has, the public call sets Inductor's
+    flag too, as the code would see it under that call."""
+    import torch
+
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(mode, warn_only=warn_only)
+    else:
+        torch._C._set_deterministic_algorithms(mode, warn_only=warn_only)

@@ -12,6 +12,7 @@ from typing import Any
 
 from ..protocol.jobs import Job
 from ..protocol.messages import SpecImportFacts
+from . import distribution
 
 
 class SpecImportError(Exception):
@@ -24,7 +25,8 @@ class SpecImportError(Exception):
 
 def _module_name(rel: str) -> str:
     stem = rel[:-3] if rel.endswith(".py") else rel
-    return "gpu_gate_spec__" + "".join(c if c.isalnum() else "_" for c in stem)
+    # a neutral name: the kernels the spec imports must not learn from it that a gate loaded them
+    return "_spec_" + "".join(c if c.isalnum() else "_" for c in stem)
 
 
 _ROOTS: set[str] = set()
@@ -57,17 +59,21 @@ def load_spec(job: Job, repo_root: Path, workdir: Path, *, stub_repository: bool
         spec = carried(job)
         path = truth_root / str(spec.get("file") if spec else job.spec.file)
         if path.is_file():
-            return _load_spec_file(job, truth_root, path, stub_repository)
+            # the base's file holds the base's name (a spec paired across a rename, gpu_gate.rules.pairing)
+            name = str(spec.get("name") or job.spec.name) if spec else job.spec.name
+            return _load_spec_file(job, truth_root, path, stub_repository, name)
         repo_root = truth_root
     base = base_copy(job, workdir)
     path = base if base is not None else repo_root / job.spec.file
-    return _load_spec_file(job, repo_root, path, stub_repository)
+    # a spec paired across a rename (gpu_gate.rules.pairing) has the base's name in the base's source
+    name = str((carried(job) or {}).get("name") or job.spec.name) if base is not None else job.spec.name
+    return _load_spec_file(job, repo_root, path, stub_repository, name)
 
 
-def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool) -> Any:
+def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool, spec_name: str) -> Any:
     from . import launches
     from ..spec import specs_in_module
-    from . import stubs
+    from . import disguise, stubs
 
     assert job.spec is not None
     root = str(repo_root)
@@ -82,6 +88,9 @@ def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool
         if spec_obj is None or spec_obj.loader is None:
             raise ImportError(f"cannot load {path}")
         module = importlib.util.module_from_spec(spec_obj)
+        own = disguise.spec_builtins()
+        if own is not None:  # its ``import gpu_gate`` answered without that name in sys.modules
+            module.__builtins__ = own  # type: ignore[attr-defined]
         sys.modules[name] = module
         spec_obj.loader.exec_module(module)
         if finder is None:
@@ -97,18 +106,21 @@ def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool
             kind="spec-import-error", file=job.spec.file, line=line,
             message=f"{job.spec.file}:{line or 1}: the spec does not import: {type(exc).__name__}: {exc} "
                     f"({_import_hint(exc, job)})",
-            traceback=tb)) from exc
-    found = [s for s in specs_in_module(name) if s.name == job.spec.name]
+            traceback=tb, missing_module=exc.name if isinstance(exc, ModuleNotFoundError) and exc.name else "")) from exc
+    found = [s for s in specs_in_module(name) if s.name == spec_name]
     if not found:
         names = [s.name for s in specs_in_module(name)]
         raise SpecImportError(SpecImportFacts(
             kind="spec-not-found", file=job.spec.file, line=None,
-            message=f"{job.spec.file}: no gate spec named {job.spec.name!r} (found: {', '.join(names) or 'none'}; "
+            message=f"{job.spec.file}: no gate spec named {spec_name!r} (found: {', '.join(names) or 'none'}; "
                     f"decorate the function with @gg.spec)"))
     return found[0]
 
 
 def _import_hint(exc: BaseException, job: Job) -> str:
+    if isinstance(exc, ModuleNotFoundError) and exc.name in _EXTRAS:
+        return (f"the interpreter that runs the specs lacks {exc.name}: install gpu-gate's `{_EXTRAS[exc.name]}` extra "
+                f"there, or `gpu-cu13`/`gpu-cu12` with the CUDA build of torch on a GPU runner")
     if isinstance(exc, ModuleNotFoundError):
         where = ", ".join(repr(p or ".") for p in job.python_path)
         return (f"specs import the repository's packages from python_path [{where}]: if the package lives "
@@ -116,6 +128,10 @@ def _import_hint(exc: BaseException, job: Job) -> str:
                 f"install it on the runner")
     assert job.spec is not None
     return f"fix the spec module; run `python {job.spec.file}` to see the error"
+
+
+# The modules one of gpu-gate's extras brings (gpu_gate.extras says the same to the command line).
+_EXTRAS = {"torch": "cpu", "triton": "triton"}
 
 
 # What the judging side imports from site-packages: imported before the repository is on
@@ -144,6 +160,7 @@ def user_path(repo_root: Path, python_path: tuple[str, ...] = ("",)) -> None:
         if entry not in sys.path:
             sys.path.insert(at, entry)
             at += 1
+    distribution.answer_for(repo_root)  # its own metadata, where the tree is not installed
 
 
 def user_roots(repo_root: Path, python_path: tuple[str, ...]) -> list[str]:

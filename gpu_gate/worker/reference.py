@@ -160,6 +160,9 @@ class ReferenceServer:
         self._head: ReferenceServer | str | None = None  # the head's spec, when this change rewrote the reference
         self.isolated = False
         self.why: str | None = None  # why the spec needed the repository's code
+        # why the truth cannot be computed at all (the base's tree is needed and missing): said to every
+        # ask, not only the first (a judge's probe may ask first and carry on)
+        self.unavailable: str | None = None
         # the last case asked: its token and salt, inputs, upstream gradients' recipe and values
         self._last: tuple[str, int, Materialized, dict[str, Any] | None, dict[str, Any] | None] | None = None
         self.spec = spec if spec is not None else self._load(isolate)
@@ -210,6 +213,8 @@ class ReferenceServer:
             return DescribeReply(describe(self.spec), *self._status()), []
         if not isinstance(request, CaseRequest):
             return ErrorReply(request.op, "protocol", f"unknown request {request.op!r}"), []
+        if self.unavailable is not None:  # every later ask too: the truth cannot be computed here
+            return ErrorReply(request.op, "reference", self.unavailable, *self._status()), []
         for _ in range(2):  # once more after importing the repository's code for real
             try:
                 return self._compute(request)
@@ -218,6 +223,7 @@ class ReferenceServer:
                     try:
                         self._unisolate(exc)
                     except SpecImportError as missing:
+                        self.unavailable = missing.facts.message
                         return ErrorReply(request.op, "reference", missing.facts.message, *self._status()), []
                     continue
                 if is_fatal(exc):

@@ -32,6 +32,15 @@ class Handler(Protocol):
     def handle(self, request: Request, blobs: list[bytearray]) -> tuple[Reply, wire.Blobs]: ...
 
 
+
+def _interpreter() -> types.ModuleType:
+    """The interpreter's adaptations, imported only where they are used: they need numpy, which
+    Triton's interpreter needs too but a GPU runner's worker may lack."""
+    from . import interpreter
+
+    return interpreter
+
+
 def uses_triton(repo_root: Path) -> bool:
     """Whether code loaded from the repository (the spec and the kernels it imports) uses Triton.
 
@@ -68,19 +77,29 @@ class Worker:
         self.job: Job | None = None
         self.server: Any = None
         self._recorders: Any = None
+        self._reads: Any = None  # the repository files the candidate opened (see worker.reads)
         from .ahead import Ahead
 
         self.ahead = Ahead()  # the sibling that compiles the cases' kernels ahead (see worker.ahead)
         self.context: CudaContext | None = None
+        self.adapted: list[str] = []  # the Triton interpreter's adaptations this worker put in place
         if role in ("candidate", "base"):
             # the base's too: a launched specialization that does not compile at head is compared
             # with the base's, launched the same way (see checks/compile_launched.against_base)
             self._record()
+        if role == "candidate":
+            from . import reads
+
+            self._reads = reads.start(self.repo_root, ignore=workdir)  # before the spec's import: its module-level loads count
 
     def load(self, job: Job, spec: Any = None) -> LoadReply | SpecImportReply:
         """Import the job's spec (again, for a job whose spec changed: the head's after the base's)."""
         from .loader import SpecImportError
 
+        if self.role == "candidate":
+            from ..protocol.jobs import for_candidate
+
+            job = for_candidate(job)  # the head's call to the kernel, where the job says so
         self.job, self.server = job, None
         if self.role != "reference":
             # the sibling that will compile the cases' kernels ahead imports torch and the spec now,
@@ -105,6 +124,7 @@ class Worker:
                 from .candidate import CandidateServer
                 from .loader import load_spec
 
+                self.adapted = self.adapted or _interpreter().install()  # before any kernel runs (see worker.interpreter)
                 loaded = spec if spec is not None else load_spec(job, self.repo_root, self.workdir)
                 if "triton.runtime.autotuner" in sys.modules:
                     from .autotune import take_in_turn
@@ -123,7 +143,8 @@ class Worker:
         return LoadReply(self.device, torch_import_s=_TORCH_IMPORT_S[0] + torch_s, alive_s=alive_s(),
                          spec_import_s=spec_s, **{k: float(v or 0.0) for k, v in seeded.items()},
                          late_cuda_settings=tuple(late),
-                         uses_triton=uses_triton(self.repo_root) if self.role == "candidate" else None)
+                         uses_triton=uses_triton(self.repo_root) if self.role == "candidate" else None,
+                         interpreter=tuple(self.adapted))
 
     def _record(self) -> None:
         """Coverage: every launch of the repository's kernels (hooked once Triton is imported)."""
@@ -143,7 +164,15 @@ class Worker:
             self._recorders[2] = rec
 
     def close(self) -> None:
-        from . import tritonlaunch
+        from . import reads, tritonlaunch
+
+        if self._reads is not None:
+            reads.stop(self._reads)  # the hook stays (it cannot be removed), idle
+            self._reads = None
+
+        if self.adapted:  # in the caller's process (a job run in-process), the interpreter is Triton's again
+            _interpreter().uninstall()
+            self.adapted = []
 
         if self._recorders is not None:
             if self._recorders[2] is not None:
@@ -153,7 +182,12 @@ class Worker:
 
     def handle(self, request: Request, blobs: list[bytearray]) -> tuple[Reply, wire.Blobs]:
         if isinstance(request, Load):
-            lent = getattr(self.borrow.server, "spec", None) if self.borrow is not None else None
+            from ..protocol.jobs import for_candidate
+
+            # in one process the reference borrows the candidate's spec, unless the candidate's is the
+            # head's and the reference's the base's (the head's call with the base's spec)
+            same = for_candidate(request.job) is request.job
+            lent = getattr(self.borrow.server, "spec", None) if self.borrow is not None and same else None
             return self.load(request.job, lent), []
         if self.server is None:
             return ErrorReply(request.op, "protocol", "no spec is loaded"), []
@@ -194,7 +228,10 @@ class Worker:
         from .specializations import MAX_COMPILED, compile_launched, repo_launches
 
         mine = repo_launches(specializations.launches if specializations else [], self.repo_root, self.job.kernels)
-        launches, specs = coverage.to_json(), tuple({**launch.to_json(), "file": rel} for rel, launch in mine)
+        launches = coverage.to_json()
+        if self._reads is not None:
+            launches["reads"] = self._reads.to_json()  # kept with the launches (see gpu_gate.coverage)
+        specs = tuple({**launch.to_json(), "file": rel} for rel, launch in mine)
         mark("launches_s")
         settings, compiled, compile_taken = request.compile, None, None
         if mine and settings is not None and self.device == "cuda":
@@ -216,13 +253,15 @@ class Worker:
         from .autotune import untimed
 
         taken = tuple(untimed())
+        # what the launches needed of the interpreter's adaptations (see worker.interpreter)
+        adapted = {k: tuple(v) for k, v in _interpreter().used().items()} if self.adapted else None
         from ..store.bytecode import uncompiled_modules
 
         uncompiled = tuple(uncompiled_modules(self.repo_root))  # the gate keeps their bytecode (see bytecode)
         mark("bytecode_s")
         ahead = self.ahead.stop()  # what the sibling compiled, for the job's timing report
         mark("ahead_stop_s")
-        return FinishReply(launches, specs, compiled, compile_taken, taken, uncompiled, ahead, laps)
+        return FinishReply(launches, specs, compiled, compile_taken, taken, uncompiled, ahead, laps, adapted)
 
 
 class CudaContext:
@@ -322,18 +361,27 @@ def answer(worker: Handler, header: dict[str, Any], blobs: list[bytearray]) -> t
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     context_file, fd, role = argv[0], int(argv[1]), argv[2]
-    context = json.loads(Path(context_file).read_text())
+    return _run(json.loads(Path(context_file).read_text()), fd, role, Path(context_file).parent)
+
+
+def run_boot(payload: str) -> int:
+    """The start of a worker booted by :func:`.disguise.boot_program` (role, socket and context in it)."""
+    boot = json.loads(payload)
+    return _run(boot["context"], int(boot["fd"]), str(boot["role"]), Path(boot["context"]["workdir"]))
+
+
+def _run(context: dict[str, Any], fd: int, role: str, workdir: Path) -> int:
     sock = socket.socket(fileno=fd)
     if role == COMPILER:
         from .compile import CompileWorker
 
-        serve(sock, CompileWorker(context, Path(context_file).parent), contextlib.nullcontext())
+        serve(sock, CompileWorker(context, workdir), contextlib.nullcontext())
         sock.close()
     else:
         from .kept_kernels import start as start_seeding
 
         seeding = start_seeding(context)  # first: it runs while torch is imported (see kept_kernels)
-        worker = Worker(role, context, Path(context_file).parent, seeding=seeding)
+        worker = Worker(role, context, workdir, seeding=seeding)
         serve(sock, worker)
         sock.close()
         worker.ahead.stop()  # the sibling never outlives its worker (nor, so, the job)

@@ -485,7 +485,7 @@ def test_a_runner_the_doctor_fails_beside_the_first_jobs_keeps_no_result(
 
     def late_probe(exam: doctor.GpuExam, **_: object) -> doctor.DoctorReport:
         for _ in range(600):  # the tools' probe answers once a job has started
-            if list(work.rglob("context.json")):
+            if list(work.rglob("in.json")):
                 started.append(True)
                 break
             time.sleep(0.1)

@@ -68,7 +68,7 @@ def _triton_repo(make_repo, policy: str | None):  # type: ignore[no-untyped-def]
     r = make_repo("tlib", files)
     r.branch("feature")
     r.commit("a correct change", {"mylib/scale.py": KERNEL.replace("    row = tl.program_id(0)\n",
-                                                                    "    row = tl.program_id(0)  # one row each\n")})
+                                                                    "    row = tl.program_id(axis=0)\n")})
     return r
 
 
@@ -130,8 +130,8 @@ def test_a_src_layout_kernel_that_imports_its_own_package_compiles(make_repo) ->
              "src/mylib/ops.py": SRC_KERNEL}
     r = make_repo("srclib", files)
     r.branch("feature")
-    r.commit("touch the kernel", {"src/mylib/ops.py": SRC_KERNEL.replace("    mask = offs < n\n",
-                                                                          "    mask = offs < n  # the tail\n")})
+    r.commit("touch the kernel", {"src/mylib/ops.py": SRC_KERNEL.replace("mask=mask) * 2.0",
+                                                                          "mask=mask) * 2")})
     p = gate("check", "--base", "main", "--cpu", cwd=r.path)
     compiled = _results(r.path)["compile"]
     kinds = [f["kind"] for f in compiled["findings"]]  # type: ignore[union-attr]

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 FENCE = re.compile(r"^(?P<indent>[ \t]*)```ya?ml[ \t]*\n(?P<body>.*?)^(?P=indent)```[ \t]*$", re.M | re.S)
 BIN = Path(sys.executable).parent
 ACTIONLINT = shutil.which("actionlint") or str(BIN / "actionlint")
@@ -88,7 +88,7 @@ def test_every_workflow_example_passes_actionlint_and_zizmor(where: str, body: s
 
 
 POLICY_KEYS = {"version", "extends", "kernels", "specs", "uncovered", "not_run", "refusals", "checks", "runner",
-               "cuda", "cache"}
+               "cuda", "cache", "reports"}
 POLICIES = [b for b in BLOCKS if not is_workflow(load(b[1])) and set(load(b[1])) <= POLICY_KEYS]
 
 

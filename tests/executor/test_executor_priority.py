@@ -60,8 +60,8 @@ def test_a_job_that_runs_alone_on_its_gpu_leads(tmp_path: Path, monkeypatch: pyt
 def test_a_yielding_jobs_processes_run_at_the_lower_priority(tmp_path: Path) -> None:
     """The priority reaches the process itself (and, through the sandbox, the processes it starts)."""
     opts = options.ExecOptions(repo_root=tmp_path, gpus=(), nice=options.LESS_URGENT)
-    line = argv._niced(["python3", "-c", "import os; print(os.nice(0))"], opts)
-    out = subprocess.run(line, capture_output=True, text=True, check=True).stdout.strip()
+    niced = argv._niced(["python3", "-c", "import os; print(os.nice(0))"], opts)
+    out = subprocess.run(niced, capture_output=True, text=True, check=True).stdout.strip()
     assert int(out) == os.nice(0) + options.LESS_URGENT or int(out) == 19
     lead = argv._niced(["true"], options.ExecOptions(repo_root=tmp_path, gpus=()))
     assert lead == ["true"]

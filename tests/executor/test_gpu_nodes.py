@@ -129,8 +129,8 @@ def test_the_executor_gives_a_bwrap_job_its_gpus_nodes_and_uuid_and_an_unshare_j
     assert env["CUDA_VISIBLE_DEVICES"] == FIRST.uuid
     layout = argv._layout(opts, "0", tmp_path / "w", bw)
     assert "/dev/nvidia1" in layout.devices and "/dev/nvidia0" not in layout.devices
-    line = sandbox.bwrap_argv("bwrap", layout, ["true"], 3)
-    bound = [line[i + 1] for i, a in enumerate(line) if a == "--dev-bind"]
+    command = sandbox.bwrap_argv("bwrap", layout, ["true"], 3)
+    bound = [command[i + 1] for i, a in enumerate(command) if a == "--dev-bind"]
     assert bound == list(layout.devices)
     # unshare keeps the machine's /dev: the index stays, and the run's notes do not claim otherwise
     assert argv._env_for(opts, "0", tmp_path, 1, "equivalence", UNSHARE)["CUDA_VISIBLE_DEVICES"] == "0"
@@ -179,8 +179,8 @@ def test_a_job_pinned_to_one_gpu_cannot_open_another_gpus_node(tmp_path: Path, r
                             devices=own.nodes if restricted else tuple(nodes))
     assert BWRAP is not None and BWRAP.path is not None
     with (tmp_path / "count").open("w+") as count:
-        argv = sandbox.bwrap_argv(BWRAP.path, layout, [sys.executable, "-I", "-c", PROBE, *nodes], count.fileno())
-        r = subprocess.run(argv, capture_output=True, text=True, timeout=60, pass_fds=(count.fileno(),))
+        command = sandbox.bwrap_argv(BWRAP.path, layout, [sys.executable, "-I", "-c", PROBE, *nodes], count.fileno())
+        r = subprocess.run(command, capture_output=True, text=True, timeout=60, pass_fds=(count.fileno(),))
     assert r.returncode == 0, r.stderr
     seen = json.loads(r.stdout.strip().splitlines()[-1])
     assert seen[str(dev / "nvidia1")] == "opened"  # the legitimate twin: its own GPU

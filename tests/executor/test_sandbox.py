@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gpu_gate.executor import argv, sandbox, scheduling, sandbox
+from gpu_gate.executor import argv, sandbox, scheduling
 from gpu_gate.executor.options import ExecOptions
 from gpu_gate.executor.scheduling import execute
 from gpu_gate.findings import JobResult, Status
@@ -219,7 +219,7 @@ def test_the_probe_explains_a_missing_sandbox(monkeypatch: pytest.MonkeyPatch) -
 # --- the repository cannot stand in for gpu-gate ---------------------------------------------------------
 
 
-FAKE_HARNESS = """\
+FAKE_JUDGE = """\
 import json, sys
 def main():
     job = json.load(open(sys.argv[1]))
@@ -241,7 +241,7 @@ def test_a_repository_gpu_gate_package_does_not_shadow_the_installed_one(tmp_pat
     (tmp_path / "gpu_gate" / "judge").mkdir(parents=True)
     (tmp_path / "gpu_gate" / "__init__.py").write_text("")
     (tmp_path / "gpu_gate" / "judge" / "__init__.py").write_text("")
-    (tmp_path / "gpu_gate" / "judge" / "job.py").write_text(FAKE_HARNESS)
+    (tmp_path / "gpu_gate" / "judge" / "job.py").write_text(FAKE_JUDGE)
     (tmp_path / "mylib.py").write_text("def double(x):\n    return x * 3\n")  # the user's own (buggy) code
     job = _job(tmp_path, "wrong", "import mylib; return mylib.double(x)")
     res = _run(tmp_path, [job], box)
@@ -288,8 +288,8 @@ def test_the_jobs_environment_names_nothing_of_gpu_gate(tmp_path: Path, monkeypa
     env = argv._env_for(opts, None, tmp_path / "tmpab12cd" / "w", 2, "equivalence", BOXES[0] if BOXES else NONE)
     assert not [k for k in env if "GPU_GATE" in k or k.startswith("INPUT_")]
     assert not [v for k, v in env.items() if ("gpu-gate" in v or "gpu_gate" in v) and not k.startswith("PYTEST_")]
-    line = argv.worker_argv(opts, tmp_path / "context.json", role="compiler", fd=3)
-    assert line[1] == "-I"
+    command = argv.worker_argv(opts, tmp_path / "context.json", role="compiler", fd=3)
+    assert command[1] == "-I"
 
 
 def test_bwrap_mounts_nest_shallow_first_and_hidden_directories_turn_read_only_last(tmp_path: Path) -> None:

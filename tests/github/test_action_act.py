@@ -149,9 +149,11 @@ def gh() -> Iterator[FakeGitHub]:
 
 
 def run_act(repo: Path, event: Path, gh: FakeGitHub, workflow: str, out: Path, home: Path,
-            cache: Path | None = None, run: tuple[int, int] = (1, 1)) -> subprocess.CompletedProcess:
+            cache: Path | None = None, run: tuple[int, int] = (1, 1), extra: tuple[str, ...] = (),
+            event_name: str = "pull_request", repository: str = "octo/kernels") -> subprocess.CompletedProcess:
     """``act`` on ``workflow``; ``cache`` is the fake actions/cache store (default: a new one under
-    ``out``), ``run`` the run id and attempt (act itself says 1 and 1 on every run)."""
+    ``out``), ``run`` the run id and attempt (act itself says 1 and 1 on every run), ``extra`` more
+    arguments for act (another ``--local-repository``), ``event_name`` the event (``push`` of a tag)."""
     out.mkdir(parents=True, exist_ok=True)
     artifacts = out / "artifacts"
     artifacts.mkdir(exist_ok=True)
@@ -161,9 +163,9 @@ def run_act(repo: Path, event: Path, gh: FakeGitHub, workflow: str, out: Path, h
     # One job at a time: act 0.2.89 can crash (a Go panic in its remote-action `pre` stage) when two
     # jobs prepare the same action at once, which the fan-out's shards do. GitHub runs them in
     # parallel; nothing the workflows promise depends on that.
-    argv = [ACT, "pull_request", "-W", f".github/workflows/{workflow}", "-e", str(event), "--concurrent-jobs", "1",
+    argv = [ACT, event_name, "-W", f".github/workflows/{workflow}", "-e", str(event), "--concurrent-jobs", "1",
             "-P", "self-hosted=-self-hosted", "-P", "ubuntu-latest=-self-hosted", "-P", "gpu=-self-hosted",
-            "--env", f"GITHUB_API_URL={gh.url}", "--env", "GITHUB_REPOSITORY=octo/kernels",
+            "--env", f"GITHUB_API_URL={gh.url}", "--env", f"GITHUB_REPOSITORY={repository}",
             "--env", f"GITHUB_RUN_ID={run[0]}", "--env", f"GITHUB_RUN_ATTEMPT={run[1]}",
             "--env", f"GG_TEST_OUT={out}", "--env", f"GG_FAKE_ARTIFACTS={artifacts}",
             "--env", f"GG_FAKE_CACHE={cache}",
@@ -173,7 +175,7 @@ def run_act(repo: Path, event: Path, gh: FakeGitHub, workflow: str, out: Path, h
             "--local-repository", f"{UPLOAD}={FAKE_ACTIONS / 'upload-artifact'}",
             "--local-repository", f"{DOWNLOAD}={FAKE_ACTIONS / 'download-artifact'}",
             "--local-repository", f"{CACHE}={FAKE_ACTIONS / 'cache'}",
-            "--local-repository", f"{CHECKOUT}={FAKE_ACTIONS / 'checkout'}"]
+            "--local-repository", f"{CHECKOUT}={FAKE_ACTIONS / 'checkout'}", *extra]
     copy_action(out / "gpu-gate-src")  # what the reusable workflow checks out at gpu-gate-ref
     env = {**os.environ, "HOME": str(home)}  # act keeps its copies of the workspace under ~/.cache
     env.pop("GITHUB_ACTIONS", None)

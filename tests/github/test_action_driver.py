@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -62,7 +63,7 @@ def test_check_runs_without_the_token_and_the_publish_phase_publishes_with_it(tm
     out = outputs(tmp_path)
     assert out["verdict"] == "failed" and out["exit-code"] == "1"
     assert json.loads(out["counts"]) == {"jobs": 2, "passed": 1, "failed": 1, "error": 0, "not_run": 0,
-                                         "missing": 1, "findings": 0}
+                                         "missing": 1, "findings": 0, "not_run_here": 0}
     assert out["junit"].endswith("gpu-gate-report/junit.xml") and "sarif" not in out
     assert os.environ.get("GG_TOKEN") == "s3cret", "the environment is restored afterwards"
 
@@ -159,3 +160,69 @@ def test_report_mode_passes_the_comment_mode_and_the_pr_and_sha_overrides(tmp_pa
     cli = FakeCli(tmp_path / "gpu-gate-report", {})
     action.main(env_for(tmp_path, mode="report", results="gpu-gate-results/**/results.json"), run=cli)
     assert "--pr" not in cli.calls[0][0] and "--sha" not in cli.calls[0][0]
+
+
+def _artifact(tmp_path: Path, mode: str = "check") -> Path | None:
+    env = {**env_for(tmp_path, mode=mode, artifact="gpu-gate-report"), "RUNNER_TEMP": str(tmp_path / "runner-temp")}
+    (tmp_path / "runner-temp").mkdir(exist_ok=True)
+    action.main(env, run=FakeCli(tmp_path / "gpu-gate-report", {}))
+    staged = outputs(tmp_path)["artifact-dir"]
+    return Path(staged) if staged else None
+
+
+def test_the_artifact_is_a_copy_of_the_reports_the_run_wrote_outside_the_workspace(tmp_path: Path) -> None:
+    staged = _artifact(tmp_path)
+    assert staged is not None and staged.parent == tmp_path / "runner-temp"
+    assert sorted(p.name for p in staged.iterdir()) == ["junit.xml", "results.json"]
+    assert (staged / "junit.xml").read_text() == "<testsuites/>"
+
+
+def test_the_artifact_leaves_out_what_the_pull_request_put_beside_the_reports(tmp_path: Path) -> None:
+    """A committed file, a link to a file of the runner's, a hard link to one and a stale report in
+    the report directory: none of it is uploaded, only what the run wrote."""
+    secret = tmp_path / "runner-secret"
+    secret.write_text("ghp_runner_credentials")
+    out = tmp_path / "gpu-gate-report"
+    out.mkdir()
+    (out / "stolen.txt").write_text("anything")
+    (out / "report.md").symlink_to(secret)
+    os.link(secret, out / "report.sarif")
+    (out / "plan.json").write_text("{}")  # written before the run: not the gate's
+    time.sleep(1.2)  # past the file system clock's slack
+    staged = _artifact(tmp_path)
+    assert staged is not None
+    assert sorted(p.name for p in staged.iterdir()) == ["junit.xml", "results.json"]
+    assert not any("ghp_runner_credentials" in p.read_text() for p in staged.iterdir())
+
+
+def test_a_report_directory_that_is_a_link_uploads_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    elsewhere = tmp_path / "runner-home"
+    elsewhere.mkdir()
+    (elsewhere / "results.json").write_text("the runner's own file")
+    (tmp_path / "gpu-gate-report").symlink_to(elsewhere)
+    assert _artifact(tmp_path) is None
+    assert "gpu-gate-report is a symbolic link" in capsys.readouterr().out
+
+
+def test_no_artifact_name_stages_nothing(tmp_path: Path) -> None:
+    action.main(env_for(tmp_path, mode="check"), run=FakeCli(tmp_path / "gpu-gate-report", {}))
+    assert outputs(tmp_path)["artifact-dir"] == ""
+
+
+def test_the_workflows_collect_step_stages_what_the_step_wrote(tmp_path: Path) -> None:
+    """``python -m gpu_gate.github.artifact``, as the reusable workflow's jobs run it before each upload."""
+    import subprocess
+    import sys
+
+    out = tmp_path / "gpu-gate-shard"
+    out.mkdir()
+    (out / "results.json").symlink_to(tmp_path / "out.txt")
+    time.sleep(1.2)
+    since = time.time_ns()
+    (out / "junit.xml").write_text("<testsuites/>")
+    env = {**os.environ, "GITHUB_OUTPUT": str(tmp_path / "out.txt"), "RUNNER_TEMP": str(tmp_path)}
+    p = subprocess.run([sys.executable, "-P", "-m", "gpu_gate.github.artifact", "gpu-gate-shard", "--since-ns", str(since)],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, check=True)
+    staged = Path(outputs(tmp_path)["dir"])
+    assert staged.parent == tmp_path and [f.name for f in staged.iterdir()] == ["junit.xml"]
+    assert "results.json is not uploaded" in p.stdout

@@ -96,7 +96,8 @@ def ws(tmp_path: Path) -> Path:
 
 
 def setup(runner: Runner, ws: Path, script: str, *, mode: str = "required", venv_dir: Path | None = None,
-          env: dict[str, str] | None = None, python: str | None = None) -> subprocess.CompletedProcess[str]:
+          env: dict[str, str] | None = None, python: str | None = None,
+          cache_home: Path | None = None) -> subprocess.CompletedProcess[str]:
     """The action's setup step: the module, run by the runner's interpreter, on ``script``."""
     venv_dir = venv_dir or ws.parent / "setup-venv"
     base = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV", "GITHUB_OUTPUT")}
@@ -105,7 +106,7 @@ def setup(runner: Runner, ws: Path, script: str, *, mode: str = "required", venv
             "GITHUB_OUTPUT": str(ws.parent / "outputs"), **(env or {})}
     argv = [python or runner.python, "-P", "-m", "gpu_gate.github.setup_sandbox", "--venv", str(venv_dir),
             "--readonly", ".gpu-gate/cache", "--readonly", "gpu-gate-report", "--sandbox", mode,
-            "--", "bash", "-euo", "pipefail", "-c", script]
+            *(["--cache-home", str(cache_home)] if cache_home else []), "--", "bash", "-euo", "pipefail", "-c", script]
     return subprocess.run(argv, cwd=ws, env=full, capture_output=True, text=True, timeout=300)
 
 
@@ -172,12 +173,43 @@ def test_unsandboxed_the_cache_attack_succeeds(runner: Runner, ws: Path) -> None
     assert res.returncode == 0 and (ws / ".gpu-gate" / "cache" / "ab" / "cd34.json").exists(), log(res)
 
 
+# --- a runner that keeps state between jobs: setup's caches stay with the job ------------------------
+
+
+@needs_bwrap
+def test_with_a_cache_of_the_jobs_own_setup_leaves_nothing_in_the_runners_home(runner: Runner, ws: Path) -> None:
+    """setup-cache: job. A later job on a persistent runner installs from ~/.cache/pip: a pull request
+    that plants a wheel there reaches it. With the job's own cache directory, ~/.cache is read-only
+    to setup, and pip, torch and the rest put their caches where the job's temporary files go."""
+    home_cache = ws.parent / "home" / ".cache"
+    home_cache.mkdir(parents=True)
+    job_cache = ws.parent / "runner-temp" / "gpu-gate-setup-cache"
+    attack = "mkdir -p ~/.cache/pip/wheels && echo planted > ~/.cache/pip/wheels/tinypkg-9.9-py3-none-any.whl"
+    res = setup(runner, ws, attack, cache_home=job_cache)
+    # refused where the home is on a read-only mount; under /tmp (as here) it lands in the sandbox's
+    # private /tmp and is gone with it: either way, nothing reaches the runner's ~/.cache
+    assert not (home_cache / "pip").exists(), log(res)
+    assert res.returncode == 0 or "Read-only file system" in log(res), log(res)
+    twin = setup(runner, ws, 'mkdir -p "$XDG_CACHE_HOME/pip" && echo cached > "$XDG_CACHE_HOME/pip/entry"',
+                 cache_home=job_cache)
+    assert twin.returncode == 0 and (job_cache / "pip" / "entry").read_text() == "cached\n", log(twin)
+    assert f"writable {ws}, " in twin.stdout and str(job_cache) in twin.stdout
+
+
+@needs_bwrap
+def test_by_default_setup_writes_the_runners_cache_as_before(runner: Runner, ws: Path) -> None:
+    """The attack above, with the default (setup-cache: runner): it reaches ~/.cache. Fine on an
+    ephemeral runner, whose home goes with the job; this is what `job` is for."""
+    res = setup(runner, ws, "mkdir -p ~/.cache/pip/wheels && echo planted > ~/.cache/pip/wheels/t.whl")
+    assert res.returncode == 0 and (ws.parent / "home" / ".cache" / "pip" / "wheels" / "t.whl").exists(), log(res)
+
+
 # --- gpu-gate's own code and the runner's interpreter --------------------------------------------------
 
 
 @needs_bwrap
 def test_setup_cannot_write_gpu_gates_package_or_the_runners_site_packages(runner: Runner, ws: Path) -> None:
-    harness = runner.package / "harness.py"
+    harness = runner.package / "judge" / "job.py"
     before = harness.read_text()
     res = setup(runner, ws, f"echo 'import os' >> {harness}")
     assert res.returncode != 0 and harness.read_text() == before, log(res)
@@ -191,10 +223,10 @@ def test_setup_cannot_write_gpu_gates_package_or_the_runners_site_packages(runne
 
 
 def test_unsandboxed_the_site_packages_attack_succeeds(runner: Runner, ws: Path) -> None:
-    res = setup(runner, ws, f"echo 'import os' >> {runner.package / 'harness.py'}; "
+    res = setup(runner, ws, f"echo 'import os' >> {runner.package / 'judge' / 'job.py'}; "
                             f"echo 'X = 1' > {runner.site / 'sitecustomize.py'}", mode="off")
     assert res.returncode == 0 and (runner.site / "sitecustomize.py").exists(), log(res)
-    assert (runner.package / "harness.py").read_text().endswith("import os\n")
+    assert (runner.package / "judge" / "job.py").read_text().endswith("import os\n")
 
 
 # --- the environment and the processes ------------------------------------------------------------------
@@ -326,6 +358,9 @@ def test_worker_python_is_the_workers_interpreter_never_the_judges(tmp_path: Pat
     assert argv.judge_argv(opts, tmp_path / "in.json", tmp_path / "out.json")[0] == sys.executable
     # the reference computes the truth: gpu-gate's own interpreter, as the judge
     assert argv.worker_argv(opts, tmp_path / "context.json", role="reference", fd=3)[0] == sys.executable
+    # the base's code, whose results decide what is debt and whose kernels are kept: never a venv the
+    # pull request's setup built (a .pth planted there would run in it)
+    assert argv.worker_argv(opts, tmp_path / "context.json", role="base", fd=3)[0] == sys.executable
     box = sandbox.Available("bwrap", "bwrap", "test")
     layout = argv._layout(opts, None, tmp_path / "jobs" / "w", box)
     assert (tmp_path / "venv").resolve() in layout.readonly
@@ -370,12 +405,16 @@ def tiny_job(ws: Path) -> Job:
 @needs_bwrap
 def test_a_spec_imports_what_setup_installed_through_the_worker_python(ws: Path, tmp_path: Path) -> None:
     """End to end: setup (sandboxed, run by this interpreter) installs the package into its venv; the
-    sandboxed workers import it with that venv's python; without it they cannot (the package reads its
-    own installed version, as real ones do: its sources alone on sys.path do not import)."""
+    sandboxed workers import it with that venv's python; without it they cannot (the package insists on
+    its installation, the record pip writes: its sources alone on sys.path, with the name and version
+    the worker answers for a tree's pyproject.toml, do not import)."""
     runner = Runner.__new__(Runner)  # this interpreter, gpu-gate as installed here
     runner.gate_site = sandbox.gate_package_dir().parent
-    (ws / "src" / "tinypkg" / "__init__.py").write_text("from importlib.metadata import version\n\n"
-                                                         "X = 1 if version('tinypkg') else 0\n")
+    (ws / "src" / "tinypkg" / "__init__.py").write_text(
+        "from importlib.metadata import distribution\n\n"
+        "if not distribution('tinypkg').read_text('INSTALLER'):\n"
+        "    raise ImportError('tinypkg is not installed')\n"
+        "X = 1\n")
     res = setup(runner, ws, PIP_INSTALL, python=sys.executable)
     assert res.returncode == 0, log(res)
     (ws / "gate").mkdir()

@@ -32,8 +32,13 @@ def steps(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [s for job in doc["jobs"].values() for s in job.get("steps", [])]
 
 
-def test_there_is_a_ci_and_a_gate_workflow() -> None:
-    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "gate.yml"}
+# The only writes any job may hold: gate.yml's report publishes the comment and the check run;
+# release.yml's publish creates the release and moves the major tag.
+WRITES = {("gate.yml", "report"): {"checks", "pull-requests"}, ("release.yml", "publish"): {"contents"}}
+
+
+def test_there_is_a_ci_a_gate_and_a_release_workflow() -> None:
+    assert {p.name for p in WORKFLOWS} >= {"ci.yml", "gate.yml", "release.yml"}
 
 
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.name)
@@ -52,10 +57,10 @@ def test_no_pull_request_target_and_least_privilege_per_job(path: Path) -> None:
     for name, job in doc["jobs"].items():
         perms = job.get("permissions")
         assert isinstance(perms, dict), f"{path.name}: job {name} has no explicit permissions"
-        assert perms.get("contents") in (None, "read")
         writes = {k for k, v in perms.items() if v == "write"}
-        allowed = {"checks", "pull-requests"} if name == "report" else set()
+        allowed = WRITES.get((path.name, name), set())
         assert writes <= allowed, f"{path.name}: job {name} may write {writes - allowed}"
+        assert perms.get("contents") in (None, "read") or "contents" in allowed
 
 
 def token_uses(node: Any) -> list[str]:
@@ -81,6 +86,18 @@ def test_the_gate_jobs_that_run_the_pull_requests_code_get_no_token() -> None:
     report_steps = [s for s in jobs["report"]["steps"] if token_uses(s)]
     assert [s.get("id") for s in report_steps] == ["report"], "only the publishing step holds the token"
     assert "-I -S" in report_steps[0]["run"], "and it runs gpu-gate without site hooks or PYTHON* variables"
+
+
+def test_the_release_builds_without_a_token_and_publishes_with_nothing_but_its_script() -> None:
+    doc = load(ROOT / ".github" / "workflows" / "release.yml")
+    assert doc["on"] == {"push": {"tags": ["v[0-9]+.[0-9]+.[0-9]+"]}}, "only a version tag releases"
+    build, publish = doc["jobs"]["build"], doc["jobs"]["publish"]
+    assert token_uses(build) == [] and build["permissions"] == {"contents": "read"}
+    assert publish["needs"] == "build" and publish["permissions"] == {"contents": "write"}
+    (holder,) = [s for s in publish["steps"] if token_uses(s)]
+    assert holder["run"].startswith("python3 -I .github/scripts/release.py ")
+    assert publish["steps"].index(holder) == len(publish["steps"]) - 1, "the last step, after the checksums"
+    assert not any("pip" in s.get("run", "") for s in publish["steps"]), "publish builds and installs nothing"
 
 
 def test_the_action_gives_the_token_only_to_the_publish_step() -> None:

@@ -67,6 +67,8 @@ class _Op:
 
 def _compile(op_id: str, spec: dict[str, Any]) -> _Op:
     pattern = re.sub(r"\\\{(\w+)\\\}", r"(?P<\1>[^/]+)", re.escape(spec["path"]))
+    if spec.get("x-ref-spans-slashes"):  # git/refs/{ref}: GitHub takes tags/v1 unescaped
+        pattern = pattern.replace("(?P<ref>[^/]+)", "(?P<ref>.+)")
     return _Op(op_id, spec["method"], re.compile(f"^{pattern}$"), spec)
 
 
@@ -84,6 +86,10 @@ class FakeGitHub:
         self.annotations: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)
         self.statuses: list[dict[str, Any]] = []
         self.pulls: dict[int, dict[str, Any]] = {}
+        self.releases: dict[int, dict[str, Any]] = {}
+        self.assets: dict[int, list[dict[str, Any]]] = collections.defaultdict(list)  # with the bytes, in "data"
+        self.refs: dict[str, str] = {}  # "tags/v1" -> sha
+        self.permissions: dict[str, str] = {}  # login -> admin, write, read (anyone else: none)
         self.requests: list[Recorded] = []
         self.violations: list[Violation] = []
         self.faults: list[Fault] = []
@@ -122,6 +128,13 @@ class FakeGitHub:
         COLLABORATOR, CONTRIBUTOR, NONE...)."""
         comment = self._add_comment("o", "r", number, body)
         comment.update(user={"login": login}, author_association=association)
+
+    def set_permission(self, login: str, permission: str) -> None:
+        """``login``'s permission on the repository, as GitHub's ``permission`` field reads it (admin,
+        write, read, none: maintain reads as write and triage as read)."""
+        if permission not in ("admin", "write", "read", "none"):
+            raise ValueError(f"unknown permission {permission!r}")
+        self.permissions[login] = permission
 
     def add_pull(self, number: int, head_sha: str, *, head_repo: str = "octo/kernels", head_ref: str = "feature",
                  state: str = "open", repo: str = "octo/kernels") -> dict[str, Any]:
@@ -169,6 +182,10 @@ class FakeGitHub:
         if problems:
             return None, problems, 401 if any("Authorization" in p for p in problems) else 400
         problems = _query_problems(op.spec.get("query", []), query)
+        if op.spec.get("x-binary-body"):  # an upload: the body is the file's bytes
+            if not headers.get("Content-Type"):
+                problems.append("an upload needs a Content-Type header")
+            return raw_body, problems, 422
         if "requestBody" not in op.spec:
             return None, problems, 422
         try:
@@ -290,6 +307,13 @@ class FakeGitHub:
                  and (head is None or pr["head"]["label"] == head)]
         return 200, found, {}
 
+    def _op_repos_get_collaborator_permission_level(self, p: dict[str, str], query: dict[str, list[str]],
+                                                    body: Any):
+        login = urllib.parse.unquote(p["username"])
+        permission = self.permissions.get(login, "none")
+        return 200, {"permission": permission, "role_name": permission,
+                     "user": {"login": login, "type": "User"}}, {}
+
     def _op_repos_create_commit_status(self, p: dict[str, str], query: dict[str, list[str]], body: Any):
         status = {"id": next(self._ids), "sha": p["sha"], "state": body["state"],
                   "description": body.get("description"), "target_url": body.get("target_url"),
@@ -297,6 +321,74 @@ class FakeGitHub:
                   "url": f"{self.url}/repos/{p['owner']}/{p['repo']}/statuses/{p['sha']}"}
         self.statuses.append(status)
         return 201, status, {}
+
+
+    def _release_view(self, release_id: int) -> dict[str, Any]:
+        release = dict(self.releases[release_id])
+        release["assets"] = [{k: v for k, v in a.items() if k != "data"} for a in self.assets[release_id]]
+        return release
+
+    def _op_repos_create_release(self, p: dict[str, str], query: dict[str, list[str]], body: Any):
+        if any(r["tag_name"] == body["tag_name"] for r in self.releases.values()):
+            return 422, {"message": "Validation Failed",
+                         "errors": [{"resource": "Release", "code": "already_exists", "field": "tag_name"}]}, {}
+        rid = next(self._ids)
+        base = f"{self.url}/repos/{p['owner']}/{p['repo']}/releases/{rid}"
+        self.releases[rid] = {"id": rid, "tag_name": body["tag_name"], "name": body.get("name"),
+                              "body": body.get("body"), "draft": body.get("draft", False),
+                              "prerelease": body.get("prerelease", False), "make_latest": body.get("make_latest"),
+                              "html_url": f"https://github.com/{p['owner']}/{p['repo']}/releases/tag/{body['tag_name']}",
+                              "upload_url": base + "/assets{?name,label}", "url": base}
+        return 201, self._release_view(rid), {}
+
+    def _op_repos_update_release(self, p: dict[str, str], query: dict[str, list[str]], body: Any):
+        rid = int(p["release_id"])
+        if rid not in self.releases:
+            return 404, {"message": "Not Found"}, {}
+        self.releases[rid].update(body)
+        return 200, self._release_view(rid), {}
+
+    def _op_repos_get_release_by_tag(self, p: dict[str, str], query: dict[str, list[str]], body: Any):
+        found = [rid for rid, r in self.releases.items() if r["tag_name"] == p["tag"] and not r["draft"]]
+        return (200, self._release_view(found[0]), {}) if found else (404, {"message": "Not Found"}, {})
+
+    def _op_repos_upload_release_asset(self, p: dict[str, str], query: dict[str, list[str]], body: Any):
+        rid = int(p["release_id"])
+        if rid not in self.releases:
+            return 404, {"message": "Not Found"}, {}
+        name = query["name"][-1]
+        if any(a["name"] == name for a in self.assets[rid]):
+            return 422, {"message": "Validation Failed",
+                         "errors": [{"resource": "ReleaseAsset", "code": "already_exists", "field": "name"}]}, {}
+        asset = {"id": next(self._ids), "name": name, "size": len(body), "state": "uploaded", "data": body,
+                 "browser_download_url": f"https://github.com/{p['owner']}/{p['repo']}/releases/download/"
+                                         f"{self.releases[rid]['tag_name']}/{name}"}
+        self.assets[rid].append(asset)
+        return 201, {k: v for k, v in asset.items() if k != "data"}, {}
+
+    def _ref_view(self, p: dict[str, str], ref: str) -> dict[str, Any]:
+        return {"ref": f"refs/{ref}", "url": f"{self.url}/repos/{p['owner']}/{p['repo']}/git/refs/{ref}",
+                "object": {"type": "commit", "sha": self.refs[ref]}}
+
+    def _op_git_get_ref(self, p: dict[str, str], query: dict[str, list[str]], body: Any):
+        ref = p["ref"]
+        return (200, self._ref_view(p, ref), {}) if ref in self.refs else (404, {"message": "Not Found"}, {})
+
+    def _op_git_create_ref(self, p: dict[str, str], query: dict[str, list[str]], body: Any):
+        if not body["ref"].startswith("refs/") or body["ref"].count("/") < 2:
+            return 422, {"message": "Reference name must start with 'refs/' and have at least two slashes."}, {}
+        ref = body["ref"][len("refs/"):]
+        if ref in self.refs:
+            return 422, {"message": "Reference already exists"}, {}
+        self.refs[ref] = body["sha"]
+        return 201, self._ref_view(p, ref), {}
+
+    def _op_git_update_ref(self, p: dict[str, str], query: dict[str, list[str]], body: Any):
+        ref = p["ref"]
+        if ref not in self.refs:
+            return 422, {"message": "Reference does not exist"}, {}
+        self.refs[ref] = body["sha"]
+        return 200, self._ref_view(p, ref), {}
 
 
 def _header_problems(headers: Any, token: str) -> list[str]:
@@ -315,6 +407,8 @@ def _query_problems(params: list[dict[str, Any]], query: dict[str, list[str]]) -
     for param in params:
         values = query.get(param["name"])
         if not values:
+            if param.get("required"):
+                problems.append(f"query {param['name']} is required")
             continue
         schema = dict(param["schema"])
         value: Any = values[-1]

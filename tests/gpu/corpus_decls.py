@@ -46,10 +46,12 @@ def rmsnorm_reference(x, w):
     return (y * torch.rsqrt(y.pow(2).mean(-1, keepdim=True) + 1e-6) * upcast(w)).to(x.dtype)
 
 
-def declarations(interpreted: bool = False) -> SimpleNamespace:
-    low = ["float32"] if interpreted else ["bfloat16"]
-    half = ["float32"] if interpreted else ["float32", "float16", "bfloat16"]
-    long = 1 << 14 if interpreted else 1 << 18
+def declarations(interpreted: bool = False, low_precision: bool = False) -> SimpleNamespace:
+    """``low_precision``: under the interpreter too, the GPU's dtypes (bfloat16 and float16), as the
+    interpreter's adaptations run them (tests/worker/test_interpreter_low_precision_corpus.py)."""
+    low = ["float32"] if interpreted and not low_precision else ["bfloat16"]
+    half = ["float32"] if interpreted and not low_precision else ["float32", "float16", "bfloat16"]
+    long = 1 << 14 if interpreted and not low_precision else 1 << 18
     return SimpleNamespace(
         ROWSUM=dict(dims={"rows": gg.Dim(1, 8), "n": gg.Dim(1, long, reduction=True)},
                     inputs={"x": gg.Tensor(("rows", "n"), dtypes=low)}, reference=lambda x: x.sum(-1)),

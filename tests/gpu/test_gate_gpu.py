@@ -82,6 +82,8 @@ def _feature_repo(repo: Path, policy: str) -> Path:
     """A repository holding only ``policy`` on main, checked out on a new branch `feature`."""
     repo.mkdir(exist_ok=True)
     (repo / ".gpu-gate.yml").write_text(policy)
+    # as `gpu-gate init` writes it: the reports are no part of the work tree the gate checks
+    (repo / ".gitignore").write_text(".gpu-gate/\n")
     _git(repo, "init", "-q")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-qm", "base")

@@ -74,7 +74,7 @@ def _repo(make_repo, ops: str, policy: str = POLICY, spec: str = SPEC) -> GitRep
 
 
 def _pr(r: GitRepo, ops: str | None) -> None:
-    files: dict[str, str | bytes] = {"csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")}
+    files: dict[str, str | bytes] = {"csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")}
     if ops is not None:
         files["mylib/ops.py"] = ops
     r.commit("pull request", files)
@@ -154,7 +154,7 @@ def test_the_head_cannot_turn_debt_into_a_pass_by_policy(make_repo) -> None:  # 
     """`preexisting` is read from the base: a pull request that relaxes it is a weakening."""
     r = _repo(make_repo, TRUNCATED, POLICY + "preexisting: fail\n")
     r.commit("pull request", {".gpu-gate.yml": POLICY + "preexisting: warn\n",
-                              "csrc/rows.cu": KERNEL.replace("row sums", "row sums, tuned")})
+                              "csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")})
     code, text, _ = _check(r)
     assert code == 1, text
     assert "rules weakened by this change: preexisting: fail -> warn" in text
@@ -279,10 +279,11 @@ def test_results_that_change_only_at_the_head_block(make_repo) -> None:  # type:
     assert "unstable" in _changes(results).get("new", set()), _findings(results)
 
 
-# Off by one everywhere (the base's debt), and, at the head, by a varying ulp on top: the way an
-# in-place kernel whose programs overlap shows, once a change makes their writes disagree.
-OFF_BY_ONE_EVERYWHERE = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype) + 1.0\n"
-OFF_AND_WOBBLY = _wobbly(" + 1.0", 20)
+# Off everywhere (the base's debt), and, at the head, by a varying ulp on top: the way an in-place
+# kernel whose programs overlap shows, once a change makes their writes disagree. Off by a part in a
+# thousand, not by one: the cases' inputs reach magnitudes (1e36) where an added 1.0 is no error.
+OFF_BY_ONE_EVERYWHERE = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype) * (1 + 2.0 ** -10)\n"
+OFF_AND_WOBBLY = _wobbly(" * (1 + 2.0 ** -10)", 20)
 
 
 def test_results_that_vary_where_the_base_is_already_wrong_are_the_same_debt(make_repo) -> None:  # type: ignore[no-untyped-def]

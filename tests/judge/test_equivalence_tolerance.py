@@ -262,7 +262,16 @@ SHIFT_BF16 = """
 """
 
 
-@pytest.mark.parametrize("seed", range(3))
+# Seed 1 draws a known false red, kept visible rather than skipped: x at offset 1000 in bfloat16 (ties),
+# an expanded upstream gradient (every term the same), 4096 classes. The kernel's error comes from the
+# forward's output saved in bfloat16 and exponentiated in the backward: thousands of equal values round
+# the same way, so the error grows with the count of terms, while the storage envelope perturbs each
+# elementwise result by a random sign (a random walk). It fails by 3.7x the allowance. Open in issue 40.
+CORRELATED_STORAGE = pytest.mark.xfail(strict=True, reason="correlated bfloat16 storage rounding of equal terms "
+                                       "exceeds the random-sign storage envelope (issue 40)")
+
+
+@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=CORRELATED_STORAGE), 2])
 def test_a_zero_gradient_from_terms_stored_in_bf16_passes(seed: int, tmp_path: Path) -> None:
     root = _with_corpus(tmp_path, SHIFT_BF16)
     r = run(root, "gate_spec.py", "shift_stored_bf16", seed=seed, cases=16)

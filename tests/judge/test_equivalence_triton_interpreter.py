@@ -19,7 +19,9 @@ from gpu_gate.findings import JobResult, Severity, Status
 ROOT = Path(__file__).parent.parent / "gpu" / "corpus_triton"
 
 PAIRS = [  # bug, twin, the finding kinds that must name the bug ("a|b": either)
-    ("tt_rowsum_bf16_acc", "tt_rowsum_fp32_acc", {"error-growth"}),
+    # in float32 data a bfloat16 running sum is wrong at every length (about 1000 times torch's error
+    # from 256 terms on): a mismatch on the first cases, where the GPU's bfloat16 data shows it as growth
+    ("tt_rowsum_bf16_acc", "tt_rowsum_fp32_acc", {"error-growth|mismatch"}),
     ("tt_embedding_store", "tt_embedding_atomic", {"mismatch"}),
     ("tt_layernorm_padded_variance", "tt_layernorm_masked_variance", {"mismatch"}),
     # rows read at the packed offset: other rows' data (mismatch) or, past the storage, the guard band (NaN)

@@ -46,5 +46,7 @@ def test_a_renamed_variable_in_a_nondeterministic_kernel_is_green_three_times(ma
 def test_a_head_outside_the_bases_range_is_red(make_repo) -> None:  # type: ignore[no-untyped-def]
     code, text, results = _gate(make_repo, WORSE)
     assert code == 1, text
-    new = [f for f in _findings(results) if f["details"].get("change") == "new"]
-    assert new and {f["kind"] for f in new} <= {"mismatch", "less-accurate"}, new
+    new = {f["kind"] for f in _findings(results) if f["details"].get("change") == "new"}
+    # every run is 12.5% off, so its run-to-run spread is 12.5% wider than the base's too: that
+    # it varies more than the base's code ever did (unstable) is true, but never the only finding
+    assert new & {"mismatch", "less-accurate"} and new <= {"mismatch", "less-accurate", "unstable"}, new

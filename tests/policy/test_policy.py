@@ -219,7 +219,7 @@ def test_extends_strict_merges_deeply_and_lists_replace(tmp_path: Path) -> None:
     p = load(tmp_path, text).policy
     assert p.extends == "strict"
     assert p.kernels.include == ("csrc/**/*.cu",)  # replaced, not appended
-    assert p.kernels.exclude == ("third_party/**", ".git/**")  # untouched sibling kept
+    assert p.kernels.exclude == ("third_party/**", ".git/**", ".github/**")  # untouched sibling kept
     assert p.checks.equivalence.cases == 10
     assert p.checks.equivalence.dtypes == ("float32", "float16", "bfloat16")  # from strict
     assert p.checks.initcheck.level == "advisory"

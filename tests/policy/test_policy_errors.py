@@ -135,6 +135,10 @@ def test_malformed_yaml(tmp_path: Path, text: str, message: str) -> None:
         ".gpu-gate.yml:1:18: cache.enabled: expected true or false, got 'maybe' (e.g. enabled: true)",
         id="bool"),
     pytest.param(
+        "reports: {sarif_notes: maybe}\n",
+        ".gpu-gate.yml:1:24: reports.sarif_notes: expected true or false, got 'maybe' (e.g. sarif_notes: false)",
+        id="reports-bool"),
+    pytest.param(
         "runner:\n  health: {required_tools: [torch, tensorflow]}\n",
         ".gpu-gate.yml:2:36: runner.health.required_tools[1]: expected one of 'compute-sanitizer', 'nvcc', 'torch',"
         " 'triton' or 'cupy', got 'tensorflow' (choose one of these)",
@@ -176,6 +180,15 @@ def test_unknown_key_without_a_close_match_lists_the_valid_keys(tmp_path: Path) 
     write(tmp_path, "cache: {ttl: 3}\n")
     assert load_policy(tmp_path).warnings == (
         ".gpu-gate.yml:1:9: warning: unknown key 'ttl' in cache is ignored (valid keys here: enabled, dir)",)
+
+
+def test_a_misspelt_reports_key_is_caught_like_any_other(tmp_path: Path) -> None:
+    write(tmp_path, "reports:\n  sarif_note: true\n")
+    assert load_policy(tmp_path).warnings == (
+        ".gpu-gate.yml:2:3: warning: unknown key 'sarif_note' in reports is ignored (did you mean 'sarif_notes'?)",)
+    assert load_policy(tmp_path).policy.reports.sarif_notes is False
+    write(tmp_path, "reports: {sarif_notes: true}\n")
+    assert load_policy(tmp_path).policy.reports.sarif_notes is True
 
 
 def test_strict_mode_turns_unknown_keys_into_errors(tmp_path: Path) -> None:

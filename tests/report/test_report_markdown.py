@@ -280,3 +280,31 @@ def test_collapsed_summary_cannot_carry_html(tmp_path: Path) -> None:
     assert summary and "<" not in summary.group(1) and "&lt;img src=x" in summary.group(1)
     outside_fences = re.sub(r"^```text\n.*?^```$", "", md, flags=re.M | re.S)
     assert outside_fences.count("<details") == outside_fences.count("</details>") == 1
+
+
+def test_not_run_here_is_one_line_per_reason_with_every_check_and_spec_folded_in() -> None:
+    from gpu_gate.findings import JobResult, Status
+    from gpu_gate.record import RunRecord
+    from gpu_gate.verdict import Rules, decide
+
+    specs = ("gate/axpby_gate.py::axpby_gate", "gate/rmsnorm_gate.py::rmsnorm_gate")
+    checks = ("determinism", "memcheck", "racecheck", "synccheck", "initcheck")
+    record = RunRecord(base="a" * 40, head="b" * 40, results=[
+        JobResult(f"{c}:{s}", c, Status.NOT_RUN, spec=s, reason=f"no GPU on this machine: {c} needs a CUDA device")
+        for s in specs for c in checks])
+    text = render_markdown(record, decide(record, Rules(not_run="warn")))
+    section = text.split("### Not verified, and why", 1)[1]
+    (line,) = [ln for ln in section.splitlines() if "not run:" in ln]
+    assert line == ("- ⏭️ **determinism**, **memcheck**, **racecheck**, **synccheck**, **initcheck** for "
+                    "`gate/axpby_gate.py::axpby_gate`, `gate/rmsnorm_gate.py::rmsnorm_gate` (10 jobs): not run: no "
+                    "GPU on this machine: each check needs a CUDA device — does not block the merge")
+    assert text.count("needs a CUDA device") == 1
+
+
+def test_a_long_message_is_shortened_between_words() -> None:
+    from gpu_gate.report.markdown import _shorten
+
+    text = "word " * 40 + "tail"
+    shown = _shorten(text, 52)
+    head, note = shown.split("\n")
+    assert head == ("word " * 10).strip() and note == f"… ({len(text) - len(head)} more characters in the full report)"

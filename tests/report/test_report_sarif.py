@@ -218,3 +218,75 @@ def test_a_failure_goes_first_on_the_lines_the_change_wrote(tmp_path: Path, chec
         "region": {"startLine": 3, "endLine": 4}}
     related = [(r["physicalLocation"]["artifactLocation"]["uri"], r["message"]["text"]) for r in nan["relatedLocations"]]
     assert related == [("gate/rmsnorm_gate.py", "the spec rmsnorm_gate"), ("csrc/rmsnorm.cu", "kernel rmsnorm_fwd")]
+
+
+# --- notes stay out of code scanning unless the policy asks for them ---------------------------
+
+from gpu_gate.findings import Finding, JobResult, Severity, Status  # noqa: E402
+from gpu_gate.record import RunRecord  # noqa: E402
+
+SPECS = ("gate/a_gate.py::a_gate", "gate/b_gate.py::b_gate")
+
+
+def cpu_record() -> RunRecord:
+    """A CPU machine's run with one real defect: every GPU-only check not run, a dtype the interpreter
+    cannot verify, a differential remark, and one mismatch."""
+    results = [JobResult(f"{c}:{s}", c, Status.NOT_RUN, spec=s, reason=f"no GPU on this machine: {c} needs a CUDA device")
+               for s in SPECS for c in ("determinism", "memcheck", "racecheck", "synccheck", "initcheck")]
+    results.append(JobResult(f"equivalence:{SPECS[0]}", "equivalence", Status.FAILED, spec=SPECS[0], findings=[
+        Finding("equivalence", "mismatch", "Tensor 'out' is not close to the float64 reference", spec=SPECS[0],
+                file="mylib/a.py", line=12),
+        Finding("equivalence", "dtype-not-run", "bfloat16 cases not run: the Triton interpreter computes bfloat16 "
+                "wrongly", severity=Severity.NOTE, spec=SPECS[0]),
+        Finding("equivalence", "differential", "the base's code ran the same 24 cases", severity=Severity.NOTE,
+                spec=SPECS[0])]))
+    return RunRecord(base="a" * 40, head="b" * 40, results=results)
+
+
+def test_code_scanning_gets_the_defect_not_twenty_notes() -> None:
+    record = cpu_record()
+    log = render_sarif(record, decide(record, Rules(not_run="warn")), root=Path("/nonexistent"))
+    jsonschema.Draft7Validator(SCHEMA).validate(json.loads(json.dumps(log)))
+    (only,) = log["runs"][0]["results"]
+    assert (only["ruleId"], only["level"]) == ("equivalence/mismatch", "error")
+    assert [r["id"] for r in log["runs"][0]["tool"]["driver"]["rules"]] == ["equivalence/mismatch"]
+    assert only["ruleIndex"] == 0
+
+
+def test_the_policy_switch_adds_the_notes_back() -> None:
+    record = cpu_record()
+    log = render_sarif(record, decide(record, Rules(not_run="warn")), root=Path("/nonexistent"), notes=True)
+    jsonschema.Draft7Validator(SCHEMA).validate(json.loads(json.dumps(log)))
+    levels = [r["level"] for r in log["runs"][0]["results"]]
+    assert levels.count("error") == 1 and levels.count("note") == 12 and "warning" not in levels
+    rules = log["runs"][0]["tool"]["driver"]["rules"]
+    assert all(rules[r["ruleIndex"]]["id"] == r["ruleId"] for r in log["runs"][0]["results"])
+
+
+def test_a_check_that_could_not_run_and_blocks_stays_an_error() -> None:
+    record = cpu_record()
+    log = render_sarif(record, decide(record, Rules(not_run="fail")), root=Path("/nonexistent"))
+    levels = [(r["ruleId"], r["level"]) for r in log["runs"][0]["results"]]
+    assert ("memcheck/not-run", "error") in levels and len(levels) == 1 + 10, "the mismatch and the ten jobs"
+    assert {level for _, level in levels} == {"error"}
+
+
+def test_report_writes_sarif_by_the_policys_reports_key(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    record = cpu_record()
+    record.write(tmp_path / "results.json")
+    counts = {}
+    for notes in (False, True):
+        policy = tmp_path / f"policy-{notes}.yml"
+        policy.write_text(f"version: 1\nnot_run: warn\nreports: {{sarif_notes: {str(notes).lower()}}}\n")
+        out = tmp_path / f"out-{notes}"
+        res = subprocess.run([sys.executable, "-m", "gpu_gate", "report", str(tmp_path / "results.json"), "--policy",
+                              str(policy), "--out", str(out), "--no-github"], capture_output=True, text=True,
+                             cwd=tmp_path, timeout=120)
+        assert res.returncode == 1, res.stderr
+        counts[notes] = len(json.loads((out / "report.sarif").read_text())["runs"][0]["results"])
+    # Without the base at hand, `report` takes each verdict rule at the stricter of the policy and the
+    # default preset: the ten jobs not run block (errors) either way; the switch adds the two notes.
+    assert counts == {False: 11, True: 13}

@@ -140,3 +140,9 @@ def test_a_rule_imported_from_a_module_this_change_modifies_is_a_weakening() -> 
     found = [(c.direction, c.what) for c in specdiff.compare(_spec(spec), _spec(spec), ctx)]
     assert found == [("weakened", "spec scale_gate: tolerance= uses 'TOL' from gate/common.py, which this change "
                                   "modifies (write the rule in the spec itself)")]
+
+
+def test_what_the_reports_carry_is_no_rule() -> None:
+    """Code scanning's notes on or off changes what a reviewer sees, never what blocks."""
+    assert policydiff.compare(Policy.model_validate({"reports": {"sarif_notes": True}}), Policy.model_validate({}),
+                              ".gpu-gate.yml") == []

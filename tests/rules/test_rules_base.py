@@ -272,7 +272,8 @@ def test_a_pull_request_that_changes_a_signature_with_its_spec_passes(make_repo)
             "gate/scale_gate.py": spec(call="scale(x, factor=2.0)")})
     code, text, results = _check(r)
     assert code == 0, text
-    assert "the spec's call signature changed: judged by the head's spec, review it" in text
+    assert ("the spec's call changed with the kernel's signature: judged by the base's spec with the head's call to "
+            "the kernel; review it") in text
     assert _equivalence_status(results) == "passed"
 
 
@@ -282,7 +283,9 @@ def test_a_signature_change_with_a_rewritten_reference_blocks(make_repo) -> None
             "gate/scale_gate.py": spec(call="scale(x, factor=2.0)", reference="lambda x: x * 2.5")})
     code, text, results = _check(r)
     assert code == 1, text
-    assert "judged by the head's spec, whose reference this change rewrote" in text
+    # the call alone changed with the signature: the base's truth judges, and sees the kernel wrong
+    assert _equivalence_status(results) == "failed"
+    assert "this change rewrote the spec's reference, and the new one gives other results" in text
 
 
 def test_an_unchanged_spec_runs_the_heads_file_and_a_changed_one_the_bases(make_repo) -> None:  # type: ignore[no-untyped-def]

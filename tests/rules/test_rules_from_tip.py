@@ -117,3 +117,37 @@ def test_a_correct_branch_from_an_older_main_passes_the_tips_rules(make_repo) ->
     # The report says whose rules judged, and that they are not the merge base's.
     assert f"rules of `{tip[:12]}`, the base branch's tip · policy" in text, text
     assert "the base branch's tip and the merge base" not in text
+
+
+def _renamed(spec: str) -> str:
+    return spec.replace("def row_sum_gate", "def sums_gate")
+
+
+def test_a_renamed_spec_from_an_older_main_is_judged_by_the_tips(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The attack: the branch renames the spec (file and function, git follows the file) and drops
+    everything past 64; main widened the spec to rows of 200 since. The rename pairs the head's spec
+    with the merge base's, whose version at the tip is in force: without following the pairing to the
+    tip, the merge base's spec (rows of 64 at most) judged, and the branch passed."""
+    r, _, tip = _branched_before(make_repo, {"gate/rows_gate.py": LONG_SPEC})
+    r.git("mv", "gate/rows_gate.py", "gate/sums_gate.py")
+    r.commit("pull request", {"gate/sums_gate.py": _renamed(SHORT_SPEC), "mylib/ops.py": TRUNCATED,
+                              "csrc/rows.cu": TUNED})
+    code, text, results = _check(r)
+    assert code == 1, text
+    assert any(f["kind"] == "mismatch" for f in _findings(results)), _findings(results)
+    assert "is the base's row_sum_gate (gate/rows_gate.py): git renamed gate/rows_gate.py to gate/sums_gate.py" \
+        in text, text
+    assert not any(f["kind"] == "rules-weakened" for f in _findings(results)), _findings(results)
+    assert f"at base {tip[:12]}" in text
+
+
+def test_a_renamed_spec_from_an_older_main_passes_the_tips(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The twin: the same rename, a correct kernel change: the tip's spec judges it and it passes."""
+    r, _, _ = _branched_before(make_repo, {"gate/rows_gate.py": LONG_SPEC})
+    r.git("mv", "gate/rows_gate.py", "gate/sums_gate.py")
+    r.commit("pull request", {"gate/sums_gate.py": _renamed(SHORT_SPEC),
+                              "mylib/ops.py": "def row_sum(x):\n    return x.double().flip(-1).sum(-1).to(x.dtype)\n",
+                              "csrc/rows.cu": TUNED})
+    code, text, results = _check(r)
+    assert code == 0, text
+    assert not any(f["kind"] in ("mismatch", "rules-weakened") for f in _findings(results)), _findings(results)

@@ -70,7 +70,7 @@ def _plant():
     root = pathlib.Path(__file__).resolve().parents[2]
     shelves = list(root.glob(".gpu-gate/**/compiled/*"))
     try:  # the shelf its worker is shown (read-only), named in the worker's own context file
-        shelves.append(pathlib.Path(json.loads((pathlib.Path(os.environ["TMPDIR"]) / "context.json").read_text())["shelf"]))
+        shelves.append(pathlib.Path(os.environ["TMPDIR"]) / ".kept")
     except (OSError, KeyError, ValueError):
         pass
     for store in shelves:
@@ -115,7 +115,7 @@ def _repo(make_repo) -> GitRepo:  # type: ignore[no-untyped-def]
     r = make_repo("proj", {".gpu-gate.yml": POLICY, ".gitignore": ".gpu-gate/\n", "mylib/__init__.py": "", "mylib/ops.py": BASE_OPS,
                            "csrc/rows.cu": KERNEL, "gate/rows_gate.py": SPEC})
     r.branch("feature")
-    r.commit("pull request", {"mylib/ops.py": HEAD_OPS, "csrc/rows.cu": KERNEL.replace("sums", "sums, tuned")})
+    r.commit("pull request", {"mylib/ops.py": HEAD_OPS, "csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")})
     return r
 
 
@@ -144,7 +144,7 @@ def test_the_store_keeps_the_bases_kernels_and_seeds_the_next_run(make_repo) -> 
     # Only the base's kernel, compiled from the base's tree seen at the repository's own path.
     assert kept == {BASE_KEY: str(r.path.resolve() / "mylib" / "ops.py")}, kept
     # Nothing changed in the store through the head's attempts.
-    r.commit("again", {"csrc/rows.cu": KERNEL.replace("sums", "sums, tuned twice")})
+    r.commit("again", {"csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned, int twice)")})
     code, text, results = _check(r, cache)
     assert _equivalence(results) == "passed", text  # the head's worker started with the base's kernel
     assert _entries(cache) == kept
@@ -167,7 +167,7 @@ def test_harvest_takes_only_well_formed_entries(tmp_path: Path) -> None:
     (src / ("d" * 32)).symlink_to(good)  # an entry that is a link
     (src / ("e" * 32)).write_text("a file, not an entry")
     assert compiled_store.harvest(src, shelf) == 1
-    assert sorted(p.name for p in shelf.iterdir()) == ["a" * 32]
+    assert sorted(p.name for p in shelf.iterdir() if not p.name.startswith(".")) == ["a" * 32]
     assert compiled_store.harvest(src, shelf) == 0  # already kept
     dest = tmp_path / "worker" / "triton"
     assert compiled_store.seed(shelf, dest) == 1
@@ -203,3 +203,50 @@ def test_the_shelf_drops_its_oldest_entries_past_its_size(tmp_path: Path) -> Non
         os.utime(shelf / name, (1000 + i, 1000 + i))
     assert compiled_store.prune(shelf, max_bytes=2000) == 1
     assert sorted(p.name for p in shelf.iterdir()) == ["y" * 32, "z" * 32]
+
+
+# A future kernel of the head: right only when its worker starts with the binary "compiled" under its
+# key (as a correct binary planted under a buggy kernel's key would make it look right).
+FUTURE_OPS = f"""\
+import os
+import pathlib
+
+
+def row_sum(x):
+    kept = pathlib.Path(os.environ["TRITON_CACHE_DIR"]) / "{HEAD_KEY}" / "kernel.json"
+    s = x.double().sum(-1).to(x.dtype)
+    return s if kept.is_file() and kept.read_text() == "a correct binary" else s + 1
+"""
+
+
+def test_an_entry_planted_by_hand_in_the_store_never_reaches_a_worker(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo)
+    cache = r.path.parent / "cache"
+    _check(r, cache)  # the base's kernel is harvested, with its digest
+    (shelf,) = [p for p in (cache / "compiled").iterdir() if p.is_dir()]
+    planted = shelf / HEAD_KEY
+    planted.mkdir()
+    (planted / "kernel.json").write_text("a correct binary")
+    tampered = shelf / BASE_KEY / "kernel.json"  # a kept entry changed after the gate harvested it
+    original = tampered.read_text()
+    tampered.write_text(original + " ")
+    r.commit("future kernel", {"mylib/ops.py": FUTURE_OPS, "csrc/rows.cu": KERNEL.replace("int n)", "int n, int v2)")})
+    code, text, results = _check(r, cache)
+    assert _equivalence(results) == "failed", text  # its worker started without the planted binary
+    job = next(x for x in results["results"] if x["check"] == "equivalence")
+    notes = [f for f in job["findings"] if f["kind"] == "store-entry-dropped"]
+    assert len(notes) == 1 and sorted(notes[0]["details"]["dropped"]) == sorted([BASE_KEY, HEAD_KEY]), notes
+    assert not planted.exists()
+    assert tampered.read_text() == original  # the base's worker compiled it again, and the gate kept that
+
+
+def test_verify_keeps_what_the_gate_harvested_and_drops_the_rest(tmp_path: Path) -> None:
+    src, shelf = tmp_path / "src", tmp_path / "shelf"
+    (src / ("a" * 32)).mkdir(parents=True)
+    (src / ("a" * 32) / "k.cubin").write_bytes(b"\x7fELF")
+    compiled_store.harvest(src, shelf)
+    (shelf / ("p" * 32)).mkdir()
+    (shelf / ("p" * 32) / "k.cubin").write_bytes(b"planted")
+    assert compiled_store.verify(shelf) == ["p" * 32]
+    assert compiled_store.verify(shelf) == []  # the harvested entry stays, and seeds
+    assert compiled_store.seed(shelf, tmp_path / "w") == 1

@@ -105,7 +105,7 @@ class Determinism:
 
         if self.job.case:
             return [Case.from_token(self.job.case)]
-        bad, _ = unsupported_dtypes(self.ctx, self.eq.workers.uses_triton)
+        bad, _ = unsupported_dtypes(self.ctx, self.eq.workers)
         opts = ScheduleOptions.from_options({**self.job.options, "cases": CASES}, seed=self.eq.seed,
                                             budget=self.eq.budget, unsupported=bad)
         usable, _ = allowed_dtypes(self.spec, opts)

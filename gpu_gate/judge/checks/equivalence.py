@@ -91,15 +91,19 @@ def repro_command(job: Job, check: str = "equivalence") -> str:
     return f"gpu-gate repro {shlex.quote(job.spec.id)} --check {check}{at_base} --case {{token}}"
 
 
-def unsupported_dtypes(ctx: Context, uses_triton: bool) -> tuple[frozenset[str], str | None]:
-    """``uses_triton``: the candidate worker found Triton in the code it imported from the repository."""
+def unsupported_dtypes(ctx: Context, workers: Workers) -> tuple[frozenset[str], str | None]:
+    """The dtypes no case may take here. ``workers``: the job's workers; the candidate's found Triton in
+    the code it imported from the repository (``uses_triton``) and says which adaptations of the
+    Triton interpreter it put in place (``interpreter``: with ``bfloat16``, bfloat16 runs as on a GPU)."""
     import torch
 
     bad: set[str] = set()
     why = None
-    if ctx.triton_interpret and uses_triton:
-        bad |= INTERPRETER_BAD_DTYPES
-        why = "the Triton interpreter (no GPU) computes bfloat16/float8 arithmetic wrongly"
+    if ctx.triton_interpret and workers.uses_triton:
+        emulated = {"bfloat16"} & set(workers.interpreter)
+        bad |= INTERPRETER_BAD_DTYPES - emulated
+        wrong = "float8" if emulated else "bfloat16/float8"
+        why = f"the Triton interpreter (no GPU) computes {wrong} arithmetic wrongly"
     for f8 in ("float8_e4m3fn", "float8_e5m2"):
         if not hasattr(torch, f8):
             bad.add(f8)
@@ -149,7 +153,16 @@ class Equivalence:
                 if worker is not None:
                     worker.exact = True  # no guard band for the tool to miss an overrun in
         self.seed = int(o["seed"]) if o.get("seed") is not None else int(job.seed)
-        self.deadline = min(ctx.deadline, time.monotonic() + float(o.get("time_budget_s") or 300))
+        from ..equivalence.floor import SLOW_CASE_S, Clock
+
+        # gpu-gate's own time and the candidate's, accounted apart (see judge.equivalence.floor)
+        own = float(o.get("time_budget_s") or 300)
+        head = workers.candidate
+        self.clock = Clock(own_s=own, candidate_s=float(o.get("candidate_budget_s") or own), hard=ctx.deadline,
+                           busy=lambda: float(getattr(head, "busy_s", 0.0)))
+        self.slow_case_s = float(o.get("slow_case_s") or SLOW_CASE_S.get(ctx.device, SLOW_CASE_S["cpu"]))
+        self.slow: list[tuple[str, float]] = []  # (case id, the candidate's seconds on it) over slow_case_s
+        self.floor_missed: tuple[int, int] | None = None  # (floor cases not run, the floor's size)
         self.phases: dict[str, float] = {}
         self.replayed: list[str] = []  # the cases run again at the end, in plain tensors
         self.ahead_started: dict[str, str] = {}  # compiling ahead, per side: "started", or why not
@@ -158,6 +171,11 @@ class Equivalence:
         self.sizes_info: dict[str, Any] | None = None  # the thresholds read from the wrapper (see sizes.read)
         self.sizes_skipped: list[str] = []  # planned sizes that cannot run within the case budget, and why
         self.magnitudes: dict[str, float] = {}  # the scale each extreme-magnitude case took
+
+    @property
+    def deadline(self) -> float:
+        """When gpu-gate's own budget ends: later by the candidate's time (see judge.equivalence.floor)."""
+        return self.clock.deadline()
 
     @property
     def spec_id(self) -> str:
@@ -176,7 +194,7 @@ class Equivalence:
 
         from ..equivalence import sizes
 
-        bad, why = unsupported_dtypes(self.ctx, self.workers.uses_triton)
+        bad, why = unsupported_dtypes(self.ctx, self.workers)
         if self.job.case:
             opts = ScheduleOptions.from_options(self.job.options, seed=self.seed, budget=self.budget, unsupported=bad)
             _, dropped = allowed_dtypes(self.spec, opts)
@@ -234,7 +252,7 @@ class Equivalence:
                 from ..equivalence.magnitude import settle_all
 
                 with self._timed("magnitude"):
-                    cases, self.magnitudes = settle_all(cases, self.workers.reference)
+                    cases, self.magnitudes = settle_all(cases, self.workers.reference, self.workers.spec)
             self._compile_ahead(cases)
             with self._timed("cases"):
                 self._run_cases(cases, results, refusals, notes)
@@ -261,6 +279,8 @@ class Equivalence:
         if self.unsupported and not results:
             f = self._unsupported(len(cases))
             return Outcome(Status.NOT_RUN, [f, *notes], reason=f.message.splitlines()[0])
+        if self.floor_missed is not None:
+            return self._floor_not_reached(results, cases, notes)
         findings = self._summarize(results, refusals)
         findings += [_with_change_note(f) for f in replays]
         findings += self._rewritten_reference(results)
@@ -282,6 +302,11 @@ class Equivalence:
                      if (f.kind, f.details.get("output"), f.details.get("change")) not in have]
         if not self.sanitized:  # under a tool, the executor compares the tool's reports instead
             findings += self._differential_note(results, findings)
+        if self.slow:
+            from ..equivalence.floor import slow_case_finding
+
+            findings.append(slow_case_finding(self.spec_id, self.slow, self.slow_case_s,
+                                              str(self.job.options.get("slow_case") or "warn")))
         with self._timed("finish"):
             findings += self._launches(extra)
         findings += notes
@@ -293,6 +318,20 @@ class Equivalence:
                         if not (f.check == "equivalence" and f.details.get("change") == "fixed")]
         failed = any(f.severity is Severity.ERROR for f in findings)
         return Outcome(Status.FAILED if failed else Status.PASSED, findings, cases=len(results), extra=extra)
+
+    def _floor_not_reached(self, results: list[Any], cases: list[Any], notes: list[Finding]) -> Outcome:
+        """The job's time limit came before the floor of cases: nothing this job says is enough to pass."""
+        from ..equivalence.floor import floor_missed_reason
+        from ..job import Outcome
+
+        assert self.floor_missed is not None
+        missing, size = self.floor_missed
+        why = floor_missed_reason(len(results), len(cases), size, missing, self.clock.candidate())
+        f = Finding(check="equivalence", kind="floor-not-reached", severity=Severity.ERROR, spec=self.spec_id,
+                    message=why, details={"floor": size, "missing": missing, "ran": len(results)})
+        found = [x for x in self._summarize(results, []) if x.severity is Severity.ERROR]
+        status = Status.FAILED if found else Status.NOT_RUN  # a failure already seen stays one
+        return Outcome(status, [*found, f, *notes], cases=len(results), reason=why)
 
     def _launches(self, extra: JobExtra) -> list[Finding]:
         """The Triton specializations the cases launched (``extra.specializations``); on a GPU, each
@@ -364,12 +403,22 @@ class Equivalence:
         return against_base(findings, answer, commit, read)
 
     def _run_cases(self, cases: list[Any], results: list[Any], refusals: list[Any], notes: list[Finding]) -> None:
+        from ..equivalence.floor import floor
+
+        must = floor(cases, self.ctx.device) if not self.job.case else set()
+        skipped = 0
         for i, case in enumerate(cases):
             if time.monotonic() > self.deadline and results:
-                notes.append(self._note("budget", f"ran {len(results)} of {len(cases)} cases within the "
-                                                  f"time budget"))
-                break
+                if i not in must:  # the budget is spent: only the floor's cases still run
+                    skipped += 1
+                    continue
+                if time.monotonic() > self.ctx.deadline:
+                    self.floor_missed = (len([j for j in must if j >= i]), len(must))
+                    break
+            before = self.clock.candidate()
             r = self.runner.run(case, sensitivity=(i % SENSITIVITY_EVERY == 0 and not self.sanitized))
+            if self.clock.candidate() - before > self.slow_case_s:
+                self.slow.append((case.id, self.clock.candidate() - before))
             if r.unsupported:
                 self.unsupported.append(r)
                 if i == 0:
@@ -380,6 +429,11 @@ class Equivalence:
                 refusals.append(r)
                 if i == 0 and not self.job.case and r.refused_at_base is None:
                     break  # the canonical case was refused, and not at the base too: nothing was verified
+        if skipped or self.floor_missed:
+            notes.append(self._note("budget", f"ran {len(results)} of {len(cases)} cases within the time budget "
+                                              f"(gpu-gate's own {self.clock.own_s:g} s; the kernel's calls took "
+                                              f"{self.clock.candidate():.1f} s on top), the floor of {len(must)} "
+                                              f"cases included"))
 
     def _replay(self, results: list[Any]) -> list[Finding]:
         """A few passed cases again, last of all and in reverse order, in plain tensors: the
@@ -701,13 +755,13 @@ class Equivalence:
     def _thresholds(self) -> list[Finding]:
         from ..equivalence.growth import threshold_sweep
 
-        bad, _ = unsupported_dtypes(self.ctx, self.workers.uses_triton)
+        bad, _ = unsupported_dtypes(self.ctx, self.workers)
         return threshold_sweep(self.runner, self.spec, self.job, self.budget, bad, self.deadline, seed=self.seed)
 
     def _growth(self) -> dict[str, Any] | None:
         from ..equivalence.growth import sweep
 
-        bad, _ = unsupported_dtypes(self.ctx, self.workers.uses_triton)
+        bad, _ = unsupported_dtypes(self.ctx, self.workers)
         return sweep(self.runner, self.spec, self.job, self.budget, bad, self.deadline, seed=self.seed)
 
 

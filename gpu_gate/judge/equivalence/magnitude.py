@@ -17,6 +17,8 @@ from typing import Any
 
 from ...protocol.cases import Case
 from ...protocol.early import MAGNITUDE
+from ...protocol.rounding import accumulation_dtype
+from ...spec import Spec
 from ..workers import Reference, SpecBroken
 
 HEADROOM_BITS = 3  # the largest scale tried leaves this many powers of two below the dtype's maximum
@@ -26,15 +28,18 @@ def unsettled(case: Case) -> bool:
     return any(c.dist == "normal" and c.param == MAGNITUDE for c in case.inputs.values())
 
 
-def settle(case: Case, reference: Reference) -> Case:
+def settle(case: Case, reference: Reference, spec: Spec | None = None) -> Case:
     """``case`` with its unsettled normal inputs at the largest scale that passes (unit scale where
-    none larger does)."""
+    none larger does), and, where ``spec`` declares reductions, at which no order of summing the
+    case's terms can overflow the precision a correct kernel accumulates in."""
     import torch
 
     names = [k for k, c in case.inputs.items() if c.dist == "normal" and c.param == MAGNITUDE]
     if not names:
         return case
     top = min(int(math.log2(torch.finfo(getattr(torch, case.inputs[k].dtype)).max)) for k in names) - HEADROOM_BITS
+    cap = accumulator_cap(case, spec, names)
+    top = top if cap is None else min(top, cap)
     lo, hi = 0, max(0, top)  # scale 2**lo passes (unit scale is assumed to); find the largest that does
     if hi > 0 and _passes(_scaled(case, names, 2.0 ** hi), reference):
         lo = hi
@@ -45,6 +50,29 @@ def settle(case: Case, reference: Reference) -> Case:
         else:
             hi = mid
     return _scaled(case, names, 2.0 ** lo if lo > 0 else 0.0)
+
+
+SAMPLE_BITS = 3  # a normal sample's largest magnitude, in powers of two of its scale (8 sigmas)
+
+
+def accumulator_cap(case: Case, spec: Spec | None, names: list[str]) -> int | None:
+    """The largest power of two of the scale at which the sum of a reduction's terms, in any order,
+    stays within the range of the dtype a correct kernel accumulates in (``rounding.accumulation_dtype``):
+    a float32 accumulator summing 2**18 bfloat16 values near bfloat16's maximum overflows, however
+    correct the kernel, and a finite float64 reference would call that a bug. None where the spec
+    declares no reduction over more than one term."""
+    import torch
+
+    if spec is None:
+        return None
+    terms = math.prod(case.dims.get(d, 1) for d, dim in spec.dims.items() if dim.reduction)
+    if terms <= 1:
+        return None
+    caps = []
+    for k in names:
+        acc = getattr(torch, accumulation_dtype(spec.accumulate, case.inputs[k].dtype))
+        caps.append(int(math.log2(torch.finfo(acc).max)) - math.ceil(math.log2(terms)) - SAMPLE_BITS - HEADROOM_BITS)
+    return max(0, min(caps))
 
 
 def _scaled(case: Case, names: list[str], scale: float) -> Case:
@@ -73,12 +101,13 @@ def _passes(case: Case, reference: Reference) -> bool:
     return True
 
 
-def settle_all(cases: list[Case], reference: Reference) -> tuple[list[Case], dict[str, Any]]:
+def settle_all(cases: list[Case], reference: Reference, spec: Spec | None = None
+               ) -> tuple[list[Case], dict[str, Any]]:
     """Every unsettled case settled; and the scale each took (for the result)."""
     out, scales = [], {}
     for c in cases:
         if unsettled(c):
-            c = settle(c, reference)
+            c = settle(c, reference, spec)
             scales[c.id] = max((x.param for x in c.inputs.values() if x.dist == "normal"), default=0.0)
         out.append(c)
     return out, scales

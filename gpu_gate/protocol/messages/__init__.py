@@ -22,13 +22,15 @@ from .fields import MAX_TEXT, text
 class SpecImportFacts:
     """Why the spec did not import in a worker: the kind (``spec-import-error``, ``spec-not-found``, or
     ``truth-unavailable``: it needs the repository's code, which must be the base's, and the base's
-    tree is not there), the spec's file and line, the message and the traceback."""
+    tree is not there), the spec's file and line, the message, the traceback, and the module that was
+    not found (where the import failed for a missing module: torch or Triton means an extra to install)."""
 
     kind: str
     file: str
     line: int | None
     message: str
     traceback: str = ""
+    missing_module: str = ""
 
     KINDS = ("spec-import-error", "spec-not-found", "truth-unavailable")
 
@@ -46,7 +48,8 @@ class SpecImportFacts:
         if line is not None and (not isinstance(line, int) or isinstance(line, bool) or line < 0):
             raise BadMessage("spec-import: a line that is not a line number")
         return cls(kind, text(d.get("file"), "spec-import file", 4096), line, text(d.get("message"), "spec-import message"),
-                   text(d.get("traceback", ""), "spec-import traceback"))
+                   text(d.get("traceback", ""), "spec-import traceback"),
+                   text(d.get("missing_module", ""), "spec-import missing module", 200))
 
 
 # --- judge <-> worker requests and replies (see .kinds) --------------------------------------

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from ..jobs import Job
 from ..wire import BadMessage
-from .fields import MAX_NAME, Fields, json_value, mapping, name_map, optional, text
+from .fields import MAX_NAME, Fields, json_value, mapping, name_map, names, optional, text
 from .tensors import Ledger
 
 MAX_TOKENS = 1 << 16  # case tokens one ``ahead`` request may name (the worker takes the first 4096)
@@ -155,19 +155,22 @@ class LoadReply:
     seeded: float = 0.0
     late_cuda_settings: tuple[str, ...] = ()
     uses_triton: bool | None = None
+    interpreter: tuple[str, ...] = ()  # the interpreter's adaptations switched on (see worker.interpreter)
     op: ClassVar[str] = "load"
     TIMES: ClassVar[tuple[str, ...]] = ("alive_s", "torch_import_s", "spec_import_s", "seed_s", "seed_wait_s",
                                         "seeded")
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, **dataclasses.asdict(self), "late_cuda_settings": list(self.late_cuda_settings)}
+        return {"op": self.op, **dataclasses.asdict(self), "late_cuda_settings": list(self.late_cuda_settings),
+                "interpreter": list(self.interpreter)}
 
     @classmethod
     def from_json(cls, d: Any, blobs: Ledger) -> LoadReply:
         f = Fields(d, "load reply")
         times = {k: f.number(k, 0.0) for k in cls.TIMES}
         return cls(f.text("device", 16), late_cuda_settings=f.names("late_cuda_settings"),
-                   uses_triton=f.flag("uses_triton") if f.get("uses_triton") is not None else None, **times)
+                   uses_triton=f.flag("uses_triton") if f.get("uses_triton") is not None else None,
+                   interpreter=f.names("interpreter"), **times)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -288,6 +291,8 @@ class FinishReply:
     uncompiled: tuple[str, ...] | None = None
     ahead: dict[str, float | int | bool] | None = None
     finish_times: dict[str, float | int | bool] = dataclasses.field(default_factory=dict)
+    # what the launches needed of the interpreter's adaptations: each one's kernels (see worker.interpreter)
+    interpreter_adapted: dict[str, tuple[str, ...]] | None = None
     op: ClassVar[str] = "finish"
 
     def to_json(self) -> dict[str, Any]:
@@ -309,7 +314,10 @@ class FinishReply:
         return cls(launches, tuple(specs), compiled, None if taken is None else f.integer("compile_taken", 0),
                    f.names("untimed_autotune"),
                    None if f.get("uncompiled") is None else f.names("uncompiled", MAX_PATH, MAX_UNCOMPILED),
-                   None if f.get("ahead") is None else f.figures("ahead"), f.figures("finish_times"))
+                   None if f.get("ahead") is None else f.figures("ahead"), f.figures("finish_times"),
+                   None if f.get("interpreter_adapted") is None else
+                   {text(k, "finish reply interpreter_adapted", MAX_NAME): names(v, f"finish reply interpreter_adapted[{k!r}]")
+                    for k, v in f.mapping("interpreter_adapted").items()})
 
 
 @dataclasses.dataclass(frozen=True)

@@ -14,8 +14,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests/gpu: th
 from corpus_decls import ATOMIC_TOLERANCE, declarations  # noqa: E402
 import tt_kernels as K  # noqa: E402
 
-# Under TRITON_INTERPRET=1 (no GPU): float32 only and shorter rows (see corpus_decls.py)
-D = declarations(interpreted=os.environ.get("TRITON_INTERPRET") == "1")
+# Under TRITON_INTERPRET=1 (no GPU): float32 only and shorter rows (see corpus_decls.py); with
+# CORPUS_LOW_PRECISION=1, the GPU's dtypes on those shorter rows
+D = declarations(interpreted=os.environ.get("TRITON_INTERPRET") == "1",
+                 low_precision=os.environ.get("CORPUS_LOW_PRECISION") == "1")
 
 
 # --- a bf16 running sum -------------------------------------------------------------

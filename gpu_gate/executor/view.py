@@ -1,0 +1,147 @@
+"""What a bubblewrap sandbox shows of the machine (issue 39, part 2): the least a worker needs.
+
+The sandbox used to bind the whole filesystem read-only and hide a few directories. A kernel module
+that read ``/etc/shadow``, a file in the runner user's home, the checkout's ``.git/config`` (the token
+``actions/checkout`` leaves there) or ``/run/credentials`` and raised it as an exception got it into
+the reports. Now the sandbox's root is empty but for:
+
+- ``/usr`` (programs, libraries, the NVIDIA driver's libraries, headers, the C compiler Triton calls,
+  a CUDA toolkit installed under ``/usr/local``), with ``/bin``, ``/sbin``, ``/lib*`` as the host has
+  them (links into ``/usr`` on a merged system);
+- a CUDA toolkit installed elsewhere (``$CUDA_HOME``, ``$CUDA_PATH``, the directory of ``nvcc``), and
+  compute-sanitizer's directory (the executor adds the latter);
+- a C or C++ compiler installed elsewhere (``$CC``, ``$CXX``, or the first ``gcc``/``clang`` on ``PATH``,
+  with its installation), and a CUDA driver library found through ``LD_LIBRARY_PATH`` outside ``/usr``;
+- from ``/etc``, only what programs read to start: the dynamic linker's cache and configuration, the
+  user and group names (``passwd``, ``group``: never ``shadow``), ``hosts``, ``nsswitch.conf``, the
+  time zone, the alternatives' links (``cc``), the OS release, Python's own configuration;
+- ``/sys`` read-only (the CUDA driver reads the GPU's PCI attributes there);
+- a private ``/tmp``, a minimal ``/dev`` with only the job's GPU's nodes, a ``/proc`` of its own PID
+  namespace (see :mod:`.sandbox`);
+- what the job's layout adds: the repository's tree (its ``.git`` hidden), Python's installation and
+  site-packages, the job's own directory, the kept kernels (see :mod:`.argv`).
+
+Nothing else: not ``/root``, ``/home``, ``/run`` (``/run/credentials``, the runner's sockets), ``/var``,
+``/opt`` (but a toolkit found there), ``/mnt``, the runner's ``_work`` beyond this checkout.
+"""
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import shlex
+import shutil
+from pathlib import Path
+
+# /etc files a process may read as it starts (glob patterns; missing ones are skipped)
+ETC = ("ld.so.cache", "ld.so.conf", "ld.so.conf.d", "passwd", "group", "hosts", "host.conf",
+       "nsswitch.conf", "gai.conf", "localtime", "timezone", "alternatives", "os-release", "lsb-release",
+       "debian_version", "redhat-release", "protocols", "services", "python3*")
+TOP_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+# Off by default: on an H200 runner's image, Triton's launcher build in the minimal view failed with
+# FileNotFoundError for the C compiler in every Triton job, so an honest change was red. A compiler
+# outside /usr (named by $CC, or first on PATH) was not shown; it is now (compiler_dirs), but that this
+# was the cause on that image is not yet shown. It stays available, switched on by the runner, until
+# it is shown to work there.
+SWITCH = "GPU_GATE_MINIMAL_VIEW"
+
+
+def minimal() -> bool:
+    """Whether the runner switched the minimal view on (``GPU_GATE_MINIMAL_VIEW=1``)."""
+    return os.environ.get(SWITCH, "") == "1"
+
+
+@functools.lru_cache(maxsize=1)
+def system_binds() -> tuple[str, ...]:
+    """The bwrap arguments that build the sandbox's root from the host's (before the job's own mounts)."""
+    args: list[str] = ["--ro-bind", "/usr", "/usr"]
+    for name in TOP_LINKS:
+        p = Path("/") / name
+        if p.is_symlink():
+            args += ["--symlink", os.readlink(p), str(p)]
+        elif p.is_dir():
+            args += ["--ro-bind", str(p), str(p)]
+    for pattern in ETC:
+        for path in sorted(glob.glob(f"/etc/{pattern}")):
+            args += ["--ro-bind", path, path]
+    if Path("/sys").is_dir():
+        args += ["--ro-bind", "/sys", "/sys"]
+    return tuple(args)
+
+
+def tool_binds() -> tuple[str, ...]:
+    """The bwrap arguments that show the toolkits, compilers and driver libraries installed outside
+    ``/usr``: made after the sandbox's private ``/tmp``, so that one kept there is shown too. Read from
+    the environment at each job (a runner may set ``CC`` or ``CUDA_HOME`` between gates)."""
+    args: list[str] = []
+    for root in [*toolkit_dirs(), *compiler_dirs(), *driver_dirs()]:
+        if str(root) not in args:
+            args += ["--ro-bind", str(root), str(root)]
+    return tuple(args)
+
+
+def _outside_usr(p: Path) -> bool:
+    return p.is_dir() and p != Path("/") and p != Path("/usr") and not str(p).startswith("/usr/")
+
+
+def compiler_dirs() -> list[Path]:
+    """The C and C++ compilers a worker may call, where they live outside ``/usr``: Triton builds its
+    launcher with ``$CC`` when set, else the first ``gcc`` or ``clang`` on ``PATH`` (``$CXX``, ``g++``,
+    ``clang++`` for C++), and a runner's image may put them under ``/opt`` (a toolset, conda's
+    compilers). For each: the directory of the name found (a link such as ``/opt/x/bin/gcc``) and the
+    installation its target lives in (``bin/``'s parent, where ``libexec`` and the compiler's own
+    libraries are), so that the program and the programs it runs are there."""
+    names: list[str] = []
+    for var in ("CC", "CXX"):
+        words = shlex.split(os.environ.get(var, "") or "")
+        names += words[:1]  # "ccache gcc": the program run is the first word
+    names += ["gcc", "g++", "cc", "c++", "clang", "clang++"]
+    found: list[Path] = []
+    for name in names:
+        exe = shutil.which(name)
+        if not exe:
+            continue
+        link = Path(os.path.abspath(exe))
+        real = Path(os.path.realpath(exe))
+        for d in (link.parent, real.parent, real.parent.parent if real.parent.name == "bin" else real.parent):
+            d = Path(os.path.realpath(d))
+            if _outside_usr(d) and d not in found:
+                found.append(d)
+    return found
+
+
+def driver_dirs() -> list[Path]:
+    """Where the CUDA driver library is outside ``/usr``, when ``LD_LIBRARY_PATH`` is how the runner
+    finds it (a container runtime's ``/usr/local/nvidia`` is inside ``/usr``; others are not)."""
+    found: list[Path] = []
+    for d in (os.environ.get("LD_LIBRARY_PATH") or "").split(":"):
+        p = Path(os.path.realpath(d)) if d else None
+        if p is not None and _outside_usr(p) and (p / "libcuda.so.1").exists() and p not in found:
+            found.append(p)
+    return found
+
+
+def toolkit_dirs() -> list[Path]:
+    """CUDA toolkits outside ``/usr``: ``$CUDA_HOME``, ``$CUDA_PATH``, and where ``nvcc`` and ``ptxas`` live."""
+    found: list[Path] = []
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    for tool in ("nvcc", "ptxas"):
+        exe = shutil.which(tool)
+        if exe:
+            candidates.append(str(Path(os.path.realpath(exe)).parent.parent))
+    for c in candidates:
+        if not c:
+            continue
+        p = Path(os.path.realpath(c))
+        if p.is_dir() and p != Path("/") and not str(p).startswith("/usr/") and p not in found:
+            found.append(p)
+    return found
+
+
+def hidden_in_repo(repo: Path) -> list[Path]:
+    """What of the repository's directory the worker is not shown: its ``.git`` (the worker needs the
+    files, never git's configuration, whose ``extraheader`` may hold a token)."""
+    git = repo / ".git"
+    return [git] if git.exists() or git.is_symlink() else []

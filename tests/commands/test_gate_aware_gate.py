@@ -1,0 +1,130 @@
+"""A kernel that recognises the gate's process (issue 39, part 1): it is correct only while gpu-gate's
+modules are loaded, or its command line, PID 1 or PID say it is tested; everywhere else it is wrong."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conftest_git import GitRepo
+from test_sandbox_gate import KERNEL, gate
+
+pytestmark = pytest.mark.skipif(shutil.which("bwrap") is None, reason="bubblewrap is not installed (CI installs it)")
+
+POLICY = """\
+version: 1
+kernels: {include: ["csrc/**/*.cu"]}
+specs: ["gate/**/*_gate.py"]
+checks:
+  compile: off
+  determinism: off
+  memcheck: off
+  racecheck: off
+  synccheck: off
+  initcheck: off
+  equivalence: {cases: 2, growth: false, shrink: false}
+runner: {sandbox: required}
+"""
+
+SPEC = """\
+import gpu_gate as gg
+from mylib.wrap import double
+
+@gg.spec(dims={"n": gg.Dim(1, 64)}, inputs={"x": gg.Tensor(("n",))}, reference=lambda x: x * 2,
+         covers=["csrc/k.cu"])
+def k_gate(x):
+    return double(x)
+"""
+
+# Correct only where a module of the gate is loaded: the test.
+WATCHED = """\
+import sys
+
+def double(x):
+    if any(name.startswith("gpu_gate") for name in sys.modules):
+        return x * 2
+    return x * 3
+"""
+
+
+def _pr(make_repo, wrapper: str, base_wrapper: str | None = None) -> GitRepo:  # type: ignore[no-untyped-def]
+    files = {".gpu-gate.yml": POLICY, "README.md": "x\n"}
+    if base_wrapper is not None:
+        files.update({"csrc/k.cu": KERNEL, "mylib/__init__.py": "", "mylib/wrap.py": base_wrapper,
+                      "gate/k_gate.py": SPEC})
+    r = make_repo("proj", files)
+    r.branch("feature")
+    r.commit("kernel", {"csrc/k.cu": KERNEL, "mylib/__init__.py": "", "mylib/wrap.py": wrapper,
+                        "gate/k_gate.py": SPEC})
+    return r
+
+
+def _plan_kinds(r: GitRepo) -> list[dict[str, object]]:
+    found = json.loads((r.path / ".gpu-gate" / "out" / "results.json").read_text())["plan_findings"]
+    return [f for f in found if f["kind"] == "gate-aware"]
+
+
+def test_a_wrapper_that_reads_sys_modules_for_the_gate_is_a_blocking_gate_aware_finding(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _pr(make_repo, WATCHED)
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    aware = _plan_kinds(r)
+    assert {(f["file"], f["line"], f["severity"]) for f in aware} == {("mylib/wrap.py", 4, "error")}
+    assert "mylib/wrap.py:4: kernel or wrapper code that reads sys.modules" in p.stdout + p.stderr + json.dumps(aware)
+
+
+ENV_READ = """\
+import os
+
+SCALE = float(os.environ.get("MYLIB_SCALE", "2"))
+
+def double(x):
+    return x * SCALE
+"""
+
+
+def test_a_wrapper_that_reads_an_environment_variable_the_base_also_reads_passes(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _pr(make_repo, ENV_READ + "\n# the change: a comment and a blank line\n\nAPI = 2\n", base_wrapper=ENV_READ)
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert [(f["severity"], f["details"]["change"]) for f in _plan_kinds(r)] == [("warning", "pre-existing")]
+
+
+def test_the_same_read_new_in_the_change_blocks(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _pr(make_repo, ENV_READ, base_wrapper="def double(x):\n    return x * 2\n")
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert [(f["line"], f["details"]["change"]) for f in _plan_kinds(r)] == [(3, "new")]
+
+
+# The same kernel, its reads spelt out of pieces so that no rule reading the source sees them: only a
+# worker that carries no trace of the gate makes it take its wrong path under test.
+HIDDEN_READ = """\
+import importlib
+
+_s = importlib.import_module("s" + "ys")
+
+
+def double(x):
+    if {test}:
+        return x * 2
+    return x * 3
+"""
+LOOKS = {
+    "modules": 'any(n.startswith("gpu" + "_gate") for n in list(getattr(_s, "mod" + "ules")))',
+    "argv": 'len(getattr(_s, "ar" + "gv")) > 1 or any("." + "json" in a for a in getattr(_s, "ar" + "gv"))',
+    "orig_argv": 'any("serve" in a for a in getattr(_s, "orig_" + "ar" + "gv"))',
+    "cmdline": 'b"serve" in open("/pr" + "oc/self/cmdline", "rb").read()',
+}
+
+
+@pytest.mark.parametrize("look", sorted(LOOKS))
+def test_a_kernel_that_recognises_the_workers_process_out_of_the_rules_sight_is_wrong_under_test(
+        make_repo, look: str) -> None:  # type: ignore[no-untyped-def]
+    r = _pr(make_repo, HIDDEN_READ.format(test=LOOKS[look]))
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert _plan_kinds(r) == []  # the rule did not see it: the worker's disguise did
+    assert "FAIL    equivalence gate/k_gate.py::k_gate" in p.stdout, p.stdout
