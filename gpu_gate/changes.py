@@ -48,7 +48,7 @@ class PolicyLike(Protocol):
 # more, a pattern without a slash (but a trailing one) matches at any depth, a pattern that names a
 # directory matches everything below it, and ``!`` negates an earlier pattern of the same list.
 @functools.lru_cache(maxsize=1024)
-def _spec(patterns: tuple[str, ...]) -> pathspec.PathSpec:
+def _spec(patterns: tuple[str, ...]) -> pathspec.PathSpec[Any]:
     return pathspec.PathSpec.from_lines("gitignore", [p.strip() for p in patterns])
 
 
@@ -386,7 +386,7 @@ class _Trees(dict[str, Any]):
     def later(self, path: str, source: bytes) -> None:
         self._sources[path] = source
 
-    def get(self, path: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, path: str, default: Any = None) -> Any:
         if path not in self and path in self._sources:
             try:
                 self[path] = pyscan.parse(self._sources.pop(path), path)

@@ -221,7 +221,7 @@ def _read(tree: ast.Module) -> tuple[list[ast.Import | ast.ImportFrom], frozense
                     literals.add(literal)
         memo = (imports, frozenset(literals), frozenset(strings))
         tree.__dict__["_gg_read"] = memo
-    return memo  # type: ignore[no-any-return]
+    return memo
 
 
 def module_imports(source: str | bytes | ast.Module, module_path: str, index: ModuleIndex) -> set[str]:

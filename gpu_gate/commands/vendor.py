@@ -60,7 +60,7 @@ def _is_gpu_gate(pyproject: Path) -> bool:
     import tomllib
 
     try:
-        return tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("name") == "gpu-kernel-gate"
+        return bool(tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("name") == "gpu-kernel-gate")
     except (OSError, tomllib.TOMLDecodeError):
         return False
 

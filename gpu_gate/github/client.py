@@ -157,7 +157,7 @@ class GitHubClient:
         if headers.get("x-ratelimit-remaining") == "0" and reset is not None:
             return max(reset - self._clock(), 1.0)
         if resp.status_code == 429 or "rate limit" in _message(resp).lower():
-            return MIN_RATE_LIMIT_WAIT_S * 2 ** attempt
+            return float(MIN_RATE_LIMIT_WAIT_S * 2 ** attempt)
         return None
 
 

@@ -25,7 +25,8 @@ def find_sticky(client: GitHubClient, repo: str, number: int, key: str) -> dict[
     for comment in client.paginate(f"/repos/{repo}/issues/{number}/comments"):
         body = comment.get("body") if isinstance(comment, dict) else None
         if isinstance(body, str) and body.startswith(tag):
-            return comment
+            found: dict[str, Any] = comment
+            return found
     return None
 
 

@@ -175,7 +175,7 @@ def unpack_package(package: tuple[str, str], site: Path, workspace: Path) -> str
     site.mkdir(parents=True)
     count = artifact.unpack(name, data, site)
     print(f"{name}: SHA-256 {sha256.strip().lower()} as pinned; {count} files of its gpu_gate package", flush=True)
-    return name
+    return str(name)
 
 
 def main(argv: list[str]) -> int:

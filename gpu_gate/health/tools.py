@@ -81,7 +81,7 @@ def find_compute_sanitizer() -> str | None:
 
 def _locate_with_sanitizer_module() -> str | None:
     try:
-        from ..cuda import sanitizer  # type: ignore[attr-defined]
+        from ..cuda import sanitizer
     except ImportError:
         return None
     locate = getattr(sanitizer, "locate", None)

@@ -86,7 +86,7 @@ def canary_intact(head: object, tail: object) -> bool:
     buffer's first byte, ``tail`` up to its last (a guarded buffer's length is even, so the tail's
     first byte has the parity of its length)."""
     head_b, tail_b = bytes(head), bytes(tail)  # type: ignore[call-overload]
-    return head_b == canary_bytes(len(head_b)) and tail_b == canary_bytes(len(tail_b), len(tail_b))
+    return bool(head_b == canary_bytes(len(head_b)) and tail_b == canary_bytes(len(tail_b), len(tail_b)))
 
 
 def _storage_elems(shape: tuple[int, ...], stride: tuple[int, ...], offset: int) -> int:

@@ -158,7 +158,7 @@ class RoundingNoise:
 
         outer = self
 
-        class _Mode(TorchDispatchMode):
+        class _Mode(TorchDispatchMode):  # type: ignore[no-untyped-call]
             @classmethod
             def _should_skip_dynamo(cls) -> bool:
                 # torch wraps a mode's handler in a lazy import of Dynamo (sympy and some 900 modules, two
@@ -172,18 +172,18 @@ class RoundingNoise:
         self.u_elem, self.u_acc, self.u_store = u_elem, u_acc, u_store
         self.gen = torch.Generator(device=device)
         self.gen.manual_seed(seed)
-        self.mode = _Mode()
+        self.mode = _Mode()  # type: ignore[no-untyped-call]
         self.depth = 0
         self.elementwise = _names(_ELEMENTWISE)
         self.reductions = _names(_REDUCTIONS)
         self.decompose = _names(_DECOMPOSE)
 
     def __enter__(self) -> RoundingNoise:
-        self.mode.__enter__()
+        self.mode.__enter__()  # type: ignore[no-untyped-call]
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self.mode.__exit__(*exc)
+        self.mode.__exit__(*exc)  # type: ignore[no-untyped-call]
 
     def dispatch(self, mode: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         from torch._decomp import decomposition_table

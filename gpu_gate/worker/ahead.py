@@ -277,12 +277,12 @@ def _launches_compile_only(record: Any = None) -> Any:
         return out
 
     patched: list[tuple[Any, str, Any]] = [(JITFunction, "run", run)]
-    JITFunction.run = warm  # type: ignore[method-assign]
+    JITFunction.run = warm
     with contextlib.suppress(ImportError):
         from triton.runtime.autotuner import Autotuner
 
         patched.append((Autotuner, "run", Autotuner.run))
-        Autotuner.run = lambda self, *a, **k: None  # type: ignore[method-assign]
+        Autotuner.run = lambda self, *a, **k: None
     try:
         yield count
     finally:

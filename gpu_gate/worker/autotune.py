@@ -83,6 +83,6 @@ def take_in_turn(mode: str = "rotate") -> list[str]:
         return [0.0, 0.0, 0.0]
 
     _bench._gpu_gate_untimed = True  # type: ignore[attr-defined]
-    Autotuner.prune_configs = prune_configs  # type: ignore[method-assign]
-    Autotuner._bench = _bench  # type: ignore[method-assign]
+    Autotuner.prune_configs = prune_configs
+    Autotuner._bench = _bench
     return _TAKEN

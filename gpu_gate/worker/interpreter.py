@@ -112,7 +112,7 @@ def _float_arguments(interp: Any) -> None:
 def _is_bf16(handle: Any) -> bool:
     import triton.language as tl
 
-    return getattr(handle.dtype, "scalar", handle.dtype) == tl.bfloat16
+    return bool(getattr(handle.dtype, "scalar", handle.dtype) == tl.bfloat16)
 
 
 def _bf16_result(interp: Any, out: Any, other_dtype: Any) -> Any:

@@ -176,12 +176,13 @@ class ReferenceServer:
                 spec = load_spec(self.job, self.repo_root, self.workdir, stub_repository=True,
                                  truth_root=self.truth_root)
                 self.isolated = True
-                return spec
+                return spec  # type: ignore[no-any-return]
             except Exception as exc:  # noqa: BLE001 - the spec needs the repository's code: import it for real
                 self.why = _why(exc)
         if self.isolate and self.truth_missing:  # the repository's code must be the base's, and it is not here
             raise self._truth_unavailable()
-        return load_spec(self.job, self.repo_root, self.workdir, truth_root=self.truth_root)
+        loaded: Spec = load_spec(self.job, self.repo_root, self.workdir, truth_root=self.truth_root)
+        return loaded
 
     def _truth_unavailable(self) -> SpecImportError:
         """The spec cannot be loaded as the job asks: its repository code must be the base's, and the

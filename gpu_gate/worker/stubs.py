@@ -41,9 +41,9 @@ class Stub:
     def _use(self, *args: Any, **kwargs: Any) -> Any:
         raise RepositoryCode(object.__getattribute__(self, "_gg_name"))
 
-    __int__ = __float__ = __index__ = __bool__ = __iter__ = __len__ = __getitem__ = _use  # type: ignore[assignment]
-    __add__ = __radd__ = __mul__ = __rmul__ = __sub__ = __rsub__ = __truediv__ = __floordiv__ = _use  # type: ignore
-    __lt__ = __le__ = __gt__ = __ge__ = __mro_entries__ = _use  # type: ignore[assignment]
+    __int__ = __float__ = __index__ = __bool__ = __iter__ = __len__ = __getitem__ = _use
+    __add__ = __radd__ = __mul__ = __rmul__ = __sub__ = __rsub__ = __truediv__ = __floordiv__ = _use
+    __lt__ = __le__ = __gt__ = __ge__ = __mro_entries__ = _use
 
     def __repr__(self) -> str:
         return f"<repository code {object.__getattribute__(self, '_gg_name')}>"

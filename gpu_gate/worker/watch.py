@@ -109,7 +109,7 @@ class SideStreams:
             if handle == caller.cuda_stream or handle in delayed:
                 return  # one sleep per stream and call delays everything queued after it there
             delayed.add(handle)
-            target = torch.cuda.ExternalStream(handle)
+            target = torch.cuda.ExternalStream(handle)  # type: ignore[no-untyped-call]
             self.used.add(int(target.stream_id))
             current = torch.cuda.current_stream()
             set_stream(target)

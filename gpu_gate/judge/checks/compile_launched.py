@@ -22,7 +22,8 @@ from ..compiled import ptxlint
 from ...cuda.nvcc import KernelResources
 from ...findings import Finding, Severity
 from . import compiled_base, compiled_offsets, compiled_races
-from .compile import CHECK, resource_findings_for
+from .compile import resource_findings_for
+from .compile_facts import CHECK
 
 ROW_INTS = ("registers", "spill_store", "spill_load", "local_bytes", "shared_bytes", "constant_bytes", "barriers")
 WHERE = ("file", "kernel", "arch")

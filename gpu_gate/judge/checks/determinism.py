@@ -292,7 +292,8 @@ class Determinism:
         """On a pull request, the same case repeated on the base's code: nondeterminism it shows too
         is the repository's debt (pre-existing), otherwise this change's (new). A base that cannot
         answer leaves the finding as it is: judged by absolute rules."""
-        from ..equivalence.engine import BaseLost, ContextLost, marked
+        from ..equivalence.engine import ContextLost, marked
+        from ..workers import BaseLost
         from .spread import wider_than_base
 
         base = self.runner.base

@@ -79,7 +79,8 @@ def _sample(runner: CaseRunner, case: Case, m: Any, upstream: dict[str, Any] | N
             outputs: list[str]) -> Sample | None:
     """NOISE_RUNS more runs of the head's code and the base's on the case (None: a run failed, or
     the base was lost, which drops it as everywhere else)."""
-    from .engine import BaseLost, ContextLost, bitwise_equal
+    from ..workers import BaseLost
+    from .engine import ContextLost, bitwise_equal
 
     errors: list[dict[str, list[float]]] = [{k: [] for k in outputs}, {k: [] for k in outputs}]
     varies = dict.fromkeys(outputs, False)
@@ -115,7 +116,8 @@ def replayed_against_noise(runner: CaseRunner, case: Case, found: list[Finding])
     """The replay's failures of the head that the base's one replay did not have, looked for on
     NOISE_RUNS more replays of the base's code: a base that fails the same way on one of them is
     nondeterministic there, and the head's failure on one draw is its debt, not this change's."""
-    from .engine import BaseLost, ContextLost, failure_key, marked
+    from ..workers import BaseLost
+    from .engine import ContextLost, failure_key, marked
 
     wanted = {failure_key(f) for f in found if f.details.get("change") == "new"}
     seen: set[tuple[str, str]] = set()

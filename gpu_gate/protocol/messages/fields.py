@@ -130,7 +130,8 @@ class Fields:
         return text(self.d.get(key), self.name(key), limit)
 
     def opt_text(self, key: str, limit: int = MAX_TEXT) -> str | None:
-        return optional(self.d.get(key), lambda v, w: text(v, w, limit), self.name(key))
+        value: str | None = optional(self.d.get(key), lambda v, w: text(v, w, limit), self.name(key))
+        return value
 
     def integer(self, key: str, lo: int = -MAX_INT, hi: int = MAX_INT) -> int:
         return integer(self.d.get(key), self.name(key), lo, hi)

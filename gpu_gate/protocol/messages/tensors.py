@@ -51,7 +51,7 @@ class Ledger:
         if self.sizes[index] != nbytes:
             raise BadMessage(f"{where}: blob {index} claims {self.sizes[index]} bytes for a tensor of {nbytes} bytes")
         self.taken.add(index)
-        return index
+        return int(index)
 
     def take_text(self, index: Any, most: int, where: str) -> int:
         """A blob that holds a text of at most ``most`` bytes (a compiler's output: its size is
@@ -60,7 +60,7 @@ class Ledger:
         if self.sizes[index] > most:
             raise BadMessage(f"{where}: blob {index} claims {self.sizes[index]} bytes (at most {most})")
         self.taken.add(index)
-        return index
+        return int(index)
 
     def _fresh(self, index: Any, where: str) -> int:
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self.sizes):
