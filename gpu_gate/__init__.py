@@ -16,7 +16,7 @@ __all__ = ["Dim", "Index", "Tensor", "Tolerance", "spec", "upcast", "empty", "em
 
 
 def empty(*shape: Any, dtype: Any = None, device: Any = None) -> Any:
-    """An output buffer for a candidate: NaN-filled and watched by guard bands inside the harness
+    """An output buffer for a candidate: NaN-filled and watched by guard bands inside the candidate's worker
     (a plain ``torch.empty`` elsewhere). Use it in specs that allocate the kernel's output."""
     from .worker.watch import guarded_empty
 

@@ -2,7 +2,7 @@
 
 A check never prints. It returns findings; the policy turns them into a verdict.
 Everything here is plain data and JSON-serialisable, because results travel
-between the harness subprocess, matrix shards and the ``report`` command.
+between the judge's process, matrix shards and the ``report`` command.
 """
 from __future__ import annotations
 

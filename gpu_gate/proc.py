@@ -1,6 +1,6 @@
 """The one place where gpu-gate starts other programs.
 
-Every caller (git, nvcc, compute-sanitizer, the harness subprocess) goes through
+Every caller (git, nvcc, compute-sanitizer, the workers) goes through
 :func:`run`. It returns the exit code and both output streams, kills the whole
 process group on timeout, bounds how much output it keeps in memory, and turns a
 missing executable into a result instead of an exception. A program started without

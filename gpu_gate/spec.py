@@ -14,7 +14,7 @@
         return rmsnorm(x, w)
 
 This module never imports torch at import time: ``plan`` reads specs statically,
-and only the harness subprocess imports spec modules.
+and only the sandboxed workers import spec modules.
 """
 from __future__ import annotations
 
@@ -325,7 +325,7 @@ def spec(
             producer=produced,
         )
         # Importing a module again (a re-run in the same process) replaces its specs, so the
-        # harness never runs a stale function from an earlier import.
+        # worker never runs a stale function from an earlier import.
         known = _REGISTRY.setdefault(fn.__module__, [])
         known[:] = [k for k in known if k.name != sname]
         known.append(s)

@@ -97,12 +97,12 @@ def parse_options(help_text: str) -> frozenset[str]:
 
 
 def sanitizer_env(tool: str) -> dict[str, str]:
-    """Environment the wrapped harness gets (the contract with ``gpu_gate.judge.job``).
+    """Environment the wrapped worker gets (the contract with ``gpu_gate.judge.job``).
 
     - ``PYTORCH_NO_CUDA_MEMORY_CACHING=1``: torch allocates each tensor with its
       own cudaMalloc, so a tail overrun leaves the allocation and memcheck sees it.
 
-    The harness learns that it runs under the tool from its job file, not from a variable a
+    The worker learns that it runs under the tool from its job file, not from a variable a
     kernel could read.
     """
     return {"PYTORCH_NO_CUDA_MEMORY_CACHING": "1"}
@@ -135,7 +135,7 @@ def argv(sanitizer: str, opts: Options, inner: Sequence[str]) -> list[str]:
         "--print-limit", str(opts.print_limit),
         "--launch-timeout", str(opts.launch_timeout),
         "--target-processes", "all",
-        # The harness reports its own failures; a nonzero exit of the application must
+        # The worker reports its own failures; a nonzero exit of the application must
         # not be counted as a sanitizer error (it would share the error exit code).
         "--check-exit-code", "no",
         # A process that never used CUDA checked nothing: that must fail.

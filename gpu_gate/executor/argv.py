@@ -61,7 +61,7 @@ def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int, ch
 
 
 def judge_argv(opts: ExecOptions, job_file: Path, result_file: Path) -> list[str]:
-    """The judge's command line: gpu-gate's own harness, outside the sandbox."""
+    """The judge's command line: gpu-gate's own process, outside the sandbox."""
     return [sys.executable, "-I", *_flags(opts), "-c", _BOOT, str(job_file), str(result_file)]
 
 
@@ -160,7 +160,7 @@ def _devices(gpu: str | None, avail: sandbox.Available) -> tuple[str, ...]:
 
 
 def _context(opts: ExecOptions, gpu: str | None, job: Job) -> dict[str, Any]:
-    """What the harness needs to know, handed over in its job file rather than in variables
+    """What the judge needs to know, handed over in its job file rather than in variables
     that a kernel could read to tell it is being tested."""
     return {"repo_root": str(opts.repo_root), "budget_s": max(1.0, opts.timeout_s * 0.8),
             "device": None if gpu is not None else "cpu",

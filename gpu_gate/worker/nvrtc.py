@@ -58,7 +58,7 @@ def repo_root() -> Path:
 def disable_pools() -> None:
     """Turn CuPy's device and pinned memory pools off.
 
-    The harness calls this under compute-sanitizer: an out-of-bounds access that
+    The worker calls this under compute-sanitizer: an out-of-bounds access that
     lands inside a pool's slab is valid memory to memcheck, so it goes unseen.
     """
     import cupy
@@ -262,7 +262,7 @@ class _as_cupy_stream:
             return
         if hasattr(stream, "cuda_stream") and not isinstance(stream, cupy.cuda.Stream):
             stream = cupy_stream(cupy, stream)
-        if self._stream is not None:  # the candidate chose this stream: the harness may delay it
+        if self._stream is not None:  # the candidate chose this stream: the worker may delay it
             from .watch import before_launch
 
             before_launch(stream.ptr)

@@ -53,7 +53,7 @@ def guarded_empty(shape: tuple[Any, ...], *, dtype: Any = None, device: Any = No
 
 
 # About 25 ms on a 2 GHz clock: far longer than the Python between a candidate's switch to
-# another stream and the harness's copy on the caller's stream once the call returns.
+# another stream and the worker's copy on the caller's stream once the call returns.
 SIDE_STREAM_DELAY_CYCLES = 50_000_000
 
 
@@ -66,7 +66,7 @@ class SideStreams:
     before its first launch there in the call (:func:`before_launch`).
 
     Work the candidate then queues there finishes well after the call returns, unless the
-    caller's stream waits for it. The harness copies every output on the caller's stream
+    caller's stream waits for it. The worker copies every output on the caller's stream
     straight after the call and compares the copy with the output once the device is idle: a
     result finished later on an unordered side stream differs every time, instead of only when
     the scheduler happens to run late. A candidate that orders its streams correctly loses a
@@ -171,7 +171,7 @@ class SideStreams:
 def before_launch(stream_handle: int) -> None:
     """Called by a ``gg.cuda`` kernel about to launch on an explicitly given stream (its raw
     ``cudaStream_t``): while a candidate runs under :class:`SideStreams`, a stream other than the
-    caller's is delayed like one switched to. Outside the harness it does nothing."""
+    caller's is delayed like one switched to. Outside a worker it does nothing."""
     side: SideStreams | None = getattr(_active, "side_streams", None)
     if side is not None and side._launching_on is not None:
         side._launching_on(int(stream_handle))

@@ -198,7 +198,7 @@ class Determinism:
                 return Outcome(Status.FAILED, found + self.memory_notes, cases=ran)
         except ContextLost as exc:
             if isinstance(exc, WorkerDied):
-                raise  # the job's verdict: a crash (see harness._run_check)
+                raise  # the job's verdict: a crash (see judge.job._run_check)
             return Outcome(Status.FAILED, [self._finding("cuda-error", f"the kernel broke the CUDA context: {exc}")],
                            cases=ran, reason="CUDA context lost")
         except SpecBroken as exc:

@@ -272,7 +272,7 @@ class Equivalence:
             return Outcome(Status.ERROR, [f, *notes], cases=len(results), reason=str(exc))
         except ContextLost as exc:
             if isinstance(exc, WorkerDied):
-                raise  # the job's verdict: a crash (see harness._run_check)
+                raise  # the job's verdict: a crash (see judge.job._run_check)
             f = Finding(check="equivalence", kind="cuda-error", spec=self.spec_id,
                         message=f"the kernel broke the CUDA context: {exc}")
             return Outcome(Status.FAILED, [f, *notes], cases=len(results), reason="CUDA context lost")

@@ -1,5 +1,5 @@
-"""What the checks return and what they are given: the result type (one definition, in the harness,
-re-exported here for the check modules), and the context of a check that wraps the harness in
+"""What the checks return and what they are given: the result type (one definition, in the judge's job module,
+re-exported here for the check modules), and the context of a check that wraps a worker in
 another tool (compute-sanitizer), which the executor builds."""
 from __future__ import annotations
 

@@ -1,13 +1,13 @@
-"""memcheck, racecheck, synccheck, initcheck: the harness run under compute-sanitizer.
+"""memcheck, racecheck, synccheck, initcheck: the candidate's worker run under compute-sanitizer.
 
 The executor calls :func:`wrap` for compute-sanitizer's command line, runs the worker's sandbox
 under it (the tool outside, the worker inside), then calls :func:`collect` with the result.
-Inside the wrapped process the harness calls :func:`run` (a few small cases).
+Inside the wrapped worker the judge has it call :func:`run` (a few small cases).
 
 Options (``job.options``, from the policy):
     path: str | None           compute-sanitizer to use (else CUDA_HOME, PATH, /usr/local/cuda, the pip wheel)
     kernel_names: [str]        kernels to check (default: parsed from the covered files)
-    cases: 3                   how many cases the harness runs under the tool
+    cases: 3                   how many cases run under the tool
     print_limit: 100, launch_timeout: 60
     leak_check: false          memcheck --leak-check full
     racecheck_report: "analysis"
@@ -34,7 +34,7 @@ _LEVELS = {"error": Severity.ERROR, "warning": Severity.WARNING}
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 
 
-# --- inside the harness -----------------------------------------------------
+# --- inside the wrapped worker -----------------------------------------------------
 
 
 def run(job: Job, ctx: Context) -> Any:
@@ -149,7 +149,7 @@ def _interpreter_name() -> str:
 
 
 def collect(job: Job, workdir: Path, proc: ProcResult, inner: Any | None, base: BaseRun | None = None) -> Any:
-    """Findings from the tool's XML and exit status, merged with the harness's own outcome.
+    """Findings from the tool's XML and exit status, merged with the judge's own outcome.
 
     ``base``: the base's code ran the same cases under the same tool. Each report is then new (the
     base's code has no such report), pre-existing (it has: the repository's debt, which blocks only
@@ -398,7 +398,7 @@ def _merge(tool: str, findings: list[Finding], failures: list[Finding], inner: A
     if failures:
         return make_outcome(Status.ERROR, all_findings, cases=cases, reason=failures[0].message.splitlines()[0])
     if inner is None:
-        lost = Finding(tool, "no-result", "the harness under compute-sanitizer wrote no result")
+        lost = Finding(tool, "no-result", "the worker under compute-sanitizer gave no result")
         return make_outcome(Status.ERROR, [lost, *all_findings], reason=lost.message)
     if any(f.severity is Severity.ERROR for f in findings):
         return make_outcome(Status.FAILED, all_findings, cases=cases)

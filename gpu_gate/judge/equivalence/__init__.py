@@ -1,2 +1,2 @@
 """The equivalence engine: fuzzed cases, a float64 reference, a baseline-relative tolerance,
-anti-exploit guards, error-growth sweeps and shrinking. Imports torch: harness-side only."""
+anti-exploit guards, error-growth sweeps and shrinking. Imports torch: the judge's process only."""
