@@ -182,7 +182,7 @@ def test_bf16_runs_under_the_adapted_triton_interpreter(tmp_path: Path, monkeypa
     f = write_spec(tmp_path, TRITON_BF16_SPECS)
     r = run(tmp_path, f, "plus")
     assert r.status is Status.PASSED and not [x for x in r.findings if x.kind == "dtype-not-run"]
-    assert set(r.extra["coverage"]["inputs"]["x"]["dtype"]) == {"bfloat16", "float32"}
+    assert set(r.extra.coverage["inputs"]["x"]["dtype"]) == {"bfloat16", "float32"}
 
 
 def test_bf16_is_skipped_with_a_reason_where_the_interpreter_is_not_adapted(tmp_path: Path,

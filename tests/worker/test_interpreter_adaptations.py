@@ -68,7 +68,7 @@ def unadapted(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobResult]:
 
 
 def _dtypes(r: JobResult) -> set[str]:
-    return {d for i in r.extra["coverage"]["inputs"].values() if i["kind"] == "tensor" for d in i["dtype"]}
+    return {d for i in r.extra.coverage["inputs"].values() if i["kind"] == "tensor" for d in i["dtype"]}
 
 
 def _adapted(r: JobResult) -> dict[str, str]:

@@ -64,7 +64,7 @@ def low_precision(tmp_path_factory: pytest.TempPathFactory) -> dict[str, JobResu
 
 
 def _dtypes(r: JobResult) -> set[str]:
-    return {d for i in r.extra["coverage"]["inputs"].values() if i["kind"] == "tensor" for d in i["dtype"]}
+    return {d for i in r.extra.coverage["inputs"].values() if i["kind"] == "tensor" for d in i["dtype"]}
 
 
 @pytest.mark.parametrize(("bug", "twin", "kinds"), PAIRS, ids=[p[0] for p in PAIRS])
