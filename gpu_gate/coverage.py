@@ -20,7 +20,13 @@ helpers compiled into each launched kernel) replaces the guess once known:
   ``list-kernels`` already show it, without torch.
 
 Selection stays with the import closure: a kernel file often holds host code too, so a spec
-that imports a changed file still runs, and its launches then decide coverage.
+that imports a changed file still runs, and its launches then decide coverage. With one exception
+(:func:`narrow`): where the change to a Triton file is confined to the bodies of its ``@triton.jit``
+functions (the same imports, host code, globals, decorators and signatures), and a spec's recorded
+launches on this code show none of that file's kernels (nor a helper of it compiled into a kernel it
+launched), the spec cannot see the change: a kernel's body runs only where it is launched. It does
+not run, the plan says so, and a kernel that no remaining spec covers is ``uncovered`` at once. A
+change to one op behind a re-exporting ``__init__`` then runs only the specs that launch it.
 """
 from __future__ import annotations
 
@@ -196,13 +202,15 @@ class LaunchStore:
         except OSError:
             return True
 
-    def get(self, key: str) -> Launched | None:
+    def get(self, key: str, trusted: bool = False) -> Launched | None:
+        """What the spec launched on this content, on every device recorded; ``trusted``: only as
+        recorded by runs of the base's own commit (see ``put``)."""
         try:
             doc = json.loads((self.dir / f"{key}.json").read_text())
         except (OSError, ValueError):
             return None
-        devices = doc.get("devices") if isinstance(doc, dict) else None
-        seen = [Launched.from_json(v) for v in (devices or {}).values()]
+        devices = doc.get("trusted" if trusted else "devices") if isinstance(doc, dict) else None
+        seen = [Launched.from_json(v) for v in (devices if isinstance(devices, dict) else {}).values()]
         got = [s for s in seen if s is not None]
         if not got:
             return None
@@ -211,19 +219,26 @@ class LaunchStore:
             merged = merged.merge(more)
         return merged
 
-    def put(self, key: str, spec_id: str, device: str, launches: dict[str, Any]) -> None:
+    def put(self, key: str, spec_id: str, device: str, launches: dict[str, Any], trusted: bool = False) -> None:
+        """``trusted``: recorded by a run of the base's own commit, whose workers ran only trusted
+        code. Kept apart from the others: a pull request's run, whose code under review says what it
+        launched, never replaces it."""
         path = self.dir / f"{key}.json"
         try:
             doc = json.loads(path.read_text()) if path.exists() else {}
         except (OSError, ValueError):
             doc = {}
-        devices = dict(doc.get("devices") or {}) if isinstance(doc, dict) else {}
+        doc = doc if isinstance(doc, dict) else {}
+        devices = dict(doc.get("devices") or {})
         devices[device] = launches
+        kept = dict(doc.get("trusted") or {})
+        if trusted:
+            kept[device] = launches
         try:
             self.dir.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=self.dir, suffix=".tmp")
             with os.fdopen(fd, "w") as f:
-                json.dump({"spec": spec_id, "devices": devices}, f, sort_keys=True)
+                json.dump({"spec": spec_id, "devices": devices, "trusted": kept}, f, sort_keys=True)
             os.replace(tmp, path)
         except OSError:
             pass  # a prediction only: a full disk must not fail the gate
@@ -293,6 +308,91 @@ def _record_for(spec: SpecInfo, store: LaunchStore, head_snap: git.Snapshot | No
     if hit is None or any(p in hit.files for p in touched):
         return None
     return hit
+
+
+# --- narrowing: specs that cannot see the change ----------------------------------------------
+
+JIT_DECORATORS = frozenset({"triton.jit", "triton.runtime.jit", "triton.runtime.jit.jit",
+                            "triton.experimental.gluon.jit", "triton.experimental.gluon._runtime.jit"})
+
+
+def kernel_bodies_only(before: str | bytes, after: str | bytes) -> bool:
+    """Whether ``after`` differs from ``before`` only inside the bodies of the module's top-level
+    ``@triton.jit`` functions: the same imports, host code, globals, decorators (autotune configs,
+    heuristics) and signatures, layout and comments aside. A kernel's body runs only where the kernel
+    is launched, or compiled into a kernel that is (a ``@triton.jit`` helper): such a change cannot
+    alter what any host code does, nor which kernels a spec launches."""
+    try:
+        return _skeleton(ast.parse(before)) == _skeleton(ast.parse(after))
+    except (SyntaxError, ValueError):
+        return False
+
+
+def _skeleton(tree: ast.Module) -> str:
+    aliases = pyscan.import_aliases(tree)
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and any(pyscan.qualified_name(d, aliases) in JIT_DECORATORS
+                                                     for d in node.decorator_list):
+            node.body = [ast.Pass()]
+    return ast.dump(tree)
+
+
+@dataclasses.dataclass(frozen=True)
+class Narrowed:
+    """A spec the import closure selects that is not run: each changed file it imports was changed
+    only in its kernels' bodies, and the spec was seen, by a run of the base's own commit on the code it
+    imports now but for those files, to launch none of their kernels."""
+
+    spec: str
+    files: tuple[str, ...]
+    launched: Launched
+
+    def note(self) -> str:
+        return (f"spec {self.spec} not run: it imports {', '.join(self.files)}, changed only inside "
+                f"@triton.jit bodies, and a run of the base's commit saw it launch none of their kernels (it "
+                f"launched {self.launched.describe()}); a kernel's body runs only where it is launched")
+
+
+def narrow(cs: ChangeSet, specs: Sequence[SpecInfo], why: dict[str, list[str]], store: LaunchStore,
+           base_tree: dict[str, str], body_only: set[str]) -> tuple[dict[str, list[str]], list[Narrowed]]:
+    """``why`` without the specs that cannot see this change (see :class:`Narrowed`). ``body_only``:
+    the changed Triton files whose change is confined to kernel bodies (:func:`kernel_bodies_only`).
+
+    Only a record a run of the base's own commit made (``LaunchStore.get(trusted=True)``), keyed by
+    the spec's closure at the base's content, can spare a spec: what a pull request's worker says it
+    launched is the code under review's word. Any other reason to run (the spec file, another changed
+    file in its closure, a ``covers=``, a file it read, an import the change deletes) keeps the spec."""
+    by_id = {s.id: s for s in specs}
+    changed = {f.path for f in cs.files} | {f.old_path for f in cs.files if f.old_path}
+    kept: dict[str, list[str]] = {}
+    narrowed: list[Narrowed] = []
+    for sid, reasons in why.items():
+        spec = by_id.get(sid)
+        files = {f for f in body_only if f"imports {f}, changed" in reasons}
+        record = None
+        if spec is not None and files and not spec.covers \
+                and all(r in {f"imports {f}, changed" for f in files} for r in reasons):
+            closure = [spec.file, *spec.imports]
+            if changed.intersection(closure) <= body_only and all(p in base_tree for p in closure):
+                record = store.get(launch_key(sid, {p: base_tree[p] for p in closure}), trusted=True)
+        if record is not None and not files & record.files:
+            narrowed.append(Narrowed(sid, tuple(sorted(files)), record))
+        else:
+            kept[sid] = reasons
+    return kept, narrowed
+
+
+def decided_uncovered(kernel: str, narrowed: Sequence[Narrowed], spec_globs: Sequence[str]) -> Finding:
+    """A changed kernel whose every importing spec was narrowed away: nothing checks it, decided
+    before the run (the specs do not run, so no launch of theirs can revise it)."""
+    seen = "; ".join(f"{n.spec} launched {n.launched.describe()}" for n in narrowed)
+    where = spec_globs[0] if spec_globs else "the policy's spec globs"
+    return Finding(check="coverage", kind="uncovered", severity=Severity.ERROR, file=kernel,
+                   details={"specs_seen": [n.spec for n in narrowed],
+                            "launched": {n.spec: list(n.launched.kernels) for n in narrowed}},
+                   message=f"{kernel} changed inside its kernels' bodies, and the specs that import it were seen, "
+                           f"by a run of the base's commit, to launch none of its kernels ({seen}): nothing checks it "
+                           f"(add a spec under {where} that calls it, or name it in the covers= of a spec that does)")
 
 
 def prediction_finding(p: Prediction) -> Finding:

@@ -172,6 +172,7 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
         notes.append(f"changed in comments and layout only, so not judged: {shown}")
     disc = discovery.discover(repo, cs.head, policy, graph=cs.import_graph)
     cov = discovery.coverage(cs, disc.specs)
+    static = {k: list(v) for k, v in cov.items()}  # by the import closure, before launches refine it
     findings: list[Finding] = list(cs.parse_errors) + list(disc.findings)
     predicted: list[coverage.Prediction] = []
     store = coverage.LaunchStore(launch_store) if launch_store is not None else None
@@ -191,17 +192,35 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     gone_why, gone_findings = coverage.deleted_imports(cs, disc.specs, cs.import_graph, _base_files(repo, cs))
     for sid, reasons in gone_why.items():
         why.setdefault(sid, []).extend(r for r in reasons if r not in why.get(sid, []))
+    narrowed: list[coverage.Narrowed] = []
+    body_only: set[str] = set()
+    if store is not None and not store.is_empty() and not every_spec:
+        body_only = _kernel_bodies_only(repo, cs, {k.path for k in cs.kernels if k.language == "triton"})
+        if body_only:
+            why, narrowed = coverage.narrow(cs, disc.specs, why, store, git.list_tree(repo, cs.base), body_only)
+            notes += [n.note() for n in narrowed]
     if every_spec:
         why = spec_filter.widen(why, disc.specs)
     if only:
         selected = len(why)
         why = spec_filter.narrow(why, [s.id for s in disc.specs], only)
         notes += [n for n in [spec_filter.narrowing_note(len(why), selected, only)] if n]
-    findings += gone_findings + [coverage.prediction_finding(p) for p in predicted] + _not_compiled(policy, cs.kernels)
-    findings += _gate_aware(repo, cs, disc.specs)
+    # a kernel whose every importing spec was narrowed away is decided now: no run of theirs will revise it
+    gone = {n.spec: n for n in narrowed}
+    decided = {k: [gone[s] for s in static[k]] for k in body_only if static.get(k) and set(static[k]) <= set(gone)}
+    for k in decided:
+        cov[k] = []
+    if decided:
+        discovery.annotate(cs, cov, disc.specs)
+    # a spec narrowed away does not run again: a prediction about it is no longer one
+    predicted = [dataclasses.replace(p, specs={s: g for s, g in p.specs.items() if s not in gone})
+                 for p in predicted if p.kernel not in decided]
+    findings += gone_findings + [coverage.prediction_finding(p) for p in predicted if p.specs]
+    findings += _not_compiled(policy, cs.kernels) + _gate_aware(repo, cs, disc.specs)
     if policy.uncovered != "ignore":
-        hidden = {p.kernel for p in predicted}
+        hidden = {p.kernel for p in predicted if p.specs} | set(decided)
         findings += discovery.uncovered({k: v for k, v in cov.items() if k not in hidden}, policy.specs)
+        findings += [coverage.decided_uncovered(k, ns, policy.specs) for k, ns in sorted(decided.items())]
     if cs.kernels and cs.import_graph is not None:
         findings += _empty_spec_globs(policy, list(cs.import_graph.snap.files), loaded.source)
     seed = job_seed(cs.head or git.resolve(repo, "HEAD"), policy)
@@ -217,6 +236,21 @@ def build_plan(repo: Path, base: str, head: str | None, loaded: LoadedPolicy, *,
     return Plan(base=cs.base, head=cs.head, policy_source=loaded.source, kernels=cs.kernels,
                 findings=_unique(findings), jobs=sorted(jobs, key=lambda j: j.id), notes=notes, selected=why,
                 launch_keys=keys, changed_lines=_changed_lines(repo, cs, disc.specs, why))
+
+
+def _kernel_bodies_only(repo: Path, cs: changes.ChangeSet, paths: set[str]) -> set[str]:
+    """The changed Triton files among ``paths`` whose change is confined to kernel bodies."""
+    assert cs.import_graph is not None
+    base_tree = git.list_tree(repo, cs.base)
+    out = set()
+    for f in cs.files:
+        if f.path not in paths or f.status != "modified" or f.path not in base_tree:
+            continue
+        before = git.read_blobs(repo, [base_tree[f.path]])[base_tree[f.path]]
+        after = cs.import_graph.snap.read(f.path)
+        if after is not None and coverage.kernel_bodies_only(before, after):
+            out.add(f.path)
+    return out
 
 
 def _gate_aware(repo: Path, cs: changes.ChangeSet, specs: list[discovery.SpecInfo]) -> list[Finding]:

@@ -158,7 +158,8 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, request: CheckRequest, w
             record.places = _places(record, head.path)
             # the work trees' paths, while they exist (a truth tree is the repository's too)
             roots = runner_roots([repo, head.path, *truth.values()], base_tree)
-        _remember_launches(plan, record, cache_dir)
+        _remember_launches(plan, record, cache_dir, trusted=plan.head is not None and plan.head == plan.base
+                           and worker is None)
     return finish(record, loaded, request.output, roots)
 
 
@@ -201,8 +202,11 @@ def _environment(gpus: tuple[str, ...]) -> dict[str, Any]:
             "device": "cuda" if gpus else "cpu"}
 
 
-def _remember_launches(plan: Plan, record: RunRecord, cache_dir: Path | None) -> None:
-    """Keep what each spec launched, keyed by the content it ran on, for later plans."""
+def _remember_launches(plan: Plan, record: RunRecord, cache_dir: Path | None, trusted: bool = False) -> None:
+    """Keep what each spec launched, keyed by the content it ran on, for later plans. ``trusted``: the
+    run judged the base's own commit (head is base) with gpu-gate's own interpreter, so the workers
+    that said what they launched ran only the base's code: such a record may also spare a spec a
+    run (see gpu_gate.coverage.narrow); any other only predicts coverage."""
     from ..coverage import LaunchStore
 
     if cache_dir is None:
@@ -212,7 +216,7 @@ def _remember_launches(plan: Plan, record: RunRecord, cache_dir: Path | None) ->
     for r in record.results:
         key = plan.launch_keys.get(r.spec or "")
         if key and r.extra.launches is not None:
-            store.put(key, r.spec or "", device, r.extra.launches)
+            store.put(key, r.spec or "", device, r.extra.launches, trusted=trusted)
 
 
 def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], request: CheckRequest,

@@ -371,3 +371,134 @@ def test_a_wrapper_change_in_a_namespace_package_selects_its_spec(make_repo) -> 
     assert "spec gate/rms_gate.py::rmsnorm_gate: imports src/nslib/ops/ops.py, changed" in p.stdout
     assert "FAIL    equivalence gate/rms_gate.py::rmsnorm_gate" in p.stdout
     assert "no gate spec covers" not in p.stdout
+
+
+# --- a kernel's body runs only where it is launched: narrowing ---------------------------------
+# A change inside a @triton.jit body of one op reaches every spec through a re-exporting __init__;
+# only the specs seen (on this code) to launch the op's kernels can see it. The others do not run.
+# Anything else in the file (host code, a global, a decorator, a new import) and they all run.
+
+CE_SPEC = ("import torch\nimport gpu_gate as gg\nfrom liger.ops import cross_entropy\n\n"
+           "@gg.spec(dims={'n': gg.Dim(1, 700)}, inputs={'x': gg.Tensor(('n',), dtypes=['float32'])},\n"
+           "         reference=lambda x: -x)\ndef ce_gate(x):\n    return cross_entropy(x)\n")
+
+
+def _recorded(make_repo, tmp_path: Path) -> tuple[GitRepo, str]:  # type: ignore[no-untyped-def]
+    """The Liger-shaped repository with a spec per op, and the launches of a run of main's own commit
+    recorded (a nightly, or the run after a merge)."""
+    r = _liger_repo(make_repo)
+    r.commit("ce spec", {"gate/ce_gate.py": CE_SPEC, ".gitignore": ".gpu-gate/\n"})
+    cache = str(tmp_path / "cache")
+    p = gate("check", "--all", "--base", "main", "--head", "main", "--cache-dir", cache, cwd=r.path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return r, cache
+
+
+def _planned(r: GitRepo, cache: str, head: str, edit: str) -> dict:  # type: ignore[type-arg]
+    r.checkout("main")
+    r.branch(head)
+    r.commit(head, {"src/liger/ops/cross_entropy.py": edit})
+    p = gate("plan", "--base", "main", "--head", head, "--cache-dir", cache, cwd=r.path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    return json.loads(p.stdout)  # type: ignore[no-any-return]
+
+
+BODY = CE_KERNEL.replace("-x", "x * -1.0")  # inside the kernel's body only
+EDITS = {
+    "host code": CE_KERNEL.replace("    x = x.contiguous()\n", "    x = x.contiguous() * 1.0\n"),
+    "a global": CE_KERNEL + "\nSCALE = 2.0\n",
+    "a decorator": CE_KERNEL.replace("@triton.jit\n", "@triton.jit(do_not_specialize=['n'])\n"),
+    # the attack: a body change that also reaches into another op at import
+    "body and a patch of another op": BODY + ("\nfrom . import rms_norm as _r\n_inner = _r.rms_norm\n"
+                                              "_r.rms_norm = lambda x, w: _inner(x, w) * 1.001\n"),
+}
+
+
+def test_a_kernel_body_change_runs_only_the_specs_seen_to_launch_it(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r, cache = _recorded(make_repo, tmp_path)
+    plan = _planned(r, cache, "body", BODY)
+    assert sorted(plan["selected"]) == ["gate/ce_gate.py::ce_gate"], plan["selected"]
+    assert {j["spec"]["name"] for j in plan["jobs"] if j.get("spec")} == {"ce_gate"}
+    note = [n for n in plan["notes"] if "rmsnorm_gate not run" in n]
+    assert note and "changed only inside @triton.jit bodies" in note[0] and "rmsnorm_strided" in note[0], plan["notes"]
+    assert "a run of the base's commit saw it launch none of their kernels" in note[0]
+    assert not [f for f in plan["findings"] if f["kind"].startswith("uncovered")], plan["findings"]
+    # and the gate on it: the change is judged by the spec that launches it, and is green
+    p = gate("check", "--base", "main", "--head", "body", "--cache-dir", cache, cwd=r.path)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("what", sorted(EDITS))
+def test_anything_beside_a_kernel_body_runs_every_spec_that_imports_it(make_repo, tmp_path: Path,  # type: ignore[no-untyped-def]
+                                                                       what: str) -> None:
+    r, cache = _recorded(make_repo, tmp_path)
+    plan = _planned(r, cache, "edit", EDITS[what])
+    assert sorted(plan["selected"]) == ["gate/ce_gate.py::ce_gate", "gate/rms_gate.py::rmsnorm_gate"], what
+    assert not [n for n in plan["notes"] if "not run" in n], plan["notes"]
+
+
+def test_without_a_launch_record_every_importing_spec_runs(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r = _liger_repo(make_repo)
+    r.commit("ce spec", {"gate/ce_gate.py": CE_SPEC, ".gitignore": ".gpu-gate/\n"})
+    r.branch("body")
+    r.commit("body", {"src/liger/ops/cross_entropy.py": BODY})
+    p = gate("plan", "--base", "main", "--head", "body", "--cache-dir", str(tmp_path / "empty"), cwd=r.path)
+    assert p.returncode == 0, p.stderr
+    assert sorted(json.loads(p.stdout)["selected"]) == ["gate/ce_gate.py::ce_gate", "gate/rms_gate.py::rmsnorm_gate"]
+
+
+def test_the_patch_of_another_op_is_red(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """The attack end to end: the other op's spec runs, and sees what the patch does to it."""
+    r, cache = _recorded(make_repo, tmp_path)
+    _planned(r, cache, "attack", EDITS["body and a patch of another op"])
+    p = gate("check", "--base", "main", "--head", "attack", "--cache-dir", cache, cwd=r.path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    failed = {x["spec"] for x in _results(r)["results"] if x["status"] == "failed"}
+    assert "gate/rms_gate.py::rmsnorm_gate" in failed, failed
+
+
+def test_kernel_bodies_only_reads_the_module_not_its_text() -> None:
+    from gpu_gate.coverage import kernel_bodies_only
+
+    assert kernel_bodies_only(CE_KERNEL, BODY)
+    assert kernel_bodies_only(CE_KERNEL, CE_KERNEL.replace("import triton\n", "import triton  # the compiler\n"))
+    for what, edit in EDITS.items():
+        assert not kernel_bodies_only(CE_KERNEL, edit), what
+    # a function some other decorator compiles for the host is host code
+    numba = "import numba\n\n\n@numba.jit\ndef f(x):\n    return x + 1\n"
+    assert not kernel_bodies_only(numba, numba.replace("x + 1", "x + 2"))
+    aliased = "from triton import jit as J\n\n\n@J\ndef k(X):\n    pass\n"
+    assert kernel_bodies_only(aliased, aliased.replace("pass", "X += 1"))
+    assert not kernel_bodies_only(CE_KERNEL, "def broken(:\n")
+
+
+def test_a_pull_requests_record_of_its_launches_spares_no_spec(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """What a pull request's worker says it launched is the code under review's word: recorded on the
+    very content the next change starts from, it predicts coverage but never spares a spec a run."""
+    r = _liger_repo(make_repo)
+    r.commit("ce spec", {"gate/ce_gate.py": CE_SPEC, ".gitignore": ".gpu-gate/\n"})
+    cache = str(tmp_path / "cache")
+    r.branch("pr")
+    r.commit("a readme", {"README.md": "ops\n"})
+    p = gate("check", "--all", "--base", "main", "--head", "pr", "--cache-dir", cache, cwd=r.path)
+    assert p.returncode == 0, p.stdout + p.stderr  # every spec ran on the pull request's commit
+    plan = _planned(r, cache, "body", BODY)
+    assert sorted(plan["selected"]) == ["gate/ce_gate.py::ce_gate", "gate/rms_gate.py::rmsnorm_gate"]
+
+
+def test_a_kernel_no_remaining_spec_launches_is_uncovered_before_the_run(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    r, cache = _recorded(make_repo, tmp_path)
+    r.checkout("main")
+    r.git("rm", "-q", "gate/ce_gate.py")
+    r.git("commit", "-q", "-m", "drop the ce spec")
+    p = gate("check", "--all", "--base", "main", "--head", "main", "--cache-dir", cache, cwd=r.path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    plan = _planned(r, cache, "body2", BODY)
+    assert plan["selected"] == {}, plan["selected"]
+    uncovered = [f for f in plan["findings"] if f["kind"] == "uncovered"]
+    assert [f["file"] for f in uncovered] == ["src/liger/ops/cross_entropy.py"], plan["findings"]
+    assert uncovered[0]["severity"] == "error" and "launch none of its kernels" in uncovered[0]["message"]
+    assert not [f for f in plan["findings"] if f["kind"] == "uncovered-predicted"]
+    assert [k["specs"] for k in plan["kernels"] if k["path"] == "src/liger/ops/cross_entropy.py"] == [[]]
+    p = gate("check", "--base", "main", "--head", "body2", "--cache-dir", cache, cwd=r.path)
+    assert p.returncode == 1, p.stdout + p.stderr
