@@ -135,7 +135,7 @@ def toolkit_dirs() -> list[Path]:
         if not c:
             continue
         p = Path(os.path.realpath(c))
-        if p.is_dir() and p != Path("/") and not str(p).startswith("/usr/") and p not in found:
+        if _outside_usr(p) and p not in found:
             found.append(p)
     return found
 
