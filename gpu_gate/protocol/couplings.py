@@ -109,7 +109,7 @@ def apply(values: dict[str, Any], spec: Spec, index: str, couple: str, margin: f
 def _point_half_at(idx: Any, gen: Any) -> Any:
     """Half of the index's elements (every other one) set to its first value: the hot slice."""
     flat = idx.reshape(-1).clone()
-    flat[::2] = flat[0]
+    flat[::2] = flat[0].clone()  # a view of flat[0] overlaps what it writes (refused on CUDA)
     return flat.reshape(idx.shape)
 
 

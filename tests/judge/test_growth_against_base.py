@@ -32,7 +32,7 @@ def row_sum(x):
     rows, n = x.shape
     c = min(CHUNK, n)
     parts = torch.nn.functional.pad(x.double(), (0, (-n) % c)).reshape(rows, -1, c).sum(-1)
-    acc = torch.zeros(rows, dtype=torch.{acc})
+    acc = torch.zeros(rows, dtype=torch.{acc}, device=x.device)
     for j in range(parts.shape[1]):
         acc = acc + parts[:, j].to(acc.dtype)  # the running total, one chunk after another
     return acc.to(x.dtype)

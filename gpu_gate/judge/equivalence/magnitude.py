@@ -30,8 +30,8 @@ def unsettled(case: Case) -> bool:
 
 def settle(case: Case, reference: Reference, spec: Spec | None = None) -> Case:
     """``case`` with its unsettled normal inputs at the largest scale that passes (unit scale where
-    none larger does), and, where ``spec`` declares reductions, at which no order of summing the
-    case's terms can overflow the precision a correct kernel accumulates in."""
+    none larger does), and, with ``spec``, at which no sum of products of its values a correct kernel
+    may compute overflows the precision it accumulates in (:func:`accumulator_cap`)."""
     import torch
 
     names = [k for k, c in case.inputs.items() if c.dist == "normal" and c.param == MAGNITUDE]
@@ -56,22 +56,31 @@ SAMPLE_BITS = 3  # a normal sample's largest magnitude, in powers of two of its 
 
 
 def accumulator_cap(case: Case, spec: Spec | None, names: list[str]) -> int | None:
-    """The largest power of two of the scale at which the sum of a reduction's terms, in any order,
-    stays within the range of the dtype a correct kernel accumulates in (``rounding.accumulation_dtype``):
-    a float32 accumulator summing 2**18 bfloat16 values near bfloat16's maximum overflows, however
-    correct the kernel, and a finite float64 reference would call that a bug. None where the spec
-    declares no reduction over more than one term."""
+    """The largest power of two of the scale at which a sum of products of two of the case's values
+    (a square, a dot product, a variance), over as many terms as a kernel may reduce, stays within the
+    range of the dtype a correct kernel accumulates in (``rounding.accumulation_dtype``).
+
+    A float32 accumulator summing 2**18 bfloat16 values near bfloat16's maximum overflows, and a
+    layer norm in float32 squares its centred values, so 2048 float32 values of 2**124 overflow it
+    however correct it is; a finite float64 reference would call either a bug. The terms are the
+    declared reductions' lengths, or, where the spec declares none, every element of the largest
+    input (any axis may be the one reduced). The cap leaves float16's whole range to the sweep (a
+    kernel that squares float16 values past 256 is still caught) and bfloat16's and float32's far past
+    it. None without a spec."""
     import torch
 
     if spec is None:
         return None
     terms = math.prod(case.dims.get(d, 1) for d, dim in spec.dims.items() if dim.reduction)
     if terms <= 1:
-        return None
+        terms = max((math.prod(d if isinstance(d, int) else case.dims.get(d, 1) for d in t.shape)
+                      for t in spec.inputs.values()
+                      if hasattr(t, "shape")), default=1)
     caps = []
     for k in names:
         acc = getattr(torch, accumulation_dtype(spec.accumulate, case.inputs[k].dtype))
-        caps.append(int(math.log2(torch.finfo(acc).max)) - math.ceil(math.log2(terms)) - SAMPLE_BITS - HEADROOM_BITS)
+        room = int(math.log2(torch.finfo(acc).max)) - math.ceil(math.log2(max(terms, 1)))
+        caps.append(room // 2 - SAMPLE_BITS - HEADROOM_BITS)
     return max(0, min(caps))
 
 
