@@ -75,9 +75,10 @@ def run_record(job: Job, repo_root: Path, dep_files: Iterable[str]) -> dict[str,
 
 def same_run(stored: Any, current: dict[str, Any]) -> bool:
     """The stored record describes the job at hand: the same job but for its seed (and its cost
-    estimate, which is not part of what runs), and the same bytes of every file."""
+    estimate and the plan's reasons for it, which are not part of what runs), and the same bytes of
+    every file."""
     def core(job: dict[str, Any]) -> dict[str, Any]:
-        return {k: v for k, v in job.items() if k not in ("seed", "cost")}
+        return {k: v for k, v in job.items() if k not in ("seed", "cost", "why")}
 
     return (isinstance(stored, dict) and isinstance(stored.get("job"), dict)
             and stored.get("files") == current["files"] and core(stored["job"]) == core(current["job"]))

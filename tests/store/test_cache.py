@@ -327,3 +327,18 @@ def test_clear_removes_entries_and_nothing_else(repo: Path, tmp_path: Path) -> N
     keep.write_text("not an entry\n")
     assert cache.clear() == 1
     assert cache.get(key_for(repo)) is None and keep.exists()
+
+
+def test_why_a_job_was_planned_is_not_what_it_runs(repo: Path, tmp_path: Path) -> None:
+    """Seen on the GPU: the second run of an unchanged pull request plans the same job with one more
+    reason (the files its spec read when it last ran) and missed the cache. The reasons are words for
+    the reader; a change to anything that runs is still a miss."""
+    from gpu_gate.store.dependencies import run_record
+
+    cache = ResultCache(tmp_path / "cache")
+    job = make_job(seed=1, why=("covers csrc/rmsnorm.cu (cuda, added)",))
+    assert cache.put(key_for(repo, job), red_result(), "aaa", run_record(job, repo, DEPS)) is None
+    again = make_job(seed=2, why=("covers csrc/rmsnorm.cu (cuda, added)", "read csrc/rmsnorm.cu when it last ran"))
+    assert cache.get(key_for(repo, again), run_record(again, repo, DEPS)) is not None
+    other = make_job(seed=2, why=again.why, options={"cases": 201, "dtypes": ["float32", "bfloat16"]})
+    assert cache.get(key_for(repo, job), run_record(other, repo, DEPS)) is None
