@@ -70,7 +70,10 @@ def test_a_deterministic_kernel_passes(tmp_path: Path) -> None:
     assert r.status is Status.PASSED, [f.message for f in r.findings]
     # where the job's time went: the spec's import, then each case's repeats (the head's code here)
     timing = r.extra.timing
-    assert timing["load_s"] > 0 and timing["total_s"] >= sum(c[2] for c in timing["cases"])
+    # each figure is rounded to 10 ms: the sum of the rounded cases may pass the rounded total by half
+    # a unit per figure
+    slack = 0.005 * (len(timing["cases"]) + 1)
+    assert timing["load_s"] > 0 and timing["total_s"] + slack >= sum(c[2] for c in timing["cases"])
     assert len(timing["cases"]) == r.cases and {c[1] for c in timing["cases"]} == {"head"}
 
 
