@@ -262,16 +262,13 @@ SHIFT_BF16 = """
 """
 
 
-# Seed 1 draws a known false red, kept visible rather than skipped: x at offset 1000 in bfloat16 (ties),
-# an expanded upstream gradient (every term the same), 4096 classes. The kernel's error comes from the
-# forward's output saved in bfloat16 and exponentiated in the backward: thousands of equal values round
-# the same way, so the error grows with the count of terms, while the storage envelope perturbs each
-# elementwise result by a random sign (a random walk). It fails by 3.7x the allowance. Open in issue 40.
-CORRELATED_STORAGE = pytest.mark.xfail(strict=True, reason="correlated bfloat16 storage rounding of equal terms "
-                                       "exceeds the random-sign storage envelope (issue 40)")
-
-
-@pytest.mark.parametrize("seed", [0, pytest.param(1, marks=CORRELATED_STORAGE), 2])
+# Seed 1 draws what was a false red: x at offset 1000 in bfloat16 (ties), an expanded upstream gradient
+# (every term the same), 4096 classes. Thousands of equal values round the same way, so the error adds up
+# with the count of terms, while the storage envelope draws each rounding with a sign of its own (a random
+# walk): the kernel was off by 1.55 where the envelope allowed 0.42 and torch's own bfloat16 result was off
+# by 1.75. Torch's own low-precision result now counts where it is the size of the storage's rounding
+# (``compare.storage_witness``); the 5%-off twin below still fails on every seed, seed 1 included.
+@pytest.mark.parametrize("seed", range(3))
 def test_a_zero_gradient_from_terms_stored_in_bf16_passes(seed: int, tmp_path: Path) -> None:
     root = _with_corpus(tmp_path, SHIFT_BF16)
     r = run(root, "gate_spec.py", "shift_stored_bf16", seed=seed, cases=16)
@@ -284,3 +281,22 @@ def test_a_zero_gradient_in_bf16_wrong_by_more_than_its_storage_fails(seed: int,
     r = run(root, "gate_spec.py", "shift_off_bf16", seed=seed, cases=16)
     bad = [f for f in r.findings if f.kind == "mismatch"]
     assert r.status is Status.FAILED and bad and all(f.details["output"] == "grad:b" for f in bad), "\n".join(errors(r))
+
+
+def test_torch_counts_as_a_witness_of_the_storage_only_at_the_size_of_its_rounding() -> None:
+    """The zero gradient (torch's bfloat16 off by 1.75, the envelope's draw 0.21): torch's result is
+    taken. An overflow inside torch's float16 path (an output of 0 where the truth is 1, the envelope's
+    draw 5e-4): it is not, and the envelope stays as drawn."""
+    import torch
+
+    from gpu_gate.judge.equivalence.compare import storage_witness
+
+    ref = torch.tensor([7e-15, 1.0], dtype=torch.float64)
+    low = torch.tensor([-1.75, 0.0], dtype=torch.float64)
+    stored = torch.tensor([0.21, 1.0 + 5e-4], dtype=torch.float64)
+    got = storage_witness(ref, low, stored)
+    assert got.tolist() == [-1.75, 1.0 + 5e-4]
+    # a smaller deviation of torch's never narrows the envelope; a non-finite one is never taken
+    assert storage_witness(ref, torch.tensor([0.1, float("inf")], dtype=torch.float64), stored).tolist() == \
+        stored.tolist()
+    assert storage_witness(ref, None, stored) is stored
