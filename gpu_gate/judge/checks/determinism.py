@@ -229,12 +229,18 @@ class Determinism:
         equivalence check, which runs it too (a note here). Never an error of the job's."""
         from ...protocol.cases import case_bytes
         from ..workers import ReferenceOutOfMemory
+        from .fitting import free_cached, is_oom
 
         budget = self.contention_budget
         for _ in range(OOM_RETRIES + 1):
             try:
                 finding = self._timed_case(case, self.runner.candidate, "head")
             except ReferenceOutOfMemory:
+                finding = "oom"
+            except Exception as exc:  # noqa: BLE001 - the judge's own arithmetic ran out of GPU memory
+                if not is_oom(exc):
+                    raise
+                free_cached()
                 finding = "oom"
             if finding != "oom":
                 return case, finding
@@ -302,6 +308,7 @@ class Determinism:
         head_off = {str(k): float(v) for k, v in (finding.details.get("worst_error_of") or {}).items()}
         self._errors_of = dict.fromkeys(head_off, 0.0)
         from ..workers import ReferenceOutOfMemory
+        from .fitting import free_cached, is_oom
 
         try:
             again = self._timed_case(case, base, "base")
@@ -309,6 +316,11 @@ class Determinism:
             self.runner.base, self.runner.base_lost = None, f"{exc} (case {case.id})"
             return finding
         except ReferenceOutOfMemory:
+            again = "oom"
+        except Exception as exc:  # noqa: BLE001 - the judge's own arithmetic ran out of GPU memory
+            if not is_oom(exc):
+                raise
+            free_cached()
             again = "oom"
         finally:
             base_off, self._errors_of = self._errors_of or {}, None
@@ -494,11 +506,43 @@ def repeat_settings(device: str, load: bool, repeats: int, producer: tuple[str, 
 
 
 def _error(out: Any, ref: Any) -> float:
-    """The largest absolute difference of an output from the reference (0 where it cannot say)."""
+    """The largest absolute difference of an output from the reference (0 where it cannot say).
+
+    The judge shares the GPU with other gates: it takes the difference a slice at a time (a float64
+    copy of a whole 4 GiB contention output is twice its size again), and where even a slice does not
+    fit in the GPU's memory any more, on the CPU. Running out of memory here says nothing of the kernel."""
     import torch
+
+    from .fitting import free_cached, is_oom
 
     if not isinstance(out, torch.Tensor) or not isinstance(ref, torch.Tensor) or out.shape != ref.shape \
             or not out.numel():
         return 0.0
-    d = (out.detach().to(torch.float64) - ref.detach().to(torch.float64).to(out.device)).abs()
-    return float(torch.nan_to_num(d, nan=float("inf")).max())
+    try:
+        return _max_abs_diff(out, ref, out.device)
+    except Exception as exc:  # noqa: BLE001 - only running out of memory is retried
+        if not is_oom(exc):
+            raise
+        free_cached()
+        return _max_abs_diff(out, ref, torch.device("cpu"))
+
+
+_SLICE = 1 << 22  # elements of one slice of the difference (32 MiB in float64)
+
+
+def _max_abs_diff(out: Any, ref: Any, device: Any) -> float:
+    """max |out - ref| in float64 on ``device``, a slice along the first dimension at a time (NaN: inf)."""
+    import torch
+
+    if out.dim() == 0:
+        out, ref = out.reshape(1), ref.reshape(1)
+    rows = out.shape[0]
+    step = max(1, _SLICE // max(1, out[0].numel()))
+    worst = 0.0
+    for i in range(0, rows, step):
+        a = out[i:i + step].detach().to(device=device, dtype=torch.float64)
+        b = ref[i:i + step].detach().to(device=device, dtype=torch.float64)
+        d = torch.nan_to_num((a - b).abs(), nan=float("inf"))
+        worst = max(worst, float(d.max()))
+        del a, b, d
+    return worst
