@@ -41,15 +41,17 @@ def _probe(tmp_path: Path, paths: list[str], python: str = sys.executable, code:
 
 @pytest.fixture(autouse=True)
 def _minimal_view(monkeypatch: pytest.MonkeyPatch) -> None:
-    """These tests are of the minimal view, which a runner switches on (see gpu_gate.executor.view)."""
+    """These tests are of the minimal view (on by default; see gpu_gate.executor.view)."""
     monkeypatch.setenv(view.SWITCH, "1")
 
 
-def test_the_minimal_view_is_off_unless_the_runner_switches_it_on(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_minimal_view_is_on_unless_the_runner_switches_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(view.SWITCH)
+    assert ["--ro-bind", "/", "/"] != sandbox._bwrap_base()[:3] and "/usr" in sandbox._bwrap_base()
+    monkeypatch.setenv(view.SWITCH, "0")
     assert sandbox._bwrap_base()[:3] == ["--ro-bind", "/", "/"]
     monkeypatch.setenv(view.SWITCH, "1")
-    assert ["--ro-bind", "/", "/"] != sandbox._bwrap_base()[:3] and "/usr" in sandbox._bwrap_base()
+    assert ["--ro-bind", "/", "/"] != sandbox._bwrap_base()[:3]
 
 
 def test_a_probe_in_the_sandbox_finds_none_of_the_secrets_a_kernel_could_raise(tmp_path: Path) -> None:
