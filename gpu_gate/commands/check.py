@@ -193,6 +193,17 @@ def _shared_gpu_nodes(gpus: Sequence[str], box: Any) -> list[str]:
     return notes
 
 
+def _view_note(box: Any) -> list[str]:
+    """A note where the runner switched the sandbox's minimal view off: its workers could read the
+    whole machine (read-only), and a reader of the report should know."""
+    from ..executor.view import SWITCH, minimal
+
+    if getattr(box, "kind", None) != "bwrap" or minimal():
+        return []
+    return [f"sandbox: the minimal view is switched off on this runner ({SWITCH}=0): the workers see the whole "
+            "filesystem read-only, with the report, cache and secrets' places hidden (docs/trust.md)"]
+
+
 def _environment(gpus: tuple[str, ...]) -> dict[str, Any]:
     import platform
 
@@ -306,7 +317,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], r
             for i, r in enumerate(results, 1):
                 progress(r, i, len(results), 0.0)
         else:
-            record.notes += _shared_gpu_nodes(gpus, box)
+            record.notes += _shared_gpu_nodes(gpus, box) + _view_note(box)
             opts = ExecOptions(repo_root=repo, gpus=gpus,
                                timeout_s=request.job_timeout or policy.runner.job_timeout_minutes * 60,
                                run_deadline=time.monotonic() + policy.runner.run_timeout_minutes * 60,

@@ -20,9 +20,9 @@ from ..protocol.inputs import Materialized
 from ..protocol.jobs import Job
 from ..protocol.messages import (Ahead, AheadDone, AheadDoneReply, AheadReply, Call, CallDone, CallFailed, ErrorReply,
                                  Finish, FinishReply, Geometry, GuardedInput, Load, LoadReply, Release, Reply, Request,
-                                 SpecImportFacts, SpecImportReply, Stats, tensors)
+                                 SpecImportFacts, SpecImportReply, Stats, Time, Timed, tensors)
 from ..spec import Spec
-from .channel import Channel, ProtocolViolation, WorkerLost, WorkerTimeout
+from .channel import Channel, ProtocolViolation, WorkerLost, WorkerTimeout, violation
 from .limits import reply_budget
 from .reference import Recipe, Reference, TruthPending, output_dtypes, spec_from_description
 from .replies import ContextLost, ReferenceOutOfMemory, SpecBroken, WorkerDied, check, expect, reading, stats_of
@@ -195,6 +195,26 @@ class Candidate:
             watch=[(list(w.shape), bytes(got[w.head.blob]), bytes(got[w.tail.blob])) for w in done.watch],
             side_streams=done.side_streams, held_sms=done.held_sms, produced=done.produced,
             held_caller=done.held_caller)
+
+    def time(self, repeats: int, warmup: int = 1, *, fresh: bool = True, flush: bool = True) -> Timed | str:
+        """Time the last call's case again (the speed check; see worker.timing): each run's seconds as
+        the worker reports them, or why it could not. A worker whose context died raises ContextLost."""
+        import time
+
+        start = time.monotonic()
+        try:
+            reply, _ = self._ask(Time(repeats, warmup, fresh, flush))
+        finally:
+            self.busy_s += time.monotonic() - start
+        if isinstance(reply, ErrorReply):
+            if reply.error == "fatal":
+                raise ContextLost(reply.message)
+            return reply.message or reply.error
+        timed = expect(reply, Timed, self.channel)
+        if len(timed.seconds) != repeats:
+            raise violation(self.channel.name, "time", wire.BadMessage(
+                f"{len(timed.seconds)} timings where {repeats} were asked"))
+        return timed
 
     def release(self) -> None:
         """Let the worker drop the outputs it holds. Cleanup: a worker already lost (the error

@@ -163,6 +163,23 @@ class SanitizerPolicy(CheckPolicy):
     timeout_minutes: float = Field(default=20.0, gt=0, description="kill the sanitized run after this long")
 
 
+class SpeedPolicy(CheckPolicy):
+    level: LevelField = Field(default="off", description=(
+        "off by default; advisory: the head's time against the base's in the report; required: a slow-down beyond "
+        "threshold blocks"))
+    cases: int = Field(default=2, ge=1, le=16, description="cases timed per spec (the largest plain ones, one per dtype first)")
+    rounds: int = Field(default=10, ge=6, le=200, description=(
+        "interleaved rounds per case (base then head, head then base, ...): each gives one pair of timings"))
+    repeats: int = Field(default=5, ge=1, le=100, description="timed runs per side and round; the round's figure is their median")
+    warmup: int = Field(default=3, ge=0, le=100, description="untimed runs per side before a case's first round")
+    threshold: float = Field(default=0.05, ge=0, le=10, description=(
+        "the slow-down allowed (0.05: 5%): slower is a finding when the whole confidence interval lies beyond it"))
+    confidence: float = Field(default=0.95, gt=0.5, lt=1, description="confidence of the interval of head/base time")
+    flush_l2: bool = Field(default=True, description="overwrite the GPU's L2 cache before each timed run")
+    fresh_buffers: bool = Field(default=True, description=(
+        "each timed run on new copies of the inputs (new addresses: no cache keyed by pointers helps)"))
+
+
 def _check_doc(model: type[CheckPolicy]) -> str:
     return f"a level (required, advisory, off), or a mapping of {model.__name__} settings"
 
@@ -170,6 +187,7 @@ def _check_doc(model: type[CheckPolicy]) -> str:
 CompileField = Annotated[CompilePolicy, BeforeValidator(_check_shorthand, json_schema_input_type=Union[CompilePolicy, Level, bool])]
 EquivalenceField = Annotated[EquivalencePolicy, BeforeValidator(_check_shorthand, json_schema_input_type=Union[EquivalencePolicy, Level, bool])]
 DeterminismField = Annotated[DeterminismPolicy, BeforeValidator(_check_shorthand, json_schema_input_type=Union[DeterminismPolicy, Level, bool])]
+SpeedField = Annotated[SpeedPolicy, BeforeValidator(_check_shorthand, json_schema_input_type=Union[SpeedPolicy, Level, bool])]
 SanitizerField = Annotated[SanitizerPolicy, BeforeValidator(_check_shorthand, json_schema_input_type=Union[SanitizerPolicy, Level, bool])]
 
 
@@ -186,6 +204,7 @@ class Checks(_Frozen):
     racecheck: SanitizerField = Field(default=SanitizerPolicy(), description=_check_doc(SanitizerPolicy))
     synccheck: SanitizerField = Field(default=SanitizerPolicy(), description=_check_doc(SanitizerPolicy))
     initcheck: SanitizerField = Field(default=SanitizerPolicy(level="advisory"), description=_check_doc(SanitizerPolicy))
+    speed: SpeedField = Field(default=SpeedPolicy(), description=_check_doc(SpeedPolicy))
 
     @model_validator(mode="before")
     @classmethod

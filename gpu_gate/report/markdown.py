@@ -98,6 +98,7 @@ def _sections(ctx: _Ctx) -> list[_Section]:
                  omitted="more reasons for checks or dtypes not verified are not shown", capped=True),
         _Section("### Error growth with size", growth_blocks(ctx.record.results, ctx.verdict)),
         _Section("### Compile resources", resource_blocks(ctx.record.results)),
+        _Section("### Speed: this change against the base", _speed_blocks(ctx)),
         _Section("### Specs run, and why", _collapsed("why each spec ran", _selection_lines(ctx))),
         _Section("### Warnings (do not block the merge)", _warning_blocks(ctx), omitted="more warnings not shown"),
         _Section("### Pre-existing failures (the base's code fails them too)", _debt_blocks(ctx),
@@ -348,6 +349,21 @@ def _dropped_dtype_lines(results: Iterable[JobResult]) -> list[str]:
             f"{f' and {len(targets) - _MAX_TARGETS} more' if len(targets) > _MAX_TARGETS else ''}: "
             f"{escape(first_line(why, 300))}"
             for (check, dtypes, why), targets in groups.items()]
+
+
+def _speed_blocks(ctx: _Ctx) -> list[str]:
+    """The speed check's figures for each spec it timed: head/base time and its interval on one line,
+    how it was timed and each case's figures collapsed beneath (see gpu_gate.judge.checks.speed)."""
+    out: list[str] = []
+    for r in ctx.record.results:
+        for f in r.findings:
+            if r.check != "speed" or f.kind != "speed":
+                continue
+            head, _, rest = f.message.partition("; ")
+            line = f"- {code(job_target(r))}: {escape(first_line(head.removeprefix('speed: '), 300))}"
+            out.append(line if not rest else f"{line}\n\n" + details("how it was timed, case by case",
+                                                                      fence(_shorten(rest, ctx.message_limit))))
+    return out
 
 
 def _warning_blocks(ctx: _Ctx) -> list[str]:

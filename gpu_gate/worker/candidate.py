@@ -15,13 +15,13 @@ import contextlib
 import dataclasses
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..protocol import wire
 from ..protocol.guard import GUARD_BYTES, Guarded, geometry, guarded_from
-from ..protocol.messages import (Call, CallDone, CallFailed, ErrorReply, Release, ReleaseReply, Reply, Request,
+from ..protocol.messages import (Call, CallDone, CallFailed, ErrorReply, Release, ReleaseReply, Reply, Request, Time,
                                  TensorMeta, ValueMeta, Watch, tensors)
 from ..protocol.messages.reference import recipe_json
 from .hold_sms import SmHolder
@@ -52,6 +52,8 @@ class CandidateServer:
         self._producer = Producer()
         self._peak_bytes = 0  # the most the candidate allocated in one unhindered call (CUDA)
         self._last_run_s = 0.0
+        self._dims: dict[str, int] = {}  # the last call's dims and gradients' layout (what ``time`` runs again)
+        self._grad_layout = "contiguous"
         self._pools_off = False  # CuPy's memory pools, turned off for the first call under a tool
 
     def handle(self, request: Request, blobs: list[bytearray]) -> tuple[Reply, wire.Blobs]:
@@ -60,6 +62,8 @@ class CandidateServer:
         if isinstance(request, Release):
             self.held, self.held_copy = None, {}
             return ReleaseReply(), []
+        if isinstance(request, Time):
+            return self.time(request), []
         return ErrorReply(request.op, "protocol", f"unknown request {request.op!r}"), []
 
     # --- inputs ------------------------------------------------------------------
@@ -95,6 +99,34 @@ class CandidateServer:
                 self.snapshots[name] = g.buffer.clone()
             torch.cuda.synchronize() if self.device == "cuda" else None
 
+    # --- timing (the speed check) -------------------------------------------------
+
+    def time(self, request: Time) -> Reply:
+        """The last call's case again, timed (see worker.timing): the same inputs' values and the
+        same upstream gradient, in fresh plain tensors for each run."""
+        import torch
+
+        from .timing import time_calls
+
+        if not self.inputs:
+            return ErrorReply(request.op, "protocol", "nothing to time: no case's inputs are held")
+        for name, g in self.inputs.items():  # the values the judge sent, whatever the last call wrote
+            g.buffer.copy_(self.snapshots[name])
+        given = {k: _plain_copy(g.view, "same") for k, g in self.inputs.items()}
+        kwargs = kwargs_for(self.spec, dict(self._dims))
+        up = self._upstream
+
+        def run(inputs: Mapping[str, torch.Tensor]) -> object:
+            upstream = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in up.items()} if up else None
+            return call_with_grads(self.spec, self.spec.fn, dict(inputs), kwargs, upstream, self._grad_layout)
+
+        try:
+            return time_calls(request, self.device, given, run, lambda t: _plain_copy(t, "same"))
+        except Exception as exc:  # noqa: BLE001 - candidate code: said, never a figure
+            failed = self._failed(exc)
+            return ErrorReply(request.op, "fatal" if failed.status == "fatal" else "worker",
+                              f"the timed run failed: {failed.message}")
+
     # --- one call ----------------------------------------------------------------
 
     def call(self, request: Call, blobs: list[bytearray]) -> tuple[Reply, wire.Blobs]:
@@ -113,6 +145,7 @@ class CandidateServer:
         else:
             upstream = self._upstream = None
         dims = dict(request.dims)
+        self._dims, self._grad_layout = dims, request.grad_layout or "contiguous"
         given = {k: g.view for k, g in self.inputs.items()}
         plain = request.plain
         exact = request.exact and plain is None

@@ -152,6 +152,6 @@ def test_a_key_with_a_line_break_character_stays_one_line(tmp_path: Path) -> Non
         load_policy(path.parent)
     assert str(err.value).splitlines() == [
         ".gpu-gate.yml:2:10: unknown check 'a\\x85b' (valid checks: compile, equivalence, determinism, memcheck, "
-        "racecheck, synccheck, initcheck)",
+        "racecheck, synccheck, initcheck, speed)",
         ".gpu-gate.yml:2:30: unknown check 'c\\x1ed' (valid checks: compile, equivalence, determinism, memcheck, "
-        "racecheck, synccheck, initcheck)"]
+        "racecheck, synccheck, initcheck, speed)"]

@@ -25,7 +25,7 @@ def error_of(root: Path, text: str, *, strict: bool = False) -> str:
     return str(info.value)
 
 
-CHECK_NAMES = "compile, equivalence, determinism, memcheck, racecheck, synccheck, initcheck"
+CHECK_NAMES = "compile, equivalence, determinism, memcheck, racecheck, synccheck, initcheck, speed"
 
 
 @pytest.mark.parametrize(("text", "message"), [

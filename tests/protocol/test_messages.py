@@ -15,7 +15,8 @@ from gpu_gate.protocol.messages import (REPLIES, REQUESTS, Ahead, AheadDone, Ahe
                                         ErrorReply, Finish, FinishReply, Geometry, GradRecipe, GuardedInput,
                                         HeadReference, HeadReferenceReply, Load, LoadReply, Release, ReleaseReply,
                                         SpecDescription, SpecImportFacts, SpecImportReply, Stats, StatsReply,
-                                        TensorMeta, Truth, TruthReply, Upstream, UpstreamReply, ValueMeta, Watch,
+                                        TensorMeta, Time, Timed, Truth, TruthReply, Upstream, UpstreamReply, ValueMeta,
+                                        Watch,
                                         read_reply, read_request)
 from gpu_gate.protocol.wire import BadMessage
 
@@ -38,6 +39,7 @@ REQUESTS_MADE = [
     (Upstream("tok", "c0001", 1), []), (Truth("tok", "c0001", 0, {"out": "bfloat16"}), []),
     (BaselineFp32("tok", "c0001", 0, {"out": "float16"}), []), (HeadReference("tok", "c0001"), []),
     (CompileRequest("lib/k.py", ("sm_80", "sm_90"), "sm_90", ("k",)), []),
+    (Time(5, 3, fresh=True, flush=False), []),
 ]
 
 REPLIES_MADE = [
@@ -65,6 +67,7 @@ REPLIES_MADE = [
     (ErrorReply("truth", "oom", "the spec's reference ran out of GPU memory on case k0", False, "it uses lib", "base"),
      []),
     (CompileReply(CompileFacts("csrc/a.cu", "/repo", "cuda", ptx=0)), [120]),
+    (Timed((1.5e-4, 1.4e-4), "cuda-events", 1980.0, 100 << 20), []),
 ]
 
 
@@ -82,10 +85,11 @@ def test_every_reply_reads_back_as_itself(message: Any, sizes: list[int]) -> Non
     assert read_reply(message.op, _crossed(message), sizes) == message
 
 
-def test_fourteen_requests_each_with_its_reply() -> None:
-    """The protocol's kinds of message: 14 requests (the compile check's among them); each but
-    ``bye`` gets its own reply (the load its spec-import reply too, and any of them an error reply)."""
-    assert len(REQUESTS) == 14 and set(REPLIES) == set(REQUESTS) - {"bye"}
+def test_fifteen_requests_each_with_its_reply() -> None:
+    """The protocol's kinds of message: 15 requests (the compile check's and the speed check's among
+    them); each but ``bye`` gets its own reply (the load its spec-import reply too, and any of them an
+    error reply)."""
+    assert len(REQUESTS) == 15 and set(REPLIES) == set(REQUESTS) - {"bye"}
     assert {type(m).op for m, _ in REQUESTS_MADE} == set(REQUESTS)
     assert {m.op for m, _ in REPLIES_MADE} == set(REPLIES)
 
@@ -118,6 +122,21 @@ def test_a_malformed_reply_is_refused_naming_what_is_wrong(header: Any, sizes: l
     with pytest.raises(BadMessage) as e:
         read_reply("call", header, sizes)
     assert said in str(e.value)
+
+
+@pytest.mark.parametrize("seconds,how,said", [
+    ([], "wall", "0 timings"),
+    ([1e-3, -1e-3], "wall", "not a positive finite number"),
+    ([1e-3, float("nan")], "wall", "not a positive finite number"),
+    ([0.0], "cuda-events", "not a positive finite number"),
+    ([1e-3], "sundial", "unknown timing method"),
+    (["fast"], "wall", "expected a number"),
+])
+def test_a_timing_that_is_not_a_time_is_refused(seconds: list[Any], how: str, said: str) -> None:
+    """A worker that answers the speed check with no timing, a zero, a negative or NaN time (which
+    would count as fast) breaks the protocol; it is never a figure."""
+    with pytest.raises(BadMessage, match=said):
+        read_reply("time", {"op": "time", "seconds": seconds, "how": how}, [])
 
 
 def test_a_reply_with_two_tensors_on_one_blob_is_refused() -> None:

@@ -89,6 +89,9 @@ CHECKS: dict[str, CheckInfo] = {c.name: c for c in (
     _sanitizer("racecheck", 60.0, "shared-memory races"),
     _sanitizer("synccheck", 40.0, "invalid barrier use"),
     _sanitizer("initcheck", 40.0, "reads of uninitialised global memory"),
+    CheckInfo("speed", scope="spec", summary="the head's time against the base's on the same cases, with its interval",
+              module="gpu_gate.judge.checks.speed", needs_gpu=False, runs_candidate=True, differential="cases",
+              tool=None, memory="cases", compiler=Compiler(), cost=30.0),
 )}
 
 
@@ -100,7 +103,7 @@ def check_info(name: str) -> CheckInfo | None:
 
 if TYPE_CHECKING:  # every registered module satisfies the interface, checked by the type checker
     from . import compile as _compile, determinism as _determinism, equivalence as _equivalence
-    from . import sanitizer as _sanitizer_module
+    from . import sanitizer as _sanitizer_module, speed as _speed
 
-    _CHECKED: tuple[Check, ...] = (_compile, _equivalence, _determinism, _sanitizer_module)
+    _CHECKED: tuple[Check, ...] = (_compile, _equivalence, _determinism, _sanitizer_module, _speed)
     _WRAPPING: tuple[WrappingCheck, ...] = (_sanitizer_module,)

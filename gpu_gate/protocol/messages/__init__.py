@@ -64,6 +64,7 @@ from .kinds import REPLIES, REQUESTS, Reply, Request, read_reply, read_request  
 from .reference import (BaselineFp32, BaselineFp32Reply, GradRecipe, HeadReference, HeadReferenceReply,  # noqa: E402
                         Truth, TruthReply, Upstream, UpstreamReply)
 from .tensors import Ledger, Opaque, TensorMeta, ValueMeta  # noqa: E402
+from .timing import Time, Timed  # noqa: E402
 
 __all__ = ["MAX_TEXT", "REPLIES", "REQUESTS", "Ahead", "AheadDone", "AheadDoneReply", "AheadReply", "BaselineFp32",
            "BaselineFp32Reply", "Bye", "Call", "CallDone", "CallFailed", "CompileFacts", "CompileReply",
@@ -71,5 +72,5 @@ __all__ = ["MAX_TEXT", "REPLIES", "REQUESTS", "Ahead", "AheadDone", "AheadDoneRe
            "Geometry", "GradRecipe", "GuardedInput", "HeadReference", "HeadReferenceReply", "Ledger", "Load",
            "LoadReply", "NvccFacts", "Opaque", "Release", "ReleaseReply", "Reply", "Request", "ResourceFacts",
            "SpecDescription", "SpecImportFacts", "SpecImportReply", "Stats", "StatsReply", "TensorMeta",
-           "TritonBuildFacts", "TritonKernelFacts", "Truth", "TruthReply", "Upstream", "UpstreamReply", "ValueMeta",
+           "Time", "Timed", "TritonBuildFacts", "TritonKernelFacts", "Truth", "TruthReply", "Upstream", "UpstreamReply", "ValueMeta",
            "Watch", "ptx_text", "put_text", "read_reply", "read_request", "text"]

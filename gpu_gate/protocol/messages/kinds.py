@@ -15,16 +15,17 @@ from .fields import Fields
 from .reference import (BaselineFp32, BaselineFp32Reply, HeadReference, HeadReferenceReply, Truth, TruthReply, Upstream,
                         UpstreamReply)
 from .tensors import Ledger
+from .timing import Time, Timed
 
 Request = Union[Load, Describe, Finish, Ahead, AheadDone, Stats, Release, Bye, Call, Upstream, Truth, BaselineFp32,
-                HeadReference, CompileRequest]
+                HeadReference, CompileRequest, Time]
 Reply = Union[LoadReply, SpecImportReply, DescribeReply, FinishReply, AheadReply, AheadDoneReply, StatsReply,
               ReleaseReply, CallDone, CallFailed, UpstreamReply, TruthReply, BaselineFp32Reply, HeadReferenceReply,
-              CompileReply, ErrorReply]
+              CompileReply, Timed, ErrorReply]
 
 REQUESTS: dict[str, Any] = {cls.op: cls for cls in (Load, Describe, Finish, Ahead, AheadDone, Stats, Release, Bye,
                                                      Call, Upstream, Truth, BaselineFp32, HeadReference,
-                                                     CompileRequest)}
+                                                     CompileRequest, Time)}
 
 # the reply each request gets (an error aside); bye gets none
 REPLIES: dict[str, Callable[[Any, Ledger], Any]] = {
@@ -32,7 +33,7 @@ REPLIES: dict[str, Callable[[Any, Ledger], Any]] = {
     "ahead": AheadReply.from_json, "ahead_done": AheadDoneReply.from_json, "stats": StatsReply.from_json,
     "release": ReleaseReply.from_json, "call": read_call_reply, "upstream": UpstreamReply.from_json,
     "truth": TruthReply.from_json, "baseline_fp32": BaselineFp32Reply.from_json,
-    "head_reference": HeadReferenceReply.from_json, "compile": CompileReply.from_json}
+    "head_reference": HeadReferenceReply.from_json, "compile": CompileReply.from_json, "time": Timed.from_json}
 
 
 def read_request(header: Any, sizes: Sequence[int]) -> Request:

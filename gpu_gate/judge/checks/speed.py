@@ -1,0 +1,201 @@
+"""The speed check: is the head's code slower than the base's on the same cases, and by how much.
+
+On a pull request whose spec exists at the base, the base's code and the head's run in workers of
+their own (as in the differential runs of the other checks). For each of a few cases (the largest the
+schedule builds within the case budget, one per dtype first, plain layouts: the shapes a training step
+runs), both are called once on the same inputs (compiling, autotuning, checking they run), then timed
+in interleaved rounds: base then head, head then base, ... Each round, each side's figure is the
+median of a few timed runs, each on fresh copies of the inputs after the L2 cache was overwritten (see
+``gpu_gate.worker.timing``). Head over base, round by round, gives the pairs that
+``gpu_gate.judge.speed`` turns into a ratio with its confidence interval: per case, and over all pairs.
+
+A slow-down whose interval lies wholly beyond ``1 + threshold`` is a ``slower`` finding, which blocks
+where the check is ``required``; every job says its figures in a ``speed`` note (speed-up, slow-down or
+no change shown, the interval, the timing method, the SM clock). Without a base (a new spec, or the
+base's code no longer runs) there is nothing to compare: said, not failed. The figures are the workers'
+word: evidence of speed, never of correctness, which the other checks judge.
+"""
+from __future__ import annotations
+
+import statistics
+from typing import TYPE_CHECKING
+
+from ...findings import Finding, Severity, Status
+
+if TYPE_CHECKING:
+    from ...protocol.cases import Case
+    from ...protocol.jobs import Job
+    from ..job import Context, Outcome
+    from ..workers import Candidate, Workers
+    from ..speed import SpeedComparison
+
+CASES = 2  # cases timed per spec
+ROUNDS = 10  # interleaved rounds per case: each gives one pair (head, base)
+REPEATS = 5  # timed runs per side and round; the round's figure is their median
+WARMUP = 3  # untimed runs per side before a case's first round
+CANDIDATES = 32  # cases the schedule is asked for, to pick the largest from
+
+
+def run(job: Job, ctx: Context) -> Outcome:
+    from ..job import Outcome
+
+    workers = ctx.open_workers(job)
+    spec = workers.spec
+    if ctx.device not in spec.devices:
+        return Outcome(Status.NOT_RUN, reason=f"spec {spec.name!r} runs only on {', '.join(spec.devices)}")
+    return Speed(job, ctx, workers).run()
+
+
+class Speed:
+    def __init__(self, job: Job, ctx: Context, workers: Workers) -> None:
+        from .equivalence import Equivalence
+
+        self.job, self.ctx, self.workers, self.spec = job, ctx, workers, workers.spec
+        self.eq = Equivalence(job, ctx, workers)
+        o = job.options
+        self.cases_n = max(1, int(o.get("cases") or CASES))
+        self.rounds = max(6, int(o.get("rounds") or ROUNDS))
+        self.repeats = max(1, int(o.get("repeats") or REPEATS))
+        warmup, threshold = o.get("warmup"), o.get("threshold")
+        self.warmup = max(0, int(warmup) if warmup is not None else WARMUP)
+        self.threshold = float(threshold) if threshold is not None else 0.05
+        self.confidence = float(o.get("confidence") or 0.95)
+        self.fresh = bool(o.get("fresh_buffers", True))
+        self.flush = bool(o.get("flush_l2", True))
+        self.how: set[str] = set()
+        self.clocks: list[float] = []
+        self.flushed = 0
+
+    # --- which cases ------------------------------------------------------------
+
+    def cases(self) -> list[Case]:
+        """The largest plain cases the schedule builds within the case budget, one per dtype first."""
+        from ...protocol.cases import Case, ScheduleOptions, case_bytes, schedule
+        from .equivalence import unsupported_dtypes
+
+        if self.job.case:
+            return [Case.from_token(self.job.case)]
+        bad, _ = unsupported_dtypes(self.ctx, self.workers)
+        opts = ScheduleOptions.from_options({**self.job.options, "cases": CANDIDATES}, seed=self.eq.seed,
+                                            budget=self.eq.budget, unsupported=bad)
+        plain = [c for c in schedule(self.spec, opts)
+                 if all(i.layout == "contiguous" for i in c.inputs.values())
+                 and case_bytes(self.spec, c.dims, c.inputs) <= self.eq.budget]
+        plain.sort(key=lambda c: -case_bytes(self.spec, c.dims, c.inputs))
+        chosen: list[Case] = []
+        for c in plain:  # the largest of each dtype first, then the next largest
+            if c.dtype not in {x.dtype for x in chosen}:
+                chosen.append(c)
+        chosen += [c for c in plain if c not in chosen]
+        return chosen[:self.cases_n]
+
+    # --- the run ------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        from ...protocol.jobs import base_commit
+        from ..equivalence.engine import ContextLost
+        from ..job import Outcome
+        from ..speed import compare
+        from ..workers import BaseLost, WorkerDied
+
+        base = self.eq.runner.base
+        if base is None:
+            why = ("the spec is new in this change: there is no base code to time against"
+                   if not base_commit(self.job) else "the base's code could not be started for this spec")
+            return Outcome(Status.PASSED, [self._note(f"not timed: {why}")], reason=why)
+        per_case: list[tuple[Case, list[float], list[float]]] = []
+        skipped: list[str] = []
+        try:
+            for case in self.cases():
+                got = self._time_case(case, base)
+                if isinstance(got, str):
+                    skipped.append(f"case {case.id} ({case.describe()[:80]}): {got}")
+                    continue
+                per_case.append((case, *got))
+        except BaseLost as exc:
+            return self._not_timed(f"the base's code stopped answering: {exc}", skipped)
+        except ContextLost as exc:
+            if isinstance(exc, WorkerDied):
+                raise
+            return Outcome(Status.FAILED, [self._finding("cuda-error", f"the kernel broke the CUDA context while "
+                                                                       f"timed: {exc}", Severity.ERROR)],
+                           reason="CUDA context lost")
+        if not per_case:
+            return self._not_timed("no case could be timed", skipped)
+        lines: list[str] = []
+        for case, b, h in per_case:
+            c = compare(b, h, confidence=self.confidence, threshold=self.threshold)
+            lines.append(f"case {case.id} ({case.describe()[:100]}; base {_ms(b)}, head {_ms(h)} per call): "
+                         f"{c.describe()}")
+        all_b = [t for _, b, _ in per_case for t in b]
+        all_h = [t for _, _, h in per_case for t in h]
+        overall = compare(all_b, all_h, confidence=self.confidence, threshold=self.threshold)
+        findings = [self._note(self._summary(overall, lines, skipped), overall)]
+        if overall.beyond:
+            findings.insert(0, self._finding(
+                "slower", f"this change makes the kernel slower than the policy allows: {overall.describe()} "
+                          f"(threshold {self.threshold:.0%})", Severity.ERROR, overall))
+            return Outcome(Status.FAILED, findings, cases=len(per_case))
+        return Outcome(Status.PASSED, findings, cases=len(per_case))
+
+    def _time_case(self, case: Case, base: Candidate) -> tuple[list[float], list[float]] | str:
+        """(the base's figures, the head's), one per round; or why the case could not be timed."""
+        from ...protocol.inputs import materialize
+
+        head = self.eq.runner.candidate
+        m = materialize(self.spec, case, self.ctx.device)
+        upstream = self.eq.runner.ref.upstream(case)
+        for side, cand in (("head", head), ("base", base)):
+            rep = cand.call(case, upstream, inputs=m, inputs_back=False)
+            if rep.status != "ok":
+                return f"the {side}'s code did not run it ({rep.status}: {(rep.message or '')[:160]})"
+        figures: dict[str, list[float]] = {"head": [], "base": []}
+        for r in range(self.rounds):
+            order = (("base", base), ("head", head)) if r % 2 == 0 else (("head", head), ("base", base))
+            for side, cand in order:
+                timed = cand.time(self.repeats, self.warmup if r == 0 else 0, fresh=self.fresh, flush=self.flush)
+                if isinstance(timed, str):
+                    return f"the {side}'s code could not be timed: {timed[:200]}"
+                self.how.add(timed.how)
+                self.flushed = max(self.flushed, timed.flushed_bytes)
+                if timed.clock_mhz:
+                    self.clocks.append(timed.clock_mhz)
+                figures[side].append(statistics.median(timed.seconds))
+        return figures["base"], figures["head"]
+
+    # --- what is said -------------------------------------------------------------
+
+    def _summary(self, overall: SpeedComparison, lines: list[str], skipped: list[str]) -> str:
+        how = ", ".join(sorted(self.how)) or "?"
+        setting = (f"{self.rounds} interleaved rounds per case, each side's figure the median of {self.repeats} "
+                   f"timed runs ({how}"
+                   + (f"; fresh input buffers each run" if self.fresh else "")
+                   + (f"; L2 flushed ({self.flushed >> 20} MiB overwritten) before each run" if self.flushed else "")
+                   + (f"; SM clock {min(self.clocks):.0f}-{max(self.clocks):.0f} MHz" if self.clocks else "")
+                   + ")")
+        text = f"speed: {overall.describe()}; {setting}. " + " ".join(lines)
+        if skipped:
+            text += " Not timed: " + "; ".join(skipped)
+        return text
+
+    def _note(self, message: str, c: SpeedComparison | None = None) -> Finding:
+        return self._finding("speed", message, Severity.NOTE, c)
+
+    def _finding(self, kind: str, message: str, severity: Severity, c: SpeedComparison | None = None) -> Finding:
+        assert self.job.spec is not None
+        details: dict[str, object] = {}
+        if c is not None:
+            details = {"ratio": c.ratio, "low": c.low, "high": c.high, "pairs": c.pairs,
+                       "confidence": c.confidence, "threshold": c.threshold}
+        return Finding(check="speed", kind=kind, spec=self.job.spec.id, message=message, severity=severity,
+                       details=details)
+
+    def _not_timed(self, why: str, skipped: list[str]) -> Outcome:
+        from ..job import Outcome
+
+        said = why + (": " + "; ".join(skipped) if skipped else "")
+        return Outcome(Status.NOT_RUN, [self._note(f"not timed: {said}")], reason=said[:300])
+
+
+def _ms(seconds: list[float]) -> str:
+    return f"{statistics.median(seconds) * 1e3:.3g} ms"

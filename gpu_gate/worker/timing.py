@@ -1,0 +1,75 @@
+"""Timing the candidate for the speed check: the last call's case, again, ``repeats`` times.
+
+Each timed run gets fresh copies of the case's inputs (new addresses: a kernel or wrapper that caches
+by pointer, or keeps a previous result, cannot answer from it) and of the upstream gradient, made
+before the clock starts; on a GPU the L2 cache is overwritten first (a buffer twice its size,
+zeroed), so every run reads its inputs from memory as a training step would; then only the call is
+timed, with CUDA events on the caller's stream, or the wall clock on the CPU. The same worker code
+times the base's code and the head's, so what is left over (the wrapper's Python, allocations) is
+alike on both sides."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from ..protocol.messages.timing import Time, Timed
+
+if TYPE_CHECKING:
+    import torch
+
+FLUSH_FALLBACK = 256 << 20  # bytes overwritten where the device does not say its L2 size
+
+
+def time_calls(request: Time, device: str, inputs: Mapping[str, torch.Tensor],
+               run: Callable[[Mapping[str, torch.Tensor]], object],
+               copy: Callable[[torch.Tensor], torch.Tensor]) -> Timed:
+    """``run(inputs)`` timed ``request.repeats`` times after ``request.warmup`` untimed runs.
+    ``copy``: how one input is copied to new memory (its layout kept)."""
+    import torch
+
+    flush = _flush_buffer(device) if request.flush else None
+    seconds: list[float] = []
+    for i in range(request.warmup + request.repeats):
+        given = {k: copy(v) for k, v in inputs.items()} if request.fresh else dict(inputs)
+        if device == "cuda":
+            if flush is not None:
+                flush.zero_()
+            start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch's stub
+            end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
+            start.record()
+            run(given)
+            end.record()
+            end.synchronize()
+            took = start.elapsed_time(end) / 1e3
+        else:
+            t0 = time.perf_counter()
+            run(given)
+            took = time.perf_counter() - t0
+        if i >= request.warmup:
+            seconds.append(max(took, 1e-9))
+        del given
+    return Timed(tuple(seconds), "cuda-events" if device == "cuda" else "wall", _clock_mhz(device),
+                 0 if flush is None else int(flush.numel()))
+
+
+def _flush_buffer(device: str) -> torch.Tensor | None:
+    if device != "cuda":
+        return None
+    import torch
+
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0)
+    return torch.empty(2 * l2 if l2 > 0 else FLUSH_FALLBACK, dtype=torch.uint8, device="cuda")
+
+
+def _clock_mhz(device: str) -> float | None:
+    """The SM clock now, where the driver says it (through NVML)."""
+    if device != "cuda":
+        return None
+    try:
+        import torch
+
+        return float(torch.cuda.clock_rate())
+    except Exception:  # noqa: BLE001 - no NVML binding, or a driver that does not say: not reported
+        return None

@@ -1,0 +1,80 @@
+"""The speed check (issue 44, part 2) on real repositories and real sandboxed workers, on the CPU:
+the base's code and the head's timed on the same cases in interleaved rounds, head/base time with
+its confidence interval in the report, and a slow-down beyond the policy's threshold red where the
+check is required. The CPU's wall clock stands in for CUDA events here (tests/gpu times a GPU)."""
+from __future__ import annotations
+
+from test_differential import KERNEL, SPEC, _check
+
+POLICY = """\
+version: 1
+kernels: {include: ["csrc/**/*.cu"]}
+specs: ["gate/**/*_gate.py"]
+checks:
+  compile: off
+  equivalence: off
+  determinism: off
+  memcheck: off
+  racecheck: off
+  synccheck: off
+  initcheck: off
+  speed: {level: %s, cases: 1, rounds: 8, repeats: 3, warmup: 1, threshold: 0.5}
+"""
+
+FAST = "def row_sum(x):\n    return x.double().sum(-1).to(x.dtype)\n"
+# The same sum, renamed: a change that does nothing to the time
+RENAMED = "def row_sum(values):\n    return values.double().sum(-1).to(values.dtype)\n"
+# A "tuning" that makes every call wait 20 ms: many times the sum's own time on a 64 x 256 case
+SLOWER = "import time\n\n\ndef row_sum(x):\n    time.sleep(0.02)\n    return x.double().sum(-1).to(x.dtype)\n"
+
+
+def _gate(make_repo, head: str, level: str = "required", name: str = "proj"):  # type: ignore[no-untyped-def]
+    r = make_repo(name, {".gpu-gate.yml": POLICY % level, "mylib/__init__.py": "", "mylib/ops.py": FAST,
+                         "csrc/rows.cu": KERNEL, "gate/rows_gate.py": SPEC})
+    r.branch("feature")
+    r.commit("pull request", {"mylib/ops.py": head, "csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")})
+    return _check(r)
+
+
+def _speed(results: dict) -> list[dict]:  # type: ignore[type-arg]
+    return [f for r in results.get("results", []) if r["check"] == "speed" for f in r["findings"]]
+
+
+def test_a_change_that_makes_the_kernel_slower_is_red_with_its_interval(make_repo) -> None:  # type: ignore[no-untyped-def]
+    code, text, results = _gate(make_repo, SLOWER)
+    assert code == 1, text
+    slower = [f for f in _speed(results) if f["kind"] == "slower"]
+    assert len(slower) == 1, _speed(results)
+    d = slower[0]["details"]
+    assert d["low"] > 1.5 and d["low"] <= d["ratio"] <= d["high"] and d["pairs"] == 8, d
+    assert "slower than the policy allows" in slower[0]["message"] and "interval" in slower[0]["message"]
+    note = next(f for f in _speed(results) if f["kind"] == "speed")
+    assert "8 interleaved rounds" in note["message"] and "wall" in note["message"], note["message"]
+
+
+def test_the_same_slow_down_is_reported_not_blocking_where_the_check_is_advisory(make_repo) -> None:  # type: ignore[no-untyped-def]
+    code, text, results = _gate(make_repo, SLOWER, level="advisory")
+    assert code == 0, text
+    assert [f["kind"] for f in _speed(results) if f["kind"] == "slower"] == ["slower"], _speed(results)
+
+
+def test_a_change_that_does_nothing_to_the_time_is_green_with_its_figures(make_repo) -> None:  # type: ignore[no-untyped-def]
+    code, text, results = _gate(make_repo, RENAMED)
+    assert code == 0, text
+    notes = _speed(results)
+    assert [f["kind"] for f in notes] == ["speed"], notes
+    d = notes[0]["details"]
+    assert d["low"] <= 1.5 and d["low"] <= d["ratio"] <= d["high"], d
+    assert "head/base time" in notes[0]["message"]
+    assert "### Speed: this change against the base" in text and "head/base time" in text  # the PR comment
+
+
+def test_a_new_spec_has_no_base_to_time_against_and_says_so(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = make_repo("proj", {".gpu-gate.yml": POLICY % "required", "mylib/__init__.py": "", "mylib/ops.py": FAST})
+    r.branch("feature")
+    r.commit("a new kernel and its spec", {"gate/rows_gate.py": SPEC, "csrc/rows.cu": KERNEL})
+    code, text, results = _check(r)
+    assert code == 0, text
+    notes = _speed(results)
+    assert len(notes) == 1 and "no base code to time against" in notes[0]["message"], notes
+
