@@ -3,13 +3,12 @@ compilers take them."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
 
 DEFAULT_ARCHS = ("sm_80", "sm_90")
 LINT_ARCH = "sm_90"  # the architecture whose PTX gpu-gate reads (races, 32-bit offsets)
 
 
-def normalise_archs(archs: Iterable[Any]) -> list[str]:
+def normalise_archs(archs: Iterable[object]) -> list[str]:
     """``90``, ``"90"``, ``"sm_90"``, ``"compute_90"`` -> ``"sm_90"`` (``"sm_90a"`` is kept)."""
     out = []
     for a in archs:

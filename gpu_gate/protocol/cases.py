@@ -41,7 +41,7 @@ class InputChoice:
     param: float = 0.0  # distribution parameter (peak strength, offset mean, scale; an index's peak margin)
     couple: str = ""  # an index coupled to a float input: "peak:<input>" or "tie:<input>" (see couplings)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
         if not self.couple:
             del d["couple"]
@@ -65,7 +65,7 @@ class Case:
                 return c.dtype
         return "float32"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         d = {"id": self.id, "seed": self.seed, "dims": self.dims, "grad_layout": self.grad_layout,
              "inputs": {k: v.to_json() for k, v in self.inputs.items()}}
         if self.why:

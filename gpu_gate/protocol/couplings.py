@@ -17,9 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..spec import Index, Spec, Tensor
+
+if TYPE_CHECKING:
+    import random
+
+    import torch
 
 # logit margins of a label over the logsumexp of the other classes:
 # p(label) = sigmoid(margin) = 0.5, 0.9, 0.99, 0.999, 0.9999, 0.99999, 1 - 1e-6
@@ -89,7 +94,8 @@ def _p(margin: float) -> str:
     return f"1-{1 - p:.0e}" if p > 0.9999 else f"{p:.4g}"
 
 
-def apply(values: dict[str, Any], spec: Spec, index: str, couple: str, margin: float, gen: Any) -> None:
+def apply(values: dict[str, torch.Tensor], spec: Spec, index: str, couple: str, margin: float,
+          gen: torch.Generator) -> None:
     """Couple ``values[index]`` and its target (float64), in place of the two entries."""
     parsed = parse(couple)
     found = [c for c in of_index(spec, index) if parsed is not None and c.target == parsed[1]]
@@ -106,14 +112,14 @@ def apply(values: dict[str, Any], spec: Spec, index: str, couple: str, margin: f
     values[c.target] = _coupled(target, idx, c, mode, margin)
 
 
-def _point_half_at(idx: Any, gen: Any) -> Any:
+def _point_half_at(idx: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """Half of the index's elements (every other one) set to its first value: the hot slice."""
     flat = idx.reshape(-1).clone()
     flat[::2] = flat[0].clone()  # a view of flat[0] overlaps what it writes (refused on CUDA)
     return flat.reshape(idx.shape)
 
 
-def _coupled(target: Any, idx: Any, c: Coupling, mode: str, margin: float) -> Any:
+def _coupled(target: torch.Tensor, idx: torch.Tensor, c: Coupling, mode: str, margin: float) -> torch.Tensor:
     import torch
 
     moved = target.movedim(c.axis, -1)
@@ -140,7 +146,7 @@ def _coupled(target: Any, idx: Any, c: Coupling, mode: str, margin: float) -> An
     return rows.reshape(moved.shape).movedim(-1, c.axis)
 
 
-def choose(spec: Spec, index: str, canonical: bool, turn: int | None, rng: Any, *, infer: bool = True
+def choose(spec: Spec, index: str, canonical: bool, turn: int | None, rng: random.Random, *, infer: bool = True
            ) -> tuple[str, float]:
     """(couple, margin) for an index of a case: ``""`` where the case leaves it uncoupled. A
     declared ``peak_of=`` couples every case (the canonical one at p = 0.9); an inferred coupling

@@ -15,7 +15,10 @@ and the earlier ``0xA5`` reads as -2.9e-16 in float32. A kernel writing a canoni
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 GUARD_BYTES = 4096  # a multiple of 256 keeps every view 256-byte aligned
 CANARY = bytes([0xFF, 0x7F])  # repeated from the buffer's first byte
@@ -26,7 +29,7 @@ def canary_bytes(n: int, phase: int = 0) -> bytes:
     return (CANARY * (n // 2 + 2))[phase % 2:phase % 2 + n]
 
 
-def _canary_tensor(n: int, phase: int, device: Any) -> Any:
+def _canary_tensor(n: int, phase: int, device: torch.device | str) -> torch.Tensor:
     """The canary as a uint8 tensor on ``device``, made there (a buffer may be gigabytes)."""
     import torch
 
@@ -38,8 +41,8 @@ def _canary_tensor(n: int, phase: int, device: Any) -> Any:
 @dataclasses.dataclass
 class Guarded:
     name: str
-    buffer: Any  # uint8 torch tensor: [guard | storage | padding to 256 bytes | guard]
-    view: Any  # the tensor handed out
+    buffer: torch.Tensor  # uint8: [guard | storage | padding to 256 bytes | guard]
+    view: torch.Tensor  # the tensor handed out
     nbytes: int = 0  # bytes of storage the view may touch
 
     def guards_intact(self) -> bool:
@@ -95,8 +98,8 @@ def _storage_elems(shape: tuple[int, ...], stride: tuple[int, ...], offset: int)
     return offset + 1 + sum((n - 1) * st for n, st in zip(shape, stride))
 
 
-def guarded_strided(name: str, shape: tuple[int, ...], stride: tuple[int, ...], offset: int, dtype: Any,
-                    device: Any) -> Guarded:
+def guarded_strided(name: str, shape: tuple[int, ...], stride: tuple[int, ...], offset: int,
+                    dtype: torch.dtype, device: torch.device | str) -> Guarded:
     import torch
 
     itemsize = torch.empty((), dtype=dtype).element_size()
@@ -120,7 +123,7 @@ def contiguous_stride(shape: tuple[int, ...]) -> tuple[int, ...]:
     return tuple(reversed(stride))
 
 
-def poison_value(dtype: Any) -> Any:
+def poison_value(dtype: torch.dtype) -> float | bool | int:
     import torch
 
     if dtype.is_floating_point or dtype.is_complex:

@@ -5,29 +5,33 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..spec import Index, Spec, Tensor
 from . import couplings
 from .cases import Case, InputChoice
 from .guard import Guarded, contiguous_stride, guarded_strided
 
+if TYPE_CHECKING:
+    import torch
+
 
 @dataclasses.dataclass
 class Materialized:
     case: Case
-    tensors: dict[str, Any]  # what the candidate receives (strided, guarded views)
+    tensors: dict[str, torch.Tensor]  # what the candidate receives (strided, guarded views)
     guarded: dict[str, Guarded]
-    snapshots: dict[str, Any]  # bitwise copies, to prove the inputs were not written
+    snapshots: dict[str, torch.Tensor]  # bitwise copies, to prove the inputs were not written
 
 
-def torch_dtype(name: str) -> Any:
+def torch_dtype(name: str) -> torch.dtype:
     import torch
 
-    return getattr(torch, name)
+    dtype: torch.dtype = getattr(torch, name)
+    return dtype
 
 
-def _float_values(choice: InputChoice, shape: tuple[int, ...], gen: Any, device: Any) -> Any:
+def _float_values(choice: InputChoice, shape: tuple[int, ...], gen: torch.Generator, device: torch.device | str) -> torch.Tensor:
     """float64 values of the chosen distribution (cast to the dtype later)."""
     import torch
 
@@ -59,7 +63,7 @@ def _float_values(choice: InputChoice, shape: tuple[int, ...], gen: Any, device:
     raise ValueError(f"unknown distribution {dist!r}")
 
 
-def _peaked(shape: tuple[int, ...], strength: float, gen: Any, device: Any) -> Any:
+def _peaked(shape: tuple[int, ...], strength: float, gen: torch.Generator, device: torch.device | str) -> torch.Tensor:
     """Logits with one hot class per row: +strength (in sigmas) above the rest in even rows,
     +0.4 x strength in odd rows. A bug confined to the near-one-hot rows then hides in the
     norm, which the broader rows dominate, and shows in the worst element."""
@@ -76,7 +80,7 @@ def _peaked(shape: tuple[int, ...], strength: float, gen: Any, device: Any) -> A
     return rows.reshape(shape)
 
 
-def _neg_inf_spans(shape: tuple[int, ...], gen: Any, device: Any) -> Any:
+def _neg_inf_spans(shape: tuple[int, ...], gen: torch.Generator, device: torch.device | str) -> torch.Tensor:
     """Normal values with a contiguous run of -inf in every row (as attention masks make),
     and, where there are several rows, one row that is -inf throughout."""
     import torch
@@ -95,7 +99,7 @@ def _neg_inf_spans(shape: tuple[int, ...], gen: Any, device: Any) -> Any:
     return rows.reshape(shape)
 
 
-def _to_dtype(values: Any, dtype: Any) -> Any:
+def _to_dtype(values: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """Cast, saturating finite values to the dtype's range (an overflow to inf or NaN would
     make the case meaningless); infinities that the distribution asked for stay."""
     import torch
@@ -107,7 +111,7 @@ def _to_dtype(values: Any, dtype: Any) -> Any:
     return values.to(dtype)
 
 
-def _index_values(choice: InputChoice, shape: tuple[int, ...], high: int, gen: Any, device: Any) -> Any:
+def _index_values(choice: InputChoice, shape: tuple[int, ...], high: int, gen: torch.Generator, device: torch.device | str) -> torch.Tensor:
     import torch
 
     high = max(high, 1)
@@ -159,7 +163,7 @@ def shape_of(spec_shape: Sequence[str | int], dims: dict[str, int]) -> tuple[int
     return tuple(dims[d] if isinstance(d, str) else int(d) for d in spec_shape)
 
 
-def peak_at(logits: Any, labels: Any, margin: float) -> Any:
+def peak_at(logits: torch.Tensor, labels: torch.Tensor, margin: float) -> torch.Tensor:
     """``logits`` (float64, shape ``(*labels.shape, C)``) with each row's label logit set to
     ``logsumexp(the other logits) + margin``: softmax gives the label ``sigmoid(margin)``."""
     import torch
@@ -174,9 +178,10 @@ def peak_at(logits: Any, labels: Any, margin: float) -> Any:
     return rows.scatter(-1, lab, level).reshape(logits.shape)
 
 
-def _raw_values(spec: Spec, case: Case, gen: Any, device: Any) -> dict[str, Any]:
+def _raw_values(spec: Spec, case: Case, gen: torch.Generator, device: torch.device | str
+                ) -> dict[str, torch.Tensor]:
     """Every input's values (floats in float64), coupled inputs peaked at their index."""
-    raw: dict[str, Any] = {}
+    raw: dict[str, torch.Tensor] = {}
     for name, inp in spec.inputs.items():
         choice = case.inputs[name]
         shape = shape_of(inp.shape, case.dims)
@@ -196,7 +201,7 @@ def _raw_values(spec: Spec, case: Case, gen: Any, device: Any) -> dict[str, Any]
     return raw
 
 
-def materialize(spec: Spec, case: Case, device: Any, *, salt: int = 0) -> Materialized:
+def materialize(spec: Spec, case: Case, device: torch.device | str, *, salt: int = 0) -> Materialized:
     import torch
 
     gen = torch.Generator(device=device)
@@ -224,7 +229,7 @@ def materialize(spec: Spec, case: Case, device: Any, *, salt: int = 0) -> Materi
     return Materialized(case, tensors, guarded, snaps)
 
 
-def reference_inputs(spec: Spec, m: Materialized, *, upcast: bool) -> dict[str, Any]:
+def reference_inputs(spec: Spec, m: Materialized, *, upcast: bool) -> dict[str, torch.Tensor]:
     """Contiguous copies for the reference: float inputs in float64 (``upcast``) or their own dtype."""
     import torch
 
@@ -246,7 +251,7 @@ PERTURBATION = {"float64": 2.0**-52}
 PERTURBATION_DEFAULT = 2.0**-23
 
 
-def perturbed_inputs(spec: Spec, m: Materialized, seed: int) -> dict[str, Any]:
+def perturbed_inputs(spec: Spec, m: Materialized, seed: int) -> dict[str, torch.Tensor]:
     """float64 reference inputs, each float element moved by u x r x max(|x|, rms of its
     row), r uniform in [-1, 1] and u the rounding unit of the arithmetic the kernel computes
     in. The row's rms term is the normwise part: a reduction's rounding error scales with the

@@ -38,7 +38,7 @@ class Job:
     python_path: tuple[str, ...] = ("",)  # repo-relative sys.path entries for the spec ("" is the root)
     why: tuple[str, ...] = ()  # why the plan selected this spec ("imports kernels/ops.py, changed")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
         d["kernels"] = list(self.kernels)
         d["python_path"] = list(self.python_path)

@@ -36,7 +36,18 @@ from __future__ import annotations
 
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard, cast
+
+if TYPE_CHECKING:
+    import torch
+    from torch._ops import OpOverload, OpOverloadPacket
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    # an aten operator, and its overload packet (aten.sum for aten.sum.dim_IntList), as the dispatcher
+    # hands them over; an operator known to have returned one tensor
+    Op = OpOverload[..., object]
+    Packet = OpOverloadPacket[..., object]
+    TensorOp = OpOverload[..., torch.Tensor]
 
 ENVELOPE_C = 1.0  # lambda of the probabilistic bound; the comparison's baseline_factor (2) adds margin
 # sum, mean, cumsum: lambda over the running-sum model, whose standard deviation is u x walk / sqrt(3)
@@ -92,13 +103,13 @@ def arithmetic_dtype(data: str) -> str:
     return "float64" if data == "float64" else "float32"
 
 
-def _names(packets: tuple[str, ...]) -> frozenset[Any]:
+def _names(packets: tuple[str, ...]) -> frozenset[Packet]:
     import torch
 
     return frozenset(getattr(torch.ops.aten, n) for n in packets if hasattr(torch.ops.aten, n))
 
 
-def _float_tensor(t: Any) -> bool:
+def _float_tensor(t: object) -> TypeGuard[torch.Tensor]:
     import torch
 
     return isinstance(t, torch.Tensor) and t.is_floating_point()
@@ -119,7 +130,7 @@ def _abs_args(args: Any) -> Any:
     return args
 
 
-def _terms(packet: Any, args: tuple[Any, ...], out: Any) -> Any:
+def _terms(packet: Packet, args: tuple[Any, ...], out: torch.Tensor) -> int | torch.Tensor:
     """How many terms each output element sums (an int, or a tensor broadcastable to ``out``)."""
     import torch
 
@@ -151,7 +162,8 @@ class RoundingNoise:
     ``u_elem``: unit roundoff of the kernel's elementwise arithmetic; ``u_acc``: of its
     accumulations. Deterministic given ``seed``."""
 
-    def __init__(self, u_elem: float, u_acc: float, seed: int, device: Any, u_store: float = 0.0) -> None:
+    def __init__(self, u_elem: float, u_acc: float, seed: int, device: torch.device | str, u_store: float = 0.0
+                 ) -> None:
         from torch.utils._python_dispatch import TorchDispatchMode
 
         import torch
@@ -166,7 +178,8 @@ class RoundingNoise:
                 # it. A reference that has not loaded Dynamo runs eagerly: there is nothing to skip.
                 return "torch._dynamo" in sys.modules and bool(super()._should_skip_dynamo())
 
-            def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            def __torch_dispatch__(self, func: Op, types: object, args: tuple[Any, ...] = (),
+                                   kwargs: dict[str, Any] | None = None) -> object:
                 return outer.dispatch(self, func, args, kwargs or {})
 
         self.u_elem, self.u_acc, self.u_store = u_elem, u_acc, u_store
@@ -182,10 +195,10 @@ class RoundingNoise:
         self.mode.__enter__()  # type: ignore[no-untyped-call]
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.mode.__exit__(*exc)  # type: ignore[no-untyped-call]
 
-    def dispatch(self, mode: Any, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def dispatch(self, mode: TorchDispatchMode, func: Op, args: tuple[Any, ...], kwargs: dict[str, Any]) -> object:
         from torch._decomp import decomposition_table
 
         packet = func.overloadpacket
@@ -202,15 +215,16 @@ class RoundingNoise:
         if packet in self.elementwise:
             return out * (1 + self.u_elem * self._uniform(out))
         if packet in self.reductions:
-            return out + self._envelope(func, packet, args, kwargs, out)
+            return out + self._envelope(cast("TensorOp", func), packet, args, kwargs, out)  # it returned one (above)
         return out
 
-    def _uniform(self, like: Any) -> Any:
+    def _uniform(self, like: torch.Tensor) -> torch.Tensor:
         import torch
 
         return torch.rand(like.shape, generator=self.gen, dtype=like.dtype, device=like.device) * 4 - 2
 
-    def _envelope(self, func: Any, packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+    def _envelope(self, func: TensorOp, packet: Packet, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  out: torch.Tensor) -> torch.Tensor:
         import torch
 
         walk = _walk(packet, args, kwargs, out)
@@ -236,7 +250,7 @@ class RoundingNoise:
         return torch.where(torch.isfinite(env), env * sign, torch.zeros_like(env))
 
 
-    def _stored(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def _stored(self, func: TensorOp, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.Tensor:
         """The rounding of a reduction's terms stored in the data's dtype before they are summed
         (``u_store``): each term moves by up to ``u_store`` of itself, and the moves need not be
         independent (bfloat16 values minus a small constant all round back up, by the same amount),
@@ -247,7 +261,7 @@ class RoundingNoise:
         return self.u_store * func(*_abs_args(args), **_abs_args(kwargs)).abs()
 
 
-def _scatter_counts(packet: Any, args: tuple[Any, ...], out: Any) -> Any:
+def _scatter_counts(packet: Packet, args: tuple[Any, ...], out: torch.Tensor) -> torch.Tensor | None:
     """For an embedding gradient or an ``index_add``: how many terms each output row received,
     shaped to broadcast against ``out``. None for other operations."""
     import torch
@@ -266,7 +280,7 @@ def _scatter_counts(packet: Any, args: tuple[Any, ...], out: Any) -> Any:
     return counts.view([-1 if i == dim else 1 for i in range(out.dim())])
 
 
-def _walk(packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> Any:
+def _walk(packet: Packet, args: tuple[Any, ...], kwargs: dict[str, Any], out: torch.Tensor) -> torch.Tensor | None:
     """For a sum, mean or cumsum of one tensor: ``sqrt(sum_k S_k**2)`` over the partial sums
     ``S_k`` of the reduced terms in index order, the size of the rounding a running
     accumulation makes (each step rounds ``S_k`` by up to ``u``). None for other reductions.
@@ -310,7 +324,7 @@ def _walk(packet: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) 
     return walk.reshape(out.shape)
 
 
-def _mostly_repeated(terms: Any) -> Any:
+def _mostly_repeated(terms: torch.Tensor) -> torch.Tensor:
     """Per output: whether at most half of its terms are distinct values. Values within a
     relative 2**-16 of each other count as one: the envelope's own perturbations (a few fp32
     ulps) must not make repeated terms look distinct."""

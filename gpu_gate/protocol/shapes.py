@@ -25,12 +25,12 @@ def _cdiv(a: int, b: int) -> int:
     return -(-int(a) // int(b))
 
 
-BINARY: dict[str, Callable[[Any, Any], Any]] = {
+BINARY: dict[str, Callable[[Any, Any], object]] = {
     "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "//": lambda a, b: a // b,
     "/": lambda a, b: a / b, "%": lambda a, b: a % b, "**": lambda a, b: a ** b, "<<": lambda a, b: a << b,
     ">>": lambda a, b: a >> b, "&": lambda a, b: a & b, "|": lambda a, b: a | b,
 }
-FUNCTIONS: dict[str, Callable[..., Any]] = {
+FUNCTIONS: dict[str, Callable[..., object]] = {
     "next_power_of_2": _npow2, "cdiv": _cdiv, "max": max, "min": min, "abs": abs, "int": int,
     "ceil": math.ceil, "floor": math.floor, "log2": math.log2, "sqrt": math.sqrt, "neg": lambda a: -a,
 }
@@ -41,7 +41,7 @@ COMPARE: dict[str, Callable[[Any, Any], bool]] = {
 NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
 
 
-def evaluate(e: Expr, dims: Mapping[str, int]) -> Any:
+def evaluate(e: Expr, dims: Mapping[str, int]) -> object:
     """The expression's value for ``dims``; raises ``ValueError`` where it has none (a dim not
     given, a division by zero, an unknown operator)."""
     head = e[0]
@@ -109,11 +109,11 @@ class Atom:
         bound = int(self.bound) if float(self.bound).is_integer() else self.bound
         return f"{render(self.expr)} {self.op} {bound}"
 
-    def to_json(self) -> list[Any]:
+    def to_json(self) -> list[object]:
         return [self.expr, self.op, self.bound]
 
 
-def as_expr(raw: Any) -> Expr:
+def as_expr(raw: object) -> Expr:
     """An expression read back from JSON (lists) as nested tuples."""
     if not isinstance(raw, (list, tuple)) or not raw:
         raise ValueError(f"not an expression: {raw!r}")
@@ -129,7 +129,7 @@ class Threshold:
     text: str
     any_of: tuple[tuple[Atom, ...], ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"where": self.where, "text": self.text, "any_of": [[a.to_json() for a in c] for c in self.any_of]}
 
     @classmethod

@@ -18,8 +18,8 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Union
 
 MAX_HEADER = 64 << 20  # a header (JSON) larger than this is not a message of gpu-gate's
 MAX_BLOB = 64 << 30
@@ -28,7 +28,11 @@ STEP = 8 << 20  # a buffer grows by at most this much before the bytes for it ha
 _ZEROS = memoryview(bytes(STEP))
 _LEN = struct.Struct("<Q")
 
-Blobs = list[Any]  # bytes, bytearray or memoryview
+Blob = Union[bytes, bytearray, memoryview]
+Blobs = list[Blob]
+
+# plain JSON data, as json.loads makes it (a header as it arrives)
+Json = Union[None, bool, int, float, str, list["Json"], dict[str, "Json"]]
 
 
 # What this process moved, for the timing reports only (never a verdict): the blobs' bytes and the
@@ -62,7 +66,7 @@ class BadMessage(Exception):
     more than was asked for, or its fields are of the wrong type, size or shape."""
 
 
-def send(sock: socket.socket, header: dict[str, Any], blobs: Sequence[Any] = ()) -> None:
+def send(sock: socket.socket, header: Mapping[str, object], blobs: Sequence[Blob] = ()) -> None:
     sizes = [memoryview(b).nbytes for b in blobs]
     head = json.dumps({**header, "_blobs": sizes}, separators=(",", ":")).encode()
     start = time.monotonic()
@@ -77,13 +81,13 @@ def send(sock: socket.socket, header: dict[str, Any], blobs: Sequence[Any] = ())
         add(send_s=time.monotonic() - start, sent_mb=sum(sizes) / 1e6)
 
 
-def frame(header: dict[str, Any], blobs: Sequence[Any] = ()) -> tuple[dict[str, Any], list[int]]:
+def frame(header: Mapping[str, object], blobs: Sequence[Blob] = ()) -> tuple[dict[str, Json], list[int]]:
     """``header`` and its blob sizes as a reader would see them (a channel within one process)."""
     return json.loads(json.dumps(header)), [memoryview(b).nbytes for b in blobs]
 
 
 def recv(sock: socket.socket, deadline: float | None = None, budget: int | None = None
-         ) -> tuple[dict[str, Any], list[bytearray]]:
+         ) -> tuple[dict[str, Json], list[bytearray]]:
     """The next message; ``deadline``: a ``time.monotonic()`` after which it gives up; ``budget``:
     the most blob bytes the message may carry (see :func:`within`)."""
     header, sizes = recv_header(sock, deadline)
@@ -91,7 +95,7 @@ def recv(sock: socket.socket, deadline: float | None = None, budget: int | None 
     return header, recv_blobs(sock, sizes, deadline)
 
 
-def recv_header(sock: socket.socket, deadline: float | None = None) -> tuple[dict[str, Any], list[int]]:
+def recv_header(sock: socket.socket, deadline: float | None = None) -> tuple[dict[str, Json], list[int]]:
     """The next message's header, and the sizes its blobs claim (none of them read yet)."""
     (n,) = _LEN.unpack(read(sock, _LEN.size, deadline))
     if n > MAX_HEADER:

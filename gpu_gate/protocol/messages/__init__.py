@@ -12,7 +12,6 @@ answers (:mod:`.reference`), the compile check's (:mod:`.compile`); tensors and 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
 
 from ..wire import BadMessage
 from .fields import MAX_TEXT, text
@@ -34,11 +33,11 @@ class SpecImportFacts:
 
     KINDS = ("spec-import-error", "spec-not-found", "truth-unavailable")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, d: Any) -> SpecImportFacts:
+    def from_json(cls, d: object) -> SpecImportFacts:
         if not isinstance(d, dict):
             raise BadMessage("spec-import: expected a mapping of facts")
         kind = text(d.get("kind"), "spec-import kind", 40)

@@ -3,7 +3,7 @@ guarded buffers, and how to run it) and the candidate worker's reply (what came 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from ..wire import BadMessage
 from .fields import MAX_NAME, Fields, integer, items, mapping, name_map, shape, span, strides, text
@@ -21,12 +21,12 @@ class Geometry:
     dtype: str
     nbytes: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"shape": list(self.shape), "stride": list(self.stride), "offset": self.offset, "dtype": self.dtype,
                 "nbytes": self.nbytes}
 
     @classmethod
-    def from_json(cls, d: Any, what: str) -> Geometry:
+    def from_json(cls, d: object, what: str) -> Geometry:
         f = Fields(d, what)
         return cls(shape(f.get("shape"), f"{what} shape"), strides(f.get("stride"), f"{what} stride"),
                    f.integer("offset", 0), f.text("dtype", 64), f.integer("nbytes", 0))
@@ -39,11 +39,11 @@ class GuardedInput:
     buffer: TensorMeta
     geometry: Geometry
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"buffer": self.buffer.to_json(), "geometry": self.geometry.to_json()}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger, what: str) -> GuardedInput:
+    def from_json(cls, d: object, blobs: Ledger, what: str) -> GuardedInput:
         f = Fields(d, what)
         return cls(TensorMeta.from_json(f.get("buffer"), blobs, f"{what} buffer"),
                    Geometry.from_json(f.get("geometry"), f"{what} geometry"))
@@ -77,8 +77,8 @@ class Call:
     FLAGS: ClassVar[tuple[str, ...]] = ("hold", "early", "load", "compare_held", "relocate", "hold_sms", "exact",
                                         "hold_caller", "inputs_back")
 
-    def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"op": self.op, "dims": self.dims, "grad_layout": self.grad_layout, "plain": self.plain,
+    def to_json(self) -> dict[str, object]:
+        d: dict[str, object] = {"op": self.op, "dims": self.dims, "grad_layout": self.grad_layout, "plain": self.plain,
                              "produce": self.produce, "producer": list(self.producer),
                              **{k: getattr(self, k) for k in self.FLAGS}}
         d["upstream"] = ({"again": True} if self.upstream_again else
@@ -90,7 +90,7 @@ class Call:
         return d
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> Call:
+    def from_json(cls, d: object, blobs: Ledger) -> Call:
         f = Fields(d, "call")
         dims = {text(k, "call dims", MAX_NAME): integer(v, f"call dims[{k!r}]", 0)
                 for k, v in f.mapping("dims").items()}
@@ -121,11 +121,11 @@ class Watch:
     head: TensorMeta
     tail: TensorMeta
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"shape": list(self.shape), "head": self.head.to_json(), "tail": self.tail.to_json()}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger, what: str) -> Watch:
+    def from_json(cls, d: object, blobs: Ledger, what: str) -> Watch:
         f = Fields(d, what)
         return cls(shape(f.get("shape"), f"{what} shape"), TensorMeta.from_json(f.get("head"), blobs, f"{what} head"),
                    TensorMeta.from_json(f.get("tail"), blobs, f"{what} tail"))
@@ -142,11 +142,11 @@ class CallFailed:
     op: ClassVar[str] = "call"
     STATUSES: ClassVar[tuple[str, ...]] = ("refused", "unsupported", "oom", "fatal")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "status": self.status, "message": self.message, "trace": self.trace}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> CallFailed:
+    def from_json(cls, d: object, blobs: Ledger) -> CallFailed:
         f = Fields(d, "call reply")
         status = f.text("status", 16)
         if status not in cls.STATUSES:
@@ -182,7 +182,7 @@ class CallDone:
     op: ClassVar[str] = "call"
     status: ClassVar[str] = "ok"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "status": self.status, "outputs": values_json(self.outputs),
                 "early": tensors_json(self.early), "same_as_held": list(self.same_as_held),
                 "where": {k: list(v) for k, v in self.where.items()},
@@ -194,7 +194,7 @@ class CallDone:
                 "held_caller": self.held_caller}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> CallDone:
+    def from_json(cls, d: object, blobs: Ledger) -> CallDone:
         f = Fields(d, "call reply")
         changed = {text(k, "call reply inputs_changed", MAX_NAME):
                    None if v is None else TensorMeta.from_json(v, blobs, f"call reply inputs_changed[{k!r}]")
@@ -208,6 +208,6 @@ class CallDone:
                    f.either("held_sms"), f.either("produced"), f.either("held_caller"))
 
 
-def read_call_reply(d: Any, blobs: Ledger) -> CallDone | CallFailed:
+def read_call_reply(d: object, blobs: Ledger) -> CallDone | CallFailed:
     status = Fields(d, "call reply").get("status")
     return CallDone.from_json(d, blobs) if status == "ok" else CallFailed.from_json(d, blobs)

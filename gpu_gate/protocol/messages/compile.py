@@ -12,19 +12,20 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import ClassVar, Union
 
-from ..wire import BadMessage
-from .fields import Fields, integer, items, json_value, mapping, number, text
+from ..wire import BadMessage, Blob, Json
+from .fields import Fields, integer, items, json_mapping, mapping, number, text
 from .tensors import Ledger
 
 MAX_PATH = 4096  # characters of a path, or a name the compilers print
 MAX_PTX = 256 << 20  # bytes of one PTX text
 MAX_TIMEOUT = 86400.0
 SCALAR = (str, int, float, bool, type(None))
+Scalar = Union[str, int, float, bool, None]  # a constexpr's value as it crosses
 
 
-def name(value: Any, what: str) -> str:
+def name(value: object, what: str) -> str:
     """A text that may not be empty (a file, an architecture, a kernel)."""
     out = text(value, what, MAX_PATH)
     if not out:
@@ -32,25 +33,25 @@ def name(value: Any, what: str) -> str:
     return out
 
 
-def names(value: Any, what: str) -> tuple[str, ...]:
+def names(value: object, what: str) -> tuple[str, ...]:
     return tuple(name(v, f"{what}[{i}]") for i, v in enumerate(items(value, what)))
 
 
-def count(value: Any, what: str) -> int:
+def count(value: object, what: str) -> int:
     """A non-negative integer (a line, a byte count), never a bool."""
     return integer(value, what, 0)
 
 
-def opt_count(value: Any, what: str) -> int | None:
+def opt_count(value: object, what: str) -> int | None:
     return None if value is None else count(value, what)
 
 
-def ptx_blob(value: Any, blobs: Ledger, what: str) -> int | None:
+def ptx_blob(value: object, blobs: Ledger, what: str) -> int | None:
     """The index of the blob that holds a PTX text (None: no PTX)."""
     return None if value is None else blobs.take_text(value, MAX_PTX, what)
 
 
-def put_text(value: str | None, blobs: list[Any]) -> int | None:
+def put_text(value: str | None, blobs: list[Blob]) -> int | None:
     """A text appended to the blobs a worker sends; its index (None for no text)."""
     if value is None:
         return None
@@ -58,16 +59,16 @@ def put_text(value: str | None, blobs: list[Any]) -> int | None:
     return len(blobs) - 1
 
 
-def ptx_text(index: int | None, blobs: Sequence[Any]) -> str | None:
+def ptx_text(index: int | None, blobs: Sequence[Blob]) -> str | None:
     """The PTX text of blob ``index`` (read against the reply's ledger: it exists and is bounded)."""
     if index is None:
         return None
     return bytes(blobs[index]).decode("utf-8", errors="replace")
 
 
-def scalars(value: Any, what: str) -> dict[str, Any]:
+def scalars(value: object, what: str) -> dict[str, Scalar]:
     """Constexpr values as the worker used them: names to JSON scalars (text for anything else)."""
-    out = {}
+    out: dict[str, Scalar] = {}
     for k, v in mapping(value, what).items():
         if not isinstance(v, SCALAR) or (isinstance(v, str) and len(v) > MAX_PATH):
             raise BadMessage(f"{what}: the value of {str(k)[:40]!r} is not a number, a bool or a short text")
@@ -86,23 +87,23 @@ class CompileRequest:
     archs: tuple[str, ...]
     read_arch: str  # the architecture whose PTX is sent back (the judge reads it)
     kernels: tuple[str, ...] = ()
-    triton: dict[str, Any] = dataclasses.field(default_factory=dict)  # kernel -> {"signature", "constexprs"}
+    triton: dict[str, Json] = dataclasses.field(default_factory=dict)  # kernel -> {"signature", "constexprs"}
     include_dirs: tuple[str, ...] = ()
     nvcc_flags: tuple[str, ...] = ()
     timeout_s: float = 300.0
     python_path: tuple[str, ...] = ("",)
     op: ClassVar[str] = "compile"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, **dataclasses.asdict(self)}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> CompileRequest:
+    def from_json(cls, d: object, blobs: Ledger) -> CompileRequest:
         f = Fields(d, "compile request")
         timeout = number(f.get("timeout_s", 300.0), "compile request timeout_s")
         if not 0 < timeout <= MAX_TIMEOUT:
             raise BadMessage("compile request: a timeout that is not a number of seconds")
-        triton = mapping(json_value(f.get("triton", {}), "compile request triton"), "compile request triton")
+        triton = json_mapping(f.get("triton", {}), "compile request triton")
         return cls(name(f.get("file"), "compile request file"), names(f.get("archs"), "compile request archs"),
                    name(f.get("read_arch"), "compile request read_arch"),
                    names(f.get("kernels", []), "compile request kernels"), triton,
@@ -131,11 +132,11 @@ class ResourceFacts:
     constant_bytes: int = 0
     barriers: int = 0
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, d: Any) -> ResourceFacts:
+    def from_json(cls, d: object) -> ResourceFacts:
         f = Fields(d, "resource row")
         registers, spill_store, spill_load, local, shared, constant, barriers = (
             count(f.get(k, 0), f.name(k)) for k in RESOURCE_COUNTS)
@@ -156,11 +157,11 @@ class DiagnosticFacts:
 
     SEVERITIES: ClassVar[tuple[str, ...]] = ("error", "warning")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, d: Any) -> DiagnosticFacts:
+    def from_json(cls, d: object) -> DiagnosticFacts:
         f = Fields(d, "diagnostic")
         severity = f.text("severity", 20)
         if severity not in cls.SEVERITIES:
@@ -169,7 +170,7 @@ class DiagnosticFacts:
                    f.text("message"))
 
 
-def _resources(value: Any, what: str) -> tuple[ResourceFacts, ...]:
+def _resources(value: object, what: str) -> tuple[ResourceFacts, ...]:
     return tuple(ResourceFacts.from_json(x) for x in items(value, what))
 
 
@@ -188,13 +189,13 @@ class NvccFacts:
     diagnostics: tuple[DiagnosticFacts, ...] = ()
     resources: tuple[ResourceFacts, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"arch": self.arch, "ok": self.ok, "not_found": self.not_found, "timed_out": self.timed_out,
                 "how": self.how, "tail": self.tail, "diagnostics": [x.to_json() for x in self.diagnostics],
                 "resources": [r.to_json() for r in self.resources]}
 
     @classmethod
-    def from_json(cls, d: Any) -> NvccFacts:
+    def from_json(cls, d: object) -> NvccFacts:
         f = Fields(d, "nvcc build")
         return cls(name(f.get("arch"), f.name("arch")), f.flag("ok"), f.flag("not_found"), f.flag("timed_out"),
                    f.text("how"), f.text("tail"),
@@ -216,12 +217,12 @@ class TritonBuildFacts:
     resources: tuple[ResourceFacts, ...] = ()
     ptx: int | None = None  # the blob of its PTX (see ptx_text)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"arch": self.arch, "ok": self.ok, "error": self.error, "message": self.message,
                 "node_line": self.node_line, "resources": [r.to_json() for r in self.resources], "ptx": self.ptx}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> TritonBuildFacts:
+    def from_json(cls, d: object, blobs: Ledger) -> TritonBuildFacts:
         f = Fields(d, "Triton build")
         return cls(name(f.get("arch"), f.name("arch")), f.flag("ok"), f.text("error"), f.text("message"),
                    opt_count(f.get("node_line"), f.name("node_line")),
@@ -241,18 +242,18 @@ class TritonKernelFacts:
     found: bool
     source: str = ""
     signature: dict[str, str] = dataclasses.field(default_factory=dict)
-    constexprs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    constexprs: dict[str, Scalar] = dataclasses.field(default_factory=dict)
     guessed: bool = False
     missing: tuple[str, ...] = ()
     builds: tuple[TritonBuildFacts, ...] = ()
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"name": self.name, "found": self.found, "source": self.source, "signature": dict(self.signature),
                 "constexprs": dict(self.constexprs), "guessed": self.guessed, "missing": list(self.missing),
                 "builds": [b.to_json() for b in self.builds]}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> TritonKernelFacts:
+    def from_json(cls, d: object, blobs: Ledger) -> TritonKernelFacts:
         f = Fields(d, "Triton kernel")
         signature = {name(k, "signature"): name(v, "signature type")
                      for k, v in mapping(f.get("signature"), f.name("signature")).items()}
@@ -281,13 +282,13 @@ class CompileFacts:
 
     LANGUAGES: ClassVar[tuple[str, ...]] = ("cuda", "triton")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"file": self.file, "root": self.root, "language": self.language, "tool_missing": self.tool_missing,
                 "import_error": self.import_error, "nvcc": [n.to_json() for n in self.nvcc], "ptx": self.ptx,
                 "kernels": [k.to_json() for k in self.kernels]}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> CompileFacts:
+    def from_json(cls, d: object, blobs: Ledger) -> CompileFacts:
         f = Fields(d, "compile facts")
         language = f.text("language", 20)
         if language not in cls.LANGUAGES:
@@ -306,10 +307,10 @@ class CompileReply:
     facts: CompileFacts
     op: ClassVar[str] = "compile"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "facts": self.facts.to_json()}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> CompileReply:
+    def from_json(cls, d: object, blobs: Ledger) -> CompileReply:
         return cls(CompileFacts.from_json(Fields(d, "compile reply").get("facts"), blobs))
 

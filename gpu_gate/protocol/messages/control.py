@@ -5,12 +5,15 @@ the reply any request may get instead of its own: an error."""
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Self, cast
 
 from ..jobs import Job
-from ..wire import BadMessage
-from .fields import MAX_NAME, Fields, json_value, mapping, name_map, names, optional, text
+from ..wire import BadMessage, Json
+from .fields import MAX_NAME, Fields, json_mapping, mapping, name_map, names, optional, text
 from .tensors import Ledger
+
+if TYPE_CHECKING:
+    from . import SpecImportFacts
 
 MAX_TOKENS = 1 << 16  # case tokens one ``ahead`` request may name (the worker takes the first 4096)
 MAX_UNCOMPILED = 50_000  # files a worker may list as imported without bytecode (the store's own limit)
@@ -26,11 +29,11 @@ class Load:
     job: Job
     op: ClassVar[str] = "load"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "job": self.job.to_json()}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> Load:
+    def from_json(cls, d: object, blobs: Ledger) -> Load:
         try:
             return cls(Job.from_json(mapping(Fields(d, "load").get("job"), "load job")))
         except (TypeError, ValueError, KeyError) as exc:
@@ -41,12 +44,14 @@ class Load:
 class Bare:
     """A request with no fields of its own."""
 
-    def to_json(self) -> dict[str, Any]:
-        return {"op": self.op}  # type: ignore[attr-defined]
+    op: ClassVar[str]  # each kind's own
+
+    def to_json(self) -> dict[str, object]:
+        return {"op": self.op}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> Any:
-        Fields(d, cls.op)  # type: ignore[attr-defined]
+    def from_json(cls, d: object, blobs: Ledger) -> Self:
+        Fields(d, cls.op)
         return cls()
 
 
@@ -80,16 +85,17 @@ class Finish:
     """What the candidate launched; ``compile``: the compile check's settings, where the launched
     specializations are to be compiled too."""
 
+    # the judge's own settings (its policy's), which the worker reads as it always has: key by key
     compile: dict[str, Any] | None = None
     op: ClassVar[str] = "finish"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "compile": self.compile}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> Finish:
+    def from_json(cls, d: object, blobs: Ledger) -> Finish:
         f = Fields(d, "finish")
-        return cls(optional(f.get("compile"), lambda v, w: mapping(json_value(v, w), w), "finish compile"))
+        return cls(optional(f.get("compile"), json_mapping, "finish compile"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,11 +105,11 @@ class Ahead:
     cases: tuple[str, ...]
     op: ClassVar[str] = "ahead"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "cases": list(self.cases)}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> Ahead:
+    def from_json(cls, d: object, blobs: Ledger) -> Ahead:
         return cls(Fields(d, "ahead").names("cases", 1 << 16, MAX_TOKENS))
 
 
@@ -126,14 +132,14 @@ class ErrorReply:
 
     ERRORS = ("fatal", "reference", "oom", "protocol", "worker")
 
-    def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"op": self.op, "error": self.error, "message": self.message}
+    def to_json(self) -> dict[str, object]:
+        d: dict[str, object] = {"op": self.op, "error": self.error, "message": self.message}
         if self.isolated is not None:
             d.update(isolated=self.isolated, why=self.why, tree=self.tree)
         return d
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> ErrorReply:
+    def from_json(cls, d: object, blobs: Ledger) -> ErrorReply:
         f = Fields(d, "error reply")
         error = f.text("error", 40)
         if error not in cls.ERRORS:
@@ -160,12 +166,12 @@ class LoadReply:
     TIMES: ClassVar[tuple[str, ...]] = ("alive_s", "torch_import_s", "spec_import_s", "seed_s", "seed_wait_s",
                                         "seeded")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, **dataclasses.asdict(self), "late_cuda_settings": list(self.late_cuda_settings),
                 "interpreter": list(self.interpreter)}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> LoadReply:
+    def from_json(cls, d: object, blobs: Ledger) -> LoadReply:
         f = Fields(d, "load reply")
         times = {k: f.number(k, 0.0) for k in cls.TIMES}
         return cls(f.text("device", 16), late_cuda_settings=f.names("late_cuda_settings"),
@@ -177,14 +183,14 @@ class LoadReply:
 class SpecImportReply:
     """The spec did not import in the worker: the facts (see :class:`SpecImportFacts`)."""
 
-    facts: Any  # SpecImportFacts
+    facts: SpecImportFacts
     op: ClassVar[str] = "load"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "error": "spec-import", "facts": self.facts.to_json()}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> SpecImportReply:
+    def from_json(cls, d: object, blobs: Ledger) -> SpecImportReply:
         from . import SpecImportFacts
 
         return cls(SpecImportFacts.from_json(Fields(d, "spec-import reply").get("facts")))
@@ -197,13 +203,13 @@ class SpecDescription:
     ``Index``)."""
 
     name: str
-    dims: dict[str, dict[str, Any]]
-    inputs: dict[str, dict[str, Any]]
+    dims: dict[str, dict[str, Json]]
+    inputs: dict[str, dict[str, Json]]
     dim_args: tuple[str, ...]
     grads: tuple[str, ...]
     covers: tuple[str, ...]
     deterministic: bool
-    tolerance: dict[str, Any]
+    tolerance: dict[str, Any]  # checked as JSON only: keyword arguments of spec.Tolerance, which checks them
     devices: tuple[str, ...]
     checks: tuple[str, ...] | None
     module: str
@@ -216,18 +222,19 @@ class SpecDescription:
 
     KINDS: ClassVar[tuple[str, ...]] = ("Dim", "Tensor", "Index")
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
         return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
 
     @classmethod
-    def from_json(cls, d: Any) -> SpecDescription:
+    def from_json(cls, d: object) -> SpecDescription:
         f = Fields(d, "spec description")
         checks = f.get("checks")
         return cls(
             name=f.text("name", MAX_NAME), dims=cls._parts(f, "dims"), inputs=cls._parts(f, "inputs"),
             dim_args=f.names("dim_args"), grads=f.names("grads"), covers=f.names("covers", MAX_PATH),
-            deterministic=f.flag("deterministic"), tolerance=mapping(f.json("tolerance"), "spec tolerance"),
+            deterministic=f.flag("deterministic"),
+            tolerance=mapping(f.json("tolerance"), "spec tolerance"),
             devices=f.names("devices"), checks=None if checks is None else f.names("checks"),
             module=f.text("module", MAX_PATH), file=f.text("file", MAX_PATH), line=f.integer("line", 0),
             accumulate=f.opt_text("accumulate", 64), params=f.names("params"),
@@ -235,11 +242,11 @@ class SpecDescription:
             producer=f.names("producer"))
 
     @classmethod
-    def _parts(cls, f: Fields, key: str) -> dict[str, dict[str, Any]]:
+    def _parts(cls, f: Fields, key: str) -> dict[str, dict[str, Json]]:
         out = {}
         for name, part in f.mapping(key).items():
             where = f"spec {key}[{name!r}]"
-            fields = mapping(json_value(part, where), where)
+            fields = json_mapping(part, where)
             if fields.get("kind") not in cls.KINDS:
                 raise BadMessage(f"{where}: unknown kind {fields.get('kind')!r}")
             out[text(name, where, MAX_NAME)] = fields
@@ -254,12 +261,12 @@ class DescribeReply:
     tree: str | None = None  # whose tree the reference's repository code came from: "head" or "base"
     op: ClassVar[str] = "describe"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "spec": self.spec.to_json(), "isolated": self.isolated, "why": self.why,
                 "tree": self.tree}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> DescribeReply:
+    def from_json(cls, d: object, blobs: Ledger) -> DescribeReply:
         f = Fields(d, "describe reply")
         return cls(SpecDescription.from_json(f.get("spec")), *isolation(f))
 
@@ -283,9 +290,9 @@ class FinishReply:
     compiled facts where asked (``compile``, read field by field by the compile check's judge), the
     autotuned kernels run untimed, the modules imported without bytecode, and timing figures."""
 
-    launches: dict[str, Any] | None = None
-    specializations: tuple[dict[str, Any], ...] = ()
-    compile: dict[str, Any] | None = None
+    launches: dict[str, Json] | None = None
+    specializations: tuple[dict[str, Json], ...] = ()
+    compile: dict[str, Json] | None = None
     compile_taken: int | None = None
     untimed_autotune: tuple[str, ...] = ()
     uncompiled: tuple[str, ...] | None = None
@@ -295,13 +302,13 @@ class FinishReply:
     interpreter_adapted: dict[str, tuple[str, ...]] | None = None
     op: ClassVar[str] = "finish"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
         d = {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
         return {"op": self.op, **d}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> FinishReply:
+    def from_json(cls, d: object, blobs: Ledger) -> FinishReply:
         f = Fields(d, "finish reply")
         specs = f.json("specializations") or []
         if not isinstance(specs, list) or not all(isinstance(s, dict) for s in specs):
@@ -311,7 +318,9 @@ class FinishReply:
             if value is not None and not isinstance(value, dict):
                 raise BadMessage(f"finish reply {key}: expected a mapping")
         taken = f.get("compile_taken")
-        return cls(launches, tuple(specs), compiled, None if taken is None else f.integer("compile_taken", 0),
+        # each checked above: a mapping or None, a list of mappings
+        return cls(cast("dict[str, Json] | None", launches), cast("tuple[dict[str, Json], ...]", tuple(specs)),
+                   cast("dict[str, Json] | None", compiled), None if taken is None else f.integer("compile_taken", 0),
                    f.names("untimed_autotune"),
                    None if f.get("uncompiled") is None else f.names("uncompiled", MAX_PATH, MAX_UNCOMPILED),
                    None if f.get("ahead") is None else f.figures("ahead"), f.figures("finish_times"),
@@ -328,11 +337,11 @@ class AheadReply:
     skipped: str | None = None
     op: ClassVar[str] = "ahead"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "ok": self.ok, "skipped": self.skipped}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> AheadReply:
+    def from_json(cls, d: object, blobs: Ledger) -> AheadReply:
         f = Fields(d, "ahead reply")
         return cls(f.flag("ok", False), f.opt_text("skipped"))
 
@@ -344,11 +353,11 @@ class AheadDoneReply:
     ahead: dict[str, float | int | bool]
     op: ClassVar[str] = "ahead_done"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "ahead": self.ahead}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> AheadDoneReply:
+    def from_json(cls, d: object, blobs: Ledger) -> AheadDoneReply:
         return cls(Fields(d, "ahead_done reply").figures("ahead"))
 
 
@@ -362,11 +371,11 @@ class StatsReply:
     context_s: float | None = None
     op: ClassVar[str] = "stats"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "wire": self.wire, "alive_s": self.alive_s, "context_s": self.context_s}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> StatsReply:
+    def from_json(cls, d: object, blobs: Ledger) -> StatsReply:
         f = Fields(d, "stats reply")
         return cls(f.figures("wire"), *(None if f.get(k) is None else f.number(k) for k in ("alive_s", "context_s")))
 
@@ -375,10 +384,10 @@ class StatsReply:
 class ReleaseReply:
     op: ClassVar[str] = "release"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "ok": True}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> ReleaseReply:
+    def from_json(cls, d: object, blobs: Ledger) -> ReleaseReply:
         Fields(d, "release reply")
         return cls()

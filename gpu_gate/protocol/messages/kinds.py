@@ -4,7 +4,7 @@ that does not parse, is a :class:`~gpu_gate.protocol.wire.BadMessage`."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Union
+from typing import Union
 
 from ..wire import BadMessage
 from .call import Call, CallDone, CallFailed, read_call_reply
@@ -23,12 +23,12 @@ Reply = Union[LoadReply, SpecImportReply, DescribeReply, FinishReply, AheadReply
               ReleaseReply, CallDone, CallFailed, UpstreamReply, TruthReply, BaselineFp32Reply, HeadReferenceReply,
               CompileReply, Timed, ErrorReply]
 
-REQUESTS: dict[str, Any] = {cls.op: cls for cls in (Load, Describe, Finish, Ahead, AheadDone, Stats, Release, Bye,
+REQUESTS: dict[str, type[Request]] = {cls.op: cls for cls in (Load, Describe, Finish, Ahead, AheadDone, Stats, Release, Bye,
                                                      Call, Upstream, Truth, BaselineFp32, HeadReference,
                                                      CompileRequest, Time)}
 
 # the reply each request gets (an error aside); bye gets none
-REPLIES: dict[str, Callable[[Any, Ledger], Any]] = {
+REPLIES: dict[str, Callable[[object, Ledger], Reply]] = {
     "load": LoadReply.from_json, "describe": DescribeReply.from_json, "finish": FinishReply.from_json,
     "ahead": AheadReply.from_json, "ahead_done": AheadDoneReply.from_json, "stats": StatsReply.from_json,
     "release": ReleaseReply.from_json, "call": read_call_reply, "upstream": UpstreamReply.from_json,
@@ -36,7 +36,7 @@ REPLIES: dict[str, Callable[[Any, Ledger], Any]] = {
     "head_reference": HeadReferenceReply.from_json, "compile": CompileReply.from_json, "time": Timed.from_json}
 
 
-def read_request(header: Any, sizes: Sequence[int]) -> Request:
+def read_request(header: object, sizes: Sequence[int]) -> Request:
     """The request a header and its blobs' sizes make (a worker reads the judge's)."""
     op = Fields(header, "request").get("op")
     kind = REQUESTS.get(op) if isinstance(op, str) else None
@@ -48,7 +48,7 @@ def read_request(header: Any, sizes: Sequence[int]) -> Request:
     return request
 
 
-def read_reply(asked: str, header: Any, sizes: Sequence[int]) -> Reply:
+def read_reply(asked: str, header: object, sizes: Sequence[int]) -> Reply:
     """The reply to the request ``asked`` (its op) that a header and its blobs' sizes make: read
     before any blob's bytes are."""
     f = Fields(header, f"reply to {asked}")

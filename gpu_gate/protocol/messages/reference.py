@@ -5,7 +5,7 @@ rounding envelope), torch in float32 (``baseline_fp32``) and the head's rewritte
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from typing import ClassVar, Self, TypedDict
 
 from ..wire import BadMessage
 from .control import isolation
@@ -24,23 +24,31 @@ class GradRecipe:
     seed: int
     expanded: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"shape": list(self.shape), "seed": self.seed, "expanded": self.expanded}
 
     @classmethod
-    def from_json(cls, d: Any, what: str) -> GradRecipe:
+    def from_json(cls, d: object, what: str) -> GradRecipe:
         f = Fields(d, what)
         return cls(shape(f.get("shape"), f"{what} shape"), f.integer("seed"), f.flag("expanded", False))
 
 
-def recipe_json(recipe: dict[str, GradRecipe] | None) -> dict[str, Any] | None:
+def recipe_json(recipe: dict[str, GradRecipe] | None) -> dict[str, dict[str, object]] | None:
     return None if recipe is None else {k: r.to_json() for k, r in recipe.items()}
 
 
-def read_recipe(value: Any, what: str) -> dict[str, GradRecipe] | None:
+def read_recipe(value: object, what: str) -> dict[str, GradRecipe] | None:
     if value is None:
         return None
     return {text(k, what, MAX_NAME): GradRecipe.from_json(v, f"{what}[{k!r}]") for k, v in mapping(value, what).items()}
+
+
+class CaseFields(TypedDict):
+    """The fields every request about one case has (see :class:`CaseRequest`)."""
+
+    case: str
+    case_id: str
+    salt: int
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,21 +60,21 @@ class CaseRequest:
     salt: int = 0
     op: ClassVar[str] = ""
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "case": self.case, "case_id": self.case_id, "salt": self.salt}
 
     @classmethod
-    def fields(cls, d: Any) -> tuple[Fields, dict[str, Any]]:
+    def fields(cls, d: object) -> tuple[Fields, CaseFields]:
         f = Fields(d, cls.op)
         return f, {"case": f.text("case", MAX_TOKEN), "case_id": f.text("case_id", MAX_NAME),
                    "salt": f.integer("salt", 0, 1 << 32)}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> Any:
+    def from_json(cls, d: object, blobs: Ledger) -> Self:
         return cls(**cls.fields(d)[1])
 
 
-def dtype_map(value: Any, what: str) -> dict[str, str]:
+def dtype_map(value: object, what: str) -> dict[str, str]:
     out = name_map(value, what)
     for k, v in out.items():
         if v not in itemsizes():
@@ -91,11 +99,11 @@ class Truth(CaseRequest):
     like: dict[str, str] = dataclasses.field(default_factory=dict)
     op: ClassVar[str] = "truth"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {**super().to_json(), "like": self.like}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> Any:
+    def from_json(cls, d: object, blobs: Ledger) -> Self:
         f, known = cls.fields(d)
         return cls(**known, like=dtype_map(f.get("like", {}), f"{cls.op} like"))
 
@@ -117,12 +125,12 @@ class UpstreamReply:
     tree: str | None = None  # whose tree the reference's repository code came from: "head" or "base"
     op: ClassVar[str] = "upstream"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "upstream": recipe_json(self.upstream), "isolated": self.isolated, "why": self.why,
                 "tree": self.tree}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> UpstreamReply:
+    def from_json(cls, d: object, blobs: Ledger) -> UpstreamReply:
         f = Fields(d, "upstream reply")
         return cls(read_recipe(f.get("upstream"), "upstream reply upstream"), *isolation(f))
 
@@ -137,13 +145,13 @@ class TruthReply:
     tree: str | None = None  # whose tree the reference's repository code came from: "head" or "base"
     op: ClassVar[str] = "truth"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "reference": values_json(self.reference), "baseline": values_json(self.baseline),
                 "conditioning": values_json(self.conditioning), "isolated": self.isolated, "why": self.why,
                 "tree": self.tree}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> TruthReply:
+    def from_json(cls, d: object, blobs: Ledger) -> TruthReply:
         f = Fields(d, "truth reply")
         ref, base, cond = (value_map(f.get(k), blobs, f"truth reply {k}") for k in ("reference", "baseline",
                                                                                      "conditioning"))
@@ -162,14 +170,14 @@ class BaselineFp32Reply:
     tree: str | None = None  # whose tree the reference's repository code came from: "head" or "base"
     op: ClassVar[str] = "baseline_fp32"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "baseline": values_json(self.baseline),
                 "storage": values_json(self.storage) if self.storage is not None else None,
                 "isolated": self.isolated, "why": self.why,
                 "tree": self.tree}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> BaselineFp32Reply:
+    def from_json(cls, d: object, blobs: Ledger) -> BaselineFp32Reply:
         f = Fields(d, "baseline_fp32 reply")
         storage = f.get("storage")
         return cls(value_map(f.get("baseline"), blobs, "baseline_fp32 reply baseline"),
@@ -190,13 +198,13 @@ class HeadReferenceReply:
     tree: str | None = None  # whose tree the reference's repository code came from: "head" or "base"
     op: ClassVar[str] = "head_reference"
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"op": self.op, "reference": values_json(self.reference) if self.reference is not None else None,
                 "skipped": self.skipped, "raised": self.raised, "isolated": self.isolated, "why": self.why,
                 "tree": self.tree}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger) -> HeadReferenceReply:
+    def from_json(cls, d: object, blobs: Ledger) -> HeadReferenceReply:
         f = Fields(d, "head_reference reply")
         ref = f.get("reference")
         out = cls(None if ref is None else value_map(ref, blobs, "head_reference reply reference"),

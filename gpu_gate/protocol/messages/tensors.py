@@ -10,12 +10,15 @@ from __future__ import annotations
 import dataclasses
 import functools
 import time
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, cast
 
 from .. import wire
 from ..wire import BadMessage
 from .fields import MAX_NAME, Fields, mapping, shape, strides, text
+
+if TYPE_CHECKING:
+    import torch
 
 DEVICES = ("cpu", "cuda", "meta", "mps", "xpu", "hip")
 
@@ -46,14 +49,14 @@ class Ledger:
         self.sizes, self.what = list(sizes), what
         self.taken: set[int] = set()
 
-    def take(self, index: Any, nbytes: int, where: str) -> int:
+    def take(self, index: object, nbytes: int, where: str) -> int:
         index = self._fresh(index, where)
         if self.sizes[index] != nbytes:
             raise BadMessage(f"{where}: blob {index} claims {self.sizes[index]} bytes for a tensor of {nbytes} bytes")
         self.taken.add(index)
         return int(index)
 
-    def take_text(self, index: Any, most: int, where: str) -> int:
+    def take_text(self, index: object, most: int, where: str) -> int:
         """A blob that holds a text of at most ``most`` bytes (a compiler's output: its size is
         the worker's to say, within that bound)."""
         index = self._fresh(index, where)
@@ -62,7 +65,7 @@ class Ledger:
         self.taken.add(index)
         return int(index)
 
-    def _fresh(self, index: Any, where: str) -> int:
+    def _fresh(self, index: object, where: str) -> int:
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(self.sizes):
             raise BadMessage(f"{where}: blob {index!r} is out of range (the {self.what} carries "
                              f"{len(self.sizes)} blobs)")
@@ -90,12 +93,12 @@ class TensorMeta:
     def nbytes(self) -> int:
         return numel(self.shape) * itemsizes()[self.dtype]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"dtype": self.dtype, "shape": list(self.shape), "blob": self.blob, "stride": list(self.stride),
                 "device": self.device}
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger, what: str) -> TensorMeta:
+    def from_json(cls, d: object, blobs: Ledger, what: str) -> TensorMeta:
         f = Fields(d, what)
         dtype = f.text("dtype", 64)
         size = itemsizes().get(dtype)
@@ -126,8 +129,8 @@ class ValueMeta:
 
     KINDS = ("tensor", "value", "opaque", "held")
 
-    def to_json(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"kind": self.kind}
+    def to_json(self) -> dict[str, object]:
+        d: dict[str, object] = {"kind": self.kind}
         if self.tensor is not None:
             d["tensor"] = self.tensor.to_json()
         if self.kind == "value":
@@ -141,7 +144,7 @@ class ValueMeta:
         return d
 
     @classmethod
-    def from_json(cls, d: Any, blobs: Ledger, what: str) -> ValueMeta:
+    def from_json(cls, d: object, blobs: Ledger, what: str) -> ValueMeta:
         f = Fields(d, what)
         kind = f.text("kind", 16)
         if kind not in cls.KINDS:
@@ -152,31 +155,32 @@ class ValueMeta:
             raise BadMessage(f"{what}: a value that is not a number, text or flag")
         if isinstance(value, str):
             value = text(value, what)
-        return cls(kind, tensor, value if kind == "value" else None, f.text("type", MAX_NAME) if "type" in f.d else "",
+        scalar = cast("None | bool | int | float | str", value)  # checked above, where it is kept
+        return cls(kind, tensor, scalar if kind == "value" else None, f.text("type", MAX_NAME) if "type" in f.d else "",
                    f.flag("plain", True), f.text("why") if "why" in f.d else "")
 
 
-def tensor_map(value: Any, blobs: Ledger, what: str) -> dict[str, TensorMeta]:
+def tensor_map(value: object, blobs: Ledger, what: str) -> dict[str, TensorMeta]:
     return {text(k, what, MAX_NAME): TensorMeta.from_json(v, blobs, f"{what}[{k!r}]")
             for k, v in mapping(value, what).items()}
 
 
-def value_map(value: Any, blobs: Ledger, what: str) -> dict[str, ValueMeta]:
+def value_map(value: object, blobs: Ledger, what: str) -> dict[str, ValueMeta]:
     return {text(k, what, MAX_NAME): ValueMeta.from_json(v, blobs, f"{what}[{k!r}]")
             for k, v in mapping(value, what).items()}
 
 
-def tensors_json(metas: dict[str, TensorMeta]) -> dict[str, Any]:
+def tensors_json(metas: dict[str, TensorMeta]) -> dict[str, dict[str, object]]:
     return {k: m.to_json() for k, m in metas.items()}
 
 
-def values_json(metas: dict[str, ValueMeta]) -> dict[str, Any]:
+def values_json(metas: dict[str, ValueMeta]) -> dict[str, dict[str, object]]:
     return {k: m.to_json() for k, m in metas.items()}
 
 
 # --- making and reading them (torch) ---------------------------------------------------
 
-def plain(t: Any) -> Any:
+def plain(t: torch.Tensor) -> torch.Tensor:
     """``t`` as a plain tensor, read without any of its type's own code: no ``__torch_function__``
     override and no Python method of a subclass runs while the bytes are read."""
     import torch
@@ -187,7 +191,7 @@ def plain(t: Any) -> Any:
         return torch.Tensor.as_subclass(t, torch.Tensor)
 
 
-def flat_bytes(p: Any) -> Any:
+def flat_bytes(p: torch.Tensor) -> torch.Tensor:
     """A plain tensor's values in logical order, as a 1-D uint8 tensor on its device."""
     import torch
 
@@ -198,7 +202,7 @@ def flat_bytes(p: Any) -> Any:
     return flat.view(torch.uint8)
 
 
-def encode_tensor(t: Any, blobs: wire.Blobs) -> TensorMeta:
+def encode_tensor(t: torch.Tensor, blobs: wire.Blobs) -> TensorMeta:
     """A tensor's values (in logical order), dtype, shape and where it lived; appends its bytes."""
     import torch
 
@@ -212,11 +216,11 @@ def encode_tensor(t: Any, blobs: wire.Blobs) -> TensorMeta:
         host = data.cpu() if data.device.type != "cpu" else data.clone()
     wire.add(encode_s=time.monotonic() - start)
     meta = TensorMeta(dtype, dims, len(blobs), stride, device)
-    blobs.append(memoryview(host.numpy()))
+    blobs.append(memoryview(host.numpy()))  # type: ignore[arg-type]  # numpy's stubs give ndarray __buffer__ on Python 3.12+ only
     return meta
 
 
-def decode_tensor(meta: TensorMeta, blobs: Sequence[bytearray], device: Any = "cpu") -> Any:
+def decode_tensor(meta: TensorMeta, blobs: Sequence[bytearray], device: torch.device | str = "cpu") -> torch.Tensor:
     """A plain tensor built from the bytes :func:`encode_tensor` sent (``meta`` was read against
     these blobs: its blob exists and is exactly its size)."""
     import torch
@@ -239,7 +243,7 @@ def decode_tensor(meta: TensorMeta, blobs: Sequence[bytearray], device: Any = "c
         wire.add(decode_s=time.monotonic() - start)
 
 
-def encode_value(v: Any, blobs: wire.Blobs) -> ValueMeta:
+def encode_value(v: object, blobs: wire.Blobs) -> ValueMeta:
     """An output: a tensor as data; a number, string, bool or None as itself; anything else by its
     type's name only (the judge reports it, never uses it)."""
     import torch
@@ -255,7 +259,8 @@ def encode_value(v: Any, blobs: wire.Blobs) -> ValueMeta:
     return ValueMeta("opaque", type_name=f"{type(v).__module__}.{type(v).__qualname__}")
 
 
-def decode_value(meta: ValueMeta, blobs: Sequence[bytearray], device: Any = "cpu") -> Any:
+def decode_value(meta: ValueMeta, blobs: Sequence[bytearray], device: torch.device | str = "cpu"
+                 ) -> torch.Tensor | None | bool | int | float | str | Opaque:
     if meta.tensor is not None:
         return decode_tensor(meta.tensor, blobs, device)
     if meta.kind == "value":
@@ -273,9 +278,10 @@ class Opaque:
         return f"<{self.type_name}>"
 
 
-def encode_dict(values: dict[str, Any], blobs: wire.Blobs) -> dict[str, ValueMeta]:
+def encode_dict(values: Mapping[str, object], blobs: wire.Blobs) -> dict[str, ValueMeta]:
     return {k: encode_value(v, blobs) for k, v in values.items()}
 
 
-def decode_dict(metas: dict[str, ValueMeta], blobs: Sequence[bytearray], device: Any = "cpu") -> dict[str, Any]:
+def decode_dict(metas: dict[str, ValueMeta], blobs: Sequence[bytearray], device: torch.device | str = "cpu"
+                ) -> dict[str, torch.Tensor | None | bool | int | float | str | Opaque]:
     return {k: decode_value(m, blobs, device) for k, m in metas.items()}
