@@ -7,7 +7,7 @@ hundreds of times worse at 2**18 (FACTS.md): single cases miss it; the slope doe
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...findings import Finding, Severity
 from ...spec import Index, Spec
@@ -16,6 +16,11 @@ from .compare import EPS, floor_for
 from .engine import marked
 from .growth_base import finding as against_base
 from .growth_base import grows_faster
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .engine import CaseRunner
 
 SLOPE_MARGIN = 0.3
 JUMP_RATIO = 1.5  # candidate vs torch at the longest length (both rules)
@@ -45,7 +50,7 @@ def _case(spec: Spec, dim: str, n: int, dtype: str, seed: int, sign: str = "posi
     return Case(f"g-{dim}-{dtype}-{n}{suffix}", seed, dims, inputs)
 
 
-def _dist(allowed: tuple[str, ...] | Any, sign: str) -> str:
+def _dist(allowed: Sequence[str] | None, sign: str) -> str:
     want = SIGNS[sign]
     return want if not allowed or want in allowed else allowed[0]
 
@@ -74,7 +79,7 @@ def growth_repro(spec_id: str, dim: str, dtype: str, seed: int) -> str:
     return f"gpu-gate repro {shlex.quote(spec_id)} --check equivalence --growth {dim}:{dtype} --seed {seed}"
 
 
-def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[str], deadline: float,
+def sweep(runner: CaseRunner, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[str], deadline: float,
           *, seed: int | None = None) -> dict[str, Any] | None:
     """Sweep every reduction dim x dtype. Returns ``{"table": ..., "findings": [...]}``: the
     table is one curve (``dim, dtype, rows, slope_candidate, slope_baseline, flagged``), the
@@ -135,7 +140,7 @@ THRESHOLD_STEP = 4  # the swept dim grows by this factor from one case to the ne
 THRESHOLD_MIN_LONG = 4096  # the shortest reduction length the sweep still calls long
 
 
-def threshold_sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[str], deadline: float,
+def threshold_sweep(runner: CaseRunner, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[str], deadline: float,
                     *, seed: int | None = None) -> list[Finding]:
     """Kernels switch code paths by size ("split the reduction when there are many rows", "another
     block size above 256 columns"): every other dim is swept from its smallest size up by factors
@@ -221,7 +226,7 @@ def _growth_finding(job: Any, dim: str, dtype: str, sign: str, seed: int, last: 
                  "slope_candidate": sc, "slope_baseline": sb, "jump": not sloped})
 
 
-def _measure(runner: Any, spec: Spec, dim: str, dtype: str, sign: str, top: int, budget: int, deadline: float,
+def _measure(runner: CaseRunner, spec: Spec, dim: str, dtype: str, sign: str, top: int, budget: int, deadline: float,
              seed: int, findings: list[Finding]
              ) -> tuple[list[int], list[float], list[float], Case, list[float] | None] | None:
     """One curve: (lengths, candidate errors, baseline errors, the longest case, the base's code's
