@@ -5,8 +5,8 @@ torch in float32 and the head's rewritten reference. Each reply is bounded by th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
 
 from ..protocol import wire
 from ..protocol.cases import Case
@@ -21,7 +21,7 @@ from .replies import SpecBroken, check, expect, reading, stats_of
 Recipe = dict[str, GradRecipe]  # the upstream gradients' recipe, as the reference worker sent it
 
 
-def _not_here(*args: Any, **kwargs: Any) -> Any:
+def _not_here(*args: object, **kwargs: object) -> NoReturn:
     raise RuntimeError("the judge never runs the spec's functions: the workers do")
 
 
@@ -112,11 +112,11 @@ class Reference:
         reply = self._ask(Upstream(case.token(), case.id, salt))
         return expect(reply, UpstreamReply, self.channel).upstream
 
-    def truth(self, case: Case, like: dict[str, Any], salt: int = 0
+    def truth(self, case: Case, like: Mapping[str, object], salt: int = 0
               ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
         return self.truth_later(case, like, salt)()
 
-    def truth_later(self, case: Case, like: dict[str, Any], salt: int = 0) -> TruthPending:
+    def truth_later(self, case: Case, like: Mapping[str, object], salt: int = 0) -> TruthPending:
         """Ask for the float64 reference, the baseline and the rounding envelope now, for outputs of
         the dtypes of ``like``'s; the object returned waits for them."""
         return self.truth_for(case, output_dtypes(like), salt)
@@ -151,11 +151,11 @@ class Reference:
         with reading(self.channel, "head_reference"):
             return tensors.decode_dict(got.reference, blobs, self.device)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, object]:
         """What the worker says it moved through the channel (timing only, never a verdict)."""
         return stats_of(self._ask(Stats()), self.channel)
 
-    def baseline_fp32(self, case: Case, like: dict[str, Any], salt: int = 0
+    def baseline_fp32(self, case: Case, like: Mapping[str, object], salt: int = 0
                       ) -> tuple[dict[str, Any], dict[str, Any] | None]:
         """torch in float32, rounded to each output's dtype; and, for data coarser than the kernel's
         arithmetic, the rounding envelope of a kernel that stores its intermediates in that dtype."""
@@ -201,7 +201,7 @@ class TruthPending:
         return self._result
 
 
-def output_dtypes(like: dict[str, Any]) -> dict[str, str]:
+def output_dtypes(like: Mapping[str, object]) -> dict[str, str]:
     """The dtype of each tensor among ``like``'s values, by name (``"float32"``)."""
     import torch
 

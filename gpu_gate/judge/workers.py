@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..findings import Finding
 from ..protocol import wire
@@ -26,6 +26,9 @@ from .channel import Channel, ProtocolViolation, WorkerLost, WorkerTimeout
 from .limits import reply_budget
 from .reference import Recipe, Reference, TruthPending, output_dtypes, spec_from_description
 from .replies import ContextLost, ReferenceOutOfMemory, SpecBroken, WorkerDied, check, expect, reading, stats_of
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer
 
 __all__ = ["BaseCandidate", "BaseLost", "CallReport", "Candidate", "ContextLost", "ProtocolViolation", "Reference",
            "ReferenceOutOfMemory", "SpecBroken", "SpecDidNotImport", "TruthPending", "WorkerDied", "Workers", "connect",
@@ -77,8 +80,8 @@ class Candidate:
         self.run_s = 0.0
         self.compile_s = 0.0
         # the upstream gradient the worker holds from the last call it answered: (case, the recipe sent)
-        self._upstream_held: tuple[str, Any] | None = None
-        self._upstream_pending: tuple[str, Any] | None = None
+        self._upstream_held: tuple[str, Recipe | None] | None = None
+        self._upstream_pending: tuple[str, Recipe | None] | None = None
         # under compute-sanitizer: the worker hands the candidate tensors with no guard band, so
         # that the tool sees every access past a tensor's end (the guard band would absorb it)
         self.exact = False
@@ -92,7 +95,7 @@ class Candidate:
         finally:
             self.busy_s += time.monotonic() - start
 
-    def _ask(self, request: Request, blobs: Sequence[Any] = (), budget: int = 0) -> tuple[Reply, list[bytearray]]:
+    def _ask(self, request: Request, blobs: Sequence[Buffer] = (), budget: int = 0) -> tuple[Reply, list[bytearray]]:
         self._send(request, blobs, budget)
         return self._answer()
 
@@ -148,7 +151,7 @@ class Candidate:
         assert self.spec is not None, "a candidate is asked to call once the spec is known"
         return reply_budget(self.spec, case)
 
-    def _send(self, request: Request, blobs: Sequence[Any], budget: int = 0) -> None:
+    def _send(self, request: Request, blobs: Sequence[Buffer], budget: int = 0) -> None:
         try:
             self.channel.ask(request, blobs, budget)
         except WorkerLost as exc:
@@ -202,16 +205,16 @@ class Candidate:
         if getattr(self.channel, "lost", None) is None:
             self._ask(Release())
 
-    def finish(self, compile_settings: Any = None) -> FinishReply:
+    def finish(self, compile_settings: dict[str, object] | None = None) -> FinishReply:
         reply, _ = self._ask(Finish(compile_settings))
         return FinishReply() if isinstance(reply, ErrorReply) else expect(reply, FinishReply, self.channel)
 
-    def ahead_done(self) -> dict[str, Any]:
+    def ahead_done(self) -> dict[str, object]:
         """End the worker's compiling sibling; what it says it did (timing only, never a verdict)."""
         reply, _ = self._ask(AheadDone())
         return {} if isinstance(reply, ErrorReply) else dict(expect(reply, AheadDoneReply, self.channel).ahead)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, object]:
         """What the worker says it moved through the channel (timing only, never a verdict)."""
         return stats_of(self._ask(Stats())[0], self.channel)
 
@@ -243,7 +246,7 @@ class Workers:
     late_cuda_settings: list[str] = dataclasses.field(default_factory=list)  # set by the spec's import, too late
     interpreter: list[str] = dataclasses.field(default_factory=list)  # the Triton interpreter's adaptations in place
 
-    def finish(self, compile_settings: Any = None) -> FinishReply:
+    def finish(self, compile_settings: dict[str, object] | None = None) -> FinishReply:
         if self.finished is None:
             self.finished = self.candidate.finish(compile_settings)
         return self.finished
@@ -376,7 +379,7 @@ class BaseCandidate(Candidate):
 
     limit_s = 60.0  # one call's limit; the engine sets it from the time the head's code took
 
-    def _send(self, request: Request, blobs: Sequence[Any], budget: int = 0) -> None:
+    def _send(self, request: Request, blobs: Sequence[Buffer], budget: int = 0) -> None:
         try:
             self.channel.ask(request, blobs, budget)
         except WorkerLost as exc:

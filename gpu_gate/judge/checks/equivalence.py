@@ -391,7 +391,8 @@ class Equivalence:
             findings = self._launched_against_base(findings, settings, read)
         return notes + findings
 
-    def _launched_against_base(self, findings: list[Finding], settings: object, read: set[str]) -> list[Finding]:
+    def _launched_against_base(self, findings: list[Finding], settings: dict[str, object] | None,
+                               read: set[str]) -> list[Finding]:
         """A launched specialization that does not compile at head, or whose PTX computes an offset
         in 32 bits, is the change's only if the base's code, launched by the same cases, does not do
         the same: the base's worker compiles its own launches now (only when the head's show either;
