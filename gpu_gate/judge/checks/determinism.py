@@ -18,6 +18,8 @@ if TYPE_CHECKING:
     from ...protocol.cases import Case
     from ..equivalence.engine import CaseRunner
     from ..job import Context, Outcome
+    from ..reference import Recipe
+    from ..workers import Candidate, Workers
     from ...protocol.jobs import Job
 
 CASES = 4
@@ -78,7 +80,7 @@ def _against_steady_base(f: Finding, head_off: dict[str, float], base_off: dict[
 
 
 class Determinism:
-    def __init__(self, job: Job, ctx: Context, workers: Any) -> None:
+    def __init__(self, job: Job, ctx: Context, workers: Workers) -> None:
         from .equivalence import Equivalence
 
         eq = Equivalence(job, ctx, workers)
@@ -142,7 +144,7 @@ class Determinism:
             out.extra.timing = self.timing
         return out
 
-    def _timed_case(self, case: Case, cand: Any, side: str) -> Finding | str | None:
+    def _timed_case(self, case: Case, cand: Candidate, side: str) -> Finding | str | None:
         import time
 
         start = time.monotonic()
@@ -334,7 +336,7 @@ class Determinism:
                        repro=repro, message=message,
                        details={"token": case.token(), "case": case.describe()} if case else {})
 
-    def _case(self, case: Case, cand: Any) -> Finding | str | None:
+    def _case(self, case: Case, cand: Candidate) -> Finding | str | None:
         """``case`` repeated on ``cand``: the head's code, or the base's (a differential run)."""
         from ...protocol.inputs import materialize
 
@@ -380,7 +382,7 @@ class Determinism:
         finally:
             cand.release()
 
-    def _repeat(self, cand: Any, case: Case, upstream: Any, first: dict[str, Any],
+    def _repeat(self, cand: Candidate, case: Case, upstream: Recipe | None, first: dict[str, Any],
                 reference: Any, side_streams: bool = False) -> Finding | None:
         """Every repeat runs, alone and then under load, even after one differs: the finding says how
         many of them differed in each setting and how far the worst landed from the reference (a
@@ -471,13 +473,13 @@ class Determinism:
 
 
 def repeat_settings(device: str, load: bool, repeats: int, producer: tuple[str, ...], side_streams: bool
-                    ) -> list[tuple[str, dict[str, Any], int]]:
+                    ) -> list[tuple[str, dict[str, object], int]]:
     """The settings a case is repeated in, in order: (what the finding calls it, how the worker is
     asked to run, how many runs). Alone always; on a GPU, under load and on fewer SMs; with the
     caller's stream held back where the candidate used streams of its own (every other setting
     delays those: the launch order the other way round); after a producer where the spec names one
     (fewer runs: a read before the producer finished shows on nearly every one)."""
-    settings: list[tuple[str, dict[str, Any], int]] = [("alone", {}, repeats)]
+    settings: list[tuple[str, dict[str, object], int]] = [("alone", {}, repeats)]
     if device != "cuda":
         return settings
     if load:
@@ -493,7 +495,7 @@ def repeat_settings(device: str, load: bool, repeats: int, producer: tuple[str, 
     return settings
 
 
-def _error(out: Any, ref: Any) -> float:
+def _error(out: object, ref: object) -> float:
     """The largest absolute difference of an output from the reference (0 where it cannot say)."""
     import torch
 
