@@ -154,7 +154,7 @@ def merge(records: list[RunRecord]) -> RunRecord:
     )
 
 
-def read_changed_lines(raw: Any) -> dict[str, dict[str, list[list[int]]]]:
+def read_changed_lines(raw: object) -> dict[str, dict[str, list[list[int]]]]:
     """``changed_lines`` from JSON, keeping only well-formed ranges (a report never fails on them)."""
     out: dict[str, dict[str, list[list[int]]]] = {}
     for sid, files in (raw or {}).items() if isinstance(raw, dict) else ():

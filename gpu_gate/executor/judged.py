@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from ..store import compiled as compiled_store
 from . import sandbox
 from .. import proc
@@ -25,6 +25,9 @@ from .control import RunControl, _kill_group
 from .options import ExecOptions, concurrency
 from .leftovers import judge_escapes
 from .results import _classify_failure, _error_result, _interrupted, _outcome_to_result, _read_result, _stuck_result, _with_sandbox_ended
+
+if TYPE_CHECKING:
+    import socket
 
 
 _DIR = {"reference": "r", "base": "b"}  # the directories of the workers other than the head's, in the job's
@@ -261,7 +264,7 @@ def _wait_started(pids: dict[str, int], n: int, limit_s: float = 30.0) -> None:
         time.sleep(0.005)
 
 
-def _close_pairs(pairs: dict[str, Any]) -> None:
+def _close_pairs(pairs: dict[str, tuple[socket.socket, socket.socket]]) -> None:
     for a, b in pairs.values():
         for s in (a, b):
             try:

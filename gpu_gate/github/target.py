@@ -27,7 +27,7 @@ class Target:
     refused: str | None = None  # why nothing at all may be published
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 

@@ -43,11 +43,11 @@ def gpu_gate_version() -> str:
     return __version__
 
 
-def canonical(value: Any) -> bytes:
+def canonical(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
 
 
-def digest(value: Any) -> str:
+def digest(value: object) -> str:
     return hashlib.sha256(canonical(value)).hexdigest()
 
 
@@ -73,7 +73,7 @@ def run_record(job: Job, repo_root: Path, dep_files: Iterable[str]) -> dict[str,
     return {"job": job.to_json(), "files": {rel: file_digest(repo_root, rel) for rel in _files_of(job, dep_files)}}
 
 
-def same_run(stored: Any, current: dict[str, Any]) -> bool:
+def same_run(stored: object, current: dict[str, Any]) -> bool:
     """The stored record describes the job at hand: the same job but for its seed (and its cost
     estimate and the plan's reasons for it, which are not part of what runs), and the same bytes of
     every file."""

@@ -13,7 +13,7 @@ import contextlib
 import dataclasses
 import time
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...findings import Finding, Severity
 from ..workers import (
@@ -121,11 +121,11 @@ def marked(f: Finding, change: str, note: str | None = None) -> Finding:
 class Truth:
     """The reference worker's answer on one case, computed once for the head's code and the base's."""
 
-    reference: dict[str, Any]
-    baseline: dict[str, Any]
-    conditioning: dict[str, Any]
-    baseline32: dict[str, Any] | None = None
-    storage: dict[str, Any] | None = None  # the envelope of intermediates stored in the data's dtype
+    reference: dict[str, object]
+    baseline: dict[str, object]
+    conditioning: dict[str, object]
+    baseline32: dict[str, object] | None = None
+    storage: dict[str, object] | None = None  # the envelope of intermediates stored in the data's dtype
 
 
 
@@ -325,7 +325,7 @@ class CaseRunner:
                 findings += self._sensitivity(cand, case, snap1, repro)
         return CaseResult(case, findings, comparisons), truth
 
-    def _compare(self, case: Case, k: str, outs: dict[str, Any], truth: Truth) -> Comparison:
+    def _compare(self, case: Case, k: str, outs: dict[str, object], truth: Truth) -> Comparison:
         r = truth.reference[k]
         cond = truth.conditioning.get(k)
         comp = compare(k, outs[k], r, truth.baseline.get(k), self.rule, perturbed=cond)
@@ -580,7 +580,7 @@ class CaseRunner:
         return CaseResult(case, [], refused=rep.message, trace=rep.trace)
 
     def _second_run(self, cand: Candidate, case: Case, upstream: Recipe | None, repro: str,
-                    findings: list[Finding], rep1: CallReport) -> dict[str, Any] | None:
+                    findings: list[Finding], rep1: CallReport) -> dict[str, object] | None:
         # The first run may have compiled its kernels after queueing them, outrunning the
         # side-stream delay; the second run is warm, so it is checked again where the first
         # switched streams. Outputs bitwise equal to the first run's stay in the worker.
@@ -596,7 +596,7 @@ class CaseRunner:
         findings += self._reused(case, rep2, repro)
         return outs2
 
-    def _unordered(self, case: Case, rep: CallReport, repro: str, final: dict[str, Any] | None = None
+    def _unordered(self, case: Case, rep: CallReport, repro: str, final: dict[str, object] | None = None
                    ) -> list[Finding]:
         """The copy the worker took on the caller's stream as the call returned, against the
         output once the whole device was idle: work finished later on a stream the caller's
@@ -699,7 +699,7 @@ class CaseRunner:
                          f"the candidate wrote into its input {name!r}, which the spec allows only to hold output "
                          f"{target!r} afterwards (mutates=), but {why}", repro, input=name)]
 
-    def _relocated(self, cand: Candidate, case: Case, upstream: Recipe | None, out1: dict[str, Any],
+    def _relocated(self, cand: Candidate, case: Case, upstream: Recipe | None, out1: dict[str, object],
                    ref: Mapping[str, object], base: Mapping[str, object], cond: Mapping[str, object],
                    repro: str) -> list[Finding]:
         """The same values at other addresses, the old buffers filled with garbage: a kernel whose
@@ -726,7 +726,7 @@ class CaseRunner:
                                       output=k))
         return found
 
-    def _sensitivity(self, cand: Candidate, case: Case, out1: dict[str, Any], repro: str) -> list[Finding]:
+    def _sensitivity(self, cand: Candidate, case: Case, out1: dict[str, object], repro: str) -> list[Finding]:
         """New values for the same case, written into the *same* input buffers (the same
         addresses): when an output does not change at all and the old output does not pass
         against the new reference, the kernel ignores its inputs (it returns a cached or constant

@@ -80,7 +80,7 @@ def growth_repro(spec_id: str, dim: str, dtype: str, seed: int) -> str:
 
 
 def sweep(runner: CaseRunner, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[str], deadline: float,
-          *, seed: int | None = None) -> dict[str, Any] | None:
+          *, seed: int | None = None) -> dict[str, object] | None:
     """Sweep every reduction dim x dtype. Returns ``{"table": ..., "findings": [...]}``: the
     table is one curve (``dim, dtype, rows, slope_candidate, slope_baseline, flagged``), the
     flagged one first, with every curve under ``curves`` when there are several."""
@@ -97,7 +97,7 @@ def sweep(runner: CaseRunner, spec: Spec, job: Any, budget: int, bad_dtypes: fro
         dtypes = [d for d in dtypes if not want_dtype or d == want_dtype]
     if not reductions or not dtypes:
         return None
-    table: list[dict[str, Any]] = []
+    table: list[dict[str, object]] = []
     findings: list[Finding] = []
     for dim, dtype, sign in [(d, t, g) for d in reductions for t in dtypes for g in signs(spec)]:
         curve = _measure(runner, spec, dim, dtype, sign, top, budget, deadline, seed, findings)
@@ -105,7 +105,8 @@ def sweep(runner: CaseRunner, spec: Spec, job: Any, budget: int, bad_dtypes: fro
             continue
         sizes, cand, base, last, at_base = curve
         sc, sb, sloped, jump = _flagged(sizes, cand, base, dtype)
-        rows: list[dict[str, Any]] = [{"size": s, "candidate": c, "baseline": b} for s, c, b in zip(sizes, cand, base)]
+        rows: list[dict[str, object]] = [{"size": s, "candidate": c, "baseline": b}
+                                         for s, c, b in zip(sizes, cand, base)]
         if at_base is not None:  # differential runs: the base's code on the same lengths
             for r, e in zip(rows, at_base):
                 r["base"] = e
