@@ -4,7 +4,6 @@ In ``failures-only`` mode a passing run creates no comment, but edits one an ear
 so that the pull request does not keep showing a failure that is gone."""
 from __future__ import annotations
 
-
 from .client import ApiResponse, GitHubClient
 from .text import COMMENT_LIMIT, fit_chars, truncation_note
 
