@@ -41,7 +41,7 @@ class JobExtra:
     not_run_allowed_by: str | None = None  # a NOT_RUN result: the policy setting that allows it
     other: dict[str, Any] = dataclasses.field(default_factory=dict)  # keys this version does not know
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         out = {k: getattr(self, k) for k in _TYPES if getattr(self, k) is not None}
         return {**out, **{k: v for k, v in self.other.items() if k not in out}}
 

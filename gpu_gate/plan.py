@@ -35,8 +35,8 @@ class Plan:
     # the revision whose policy and specs are in force: the base branch's tip (None: the merge base)
     rules: str | None = None
 
-    def to_json(self, shards: int | None = None) -> dict[str, Any]:
-        d: dict[str, Any] = {
+    def to_json(self, shards: int | None = None) -> dict[str, object]:
+        d: dict[str, object] = {
             "version": PLAN_VERSION,
             "base": self.base,
             "head": self.head,

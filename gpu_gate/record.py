@@ -29,7 +29,7 @@ class ChangedKernel:
     declared: tuple[str, ...] = ()  # of those, the specs that name it (covers=, a .cu path): never revised
     functions: tuple[tuple[str, int], ...] = ()  # (name, line) of the kernels found in a Python file
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"path": self.path, "language": self.language, "status": self.status,
                 "via": list(self.via), "specs": list(self.specs), "declared": list(self.declared),
                 "functions": [{"name": n, "line": line} for n, line in self.functions]}
@@ -62,7 +62,7 @@ class RunRecord:
     places: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
     rules: str | None = None  # the revision whose policy and specs were in force (the base branch's tip)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "version": RECORD_VERSION,
             "base": self.base,
