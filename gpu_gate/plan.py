@@ -113,7 +113,7 @@ def _spec_jobs(policy: Policy, specs: list[discovery.SpecInfo], cov: dict[str, l
     return jobs
 
 
-def _options(policy: Policy, name: str, chk: Any) -> dict[str, Any]:
+def _options(policy: Policy, name: str, chk: Any) -> dict[str, object]:
     opts = dict(chk.options())
     info = CHECKS[name]
     if info.runs_candidate:  # how the candidate's autotuned kernels pick configs

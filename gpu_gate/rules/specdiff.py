@@ -100,7 +100,7 @@ def _tolerance(base: SpecRules, head: SpecRules, ctx: Context, add: Add) -> None
                                                                                          f"{a:g} -> {b:g}", "tolerance")
 
 
-def _tol(value: Any) -> dict[str, Any]:
+def _tol(value: Any) -> dict[str, object]:
     if not isinstance(value, dict):
         return {}
     args = value.get("args") or []

@@ -68,7 +68,7 @@ def _files_of(job: Job, dep_files: Iterable[str]) -> list[str]:
     return sorted(files)
 
 
-def run_record(job: Job, repo_root: Path, dep_files: Iterable[str]) -> dict[str, Any]:
+def run_record(job: Job, repo_root: Path, dep_files: Iterable[str]) -> dict[str, object]:
     """Exactly what a job runs: the job itself and the digest of every file it depends on."""
     return {"job": job.to_json(), "files": {rel: file_digest(repo_root, rel) for rel in _files_of(job, dep_files)}}
 

@@ -207,7 +207,7 @@ class JobCache:
             self._keys[job.id] = cache_key(job, self.repo, sorted(self._deps.of(job)), self.fingerprint, self.env)
         return self._keys[job.id]
 
-    def _run(self, job: Job) -> dict[str, Any]:
+    def _run(self, job: Job) -> dict[str, object]:
         if job.id not in self._runs:
             self._runs[job.id] = run_record(job, self.repo, sorted(self._deps.of(job)))
         return self._runs[job.id]
