@@ -81,7 +81,7 @@ def job_seed(head: str | None, policy: Policy) -> int:
     return int((head or "0")[:8], 16) if head else 0
 
 
-def _cost(check: str, options: dict[str, Any]) -> float:
+def _cost(check: str, options: dict[str, object]) -> float:
     return CHECKS[check].cost_for(options)
 
 

@@ -51,7 +51,7 @@ class RunRecord:
     results: list[JobResult] = dataclasses.field(default_factory=list)
     planned_jobs: list[str] = dataclasses.field(default_factory=list)  # ids of every job in the (whole) plan
     shard: str | None = None  # "i/n"
-    environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    environment: dict[str, object] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)  # e.g. "no policy file: default preset"
     selected: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # spec id -> why it ran
     # spec id -> {file: [[first, last], ...]}: the lines the change wrote in the files the spec runs
@@ -59,7 +59,7 @@ class RunRecord:
     # job id -> where a finding of that job with no line goes, read from the head's tree when the
     # jobs ran: [{"path", "line", "end", "what"}, ...]. A publisher whose checkout is another
     # commit (workflow_run: the default branch) places findings by these, not by its own files.
-    places: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    places: dict[str, list[dict[str, object]]] = dataclasses.field(default_factory=dict)
     rules: str | None = None  # the revision whose policy and specs were in force (the base branch's tip)
 
     def to_json(self) -> dict[str, object]:

@@ -187,7 +187,7 @@ def run_job(job: Job, ctx: Context) -> JobResult:
 
     start = time.monotonic()
     info = CHECKS[job.check]
-    launched: dict[str, Any] | None = None
+    launched: dict[str, object] | None = None
     uncompiled: tuple[str, ...] | None = None
     try:
         outcome = _run_check(info, job, ctx)

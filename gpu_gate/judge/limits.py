@@ -56,7 +56,7 @@ def machine_memory() -> int | None:
         return None
 
 
-def limit_memory(options: dict[str, Any], device: str) -> int | None:
+def limit_memory(options: dict[str, object], device: str) -> int | None:
     """Set this process's data limit (see the module's docstring); the limit now in force, or None
     where there is none. A lower limit already set is kept."""
     want = memory_limit(options, device, machine_memory())

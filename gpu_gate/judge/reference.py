@@ -113,7 +113,7 @@ class Reference:
         return expect(reply, UpstreamReply, self.channel).upstream
 
     def truth(self, case: Case, like: Mapping[str, object], salt: int = 0
-              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+              ) -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
         return self.truth_later(case, like, salt)()
 
     def truth_later(self, case: Case, like: Mapping[str, object], salt: int = 0) -> TruthPending:
@@ -128,7 +128,7 @@ class Reference:
         asked of the reference worker until it has been waited for."""
         self._send(Truth(case.token(), case.id, salt, dict(dtypes)), self._budget(case))
 
-        def read() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        def read() -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
             reply, blobs = self._receive(timed=False)
             got = expect(reply, TruthReply, self.channel)
             with reading(self.channel, "truth"):
@@ -138,7 +138,7 @@ class Reference:
 
         return TruthPending(read, dict(dtypes), self)
 
-    def head_reference(self, case: Case) -> dict[str, Any] | str:
+    def head_reference(self, case: Case) -> dict[str, object] | str:
         """The head's spec's reference on ``case`` (float64), or why there is none to compare."""
         self._send(HeadReference(case.token(), case.id, 0), self._budget(case))
         reply, blobs = self._receive()
@@ -156,7 +156,7 @@ class Reference:
         return stats_of(self._ask(Stats()), self.channel)
 
     def baseline_fp32(self, case: Case, like: Mapping[str, object], salt: int = 0
-                      ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+                      ) -> tuple[dict[str, object], dict[str, object] | None]:
         """torch in float32, rounded to each output's dtype; and, for data coarser than the kernel's
         arithmetic, the rounding envelope of a kernel that stores its intermediates in that dtype."""
         self._send(BaselineFp32(case.token(), case.id, salt, output_dtypes(like)), self._budget(case))
@@ -171,12 +171,12 @@ class TruthPending:
     """A truth asked for, read by a thread of its own; calling it waits for it (and raises what
     reading it raised). ``dtypes``: the output dtypes it was asked for."""
 
-    def __init__(self, read: Callable[[], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]],
+    def __init__(self, read: Callable[[], tuple[dict[str, object], dict[str, object], dict[str, object]]],
                  dtypes: dict[str, str], reference: Reference) -> None:
         import threading
 
         self.dtypes, self.reference, self.taken = dtypes, reference, False
-        self._result: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
+        self._result: tuple[dict[str, object], dict[str, object], dict[str, object]] | None = None
         self._error: BaseException | None = None
 
         def run() -> None:
@@ -188,7 +188,7 @@ class TruthPending:
         self._thread = threading.Thread(target=run, name="truth", daemon=True)
         self._thread.start()
 
-    def __call__(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    def __call__(self) -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
         import time
 
         start = time.monotonic()

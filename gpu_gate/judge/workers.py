@@ -54,9 +54,9 @@ class CallReport:
     status: str  # ok, refused, unsupported, oom, fatal
     message: str = ""
     trace: str | None = None
-    outputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # plain tensors (or values)
+    outputs: dict[str, object] = dataclasses.field(default_factory=dict)  # plain tensors (or values)
     types: dict[str, str] = dataclasses.field(default_factory=dict)  # outputs that were not plain tensors
-    early: dict[str, Any] = dataclasses.field(default_factory=dict)  # copies taken at return that differ
+    early: dict[str, object] = dataclasses.field(default_factory=dict)  # copies taken at return that differ
     same_as_held: frozenset[str] = frozenset()
     where: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # output -> [data_ptr, storage_ptr]
     held_where: dict[str, list[int]] = dataclasses.field(default_factory=dict)

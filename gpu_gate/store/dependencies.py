@@ -77,7 +77,7 @@ def same_run(stored: object, current: dict[str, Any]) -> bool:
     """The stored record describes the job at hand: the same job but for its seed (and its cost
     estimate and the plan's reasons for it, which are not part of what runs), and the same bytes of
     every file."""
-    def core(job: dict[str, Any]) -> dict[str, Any]:
+    def core(job: dict[str, object]) -> dict[str, object]:
         return {k: v for k, v in job.items() if k not in ("seed", "cost", "why")}
 
     return (isinstance(stored, dict) and isinstance(stored.get("job"), dict)

@@ -29,8 +29,8 @@ ROW_INTS = ("registers", "spill_store", "spill_load", "local_bytes", "shared_byt
 WHERE = ("file", "kernel", "arch")
 
 
-def judge(compiled: object, options: dict[str, Any] | None,
-          read: set[str] | None = None) -> tuple[list[Finding], list[dict[str, Any]]]:
+def judge(compiled: object, options: dict[str, object] | None,
+          read: set[str] | None = None) -> tuple[list[Finding], list[dict[str, object]]]:
     """Findings and resource rows (for the report) from the worker's ``compile`` answer; ``options``:
     the compile check's settings; ``read``, where given, gets the kernels whose PTX was read (the
     PTX is parsed once)."""
@@ -41,7 +41,7 @@ def judge(compiled: object, options: dict[str, Any] | None,
         return [_malformed(what, severity)], []
     findings: list[Finding] = []
     resources: list[KernelResources] = []
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     for raw in _list(compiled.get("errors")):
         where = _where(raw)
         if where is None or not isinstance(raw.get("error"), str):
@@ -183,7 +183,7 @@ def _dict(value: object) -> dict[str, object]:
     return dict(value) if isinstance(value, dict) else {}
 
 
-def _where(raw: dict[str, Any]) -> dict[str, str] | None:
+def _where(raw: dict[str, object]) -> dict[str, str] | None:
     where = {k: raw.get(k) for k in WHERE}
     return where if all(isinstance(v, str) and v for v in where.values()) else None  # type: ignore[return-value]
 

@@ -356,9 +356,9 @@ class Determinism:
             if rep.status != "ok":
                 return "oom" if rep.status == "oom" else "refused"  # the equivalence check reports it
             first = rep.outputs
-            truth: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = []
+            truth: list[tuple[dict[str, object], dict[str, object], dict[str, object]]] = []
 
-            def reference() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+            def reference() -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
                 # The float64 reference, the baseline and the rounding envelope, asked for the first
                 # time a repeat differs bitwise from the first run: repeats that all agree need
                 # none of it (on an H100, 3 s of a contention case went to receiving it).
@@ -382,7 +382,7 @@ class Determinism:
         finally:
             cand.release()
 
-    def _repeat(self, cand: Candidate, case: Case, upstream: Recipe | None, first: dict[str, Any],
+    def _repeat(self, cand: Candidate, case: Case, upstream: Recipe | None, first: dict[str, object],
                 reference: Any, side_streams: bool = False) -> Finding | None:
         """Every repeat runs, alone and then under load, even after one differs: the finding says how
         many of them differed in each setting and how far the worst landed from the reference (a

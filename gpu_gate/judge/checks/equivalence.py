@@ -774,7 +774,7 @@ class Equivalence:
         return sweep(self.runner, self.spec, self.job, self.budget, bad, self.deadline, seed=self.seed)
 
 
-def coverage(spec: Spec, cases: list[Case]) -> dict[str, Any]:
+def coverage(spec: Spec, cases: list[Case]) -> dict[str, object]:
     """What the cases exercised, per axis: the report shows it and tests assert it."""
     from ...spec import Index
 
@@ -802,7 +802,7 @@ def coverage(spec: Spec, cases: list[Case]) -> dict[str, Any]:
 REWRITE_CASES = 4  # cases on which a rewritten reference is run beside the base's
 
 
-def _references_differ(ours: dict[str, Any], theirs: dict[str, Any] | str, torch: ModuleType,
+def _references_differ(ours: dict[str, object], theirs: dict[str, object] | str, torch: ModuleType,
                        as_bytes: object) -> str | None:
     """Why two float64 references disagree, or None. Rounding differences of a refactoring (1e-9 of
     the output's scale) do not count: at kernel precision they cannot matter."""

@@ -161,7 +161,7 @@ def collect(job: Job, workdir: Path, proc: ProcResult, inner: Outcome | None, ba
     return _merge(tool, findings, failures, inner)
 
 
-def _read_run(job: Job, workdir: Path, proc: ProcResult) -> tuple[list[Finding], list[Finding], dict[str, Any]]:
+def _read_run(job: Job, workdir: Path, proc: ProcResult) -> tuple[list[Finding], list[Finding], dict[str, object]]:
     """The tool's reports in kernels under test (and a note on the others), the failures that mean
     nothing was checked, and what ``wrap`` recorded."""
     tool = job.check
@@ -381,7 +381,7 @@ def _finding(tool: str, rs: list[cs.Record], spec: str | None) -> Finding:
         msg += " (" + "; ".join(f"{role}: {desc}" for role, desc in first.extra) + ")"
     if count > 1:
         msg += f" [{count} times]"
-    details: dict[str, Any] = {"tool": tool, "kernel": first.kernel, "count": count, "level": first.level,
+    details: dict[str, object] = {"tool": tool, "kernel": first.kernel, "count": count, "level": first.level,
                                "record_kind": first.record_kind}
     for name in ("thread", "block", "address", "size", "allocation"):
         value = getattr(first, name)
