@@ -46,7 +46,7 @@ class JobExtra:
         return {**out, **{k: v for k, v in self.other.items() if k not in out}}
 
     @classmethod
-    def from_json(cls, d: Any) -> JobExtra:
+    def from_json(cls, d: object) -> JobExtra:
         if not isinstance(d, dict):
             return cls()
         known: dict[str, Any] = {k: v for k, v in d.items()
