@@ -376,7 +376,7 @@ def _names_c_file(s: str) -> bool:
     return cudascan.is_c_source(s) and "\n" not in s
 
 
-class _Trees(dict[str, Any]):
+class _Trees(dict[str, object]):
     """Parsed modules by path; those read from the scan store are parsed when first asked for."""
 
     def __init__(self) -> None:

@@ -219,7 +219,7 @@ class LaunchStore:
             merged = merged.merge(more)
         return merged
 
-    def put(self, key: str, spec_id: str, device: str, launches: dict[str, Any], trusted: bool = False) -> None:
+    def put(self, key: str, spec_id: str, device: str, launches: dict[str, object], trusted: bool = False) -> None:
         """``trusted``: recorded by a run of the base's own commit, whose workers ran only trusted
         code. Kept apart from the others: a pull request's run, whose code under review says what it
         launched, never replaces it."""

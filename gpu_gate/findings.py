@@ -43,7 +43,7 @@ class Finding:
     repro: str | None = None  # one shell command that re-runs exactly this
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
         d["severity"] = self.severity.value
         return d
@@ -78,7 +78,7 @@ class JobResult:
     cached_from: str | None = None  # commit whose result was reused
     extra: JobExtra = dataclasses.field(default_factory=JobExtra)  # check-specific (seed, coverage, resources)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "job_id": self.job_id,
             "check": self.check,

@@ -10,7 +10,7 @@ side is the same code either way.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .judge import job as judged
 from .judge.channel import LocalChannel
@@ -18,18 +18,21 @@ from .protocol.jobs import Job
 from .protocol.roles import COMPILER
 from .worker.serve import Worker
 
+if TYPE_CHECKING:
+    from .judge.channel import Channel
+
 
 @dataclasses.dataclass
 class Context(judged.Context):
     """The judge's context, with its workers made in this process when it opens them."""
 
-    def local_channels(self) -> dict[str, Any]:
+    def local_channels(self) -> dict[str, Channel]:
         context = {"repo_root": str(self.repo_root), "device": self.device}
         candidate = Worker("candidate", context, self.workdir, isolate=False)
         reference = Worker("reference", context, self.workdir, isolate=False, borrow=candidate)
         return {"candidate": LocalChannel(candidate, "candidate"), "reference": LocalChannel(reference, "reference")}
 
-    def local_compile_channels(self, job: Job) -> dict[str, Any]:
+    def local_compile_channels(self, job: Job) -> dict[str, Channel]:
         """The compile check's worker, in this process: the kernel files' modules are imported here.
         There is no base's tree here, so nothing is compared with the base's build."""
         from .worker.compile import CompileWorker

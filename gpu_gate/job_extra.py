@@ -24,29 +24,29 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
 class JobExtra:
     seed: int | None = None  # the equivalence check's seed: each case's inputs are made from it
     rule: str | None = None  # the comparison rule, in words
-    coverage: dict[str, Any] | None = None  # what the cases exercised, per axis (dims, inputs, layouts)
+    coverage: dict[str, object] | None = None  # what the cases exercised, per axis (dims, inputs, layouts)
     replayed: list[str] | None = None  # the passed cases run again last, in plain tensors
     growth: dict[str, Any] | None = None  # the error-growth sweep's table
-    timing: dict[str, Any] | None = None  # where the job's time went, in seconds (never a verdict)
-    specializations: list[dict[str, Any]] | None = None  # the Triton specializations the cases launched
-    launch_resources: list[dict[str, Any]] | None = None  # their resources, compiled for the policy's archs
-    launches: dict[str, Any] | None = None  # what the spec really launched (gpu_gate.coverage's map)
+    timing: dict[str, object] | None = None  # where the job's time went, in seconds (never a verdict)
+    specializations: list[dict[str, object]] | None = None  # the Triton specializations the cases launched
+    launch_resources: list[dict[str, object]] | None = None  # their resources, compiled for the policy's archs
+    launches: dict[str, object] | None = None  # what the spec really launched (gpu_gate.coverage's map)
     bytecode_missing: list[str] | None = None  # for the bytecode store; taken off before the result is kept
-    resources: list[dict[str, Any]] | None = None  # the compile check's resource rows
+    resources: list[dict[str, object]] | None = None  # the compile check's resource rows
     linted: list[str] | None = None  # the kernels whose compiled code the compile check read
     cases_planned: int | None = None  # the cases the policy asked for (the report says how many ran)
-    thresholds: dict[str, Any] | None = None  # the size thresholds read from the wrapper, and those not run
+    thresholds: dict[str, object] | None = None  # the size thresholds read from the wrapper, and those not run
     magnitudes: dict[str, float] | None = None  # the scale each extreme-magnitude case took
     launches_linted: list[str] | None = None  # the kernels whose launched PTX was read (races, 32-bit offsets)
     not_run_allowed_by: str | None = None  # a NOT_RUN result: the policy setting that allows it
-    other: dict[str, Any] = dataclasses.field(default_factory=dict)  # keys this version does not know
+    other: dict[str, object] = dataclasses.field(default_factory=dict)  # keys this version does not know
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         out = {k: getattr(self, k) for k in _TYPES if getattr(self, k) is not None}
         return {**out, **{k: v for k, v in self.other.items() if k not in out}}
 
     @classmethod
-    def from_json(cls, d: Any) -> JobExtra:
+    def from_json(cls, d: object) -> JobExtra:
         if not isinstance(d, dict):
             return cls()
         known: dict[str, Any] = {k: v for k, v in d.items()

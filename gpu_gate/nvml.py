@@ -125,7 +125,7 @@ def _describe(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
-def _text(value: Any) -> str:
+def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
@@ -136,7 +136,7 @@ def _format_cuda(version: int) -> str:
 class _Reader:
     """Calls NVML for one GPU, sorting failures into unsupported and errors."""
 
-    def __init__(self, lib: Any, handle: Any) -> None:
+    def __init__(self, lib: Any, handle: object) -> None:
         self.lib = lib
         self.handle = handle
         self.unsupported: list[str] = []
@@ -153,14 +153,14 @@ class _Reader:
             return None
 
 
-def _throttle(lib: Any, handle: Any) -> int:
+def _throttle(lib: Any, handle: object) -> int:
     fn = getattr(lib, "nvmlDeviceGetCurrentClocksEventReasons", None)
     if fn is None:
         fn = lib.nvmlDeviceGetCurrentClocksThrottleReasons
     return int(fn(handle))
 
 
-def _processes(lib: Any, handle: Any) -> tuple[GpuProcess, ...]:
+def _processes(lib: Any, handle: object) -> tuple[GpuProcess, ...]:
     own = os.getpid()
     chain = ancestors()
     found = []

@@ -35,8 +35,8 @@ class Plan:
     # the revision whose policy and specs are in force: the base branch's tip (None: the merge base)
     rules: str | None = None
 
-    def to_json(self, shards: int | None = None) -> dict[str, Any]:
-        d: dict[str, Any] = {
+    def to_json(self, shards: int | None = None) -> dict[str, object]:
+        d: dict[str, object] = {
             "version": PLAN_VERSION,
             "base": self.base,
             "head": self.head,
@@ -81,7 +81,7 @@ def job_seed(head: str | None, policy: Policy) -> int:
     return int((head or "0")[:8], 16) if head else 0
 
 
-def _cost(check: str, options: dict[str, Any]) -> float:
+def _cost(check: str, options: dict[str, object]) -> float:
     return CHECKS[check].cost_for(options)
 
 
@@ -113,7 +113,7 @@ def _spec_jobs(policy: Policy, specs: list[discovery.SpecInfo], cov: dict[str, l
     return jobs
 
 
-def _options(policy: Policy, name: str, chk: Any) -> dict[str, Any]:
+def _options(policy: Policy, name: str, chk: Any) -> dict[str, object]:
     opts = dict(chk.options())
     info = CHECKS[name]
     if info.runs_candidate:  # how the candidate's autotuned kernels pick configs

@@ -12,7 +12,6 @@ from __future__ import annotations
 import posixpath
 import tomllib
 from collections.abc import Iterable, Sequence
-from typing import Any
 
 
 def python_path(pyproject: bytes | None, configured: Sequence[str] | None) -> tuple[str, ...]:
@@ -44,20 +43,20 @@ def from_pyproject(pyproject: bytes | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _get(d: Any, key: str) -> dict[str, Any]:
+def _get(d: object, key: str) -> dict[str, object]:
     value = d.get(key) if isinstance(d, dict) else None
     return value if isinstance(value, dict) else {}
 
 
-def _strings(values: Iterable[Any]) -> list[str]:
+def _strings(values: Iterable[object]) -> list[str]:
     return [v for v in values if isinstance(v, str)]
 
 
-def _setuptools(st: dict[str, Any]) -> list[str]:
+def _setuptools(st: dict[str, object]) -> list[str]:
     packages = st.get("packages")
     find = _get(packages if isinstance(packages, dict) else {}, "find")
     found_where = find.get("where")
-    where: list[Any] = found_where if isinstance(found_where, list) else []
+    where: list[object] = found_where if isinstance(found_where, list) else []
     package_dir = _get(st, "package-dir")
     out = _strings(where) + _strings([package_dir.get("")])
     # {"mylib": "src/mylib"}: importable from src when the directory bears the package's name.
@@ -67,12 +66,12 @@ def _setuptools(st: dict[str, Any]) -> list[str]:
     return out
 
 
-def _hatch(hatch: dict[str, Any]) -> list[str]:
+def _hatch(hatch: dict[str, object]) -> list[str]:
     wheel = _get(_get(_get(hatch, "build"), "targets"), "wheel")
     packages = wheel.get("packages")
     return [posixpath.dirname(p.rstrip("/")) for p in _strings(packages if isinstance(packages, list) else [])]
 
 
-def _poetry(poetry: dict[str, Any]) -> list[str]:
+def _poetry(poetry: dict[str, object]) -> list[str]:
     packages = poetry.get("packages")
     return _strings(p.get("from") for p in (packages if isinstance(packages, list) else []) if isinstance(p, dict))

@@ -15,7 +15,6 @@ if something else selects it. ``check --all`` on the default branch (nightly) ke
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from . import coverage, git
 from .changes import ChangeSet
@@ -24,7 +23,7 @@ from .discovery import SpecInfo
 MAX_PATH = 4096
 
 
-def clean(raw: Any) -> frozenset[str]:
+def clean(raw: object) -> frozenset[str]:
     """The read paths of a worker's answer (or a stored record), as relative paths; anything else dropped."""
     if not isinstance(raw, list):
         return frozenset()

@@ -29,7 +29,7 @@ class ChangedKernel:
     declared: tuple[str, ...] = ()  # of those, the specs that name it (covers=, a .cu path): never revised
     functions: tuple[tuple[str, int], ...] = ()  # (name, line) of the kernels found in a Python file
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"path": self.path, "language": self.language, "status": self.status,
                 "via": list(self.via), "specs": list(self.specs), "declared": list(self.declared),
                 "functions": [{"name": n, "line": line} for n, line in self.functions]}
@@ -51,7 +51,7 @@ class RunRecord:
     results: list[JobResult] = dataclasses.field(default_factory=list)
     planned_jobs: list[str] = dataclasses.field(default_factory=list)  # ids of every job in the (whole) plan
     shard: str | None = None  # "i/n"
-    environment: dict[str, Any] = dataclasses.field(default_factory=dict)
+    environment: dict[str, object] = dataclasses.field(default_factory=dict)
     notes: list[str] = dataclasses.field(default_factory=list)  # e.g. "no policy file: default preset"
     selected: dict[str, list[str]] = dataclasses.field(default_factory=dict)  # spec id -> why it ran
     # spec id -> {file: [[first, last], ...]}: the lines the change wrote in the files the spec runs
@@ -59,10 +59,10 @@ class RunRecord:
     # job id -> where a finding of that job with no line goes, read from the head's tree when the
     # jobs ran: [{"path", "line", "end", "what"}, ...]. A publisher whose checkout is another
     # commit (workflow_run: the default branch) places findings by these, not by its own files.
-    places: dict[str, list[dict[str, Any]]] = dataclasses.field(default_factory=dict)
+    places: dict[str, list[dict[str, object]]] = dataclasses.field(default_factory=dict)
     rules: str | None = None  # the revision whose policy and specs were in force (the base branch's tip)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "version": RECORD_VERSION,
             "base": self.base,
@@ -154,7 +154,7 @@ def merge(records: list[RunRecord]) -> RunRecord:
     )
 
 
-def read_changed_lines(raw: Any) -> dict[str, dict[str, list[list[int]]]]:
+def read_changed_lines(raw: object) -> dict[str, dict[str, list[list[int]]]]:
     """``changed_lines`` from JSON, keeping only well-formed ranges (a report never fails on them)."""
     out: dict[str, dict[str, list[list[int]]]] = {}
     for sid, files in (raw or {}).items() if isinstance(raw, dict) else ():

@@ -19,9 +19,9 @@ from __future__ import annotations
 import ast
 import dataclasses
 import posixpath
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TypeAlias, TypeGuard, TypeVar
 
 from . import discovery, pyscan
 from .protocol.shapes import Atom, Expr, Threshold
@@ -54,7 +54,7 @@ class Sym:
 
 @dataclasses.dataclass(frozen=True)
 class Shape:
-    axes: tuple[Sym | None, ...]
+    axes: tuple[Value, ...]  # sizes (Sym) where known; a concatenation with a Tup may carry its items
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,7 +64,7 @@ class Tens:
 
 @dataclasses.dataclass(frozen=True)
 class Tup:
-    items: tuple[Any, ...]
+    items: tuple[Value, ...]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,7 +79,7 @@ class Ctx:
     """An autograd ``ctx``: what the forward saved, for the backward."""
 
     saved: Tup | None = None
-    attrs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    attrs: dict[str, Value] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,7 +107,7 @@ class Ref:
 
     module: Module
     node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
-    closure: tuple[tuple[str, Any], ...] = ()
+    closure: tuple[tuple[str, Value], ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -120,6 +120,10 @@ class Inst:
     cls: Ref
 
 
+# what the reading knows of a value; None where it is unknown
+Value: TypeAlias = Sym | Shape | Tens | Tup | Cond | Ctx | Ref | ModRef | Inst | None
+
+
 def _no_dims(e: Expr) -> bool:
     if e[0] == "dim":
         return False
@@ -128,7 +132,7 @@ def _no_dims(e: Expr) -> bool:
     return all(_no_dims(a) for a in e[2 if e[0] == "call" else 1:])
 
 
-def const(v: Any) -> Sym:
+def const(v: int | float) -> Sym:
     return Sym(("const", v))
 
 
@@ -150,9 +154,9 @@ class Reader:
         self.repo_root = repo_root
         self.roots = list(dict.fromkeys(r.strip("/") for r in roots))
         self.modules: dict[str, Module | None] = {}
-        self.found: dict[tuple[Any, ...], Threshold] = {}
+        self.found: dict[tuple[tuple[tuple[str, str, float], ...], ...], Threshold] = {}
         self.runs = 0
-        self.memo: dict[tuple[int, str], Any] = {}
+        self.memo: dict[tuple[int, str], Value] = {}
         self.active: set[int] = set()
 
     # modules ------------------------------------------------------------------------------------
@@ -180,7 +184,7 @@ class Reader:
                     return self.load(cand, dotted)
         return None
 
-    def resolve(self, qualified: str, depth: int = 0) -> Any:
+    def resolve(self, qualified: str, depth: int = 0) -> Value:
         """A qualified name (``pkg.mod.func``) as a value: a repository function, class, module
         or module-level constant; None where it is not the repository's."""
         parts = qualified.split(".")
@@ -188,7 +192,7 @@ class Reader:
             mod = self.find_module(".".join(parts[:k]))
             if mod is None:
                 continue
-            value: Any = ModRef(mod)
+            value: Value = ModRef(mod)
             for name in parts[k:]:
                 value = self.attribute_of(value, name, depth)
                 if value is None:
@@ -196,7 +200,7 @@ class Reader:
             return value
         return None
 
-    def attribute_of(self, value: Any, name: str, depth: int = 0) -> Any:
+    def attribute_of(self, value: Value, name: str, depth: int = 0) -> Value:
         if isinstance(value, ModRef):
             return self.global_name(value.module, name, depth)
         if isinstance(value, Ref) and isinstance(value.node, ast.ClassDef):
@@ -204,7 +208,7 @@ class Reader:
             return method
         return None
 
-    def global_name(self, mod: Module, name: str, depth: int = 0) -> Any:
+    def global_name(self, mod: Module, name: str, depth: int = 0) -> Value:
         stmt = mod.top(name)
         if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             return Ref(mod, stmt)
@@ -244,8 +248,8 @@ class Reader:
         self.found[key] = Threshold(f"{mod.path}:{getattr(node, 'lineno', 0)}", text, dnf)
 
     # calls --------------------------------------------------------------------------------------
-    def call(self, fn: Ref, args: list[Any], kwargs: dict[str, Any], depth: int,
-             bound_self: Any = None) -> Any:
+    def call(self, fn: Ref, args: list[Value], kwargs: dict[str, Value], depth: int,
+             bound_self: Inst | None = None) -> Value:
         node = fn.node
         if isinstance(node, ast.ClassDef) or depth > MAX_DEPTH or self.runs >= MAX_RUNS:
             return None
@@ -270,7 +274,7 @@ class Reader:
         self.memo[key] = value
         return value
 
-    def autograd(self, cls: Ref, args: list[Any], kwargs: dict[str, Any], depth: int) -> Any:
+    def autograd(self, cls: Ref, args: list[Value], kwargs: dict[str, Value], depth: int) -> Value:
         """``Function.apply(*args)``: the forward with a fresh ctx, then the backward with the
         gradients of its outputs (shaped as they are) and the ctx the forward filled."""
         ctx = Ctx()
@@ -280,7 +284,7 @@ class Reader:
             out = self.call(forward, [ctx, *args], kwargs, depth + 1)
         backward = self.method(cls, "backward")
         if backward is not None:
-            grads = list(out.items) if isinstance(out, Tup) else [out]
+            grads: list[Value] = list(out.items) if isinstance(out, Tup) else [out]
             grads = [Tens(g.shape) if isinstance(g, Tens) else None for g in grads]
             self.call(backward, [ctx, *grads], {}, depth + 1)
         return out
@@ -291,11 +295,11 @@ def _is_kernel(node: ast.AST, mod: Module) -> bool:
     return any(pyscan.qualified_name(d, dict(mod.aliases)) in KERNEL_DECORATORS for d in decos)
 
 
-def _bind(node: ast.FunctionDef | ast.AsyncFunctionDef, args: list[Any], kwargs: dict[str, Any],
-          frame: Frame) -> dict[str, Any]:
+def _bind(node: ast.FunctionDef | ast.AsyncFunctionDef, args: Sequence[Value], kwargs: dict[str, Value],
+          frame: Frame) -> dict[str, Value]:
     a = node.args
     positional = [*a.posonlyargs, *a.args]
-    env: dict[str, Any] = {}
+    env: dict[str, Value] = {}
     defaults = [None] * (len(positional) - len(a.defaults)) + list(a.defaults)
     for i, (p, d) in enumerate(zip(positional, defaults)):
         if i < len(args):
@@ -336,11 +340,11 @@ def _aliases(tree: ast.Module, package: str) -> dict[str, str]:
 # --- one function body ----------------------------------------------------------------------------
 
 class Frame:
-    def __init__(self, reader: Reader, module: Module, env: dict[str, Any], depth: int) -> None:
+    def __init__(self, reader: Reader, module: Module, env: dict[str, Value], depth: int) -> None:
         self.r, self.m, self.env, self.depth = reader, module, env, depth
-        self.returns: list[Any] = []
+        self.returns: list[Value] = []
 
-    def returned(self) -> Any:
+    def returned(self) -> Value:
         return _merge_all(self.returns)
 
     # statements
@@ -405,11 +409,11 @@ class Frame:
                 merged[k] = after_a.get(k, after_b.get(k))
         self.env = merged
 
-    def bind(self, target: ast.expr, value: Any) -> None:
+    def bind(self, target: ast.expr, value: Value) -> None:
         if isinstance(target, ast.Name):
             self.env[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
-            items: tuple[Any, ...] | None = None
+            items: tuple[Value, ...] | None = None
             if isinstance(value, Tup):
                 items = value.items
             elif isinstance(value, Shape):
@@ -466,7 +470,7 @@ class Frame:
         return value.dnf if isinstance(value, Cond) else None
 
     # expressions
-    def eval(self, node: ast.expr | None) -> Any:
+    def eval(self, node: ast.expr | None) -> Value:
         if node is None:
             return None
         try:
@@ -474,10 +478,10 @@ class Frame:
         except RecursionError:
             return None
 
-    def _eval(self, node: ast.expr) -> Any:
+    def _eval(self, node: ast.expr) -> Value:
         if isinstance(node, ast.Constant):
-            v = node.value
-            return const(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+            c = node.value
+            return const(c) if isinstance(c, (int, float)) and not isinstance(c, bool) else None
         if isinstance(node, ast.Name):
             return self.name(node.id)
         if isinstance(node, ast.Attribute):
@@ -497,7 +501,7 @@ class Frame:
                     return Cond(dnf)
             return v if isinstance(node.op, ast.UAdd) else None
         if isinstance(node, (ast.Tuple, ast.List)):
-            items: list[Any] = []
+            items: list[Value] = []
             for e in node.elts:
                 if isinstance(e, ast.Starred):
                     v = self.eval(e.value)
@@ -525,12 +529,12 @@ class Frame:
             return v
         return None
 
-    def name(self, name: str) -> Any:
+    def name(self, name: str) -> Value:
         if name in self.env:
             return self.env[name]
         return self.r.global_name(self.m, name, self.depth)
 
-    def attribute(self, node: ast.Attribute) -> Any:
+    def attribute(self, node: ast.Attribute) -> Value:
         base = self.eval(node.value)
         attr = node.attr
         if isinstance(base, Tens):
@@ -554,7 +558,7 @@ class Frame:
                 return self.r.resolve(qualified, self.depth)
         return None
 
-    def subscript(self, base: Any, index: ast.expr) -> Any:
+    def subscript(self, base: Value, index: ast.expr) -> Value:
         seq = base.axes if isinstance(base, Shape) else base.items if isinstance(base, Tup) else None
         if seq is None:
             return Tens(None) if isinstance(base, Tens) else None
@@ -573,7 +577,7 @@ class Frame:
                 return seq[k]
         return None
 
-    def call(self, node: ast.Call) -> Any:
+    def call(self, node: ast.Call) -> Value:
         if isinstance(node.func, ast.Subscript):  # kernel[grid](...): a launch
             for a in node.args:
                 self.eval(a)
@@ -596,8 +600,8 @@ class Frame:
             return self.r.call(fwd, args, kwargs, self.depth + 1, bound_self=callee) if fwd else None
         return self.builtin(fn_name, args)
 
-    def arguments(self, node: ast.Call) -> tuple[list[Any], dict[str, Any]]:
-        args: list[Any] = []
+    def arguments(self, node: ast.Call) -> tuple[list[Value], dict[str, Value]]:
+        args: list[Value] = []
         for a in node.args:
             if isinstance(a, ast.Starred):
                 v = self.eval(a.value)
@@ -610,7 +614,7 @@ class Frame:
         kwargs = {k.arg: self.eval(k.value) for k in node.keywords if k.arg}
         return args, kwargs
 
-    def method_call(self, owner: Any, method: str, args: list[Any], kwargs: dict[str, Any]) -> tuple[bool, Any]:
+    def method_call(self, owner: Value, method: str, args: list[Value], kwargs: dict[str, Value]) -> tuple[bool, Value]:
         if isinstance(owner, Ref) and isinstance(owner.node, ast.ClassDef) and method == "apply":
             return True, self.r.autograd(owner, args, kwargs, self.depth)
         if isinstance(owner, Ctx):
@@ -623,7 +627,7 @@ class Frame:
             return True, _product(owner.axes)
         return False, None
 
-    def builtin(self, name: str | None, args: list[Any]) -> Any:
+    def builtin(self, name: str | None, args: list[Value]) -> Value:
         if name in LIKE and args and isinstance(args[0], Tens):
             return Tens(args[0].shape)
         if name == "len" and args and isinstance(args[0], (Shape, Tup)):
@@ -635,7 +639,7 @@ class Frame:
             return None
         if fn in ("max", "min") and len(args) == 1 and isinstance(args[0], (Tup, Shape)):
             args = list(args[0].items if isinstance(args[0], Tup) else args[0].axes)
-        if not args or not all(isinstance(a, Sym) for a in args):
+        if not args or not _all_of(args, Sym):
             return None
         if fn in ("max", "min") and len(args) > 2:
             out = args[0].e
@@ -645,11 +649,18 @@ class Frame:
         return Sym(("call", fn, *(a.e for a in args)))
 
 
-def _plain(v: Any) -> bool:
+_V = TypeVar("_V")
+
+
+def _all_of(values: Sequence[Value], kind: type[_V]) -> TypeGuard[Sequence[_V]]:
+    return all(isinstance(v, kind) for v in values)
+
+
+def _plain(v: Value) -> bool:
     return isinstance(v, (Sym, Shape, Tens, Tup, Cond, Ref, ModRef)) or v is None
 
 
-def _int(v: Any) -> int | None:
+def _int(v: Value) -> int | None:
     if isinstance(v, Sym) and v.const:
         from .protocol.shapes import evaluate
 
@@ -661,7 +672,7 @@ def _int(v: Any) -> int | None:
     return None
 
 
-def _product(items: Iterable[Any]) -> Sym | None:
+def _product(items: Iterable[Value]) -> Sym | None:
     out: Expr | None = None
     for a in items:
         if not isinstance(a, Sym):
@@ -670,7 +681,7 @@ def _product(items: Iterable[Any]) -> Sym | None:
     return Sym(out if out is not None else ("const", 1))
 
 
-def _binop(a: Any, op: ast.operator, b: Any) -> Any:
+def _binop(a: Value, op: ast.operator, b: Value) -> Value:
     sym = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.FloorDiv: "//", ast.Div: "/", ast.Mod: "%",
            ast.Pow: "**", ast.LShift: "<<", ast.RShift: ">>", ast.BitAnd: "&", ast.BitOr: "|"}.get(type(op))
     if isinstance(a, Sym) and isinstance(b, Sym) and sym is not None:
@@ -682,7 +693,7 @@ def _binop(a: Any, op: ast.operator, b: Any) -> Any:
     return None
 
 
-def _tensor_method(t: Tens, method: str, args: list[Any]) -> Any:
+def _tensor_method(t: Tens, method: str, args: list[Value]) -> Value:
     axes = t.shape.axes if t.shape is not None else None
     if method in TENSOR_SAME:
         return Tens(t.shape)
@@ -722,9 +733,9 @@ def _tensor_method(t: Tens, method: str, args: list[Any]) -> Any:
     return Tens(None)
 
 
-def _reshaped(axes: tuple[Sym | None, ...], want: list[Any]) -> Shape | None:
+def _reshaped(axes: tuple[Value, ...], want: list[Value]) -> Shape | None:
     """The shape of ``view(*want)``: a ``-1`` is the element count over the other sizes."""
-    if not want or not all(isinstance(w, Sym) for w in want):
+    if not want or not _all_of(want, Sym):
         return None
     known = [w for w in want if not (w.const and _int(w) == -1)]
     if len(known) == len(want):
@@ -741,7 +752,7 @@ def _factors(e: Expr) -> list[Expr]:
     return [*_factors(e[1]), *_factors(e[2])] if e[0] == "*" else [e]
 
 
-def _quotient(axes: Iterable[Any], known: Iterable[Any]) -> Sym | None:
+def _quotient(axes: Iterable[Value], known: Iterable[Value]) -> Sym | None:
     """The product of ``axes`` over the product of ``known``, with the factors they share taken out
     (``(b * t * h) // h`` is ``b * t``)."""
     total, rest = _product(axes), _product(known)
@@ -765,7 +776,7 @@ _FLIP = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
 _OPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!="}
 
 
-def _atom(left: Any, op: ast.cmpop, right: Any) -> Atom | None:
+def _atom(left: Value, op: ast.cmpop, right: Value) -> Atom | None:
     sym = _OPS.get(type(op))
     if sym is None or not isinstance(left, Sym) or not isinstance(right, Sym):
         return None
@@ -799,14 +810,14 @@ def _negate(dnf: tuple[tuple[Atom, ...], ...]) -> tuple[tuple[Atom, ...], ...]:
     return out
 
 
-def _merge_all(values: list[Any]) -> Any:
+def _merge_all(values: list[Value]) -> Value:
     known = [v for v in values if v is not None]
     if not known:
         return None
     first = known[0]
     if all(v == first for v in known):
         return first
-    if all(isinstance(v, Tup) and len(v.items) == len(first.items) for v in known):
+    if isinstance(first, Tup) and _all_of(known, Tup) and all(len(v.items) == len(first.items) for v in known):
         return Tup(tuple(_merge_all([v.items[i] for v in known]) if all(v.items[i] == first.items[i] for v in known)
                          else None for i in range(len(first.items))))
     return None
@@ -814,7 +825,7 @@ def _merge_all(values: list[Any]) -> Any:
 
 # --- entry point ----------------------------------------------------------------------------------
 
-def read_thresholds(repo_root: Path, spec_file: str, spec_name: str, inputs: Mapping[str, tuple[Any, ...]],
+def read_thresholds(repo_root: Path, spec_file: str, spec_name: str, inputs: Mapping[str, tuple[str | int, ...]],
                     dim_args: Iterable[str] = (), python_path: Iterable[str] = ("",),
                     source: str | None = None) -> Reading:
     """The size thresholds of the spec ``spec_file::spec_name`` (its candidate and what it calls).
@@ -829,7 +840,7 @@ def read_thresholds(repo_root: Path, spec_file: str, spec_name: str, inputs: Map
     candidate = _candidate(mod, spec_name)
     if candidate is None:
         return Reading([], [spec_file], f"no @gg.spec function {spec_name!r} in {spec_file}")
-    env: dict[str, Any] = {}
+    env: dict[str, Value] = {}
     for name, shape in inputs.items():
         env[name] = Tens(Shape(tuple(Sym(("dim", d)) if isinstance(d, str) else const(int(d)) for d in shape)))
     for d in dim_args:

@@ -21,9 +21,12 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar, overload
 
 from .errors import SpecError
+
+if TYPE_CHECKING:
+    import torch
 
 FLOAT_DTYPES = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
 INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8")
@@ -154,7 +157,7 @@ class Spec:
     dims: Mapping[str, Dim]
     inputs: Mapping[str, Input]
     reference: Callable[..., Any]
-    params: Mapping[str, Any]
+    params: Mapping[str, object]
     dim_args: tuple[str, ...]
     grads: tuple[str, ...]
     covers: tuple[str, ...]
@@ -258,7 +261,7 @@ def spec(
     dims: Mapping[str, Dim],
     inputs: Mapping[str, Input],
     reference: Callable[..., Any],
-    params: Mapping[str, Any] | None = None,
+    params: Mapping[str, object] | None = None,
     dim_args: Sequence[str] = (),
     grads: Sequence[str] = (),
     covers: Sequence[str] = (),
@@ -338,7 +341,14 @@ def specs_in_module(module_name: str) -> list[Spec]:
     return list(_REGISTRY.get(module_name, []))
 
 
-def upcast(t: Any, dtype: str = "float32") -> Any:
+_T = TypeVar("_T")
+
+
+@overload
+def upcast(t: torch.Tensor, dtype: str = "float32") -> torch.Tensor: ...
+@overload
+def upcast(t: _T, dtype: str = "float32") -> _T: ...
+def upcast(t: object, dtype: str = "float32") -> object:
     """``t`` in at least ``dtype`` precision (float32 by default); float64 stays float64.
 
     For references that should compute internally in fp32 and round once at the end, as a

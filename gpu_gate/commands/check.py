@@ -12,7 +12,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ..store import bytecode
 from . import output as out
@@ -24,7 +24,12 @@ from .request import CacheChoice, PlanRequest, ReportOutput
 from .vet import DoctorBeside, vet_runner
 
 if TYPE_CHECKING:
+    from ..executor.sandbox import Available
+    from ..findings import Finding, JobResult
     from ..plan import Plan
+    from ..protocol.jobs import Job
+    from ..store.results import JobCache
+    from .head_tree import HeadTree
     from ..policy import LoadedPolicy, Policy
     from ..record import RunRecord
 
@@ -163,13 +168,13 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, request: CheckRequest, w
     return finish(record, loaded, request.output, roots)
 
 
-def _places(record: RunRecord, tree: Path) -> dict[str, list[dict[str, Any]]]:
+def _places(record: RunRecord, tree: Path) -> dict[str, list[dict[str, object]]]:
     """Where each spec job's findings with no line go, read from the head's own files now: the
     reports may be published later from a checkout of another commit."""
     from ..report import locate
 
-    out: dict[str, list[dict[str, Any]]] = {}
-    seen: dict[tuple[str, tuple[str, ...]], list[dict[str, Any]]] = {}  # a spec's jobs share their places
+    out: dict[str, list[dict[str, object]]] = {}
+    seen: dict[tuple[str, tuple[str, ...]], list[dict[str, object]]] = {}  # a spec's jobs share their places
     for r in record.results:
         if r.spec:
             key = (r.spec, tuple(r.kernels))
@@ -180,7 +185,7 @@ def _places(record: RunRecord, tree: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def _shared_gpu_nodes(gpus: Sequence[str], box: Any) -> list[str]:
+def _shared_gpu_nodes(gpus: Sequence[str], box: Available) -> list[str]:
     """A note for each GPU whose jobs' sandbox holds every GPU's device node (see gpu_nodes): on a
     runner with several GPUs, a job there could reach the GPUs other jobs are judged on."""
     from ..executor.argv import job_gpu
@@ -193,7 +198,7 @@ def _shared_gpu_nodes(gpus: Sequence[str], box: Any) -> list[str]:
     return notes
 
 
-def _view_note(box: Any) -> list[str]:
+def _view_note(box: object) -> list[str]:
     """A note where the runner switched the sandbox's minimal view off: its workers could read the
     whole machine (read-only), and a reader of the report should know."""
     from ..executor.view import SWITCH, minimal
@@ -204,7 +209,7 @@ def _view_note(box: Any) -> list[str]:
             "filesystem read-only, with the report, cache and secrets' places hidden (docs/trust.md)"]
 
 
-def _environment(gpus: tuple[str, ...]) -> dict[str, Any]:
+def _environment(gpus: tuple[str, ...]) -> dict[str, object]:
     import platform
 
     from .. import __version__
@@ -230,10 +235,10 @@ def _remember_launches(plan: Plan, record: RunRecord, cache_dir: Path | None, tr
             store.put(key, r.spec or "", device, r.extra.launches, trusted=trusted)
 
 
-def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], request: CheckRequest,
-              worker_python: Path | None, record: Any, base_tree: Path | None = None,
-              ready: dict[str, float] | None = None, *, home: Path | None = None, head: Any = None,
-              truth: dict[str, Path] | None = None) -> list[Any]:
+def _run_jobs(jobs: list[Job], repo: Path, policy: Policy, gpus: tuple[str, ...], request: CheckRequest,
+              worker_python: Path | None, record: RunRecord, base_tree: Path | None = None,
+              ready: dict[str, float] | None = None, *, home: Path | None = None, head: HeadTree | None = None,
+              truth: dict[str, Path] | None = None) -> list[JobResult]:
     """``repo``: the tree the jobs run (an export of the head commit, or the work tree); ``home``: the
     repository itself (where the result cache lives), by default ``repo``; ``head``: how ``repo`` was
     made (its setup outputs are part of the cache's key); ``truth``: the trees the references load
@@ -279,7 +284,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], r
         # The doctor runs only when jobs are about to use the GPU (a run served from the cache does
         # not wait for it); its torch probe compiles the bytecode the jobs then share.
         step("bytecode")
-        unfit: list[Any] = []
+        unfit: list[Finding] = []
         beside: DoctorBeside | None = None
         if gpus and todo:
             if len(gpus) == 1:
@@ -308,7 +313,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], r
         keeper = bytecode.Keeper(store if pycache is not None else None,
                                  (repo, home, base_tree, work_root, *(truth or {}).values()))
 
-        def progress(r: Any, done: int, total: int, elapsed: float) -> None:
+        def progress(r: JobResult, done: int, total: int, elapsed: float) -> None:
             keeper.take(r)  # the modules its worker imported without bytecode, compiled beside the other jobs
             _progress(progress_line(r, done + offset, total + offset, elapsed, colour, said), r)
 
@@ -356,7 +361,7 @@ def _run_jobs(jobs: list[Any], repo: Path, policy: Any, gpus: tuple[str, ...], r
     return cached + results
 
 
-def _work_tree_hidden(home: Path, head: Any) -> list[Path]:
+def _work_tree_hidden(home: Path, head: HeadTree | None) -> list[Path]:
     """Where the jobs run an export of the head commit, the work tree is out of their sight too: what
     a build step left there (an editable install points into it) is the jobs' only through the
     policy's ``setup_outputs``, copied into the export. The interpreters and gpu-gate stay shown
@@ -364,7 +369,7 @@ def _work_tree_hidden(home: Path, head: Any) -> list[Path]:
     return [home.resolve()] if head is not None and head.exported else []
 
 
-def _progress(line: str, result: Any) -> None:
+def _progress(line: str, result: JobResult) -> None:
     from ..report.console import job_details
 
     say(line)
@@ -372,7 +377,8 @@ def _progress(line: str, result: Any) -> None:
         out.detail(detail)
 
 
-def _settle_cache(cache: Any, todo: list[Any], results: list[Any], protected: bool, interrupted: str | None) -> None:
+def _settle_cache(cache: JobCache, todo: list[Job], results: list[JobResult], protected: bool,
+                 interrupted: str | None) -> None:
     """Store the new results, after every sandbox is gone. A run whose jobs could write the cache
     directory (no sandbox) stores nothing and empties it: what it holds is no longer the gate's."""
     if todo and not protected:
@@ -390,7 +396,7 @@ def _settle_cache(cache: Any, todo: list[Any], results: list[Any], protected: bo
         warn(f"gpu-gate: {note}")
 
 
-def _not_run_on_unfit_runner(job: Any, problems: list[Any]) -> Any:
+def _not_run_on_unfit_runner(job: Job, problems: list[Finding]) -> JobResult:
     """A job not started because the doctor found the runner unfit: not run, so it fails closed."""
     from ..findings import JobResult, Status
 
@@ -401,7 +407,7 @@ def _not_run_on_unfit_runner(job: Any, problems: list[Any]) -> Any:
 
 
 def _cache(policy: Policy, repo: Path, choice: CacheChoice, gpus: tuple[str, ...], *, home: Path | None = None,
-           extra: dict[str, str] | None = None) -> Any:
+           extra: dict[str, str] | None = None) -> JobCache | None:
     """The result cache of ``home`` (the repository), keyed by the files of ``repo`` (the tree the jobs
     run) and ``extra`` (the setup outputs taken into it)."""
     if not choice.enabled or not policy.cache.enabled:

@@ -4,7 +4,7 @@ is added, never renamed or removed, without raising ``schema``."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ..plan import Plan
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
 SCHEMA = 1
 
 
-def check_json(record: RunRecord, verdict: Verdict, reports: dict[str, Path], exit_code: int) -> dict[str, Any]:
+def check_json(record: RunRecord, verdict: Verdict, reports: dict[str, Path], exit_code: int) -> dict[str, object]:
     return {
         "schema": SCHEMA,
         "command": "check",
@@ -38,12 +38,12 @@ def check_json(record: RunRecord, verdict: Verdict, reports: dict[str, Path], ex
     }
 
 
-def _item(item: Item) -> dict[str, Any]:
+def _item(item: Item) -> dict[str, object]:
     return {"reason": item.reason, "job": item.job.job_id if item.job is not None else None,
             "finding": item.finding.to_json() if item.finding is not None else None}
 
 
-def list_kernels_json(plan: Plan) -> dict[str, Any]:
+def list_kernels_json(plan: Plan) -> dict[str, object]:
     predicted = {f.file: f.message for f in plan.findings if f.kind == "uncovered-predicted"}
     return {
         "schema": SCHEMA,

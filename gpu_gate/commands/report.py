@@ -6,7 +6,7 @@ import dataclasses
 import json
 import os
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import output as out
 from ..errors import GateError
@@ -17,6 +17,7 @@ from .request import PolicyFile, Publishing, ReportOutput
 if TYPE_CHECKING:
     from ..policy import LoadedPolicy
     from ..record import RunRecord
+    from ..verdict import Rules, Verdict
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +79,7 @@ def _report_policy(record: RunRecord, policy: PolicyFile) -> LoadedPolicy:
     return dataclasses.replace(loaded, policy=stricter_rules(loaded.policy, default_policy()))
 
 
-def local_rules(rules: Any, record: RunRecord) -> Any:
+def local_rules(rules: Rules, record: RunRecord) -> Rules:
     """The policy's rules, where a local run without a GPU lists the GPU-only checks as not run
     here rather than failing on them (in CI they fail closed: see gpu_gate.checked)."""
     from ..checked import in_ci
@@ -155,7 +156,7 @@ def _approvals(record: RunRecord) -> None:
                 f"(/gpu-gate approve-rules)")
 
 
-def _publish(record: RunRecord, verdict: Any, written: dict[str, Path], publishing: Publishing) -> None:
+def _publish(record: RunRecord, verdict: Verdict, written: dict[str, Path], publishing: Publishing) -> None:
     from ..github.publish import publish
     from ..report.markdown import render_markdown
 

@@ -8,13 +8,15 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import output as out
 from ..errors import GateError
 
 if TYPE_CHECKING:
     from ..policy import Policy
+    from ..protocol.jobs import Job
+    from ..record import RunRecord
     from .check import CheckRequest
     from .head_tree import HeadTree
 
@@ -38,7 +40,7 @@ def head_checkout(repo: Path, head: str | None, policy: Policy, request: CheckRe
 
 
 @contextlib.contextmanager
-def base_checkout(repo: Path, base: str | None, jobs: Sequence[Any], record: Any) -> Iterator[Path | None]:
+def base_checkout(repo: Path, base: str | None, jobs: Sequence[Job], record: RunRecord) -> Iterator[Path | None]:
     """The base's code, for the jobs that run it beside the head's on the same cases (differential
     runs): a temporary work tree at the base. Without one, those jobs judge by absolute rules only,
     and the run says so (stricter, never looser)."""
@@ -65,8 +67,8 @@ def base_checkout(repo: Path, base: str | None, jobs: Sequence[Any], record: Any
 
 
 @contextlib.contextmanager
-def truth_checkout(repo: Path, jobs: Sequence[Any], base: str | None, base_tree: Path | None,
-                   record: Any) -> Iterator[dict[str, Path]]:
+def truth_checkout(repo: Path, jobs: Sequence[Job], base: str | None, base_tree: Path | None,
+                   record: RunRecord) -> Iterator[dict[str, Path]]:
     """The tree the truth comes from, by commit: the rules' revision (the base branch's tip, see
     gpu_gate.policy.base), whose spec, reference and every repository module they import the reference
     worker loads (see gpu_gate.worker.reference). The differential runs' tree is reused when it is the

@@ -7,12 +7,19 @@ import dataclasses
 import time
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from . import output as out
 
+if TYPE_CHECKING:
+    from ..executor.control import RunControl
+    from ..health.model import DoctorReport, Thresholds
+    from ..policy import Policy
+    from ..protocol.jobs import Job
+    from .doctor import RunnerVerdict
 
-def tools_needed(jobs: Sequence[Any]) -> tuple[str, ...]:
+
+def tools_needed(jobs: Sequence[Job]) -> tuple[str, ...]:
     """What a runner must have for these jobs: torch always; the tool a check runs under
     (compute-sanitizer); triton for Triton kernels; cupy (gg.cuda) for CUDA kernels, and nvcc for
     a check that builds them."""
@@ -32,7 +39,7 @@ def tools_needed(jobs: Sequence[Any]) -> tuple[str, ...]:
     return tuple(need)
 
 
-def health_limits(policy: Any, tools: tuple[str, ...] | None) -> Any:
+def health_limits(policy: Policy, tools: tuple[str, ...] | None) -> Thresholds:
     """The doctor's thresholds from the policy's `runner.health`. The tools it requires: the
     policy's list, else ``tools`` (what the jobs use), else the doctor's own default (all)."""
     from ..health.model import Thresholds
@@ -44,7 +51,7 @@ def health_limits(policy: Any, tools: tuple[str, ...] | None) -> Any:
     return dataclasses.replace(limits, required_tools=required) if required is not None else limits
 
 
-def vet_runner(gpus: tuple[str, ...], pycache: Path | None, policy: Any, jobs: Sequence[Any]) -> Any:
+def vet_runner(gpus: tuple[str, ...], pycache: Path | None, policy: Policy, jobs: Sequence[Job]) -> RunnerVerdict:
     """Before the first job on a GPU runner: refuse to trust an unhealthy GPU. The doctor examines
     the GPUs this run would use, with the policy's thresholds; a GPU with a problem is left out,
     and a runner with no healthy GPU, or with a problem of its own, is unfit (a blocking finding
@@ -59,7 +66,8 @@ def vet_runner(gpus: tuple[str, ...], pycache: Path | None, policy: Any, jobs: S
     return verdict
 
 
-def say_verdict(report: Any, verdict: Any, took: float, unfit: str = "its GPU jobs will not run:") -> None:
+def say_verdict(report: DoctorReport | None, verdict: RunnerVerdict, took: float,
+                unfit: str = "its GPU jobs will not run:") -> None:
     """The doctor's verdict, in the run's log: unfit and why (then ``unfit``: what becomes of the
     jobs), or the healthy GPUs and any left out."""
     if verdict.blocking:
@@ -85,8 +93,8 @@ class DoctorBeside:
 
     REASON = "the runner failed its health check"
 
-    def __init__(self, gpus: tuple[str, ...], pycache: Path | None, policy: Any, jobs: Sequence[Any],
-                 control: Any) -> None:
+    def __init__(self, gpus: tuple[str, ...], pycache: Path | None, policy: Policy, jobs: Sequence[Job],
+                 control: RunControl) -> None:
         import threading
 
         from . import doctor
@@ -96,8 +104,8 @@ class DoctorBeside:
         self.start = time.monotonic()
         self.exam = doctor.examine_gpus(thresholds=self.thresholds, visible=gpus)
         self.pycache = pycache
-        self._verdict: Any = None
-        self.now: Any = None  # a verdict before any job: the GPU itself has a problem
+        self._verdict: RunnerVerdict | None = None
+        self.now: RunnerVerdict | None = None  # a verdict before any job: the GPU itself has a problem
         if self.exam.problems or any(g.problems for g in self.exam.gpus):
             self._finish(started=False)
             self.now = self._verdict
@@ -122,7 +130,7 @@ class DoctorBeside:
                      *(["its jobs are stopped and reported not run:"] if started else []))
         self._verdict = verdict
 
-    def verdict(self) -> Any:
+    def verdict(self) -> RunnerVerdict:
         from . import doctor
         from ..findings import Finding, Severity
 

@@ -7,7 +7,6 @@ import shutil
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 from . import gpu_nodes, sandbox
 from .. import proc
 from ..judge.checks import CHECKS, check_info
@@ -109,7 +108,7 @@ _BOOT = ("import sys, importlib.util\n"
          "sys.exit(main())")
 
 
-def worker_boot(fd: int, role: str, context: dict[str, Any]) -> bytes:
+def worker_boot(fd: int, role: str, context: dict[str, object]) -> bytes:
     """What a judged job's worker reads on its standard input: the program that starts it looking like
     a user's ``python train.py`` (see gpu_gate.worker.disguise)."""
     from ..worker.disguise import boot_program
@@ -159,7 +158,7 @@ def _devices(gpu: str | None, avail: sandbox.Available) -> tuple[str, ...]:
     return tuple(gpu_nodes.node_names()) if gpu is not None else ()
 
 
-def _context(opts: ExecOptions, gpu: str | None, job: Job) -> dict[str, Any]:
+def _context(opts: ExecOptions, gpu: str | None, job: Job) -> dict[str, object]:
     """What the judge needs to know, handed over in its job file rather than in variables
     that a kernel could read to tell it is being tested."""
     return {"repo_root": str(opts.repo_root), "budget_s": max(1.0, opts.timeout_s * 0.8),
@@ -182,5 +181,5 @@ def _niced(argv: list[str], opts: ExecOptions) -> list[str]:
     return [nice, "-n", str(opts.nice), *argv] if nice else argv
 
 
-def _worker_context(opts: ExecOptions, gpu: str | None, root: Path | None = None) -> dict[str, Any]:
+def _worker_context(opts: ExecOptions, gpu: str | None, root: Path | None = None) -> dict[str, object]:
     return {"repo_root": str(root or opts.repo_root), "device": None if gpu is not None else "cpu"}

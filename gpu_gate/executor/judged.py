@@ -8,7 +8,7 @@ import os
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 from ..store import compiled as compiled_store
 from . import sandbox
 from .. import proc
@@ -25,6 +25,9 @@ from .control import RunControl, _kill_group
 from .options import ExecOptions, concurrency
 from .leftovers import judge_escapes
 from .results import _classify_failure, _error_result, _interrupted, _outcome_to_result, _read_result, _stuck_result, _with_sandbox_ended
+
+if TYPE_CHECKING:
+    import socket
 
 
 _DIR = {"reference": "r", "base": "b"}  # the directories of the workers other than the head's, in the job's
@@ -66,7 +69,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         dropped = compiled_store.verify(shelf)
     except OSError:
         dropped, shelf = [], None  # a store that cannot be checked is not used
-    contexts: dict[str, dict[str, Any]] = {}
+    contexts: dict[str, dict[str, object]] = {}
     try:
         judge_dir.mkdir()
         for role, d in dirs.items():
@@ -204,7 +207,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
                          "base" in done, unwatched, how, head=first)
 
 
-def _lend_truth(job: Job, opts: ExecOptions, d: Path, remap: bool, context: dict[str, Any]
+def _lend_truth(job: Job, opts: ExecOptions, d: Path, remap: bool, context: dict[str, object]
                 ) -> tuple[tuple[Path, Path], ...]:
     """Where the reference worker finds the tree its truth comes from (see
     :func:`gpu_gate.protocol.jobs.truth_commit`): in a sandbox, the base's work tree shown read-only
@@ -246,7 +249,7 @@ def _time_outside(result: JobResult, marks: dict[str, float], sandbox_start: dic
         return
     if result.extra.timing is None:
         result.extra.timing = {}
-    outside: dict[str, Any] = {"files_s": round(marks["files"] - marks["enter"], 2),
+    outside: dict[str, object] = {"files_s": round(marks["files"] - marks["enter"], 2),
                                "start_s": round(marks["judge"] - marks["enter"], 2),
                                "workers_exit_s": round(marks["workers_gone"] - marks["judged"], 2),
                                "keep_s": round(marks["kept"] - marks["workers_gone"], 2)}
@@ -261,7 +264,7 @@ def _wait_started(pids: dict[str, int], n: int, limit_s: float = 30.0) -> None:
         time.sleep(0.005)
 
 
-def _close_pairs(pairs: dict[str, Any]) -> None:
+def _close_pairs(pairs: dict[str, tuple[socket.socket, socket.socket]]) -> None:
     for a, b in pairs.values():
         for s in (a, b):
             try:

@@ -6,7 +6,6 @@ import datetime as dt
 import functools
 import uuid
 from pathlib import Path
-from typing import Any
 
 from ..findings import Finding, JobResult, Severity
 from ..record import RunRecord
@@ -22,7 +21,7 @@ ANNOTATION_TITLE_LIMIT = 255
 STATUS_DESCRIPTION_LIMIT = 140
 
 
-def check_annotations(record: RunRecord, verdict: Verdict, root: Path | None = None) -> list[dict[str, Any]]:
+def check_annotations(record: RunRecord, verdict: Verdict, root: Path | None = None) -> list[dict[str, object]]:
     """One annotation per finding that names a file, blocking ones as failures.
 
     A finding about a whole file (an uncovered kernel) goes on line 1, as GitHub does. A blocking
@@ -40,7 +39,7 @@ def check_annotations(record: RunRecord, verdict: Verdict, root: Path | None = N
     return out
 
 
-def _placed(result: JobResult, findings: list[Finding], root: Path, record: RunRecord) -> list[dict[str, Any]]:
+def _placed(result: JobResult, findings: list[Finding], root: Path, record: RunRecord) -> list[dict[str, object]]:
     first = findings[0]
     more = f"\n(and {len(findings) - 1} more finding(s) of this job: see the report)" if len(findings) > 1 else ""
     out = []
@@ -55,7 +54,7 @@ def _placed(result: JobResult, findings: list[Finding], root: Path, record: RunR
     return out
 
 
-def _annotation(f: Finding, *, blocking: bool) -> dict[str, Any]:
+def _annotation(f: Finding, *, blocking: bool) -> dict[str, object]:
     assert f.file, "only findings that name a file are annotated"
     line = f.line if f.line and f.line >= 1 else 1
     if blocking:
@@ -65,7 +64,7 @@ def _annotation(f: Finding, *, blocking: bool) -> dict[str, Any]:
     else:
         level = "warning"
     title = f"gpu-gate {f.check}: {f.kind}" + (f" ({f.spec})" if f.spec else "")
-    ann: dict[str, Any] = {
+    ann: dict[str, object] = {
         "path": f.file.removeprefix("./"),
         "start_line": line,
         "end_line": line,
@@ -88,7 +87,7 @@ def publish_check_run(client: GitHubClient, repo: str, head_sha: str, record: Ru
         "summary": fit_chars(markdown, CHECK_TEXT_LIMIT, truncation_note(artifacts_url)),
     }
     now = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "name": name,
         "head_sha": head_sha,
         "status": "completed",
@@ -134,7 +133,7 @@ def _annotations_landed(client: GitHubClient, path: str, want: int) -> ApiRespon
 def publish_status(client: GitHubClient, repo: str, sha: str, verdict: Verdict, *,
                    target_url: str | None, context: str = CHECK_NAME) -> str | None:
     """A commit status: what a token without ``checks: write`` can still set."""
-    body: dict[str, Any] = {
+    body: dict[str, object] = {
         "state": "success" if verdict.passed else "failure",
         "description": verdict.headline.removeprefix("gpu-gate: ")[:STATUS_DESCRIPTION_LIMIT],
         "context": context,

@@ -131,7 +131,7 @@ class GitHubClient:
     def paginate(self, path: str, params: Mapping[str, Any] | None = None) -> Iterator[Any]:
         """Every item of a list endpoint, following ``Link: rel="next"`` (100 per page)."""
         url: str | None = path
-        query: dict[str, Any] | None = {**(params or {}), "per_page": 100}
+        query: dict[str, object] | None = {**(params or {}), "per_page": 100}
         while url:
             resp = self.request("GET", url, params=query)
             yield from resp.data if isinstance(resp.data, list) else []

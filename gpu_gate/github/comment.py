@@ -4,8 +4,6 @@ In ``failures-only`` mode a passing run creates no comment, but edits one an ear
 so that the pull request does not keep showing a failure that is gone."""
 from __future__ import annotations
 
-from typing import Any
-
 from .client import ApiResponse, GitHubClient
 from .text import COMMENT_LIMIT, fit_chars, truncation_note
 
@@ -20,12 +18,12 @@ def comment_body(markdown: str, key: str, artifacts_url: str | None) -> str:
     return head + fit_chars(markdown, COMMENT_LIMIT - len(head), truncation_note(artifacts_url))
 
 
-def find_sticky(client: GitHubClient, repo: str, number: int, key: str) -> dict[str, Any] | None:
+def find_sticky(client: GitHubClient, repo: str, number: int, key: str) -> dict[str, object] | None:
     tag = marker(key)
     for comment in client.paginate(f"/repos/{repo}/issues/{number}/comments"):
         body = comment.get("body") if isinstance(comment, dict) else None
         if isinstance(body, str) and body.startswith(tag):
-            found: dict[str, Any] = comment
+            found: dict[str, object] = comment
             return found
     return None
 

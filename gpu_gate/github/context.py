@@ -18,7 +18,7 @@ class ActionsContext:
     api_url: str
     repository: str  # "owner/name"
     token: str | None = dataclasses.field(default=None, repr=False)
-    event: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)
+    event: dict[str, object] = dataclasses.field(default_factory=dict, repr=False)
     sha: str | None = None  # GITHUB_SHA: the merge commit on a pull_request event
     server_url: str = DEFAULT_SERVER_URL
     run_id: str | None = None
@@ -92,7 +92,7 @@ class ActionsContext:
         return re.sub(r"[^A-Za-z0-9 ._/:@()+-]", "_", key).replace("--", "-_")
 
 
-def _read_event(path: str | None) -> dict[str, Any]:
+def _read_event(path: str | None) -> dict[str, object]:
     if not path:
         return {}
     try:

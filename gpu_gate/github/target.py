@@ -27,11 +27,11 @@ class Target:
     refused: str | None = None  # why nothing at all may be published
 
 
-def _str(value: Any) -> str | None:
+def _str(value: object) -> str | None:
     return value if isinstance(value, str) and value else None
 
 
-def workflow_run(ctx: ActionsContext) -> dict[str, Any] | None:
+def workflow_run(ctx: ActionsContext) -> dict[str, object] | None:
     run = ctx.event.get("workflow_run")
     return run if isinstance(run, dict) else None
 

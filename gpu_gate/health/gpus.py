@@ -162,7 +162,7 @@ def _gpu_problems(h: GpuHealth, s: nvml.GpuSample, t: Thresholds) -> list[str]:
     return out
 
 
-def _holder(p: dict[str, Any]) -> tuple[str, str]:
+def _holder(p: dict[str, object]) -> tuple[str, str]:
     """A process on the GPU, as the doctor names it: ``pid N (name)``, and the memory it holds."""
     used = f"{p['used_memory_mib']} MiB" if p["used_memory_mib"] is not None else "memory"
     return f"pid {p['pid']}" + (f" ({p['name']})" if p["name"] else ""), used

@@ -69,7 +69,7 @@ class DoctorReport:
     def healthy(self) -> bool:
         return not self.problems
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         d = dataclasses.asdict(self)
         d["healthy"] = self.healthy
         return d

@@ -17,10 +17,13 @@ import collections
 import dataclasses
 import socket
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from ..protocol import wire
 from ..protocol.messages import Bye, Reply, Request, read_reply, read_request
+
+if TYPE_CHECKING:
+    from ..worker.serve import Handler
 
 
 class WorkerLost(Exception):
@@ -51,10 +54,10 @@ class Channel(Protocol):
     name: str
     lost: str | None
 
-    def request(self, request: Request, blobs: Sequence[Any] = ..., budget: int = 0,
+    def request(self, request: Request, blobs: Sequence[wire.Blob] = ..., budget: int = 0,
                 deadline: float | None = None) -> tuple[Reply, list[bytearray]]: ...
 
-    def ask(self, request: Request, blobs: Sequence[Any] = ..., budget: int = 0) -> None: ...
+    def ask(self, request: Request, blobs: Sequence[wire.Blob] = ..., budget: int = 0) -> None: ...
 
     def answer(self, deadline: float | None = None) -> tuple[Reply, list[bytearray]]: ...
 
@@ -71,12 +74,12 @@ class SocketChannel:
         self.lost: str | None = None
         self._asked: collections.deque[Asked] = collections.deque()
 
-    def request(self, request: Request, blobs: Sequence[Any] = (), budget: int = 0,
+    def request(self, request: Request, blobs: Sequence[wire.Blob] = (), budget: int = 0,
                 deadline: float | None = None) -> tuple[Reply, list[bytearray]]:
         self.ask(request, blobs, budget)
         return self.answer(deadline)
 
-    def ask(self, request: Request, blobs: Sequence[Any] = (), budget: int = 0) -> None:
+    def ask(self, request: Request, blobs: Sequence[wire.Blob] = (), budget: int = 0) -> None:
         """Send a request without waiting: the worker works while the judge does something else."""
         if self.lost is not None:
             raise WorkerLost(self.lost)
@@ -120,17 +123,17 @@ class LocalChannel:
     """A worker object in this process, reached through the same JSON and bytes a socket would
     carry, read against the same budget."""
 
-    def __init__(self, worker: Any, name: str) -> None:
+    def __init__(self, worker: Handler, name: str) -> None:
         self.worker, self.name = worker, name
         self.lost: str | None = None
         self._pending: collections.deque[tuple[Reply, list[bytearray]] | ProtocolViolation] = collections.deque()
 
-    def request(self, request: Request, blobs: Sequence[Any] = (), budget: int = 0,
+    def request(self, request: Request, blobs: Sequence[wire.Blob] = (), budget: int = 0,
                 deadline: float | None = None) -> tuple[Reply, list[bytearray]]:
         self.ask(request, blobs, budget)
         return self.answer(deadline)
 
-    def ask(self, request: Request, blobs: Sequence[Any] = (), budget: int = 0) -> None:
+    def ask(self, request: Request, blobs: Sequence[wire.Blob] = (), budget: int = 0) -> None:
         header, sizes = wire.frame(request.to_json(), blobs)
         served, out = self.worker.handle(read_request(header, sizes), [_copy(b) for b in blobs])
         header, sizes = wire.frame(served.to_json(), out)
@@ -151,5 +154,5 @@ class LocalChannel:
         return None
 
 
-def _copy(b: Any) -> bytearray:
+def _copy(b: wire.Blob) -> bytearray:
     return bytearray(memoryview(b).cast("B"))

@@ -17,12 +17,17 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .checks import CHECKS
 from ..findings import Finding, JobResult, Severity, Status
 from ..job_extra import JobExtra
 from ..protocol.jobs import Job
+
+if TYPE_CHECKING:
+    from .channel import Channel
+    from .checks import CheckInfo
+    from .workers import Workers
 
 
 @dataclasses.dataclass
@@ -32,11 +37,11 @@ class Context:
     workdir: Path
     sanitizer: str | None = None  # the compute-sanitizer tool wrapping the candidate's worker, if any
     deadline: float = float("inf")  # time.monotonic() by which the check should wrap up
-    channels: dict[str, Any] | None = None  # role -> the judge's channel to that worker; None: in this process
-    workers: Any = None  # the job's workers, once the spec imported in them
+    channels: dict[str, Channel] | None = None  # role -> the judge's channel to that worker; None: in this process
+    workers: Workers | None = None  # the job's workers, once the spec imported in them
     base_root: Path | None = None  # the base's tree, in a pull request (the compile check reads its kernel files)
 
-    def open_workers(self, job: Job) -> Any:
+    def open_workers(self, job: Job) -> Workers:
         """The candidate and reference workers with the job's spec imported (again, for a job whose
         spec changed), over the channels the executor made (:mod:`gpu_gate.inprocess` makes them to
         workers in this process, for tests and a library's own test suite)."""
@@ -47,7 +52,7 @@ class Context:
         self.workers = connect(job, self.channels, self.device, self.deadline)
         return self.workers
 
-    def open_compilers(self, job: Job) -> dict[str, Any]:
+    def open_compilers(self, job: Job) -> dict[str, Channel]:
         """The compile check's channels: to its ``compiler`` worker and, in a pull request, to the
         ``base`` worker on the base's tree (the executor's), or to a worker in this process
         (:mod:`gpu_gate.inprocess`)."""
@@ -55,7 +60,7 @@ class Context:
             self.channels = self.local_compile_channels(job)
         return self.channels
 
-    def local_compile_channels(self, job: Job) -> dict[str, Any]:
+    def local_compile_channels(self, job: Job) -> dict[str, Channel]:
         raise RuntimeError("the judge has no channel to a compile worker: the executor starts it in its sandbox "
                            "(gpu_gate.executor); gpu_gate.inprocess runs it in the caller's process")
 
@@ -67,7 +72,7 @@ class Context:
                 worker.close()
         self.channels = None
 
-    def local_channels(self) -> dict[str, Any]:
+    def local_channels(self) -> dict[str, Channel]:
         raise RuntimeError("the judge has no channels to its workers: the executor starts them in their sandboxes "
                            "(gpu_gate.executor); gpu_gate.inprocess runs them in the caller's process")
 
@@ -93,7 +98,7 @@ def pick_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _run_check(info: Any, job: Job, ctx: Context) -> Outcome:
+def _run_check(info: CheckInfo, job: Job, ctx: Context) -> Outcome:
     from .channel import ProtocolViolation, WorkerTimeout
     from .workers import ContextLost, SpecDidNotImport, WorkerDied
 
@@ -155,7 +160,7 @@ def _late_settings_note(job: Job, ctx: Context) -> list[Finding]:
                             f"cases ran without it: set it in the runner's environment (the job's env), not at import")]
 
 
-def _adapted_note(job: Job, used: Any) -> list[Finding]:
+def _adapted_note(job: Job, used: object) -> list[Finding]:
     """What the Triton interpreter had to be adapted for to run the spec's kernels on the CPU (the
     candidate's worker says which adaptations its launches needed: see worker.interpreter)."""
     from ..protocol.interpreter import ADAPTATIONS
@@ -182,7 +187,7 @@ def run_job(job: Job, ctx: Context) -> JobResult:
 
     start = time.monotonic()
     info = CHECKS[job.check]
-    launched: dict[str, Any] | None = None
+    launched: dict[str, object] | None = None
     uncompiled: tuple[str, ...] | None = None
     try:
         outcome = _run_check(info, job, ctx)
@@ -195,7 +200,8 @@ def run_job(job: Job, ctx: Context) -> JobResult:
             outcome.findings += _isolation_note(job, ctx) + _late_settings_note(job, ctx)
             try:
                 finished = ctx.workers.finish()
-                launched, uncompiled = finished.launches, finished.uncompiled
+                launched = dict(finished.launches) if finished.launches is not None else None
+                uncompiled = finished.uncompiled
                 outcome.findings += _adapted_note(job, finished.interpreter_adapted)
             except ProtocolViolation as exc:
                 outcome = _protocol(job, exc)
@@ -236,7 +242,7 @@ def read_job(path: Path) -> tuple[Job, dict[str, Any]]:
                                  "budget_s": env.get("GPU_GATE_JOB_BUDGET_S"), "sanitizer": env.get("GPU_GATE_SANITIZER")}
 
 
-def _socket_channels(fds: Any) -> dict[str, Any] | None:
+def _socket_channels(fds: object) -> dict[str, Channel] | None:
     """The judge's ends of the socket pairs the executor made, one per worker it started."""
     import socket
 

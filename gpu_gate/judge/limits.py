@@ -19,9 +19,13 @@ from __future__ import annotations
 
 import os
 import resource
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..protocol.cases import PRODUCTION_CASE_BYTES, case_bytes
+
+if TYPE_CHECKING:
+    from ..protocol.cases import Case
+    from ..spec import Spec
 
 REPLY_FLOOR = 64 << 20
 REPLY_FACTOR = 16
@@ -30,7 +34,7 @@ CASE_COPIES = 8
 DEFAULT_CASE_BYTES = 256 << 20  # the policy's default max_case_bytes
 
 
-def reply_budget(spec: Any, case: Any) -> int:
+def reply_budget(spec: Spec, case: Case) -> int:
     """The most blob bytes a reply about ``case`` may carry (a call's, or the reference's truth)."""
     return REPLY_FLOOR + REPLY_FACTOR * case_bytes(spec, case.dims, case.inputs)
 
@@ -52,7 +56,7 @@ def machine_memory() -> int | None:
         return None
 
 
-def limit_memory(options: dict[str, Any], device: str) -> int | None:
+def limit_memory(options: dict[str, object], device: str) -> int | None:
     """Set this process's data limit (see the module's docstring); the limit now in force, or None
     where there is none. A lower limit already set is kept."""
     want = memory_limit(options, device, machine_memory())

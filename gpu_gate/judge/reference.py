@@ -5,8 +5,8 @@ torch in float32 and the head's rewritten reference. Each reply is bounded by th
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, NoReturn
 
 from ..protocol import wire
 from ..protocol.cases import Case
@@ -21,7 +21,7 @@ from .replies import SpecBroken, check, expect, reading, stats_of
 Recipe = dict[str, GradRecipe]  # the upstream gradients' recipe, as the reference worker sent it
 
 
-def _not_here(*args: Any, **kwargs: Any) -> Any:
+def _not_here(*args: object, **kwargs: object) -> NoReturn:
     raise RuntimeError("the judge never runs the spec's functions: the workers do")
 
 
@@ -112,11 +112,11 @@ class Reference:
         reply = self._ask(Upstream(case.token(), case.id, salt))
         return expect(reply, UpstreamReply, self.channel).upstream
 
-    def truth(self, case: Case, like: dict[str, Any], salt: int = 0
-              ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    def truth(self, case: Case, like: Mapping[str, object], salt: int = 0
+              ) -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
         return self.truth_later(case, like, salt)()
 
-    def truth_later(self, case: Case, like: dict[str, Any], salt: int = 0) -> TruthPending:
+    def truth_later(self, case: Case, like: Mapping[str, object], salt: int = 0) -> TruthPending:
         """Ask for the float64 reference, the baseline and the rounding envelope now, for outputs of
         the dtypes of ``like``'s; the object returned waits for them."""
         return self.truth_for(case, output_dtypes(like), salt)
@@ -128,17 +128,17 @@ class Reference:
         asked of the reference worker until it has been waited for."""
         self._send(Truth(case.token(), case.id, salt, dict(dtypes)), self._budget(case))
 
-        def read() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+        def read() -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
             reply, blobs = self._receive(timed=False)
             got = expect(reply, TruthReply, self.channel)
             with reading(self.channel, "truth"):
-                return (tensors.decode_dict(got.reference, blobs, self.device),
-                        tensors.decode_dict(got.baseline, blobs, self.device),
-                        tensors.decode_dict(got.conditioning, blobs, self.device))
+                return (dict(tensors.decode_dict(got.reference, blobs, self.device)),
+                        dict(tensors.decode_dict(got.baseline, blobs, self.device)),
+                        dict(tensors.decode_dict(got.conditioning, blobs, self.device)))
 
         return TruthPending(read, dict(dtypes), self)
 
-    def head_reference(self, case: Case) -> dict[str, Any] | str:
+    def head_reference(self, case: Case) -> dict[str, object] | str:
         """The head's spec's reference on ``case`` (float64), or why there is none to compare."""
         self._send(HeadReference(case.token(), case.id, 0), self._budget(case))
         reply, blobs = self._receive()
@@ -149,34 +149,34 @@ class Reference:
             return f"raised {got.raised}"
         assert got.reference is not None
         with reading(self.channel, "head_reference"):
-            return tensors.decode_dict(got.reference, blobs, self.device)
+            return dict(tensors.decode_dict(got.reference, blobs, self.device))
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, object]:
         """What the worker says it moved through the channel (timing only, never a verdict)."""
         return stats_of(self._ask(Stats()), self.channel)
 
-    def baseline_fp32(self, case: Case, like: dict[str, Any], salt: int = 0
-                      ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    def baseline_fp32(self, case: Case, like: Mapping[str, object], salt: int = 0
+                      ) -> tuple[dict[str, object], dict[str, object] | None]:
         """torch in float32, rounded to each output's dtype; and, for data coarser than the kernel's
         arithmetic, the rounding envelope of a kernel that stores its intermediates in that dtype."""
         self._send(BaselineFp32(case.token(), case.id, salt, output_dtypes(like)), self._budget(case))
         reply, blobs = self._receive()
         got = expect(reply, BaselineFp32Reply, self.channel)
         with reading(self.channel, "baseline_fp32"):
-            return (tensors.decode_dict(got.baseline, blobs, self.device),
-                    tensors.decode_dict(got.storage, blobs, self.device) if got.storage is not None else None)
+            return (dict(tensors.decode_dict(got.baseline, blobs, self.device)),
+                    dict(tensors.decode_dict(got.storage, blobs, self.device)) if got.storage is not None else None)
 
 
 class TruthPending:
     """A truth asked for, read by a thread of its own; calling it waits for it (and raises what
     reading it raised). ``dtypes``: the output dtypes it was asked for."""
 
-    def __init__(self, read: Callable[[], tuple[dict[str, Any], dict[str, Any], dict[str, Any]]],
+    def __init__(self, read: Callable[[], tuple[dict[str, object], dict[str, object], dict[str, object]]],
                  dtypes: dict[str, str], reference: Reference) -> None:
         import threading
 
         self.dtypes, self.reference, self.taken = dtypes, reference, False
-        self._result: tuple[dict[str, Any], dict[str, Any], dict[str, Any]] | None = None
+        self._result: tuple[dict[str, object], dict[str, object], dict[str, object]] | None = None
         self._error: BaseException | None = None
 
         def run() -> None:
@@ -188,7 +188,7 @@ class TruthPending:
         self._thread = threading.Thread(target=run, name="truth", daemon=True)
         self._thread.start()
 
-    def __call__(self) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    def __call__(self) -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
         import time
 
         start = time.monotonic()
@@ -201,7 +201,7 @@ class TruthPending:
         return self._result
 
 
-def output_dtypes(like: dict[str, Any]) -> dict[str, str]:
+def output_dtypes(like: Mapping[str, object]) -> dict[str, str]:
     """The dtype of each tensor among ``like``'s values, by name (``"float32"``)."""
     import torch
 

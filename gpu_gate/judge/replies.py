@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ..protocol import wire
 from ..protocol.messages import ErrorReply, Reply, StatsReply
@@ -62,11 +62,11 @@ def reading(channel: Channel, asked: str) -> Iterator[None]:
         raise error from exc
 
 
-def stats_of(reply: Reply, channel: Channel) -> dict[str, Any]:
+def stats_of(reply: Reply, channel: Channel) -> dict[str, object]:
     if isinstance(reply, ErrorReply):
         return {}
     got = expect(reply, StatsReply, channel)
-    out: dict[str, Any] = {k: v for k, v in got.wire.items()}
+    out: dict[str, object] = {k: v for k, v in got.wire.items()}
     for key, value in (("alive_s", got.alive_s), ("context_s", got.context_s)):  # its age, and its CUDA context's
         if value is not None:
             out[key] = round(value, 2)

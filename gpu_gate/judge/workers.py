@@ -51,9 +51,9 @@ class CallReport:
     status: str  # ok, refused, unsupported, oom, fatal
     message: str = ""
     trace: str | None = None
-    outputs: dict[str, Any] = dataclasses.field(default_factory=dict)  # plain tensors (or values)
+    outputs: dict[str, object] = dataclasses.field(default_factory=dict)  # plain tensors (or values)
     types: dict[str, str] = dataclasses.field(default_factory=dict)  # outputs that were not plain tensors
-    early: dict[str, Any] = dataclasses.field(default_factory=dict)  # copies taken at return that differ
+    early: dict[str, object] = dataclasses.field(default_factory=dict)  # copies taken at return that differ
     same_as_held: frozenset[str] = frozenset()
     where: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # output -> [data_ptr, storage_ptr]
     held_where: dict[str, list[int]] = dataclasses.field(default_factory=dict)
@@ -77,8 +77,8 @@ class Candidate:
         self.run_s = 0.0
         self.compile_s = 0.0
         # the upstream gradient the worker holds from the last call it answered: (case, the recipe sent)
-        self._upstream_held: tuple[str, Any] | None = None
-        self._upstream_pending: tuple[str, Any] | None = None
+        self._upstream_held: tuple[str, Recipe | None] | None = None
+        self._upstream_pending: tuple[str, Recipe | None] | None = None
         # under compute-sanitizer: the worker hands the candidate tensors with no guard band, so
         # that the tool sees every access past a tensor's end (the guard band would absorb it)
         self.exact = False
@@ -92,7 +92,7 @@ class Candidate:
         finally:
             self.busy_s += time.monotonic() - start
 
-    def _ask(self, request: Request, blobs: Sequence[Any] = (), budget: int = 0) -> tuple[Reply, list[bytearray]]:
+    def _ask(self, request: Request, blobs: Sequence[wire.Blob] = (), budget: int = 0) -> tuple[Reply, list[bytearray]]:
         self._send(request, blobs, budget)
         return self._answer()
 
@@ -148,7 +148,7 @@ class Candidate:
         assert self.spec is not None, "a candidate is asked to call once the spec is known"
         return reply_budget(self.spec, case)
 
-    def _send(self, request: Request, blobs: Sequence[Any], budget: int = 0) -> None:
+    def _send(self, request: Request, blobs: Sequence[wire.Blob], budget: int = 0) -> None:
         try:
             self.channel.ask(request, blobs, budget)
         except WorkerLost as exc:
@@ -222,16 +222,16 @@ class Candidate:
         if getattr(self.channel, "lost", None) is None:
             self._ask(Release())
 
-    def finish(self, compile_settings: Any = None) -> FinishReply:
+    def finish(self, compile_settings: dict[str, object] | None = None) -> FinishReply:
         reply, _ = self._ask(Finish(compile_settings))
         return FinishReply() if isinstance(reply, ErrorReply) else expect(reply, FinishReply, self.channel)
 
-    def ahead_done(self) -> dict[str, Any]:
+    def ahead_done(self) -> dict[str, object]:
         """End the worker's compiling sibling; what it says it did (timing only, never a verdict)."""
         reply, _ = self._ask(AheadDone())
         return {} if isinstance(reply, ErrorReply) else dict(expect(reply, AheadDoneReply, self.channel).ahead)
 
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> dict[str, object]:
         """What the worker says it moved through the channel (timing only, never a verdict)."""
         return stats_of(self._ask(Stats())[0], self.channel)
 
@@ -263,7 +263,7 @@ class Workers:
     late_cuda_settings: list[str] = dataclasses.field(default_factory=list)  # set by the spec's import, too late
     interpreter: list[str] = dataclasses.field(default_factory=list)  # the Triton interpreter's adaptations in place
 
-    def finish(self, compile_settings: Any = None) -> FinishReply:
+    def finish(self, compile_settings: dict[str, object] | None = None) -> FinishReply:
         if self.finished is None:
             self.finished = self.candidate.finish(compile_settings)
         return self.finished
@@ -396,7 +396,7 @@ class BaseCandidate(Candidate):
 
     limit_s = 60.0  # one call's limit; the engine sets it from the time the head's code took
 
-    def _send(self, request: Request, blobs: Sequence[Any], budget: int = 0) -> None:
+    def _send(self, request: Request, blobs: Sequence[wire.Blob], budget: int = 0) -> None:
         try:
             self.channel.ask(request, blobs, budget)
         except WorkerLost as exc:

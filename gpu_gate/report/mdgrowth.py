@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ..findings import JobResult
@@ -43,7 +43,7 @@ def growth_block(r: JobResult, g: dict[str, Any]) -> str:
     return "\n\n".join(p for p in parts if p)
 
 
-def _slope_line(g: dict[str, Any]) -> str:
+def _slope_line(g: Mapping[str, object]) -> str:
     sc, sb = _num(g.get("slope_candidate")), _num(g.get("slope_baseline"))
     if sc is None or sb is None:
         return ""
@@ -53,7 +53,7 @@ def _slope_line(g: dict[str, Any]) -> str:
     return text
 
 
-def _xychart(dim: str, dtype: str, rows: list[dict[str, Any]]) -> str:
+def _xychart(dim: str, dtype: str, rows: Sequence[Mapping[str, object]]) -> str:
     cand = [_log10(row.get("candidate")) for row in rows]
     base = [_log10(row.get("baseline")) for row in rows]
     low, high = math.floor(min(cand + base)), math.ceil(max(cand + base))
@@ -76,7 +76,7 @@ def resource_blocks(results: Iterable[JobResult]) -> list[str]:
             for r in results if r.extra.resources]
 
 
-def _resource_block(r: JobResult, resources: list[Any]) -> str:
+def _resource_block(r: JobResult, resources: Iterable[object]) -> str:
     rows = [f"#### {escape(r.check)} · {code(job_target(r))}", "",
             "| Kernel | Arch | Registers | Spill stores | Spill loads | Local bytes | Shared bytes |",
             "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
@@ -90,7 +90,7 @@ def _resource_block(r: JobResult, resources: list[Any]) -> str:
     return "\n".join(rows)
 
 
-def _num(value: Any) -> float | None:
+def _num(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
 
 
@@ -98,6 +98,6 @@ def _fmt(value: float | None) -> str:
     return "—" if value is None else f"{value:.3g}"
 
 
-def _log10(value: Any) -> float:
+def _log10(value: object) -> float:
     v = _num(value)
     return math.log10(v) if v is not None and v > 0 else LOG10_FLOOR

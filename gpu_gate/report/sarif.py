@@ -18,9 +18,9 @@ scanning keeps one alert for one defect across pushes.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import cast
 
 from .. import __version__
 from ..findings import Finding, JobResult, Severity, Status
@@ -48,11 +48,11 @@ _DESCRIPTIONS = {
 
 
 def render_sarif(record: RunRecord, verdict: Verdict, root: Path | None = None, *,
-                 notes: bool = False) -> dict[str, Any]:
+                 notes: bool = False) -> dict[str, object]:
     """The SARIF log; sources under ``root`` (default: the working directory) place findings with no
     line. ``notes``: keep the results of level ``note`` too (the policy's ``reports.sarif_notes``)."""
-    rules: dict[str, dict[str, Any]] = {}
-    results: list[dict[str, Any]] = []
+    rules: dict[str, dict[str, object]] = {}
+    results: list[dict[str, object]] = []
     levels = _Levels(verdict)
     here = root or Path.cwd()
     for f in record.plan_findings:
@@ -75,14 +75,14 @@ def render_sarif(record: RunRecord, verdict: Verdict, root: Path | None = None, 
                           "text": "The root of the repository that was checked"}}}}]}
 
 
-def _without_notes(results: list[dict[str, Any]], rules: dict[str, dict[str, Any]]
-                   ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+def _without_notes(results: list[dict[str, object]], rules: dict[str, dict[str, object]]
+                   ) -> tuple[list[dict[str, object]], dict[str, dict[str, object]]]:
     """What blocks and what warns, and only the rules those results name (re-indexed)."""
     kept = [r for r in results if r["level"] != "note"]
     used = {r["ruleId"] for r in kept}
     rules = {k: v for k, v in rules.items() if k in used}
     for r in kept:
-        r["ruleIndex"] = list(rules).index(r["ruleId"])
+        r["ruleIndex"] = list(rules).index(cast(str, r["ruleId"]))  # _add sets it, a str
     return kept, rules
 
 
@@ -114,7 +114,7 @@ class _Levels:
         return "error" if id(r) in self.blocking_j else "note"
 
 
-def _add(results: list[dict[str, Any]], rules: dict[str, dict[str, Any]], result: dict[str, Any] | None,
+def _add(results: list[dict[str, object]], rules: dict[str, dict[str, object]], result: dict[str, object] | None,
          check: str, kind: str) -> None:
     if result is None:
         return
@@ -129,7 +129,7 @@ def _add(results: list[dict[str, Any]], rules: dict[str, dict[str, Any]], result
 
 
 def _finding_result(f: Finding, level: str, job_kernels: tuple[str, ...], root: Path,
-                    job_places: list[locate.Place] | None = None) -> dict[str, Any] | None:
+                    job_places: list[locate.Place] | None = None) -> dict[str, object] | None:
     if f.file:
         line = f.line if f.line and f.line > 0 else _first_kernel_line(root, f.file)
         found = [locate.Place(f.file, line, "")]
@@ -147,7 +147,7 @@ def _finding_result(f: Finding, level: str, job_kernels: tuple[str, ...], root: 
                                                           str(subject) if subject else None))
 
 
-def _job_result(r: JobResult, kind: str, level: str, found: list[locate.Place]) -> dict[str, Any] | None:
+def _job_result(r: JobResult, kind: str, level: str, found: list[locate.Place]) -> dict[str, object] | None:
     if not found:
         return None
     verb = "was not run" if kind == "not-run" else "could not run"
@@ -156,10 +156,10 @@ def _job_result(r: JobResult, kind: str, level: str, found: list[locate.Place]) 
     return _result(level, text, found, props, fingerprint(r.check, kind, r.spec, r.kernels, None))
 
 
-def _result(level: str, text: str, found: list[locate.Place], props: dict[str, Any],
-            print_: str) -> dict[str, Any]:
-    result: dict[str, Any] = {"level": level, "message": {"text": text}, "locations": [_location(found[0])],
-                              "partialFingerprints": {FINGERPRINT_KEY: print_}, "properties": props}
+def _result(level: str, text: str, found: list[locate.Place], props: Mapping[str, object],
+            print_: str) -> dict[str, object]:
+    result: dict[str, object] = {"level": level, "message": {"text": text}, "locations": [_location(found[0])],
+                                 "partialFingerprints": {FINGERPRINT_KEY: print_}, "properties": props}
     if len(found) > 1:
         result["relatedLocations"] = [{**_location(p), "id": i, "message": {"text": p.what}}
                                       for i, p in enumerate(found[1:], start=1)]
@@ -168,7 +168,7 @@ def _result(level: str, text: str, found: list[locate.Place], props: dict[str, A
 
 def _placed(root: Path, spec: str | None, kernels: tuple[str, ...],
             changed: dict[str, list[list[int]]] | None = None,
-            kept: list[dict[str, Any]] | None = None) -> list[locate.Place]:
+            kept: list[dict[str, object]] | None = None) -> list[locate.Place]:
     """The lines the change wrote in the files the spec runs, the spec's decorator and the kernels'
     definitions (as recorded when the job ran, in ``kept``, else read under ``root``); failing
     those, line 1 of the spec or kernel file."""
@@ -185,7 +185,7 @@ def _first_kernel_line(root: Path, path: str) -> int:
     return lines[0][1] if lines else 1
 
 
-def _location(place: locate.Place) -> dict[str, Any]:
+def _location(place: locate.Place) -> dict[str, object]:
     region = {"startLine": max(place.line, 1)}
     if place.end is not None and place.end > place.line:
         region["endLine"] = place.end

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import cudascan, git, pyscan
 from ..judge.checks import CHECKS, Differential, check_info
@@ -230,7 +230,7 @@ def _judged_by_base(job: Job, head: dict[str, SpecRules], pairs: dict[str, SpecR
     # "plumbing": what the head's spec changes beyond its call to the kernel, against the spec that
     # judges, for the job to know whether that spec may judge with the head's call when its own no
     # longer fits (judging.py)
-    carried: dict[str, Any] = {"file": old.file, "name": old.name, "source": old.source,
+    carried: dict[str, object] = {"file": old.file, "name": old.name, "source": old.source,
                                "reference_changed": before.reference_shape() != new.reference_shape(),
                                "rule_changes": mode, "commit": base,
                                "plumbing": plumbing.differences(old, new, index)}

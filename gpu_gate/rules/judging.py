@@ -7,11 +7,14 @@ approves the commit (or the base policy says ``rule_changes: warn``)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..findings import Finding, Severity
 from ..protocol.jobs import Job, carried, with_head_call, without_base
 from .change import APPROVABLE, blocks_until
+
+if TYPE_CHECKING:
+    from ..judge.job import Outcome
 
 KIND = "spec-signature-changed"
 
@@ -28,7 +31,7 @@ def signature_broke(job: Job, findings: list[Finding]) -> str | None:
     return None
 
 
-def fall_back(job: Job, why: str, run: Callable[[Job], Any]) -> Any:
+def fall_back(job: Job, why: str, run: Callable[[Job], Outcome]) -> Outcome:
     """Run the job again as the head's spec allows (``run``: the check, returning its outcome), with a
     finding that says how it was judged."""
     spec = carried(job) or {}

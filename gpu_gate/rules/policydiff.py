@@ -8,7 +8,7 @@ from typing import Any
 from ..policy import Policy
 from .change import Direction, RuleChange, ordinal
 
-Flat = dict[str, Any]
+Flat = dict[str, object]
 Judge = Callable[[Any, Any], tuple[Direction, str]]
 _LEVELS = ("off", "advisory", "required")
 _IGNORED = {"extends"}  # already merged in

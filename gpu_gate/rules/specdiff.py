@@ -100,7 +100,7 @@ def _tolerance(base: SpecRules, head: SpecRules, ctx: Context, add: Add) -> None
                                                                                          f"{a:g} -> {b:g}", "tolerance")
 
 
-def _tol(value: Any) -> dict[str, Any]:
+def _tol(value: Any) -> dict[str, object]:
     if not isinstance(value, dict):
         return {}
     args = value.get("args") or []
@@ -126,7 +126,7 @@ def _dims(base: SpecRules, head: SpecRules, add: Add) -> None:
             _dim(name, _dim_fields(old[name]), _dim_fields(new[name]), add)
 
 
-def _dim_fields(value: Any) -> dict[str, Any]:
+def _dim_fields(value: Any) -> dict[str, object]:
     if not isinstance(value, dict):
         return {"raw": value}
     args = list(value.get("args") or [])
@@ -182,7 +182,7 @@ def _inputs(base: SpecRules, head: SpecRules, add: Add) -> None:
             add("changed", f"input {name!r} shape or kind changed", "inputs")
 
 
-def _input_fields(value: Any) -> dict[str, Any]:
+def _input_fields(value: Any) -> dict[str, object]:
     if not isinstance(value, dict):
         return {}
     args = list(value.get("args") or [])

@@ -35,7 +35,10 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..findings import JobResult
 
 MAX_FILES = 50_000  # the most files one run adds to the store
 MAX_FILE_BYTES = 16 << 20
@@ -126,7 +129,7 @@ class Keeper:
         self._thread: threading.Thread | None = None
         self._roots: list[Path] | None = None
 
-    def take(self, result: Any) -> None:
+    def take(self, result: JobResult) -> None:
         """``result``: a job's (``gpu_gate.findings.JobResult``, which a worker's side never imports)."""
         listed, result.extra.bytecode_missing = result.extra.bytecode_missing, None  # never kept in the result
         if self.store is None or not listed:

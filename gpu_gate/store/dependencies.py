@@ -43,11 +43,11 @@ def gpu_gate_version() -> str:
     return __version__
 
 
-def canonical(value: Any) -> bytes:
+def canonical(value: object) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str).encode()
 
 
-def digest(value: Any) -> str:
+def digest(value: object) -> str:
     return hashlib.sha256(canonical(value)).hexdigest()
 
 
@@ -68,16 +68,16 @@ def _files_of(job: Job, dep_files: Iterable[str]) -> list[str]:
     return sorted(files)
 
 
-def run_record(job: Job, repo_root: Path, dep_files: Iterable[str]) -> dict[str, Any]:
+def run_record(job: Job, repo_root: Path, dep_files: Iterable[str]) -> dict[str, object]:
     """Exactly what a job runs: the job itself and the digest of every file it depends on."""
     return {"job": job.to_json(), "files": {rel: file_digest(repo_root, rel) for rel in _files_of(job, dep_files)}}
 
 
-def same_run(stored: Any, current: dict[str, Any]) -> bool:
+def same_run(stored: object, current: dict[str, Any]) -> bool:
     """The stored record describes the job at hand: the same job but for its seed (and its cost
     estimate and the plan's reasons for it, which are not part of what runs), and the same bytes of
     every file."""
-    def core(job: dict[str, Any]) -> dict[str, Any]:
+    def core(job: dict[str, object]) -> dict[str, object]:
         return {k: v for k, v in job.items() if k not in ("seed", "cost", "why")}
 
     return (isinstance(stored, dict) and isinstance(stored.get("job"), dict)

@@ -9,7 +9,6 @@ serves the result computed with the old one.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ..findings import JobResult
 from ..read_files import clean
@@ -26,7 +25,7 @@ def digests(repo_root: Path, result: JobResult) -> dict[str, str]:
     return {rel: file_digest(repo_root, rel) for rel in sorted(read_paths(result))}
 
 
-def unchanged(stored: Any, repo_root: Path) -> bool:
+def unchanged(stored: object, repo_root: Path) -> bool:
     """Whether every read file recorded with an entry still has the bytes it had (no record: nothing read)."""
     if stored is None:
         return True

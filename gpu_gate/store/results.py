@@ -68,8 +68,8 @@ class ResultCache:
     def _path(self, key: str) -> Path:
         return self.dir / key[:2] / f"{key}.json"
 
-    def get(self, key: str, run: dict[str, Any] | None = None,
-            still: Callable[[dict[str, Any]], bool] | None = None) -> JobResult | None:
+    def get(self, key: str, run: dict[str, object] | None = None,
+            still: Callable[[dict[str, object]], bool] | None = None) -> JobResult | None:
         """The stored result with ``cached_from`` set to its commit, or None (a miss). With ``run``
         (see :func:`run_record`), only an entry whose own record is intact and describes that run;
         with ``still``, only one whose stored record it accepts (the files the job read: see .reads)."""
@@ -88,7 +88,7 @@ class ResultCache:
         return result if cacheable(result) else None
 
     @staticmethod
-    def _matches(entry: dict[str, Any], run: dict[str, Any]) -> bool:
+    def _matches(entry: dict[str, object], run: dict[str, object]) -> bool:
         stored = entry.get("run")
         return (entry.get("run_digest") == digest(stored) and same_run(stored, run)
                 and isinstance(stored, dict) and entry.get("seed") == stored["job"].get("seed"))
@@ -101,7 +101,8 @@ class ResultCache:
         body = result.to_json()
         body["cached_from"] = None
         # A result that itself came from the cache keeps the commit it was first produced at.
-        entry: dict[str, Any] = {"format": FORMAT, "key": key, "commit": result.cached_from or commit, "result": body}
+        entry: dict[str, object] = {"format": FORMAT, "key": key, "commit": result.cached_from or commit,
+                                     "result": body}
         if run is not None:
             entry.update(run=run, run_digest=digest(run), seed=run["job"].get("seed"))
         try:
@@ -194,7 +195,7 @@ class JobCache:
         self.head = git.resolve(repo, "HEAD")
         self._deps = Dependencies(repo, policy)
         self._keys: dict[str, str] = {}
-        self._runs: dict[str, dict[str, Any]] = {}
+        self._runs: dict[str, dict[str, object]] = {}
         self.notes: list[str] = []
         self.refused = carried_by_commit(self.home, self.cache.dir, self.head)
         if self.refused:
@@ -207,7 +208,7 @@ class JobCache:
             self._keys[job.id] = cache_key(job, self.repo, sorted(self._deps.of(job)), self.fingerprint, self.env)
         return self._keys[job.id]
 
-    def _run(self, job: Job) -> dict[str, Any]:
+    def _run(self, job: Job) -> dict[str, object]:
         if job.id not in self._runs:
             self._runs[job.id] = run_record(job, self.repo, sorted(self._deps.of(job)))
         return self._runs[job.id]

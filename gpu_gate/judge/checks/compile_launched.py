@@ -29,8 +29,8 @@ ROW_INTS = ("registers", "spill_store", "spill_load", "local_bytes", "shared_byt
 WHERE = ("file", "kernel", "arch")
 
 
-def judge(compiled: Any, options: dict[str, Any] | None,
-          read: set[str] | None = None) -> tuple[list[Finding], list[dict[str, Any]]]:
+def judge(compiled: object, options: dict[str, object] | None,
+          read: set[str] | None = None) -> tuple[list[Finding], list[dict[str, object]]]:
     """Findings and resource rows (for the report) from the worker's ``compile`` answer; ``options``:
     the compile check's settings; ``read``, where given, gets the kernels whose PTX was read (the
     PTX is parsed once)."""
@@ -41,7 +41,7 @@ def judge(compiled: Any, options: dict[str, Any] | None,
         return [_malformed(what, severity)], []
     findings: list[Finding] = []
     resources: list[KernelResources] = []
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
     for raw in _list(compiled.get("errors")):
         where = _where(raw)
         if where is None or not isinstance(raw.get("error"), str):
@@ -80,7 +80,7 @@ def judge(compiled: Any, options: dict[str, Any] | None,
     return findings + resource_findings_for(options, resources), rows
 
 
-def offsets(compiled: Any) -> tuple[list[Finding], set[str]]:
+def offsets(compiled: object) -> tuple[list[Finding], set[str]]:
     """What the PTX of the launched specializations shows (the worker sends it as text; the reading
     is the judge's): 32-bit offsets (:mod:`gpu_gate.judge.compiled.ptx_offsets`; by absolute rules
     each a warning, as in the compile check, see :mod:`.compiled_offsets`), and races through global
@@ -111,7 +111,7 @@ def offsets(compiled: Any) -> tuple[list[Finding], set[str]]:
     return list(seen.values()), read
 
 
-def against_base(findings: list[Finding], base_compiled: Any, commit: str,
+def against_base(findings: list[Finding], base_compiled: object, commit: str,
                  read_at_head: set[str] | None = None) -> list[Finding]:
     """In a pull request: each launched specialization that does not compile at head, looked up in
     what the base's worker compiled of its own launches (the same kernel file, kernel, constexprs
@@ -166,7 +166,7 @@ def against_base(findings: list[Finding], base_compiled: Any, commit: str,
                         f"{counts['new']} new, {counts['pre-existing']} pre-existing{unmatched}")]
 
 
-def _spec_key(file: Any, kernel: Any, arch: Any, constexprs: Any) -> tuple[str, str, str, str]:
+def _spec_key(file: object, kernel: object, arch: object, constexprs: object) -> tuple[str, str, str, str]:
     values = json.dumps(constexprs if isinstance(constexprs, dict) else {}, sort_keys=True, default=str)
     return str(file), str(kernel), str(arch), values
 
@@ -175,15 +175,15 @@ def _note(message: str) -> Finding:
     return Finding(CHECK, "differential", message, Severity.NOTE)
 
 
-def _list(value: Any) -> list[dict[str, Any]]:
+def _list(value: object) -> list[dict[str, Any]]:
     return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
 
 
-def _dict(value: Any) -> dict[str, Any]:
+def _dict(value: object) -> dict[str, object]:
     return dict(value) if isinstance(value, dict) else {}
 
 
-def _where(raw: dict[str, Any]) -> dict[str, str] | None:
+def _where(raw: dict[str, object]) -> dict[str, str] | None:
     where = {k: raw.get(k) for k in WHERE}
     return where if all(isinstance(v, str) and v for v in where.values()) else None  # type: ignore[return-value]
 

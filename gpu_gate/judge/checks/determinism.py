@@ -15,9 +15,13 @@ from ...findings import Finding, Severity, Status
 from .fitting import RESERVED
 
 if TYPE_CHECKING:
+    import torch
+
     from ...protocol.cases import Case
     from ..equivalence.engine import CaseRunner
     from ..job import Context, Outcome
+    from ..reference import Recipe
+    from ..workers import Candidate, Workers
     from ...protocol.jobs import Job
 
 CASES = 4
@@ -78,7 +82,7 @@ def _against_steady_base(f: Finding, head_off: dict[str, float], base_off: dict[
 
 
 class Determinism:
-    def __init__(self, job: Job, ctx: Context, workers: Any) -> None:
+    def __init__(self, job: Job, ctx: Context, workers: Workers) -> None:
         from .equivalence import Equivalence
 
         eq = Equivalence(job, ctx, workers)
@@ -142,7 +146,7 @@ class Determinism:
             out.extra.timing = self.timing
         return out
 
-    def _timed_case(self, case: Case, cand: Any, side: str) -> Finding | str | None:
+    def _timed_case(self, case: Case, cand: Candidate, side: str) -> Finding | str | None:
         import time
 
         start = time.monotonic()
@@ -346,7 +350,7 @@ class Determinism:
                        repro=repro, message=message,
                        details={"token": case.token(), "case": case.describe()} if case else {})
 
-    def _case(self, case: Case, cand: Any) -> Finding | str | None:
+    def _case(self, case: Case, cand: Candidate) -> Finding | str | None:
         """``case`` repeated on ``cand``: the head's code, or the base's (a differential run)."""
         from ...protocol.inputs import materialize
 
@@ -366,9 +370,9 @@ class Determinism:
             if rep.status != "ok":
                 return "oom" if rep.status == "oom" else "refused"  # the equivalence check reports it
             first = rep.outputs
-            truth: list[tuple[dict[str, Any], dict[str, Any], dict[str, Any]]] = []
+            truth: list[tuple[dict[str, object], dict[str, object], dict[str, object]]] = []
 
-            def reference() -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+            def reference() -> tuple[dict[str, object], dict[str, object], dict[str, object]]:
                 # The float64 reference, the baseline and the rounding envelope, asked for the first
                 # time a repeat differs bitwise from the first run: repeats that all agree need
                 # none of it (on an H100, 3 s of a contention case went to receiving it).
@@ -392,7 +396,7 @@ class Determinism:
         finally:
             cand.release()
 
-    def _repeat(self, cand: Any, case: Case, upstream: Any, first: dict[str, Any],
+    def _repeat(self, cand: Candidate, case: Case, upstream: Recipe | None, first: dict[str, object],
                 reference: Any, side_streams: bool = False) -> Finding | None:
         """Every repeat runs, alone and then under load, even after one differs: the finding says how
         many of them differed in each setting and how far the worst landed from the reference (a
@@ -483,13 +487,13 @@ class Determinism:
 
 
 def repeat_settings(device: str, load: bool, repeats: int, producer: tuple[str, ...], side_streams: bool
-                    ) -> list[tuple[str, dict[str, Any], int]]:
+                    ) -> list[tuple[str, dict[str, object], int]]:
     """The settings a case is repeated in, in order: (what the finding calls it, how the worker is
     asked to run, how many runs). Alone always; on a GPU, under load and on fewer SMs; with the
     caller's stream held back where the candidate used streams of its own (every other setting
     delays those: the launch order the other way round); after a producer where the spec names one
     (fewer runs: a read before the producer finished shows on nearly every one)."""
-    settings: list[tuple[str, dict[str, Any], int]] = [("alone", {}, repeats)]
+    settings: list[tuple[str, dict[str, object], int]] = [("alone", {}, repeats)]
     if device != "cuda":
         return settings
     if load:
@@ -505,7 +509,7 @@ def repeat_settings(device: str, load: bool, repeats: int, producer: tuple[str, 
     return settings
 
 
-def _error(out: Any, ref: Any) -> float:
+def _error(out: object, ref: object) -> float:
     """The largest absolute difference of an output from the reference (0 where it cannot say).
 
     The judge shares the GPU with other gates: it takes the difference a slice at a time (a float64
@@ -530,7 +534,7 @@ def _error(out: Any, ref: Any) -> float:
 _SLICE = 1 << 22  # elements of one slice of the difference (32 MiB in float64)
 
 
-def _max_abs_diff(out: Any, ref: Any, device: Any) -> float:
+def _max_abs_diff(out: torch.Tensor, ref: torch.Tensor, device: torch.device) -> float:
     """max |out - ref| in float64 on ``device``, a slice along the first dimension at a time (NaN: inf)."""
     import torch
 

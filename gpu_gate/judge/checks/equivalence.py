@@ -15,6 +15,13 @@ from ...findings import Finding, Severity, Status
 from ...job_extra import JobExtra
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
+    from ...protocol.cases import Case
+    from ...protocol.shapes import Threshold
+    from ...spec import Spec
+    from ..equivalence.compare import Rule
+    from ..equivalence.engine import CaseResult
     from ..workers import Workers
     from ..job import Context, Outcome
     from ...protocol.jobs import Job
@@ -34,7 +41,7 @@ _CHAINED = re.compile(r"^(The above exception was the direct cause of the follow
                       r"During handling of the above exception, another exception occurred:)$", re.M)
 
 
-def _canonical_refused_alone(refusals: list[Any]) -> bool:
+def _canonical_refused_alone(refusals: list[CaseResult]) -> bool:
     """The canonical case was refused and the job stopped there (not refused at the base too)."""
     return bool(refusals) and refusals[0].case.id == "c0000" and refusals[0].refused_at_base is None
 
@@ -61,7 +68,7 @@ def _trace_tail(trace: str | None, lines: int = 12) -> str:
     return "\n" + "\n".join(kept[-lines:])
 
 
-def innermost_repo_frame(trace: str, repo_root: Any) -> tuple[str, int] | None:
+def innermost_repo_frame(trace: str, repo_root: str | Path) -> tuple[str, int] | None:
     """(repo-relative file, line) of the innermost frame inside the repository of the first error
     in ``trace`` (Python prints a chain's root cause first): the kernel's line where the Triton
     interpreter stopped, not the wrapper's launch. None when no frame is in the repository."""
@@ -121,7 +128,7 @@ def run(job: Job, ctx: Context) -> Outcome:
     return Equivalence(job, ctx, workers).run()
 
 
-def make_rule(spec: Any, options: dict[str, Any]) -> Any:
+def make_rule(spec: Spec, options: dict[str, Any]) -> Rule:
     """The spec's tolerance wins over the policy's, field by field (atol/rtol as a pair)."""
     from ..equivalence.compare import Rule
 
@@ -166,9 +173,9 @@ class Equivalence:
         self.phases: dict[str, float] = {}
         self.replayed: list[str] = []  # the cases run again at the end, in plain tensors
         self.ahead_started: dict[str, str] = {}  # compiling ahead, per side: "started", or why not
-        self.ahead_done: dict[str, dict[str, Any]] = {}  # per side, what its sibling said it did
-        self.finish_times: dict[str, Any] = {}  # the head's worker's answer to finish, as it timed it
-        self.sizes_info: dict[str, Any] | None = None  # the thresholds read from the wrapper (see sizes.read)
+        self.ahead_done: dict[str, dict[str, object]] = {}  # per side, what its sibling said it did
+        self.finish_times: dict[str, object] = {}  # the head's worker's answer to finish, as it timed it
+        self.sizes_info: dict[str, object] | None = None  # the thresholds read from the wrapper (see sizes.read)
         self.sizes_skipped: list[str] = []  # planned sizes that cannot run within the case budget, and why
         self.magnitudes: dict[str, float] = {}  # the scale each extreme-magnitude case took
 
@@ -182,7 +189,7 @@ class Equivalence:
         assert self.job.spec is not None
         return self.job.spec.id
 
-    def schedule(self) -> tuple[list[Any], list[str], str | None]:
+    def schedule(self) -> tuple[list[Case], list[str], str | None]:
         from ...protocol.cases import (
             PRODUCTION_CASE_BYTES,
             Case,
@@ -199,7 +206,7 @@ class Equivalence:
             opts = ScheduleOptions.from_options(self.job.options, seed=self.seed, budget=self.budget, unsupported=bad)
             _, dropped = allowed_dtypes(self.spec, opts)
             return [Case.from_token(self.job.case)], [], None
-        thresholds: tuple[Any, ...] = ()
+        thresholds: tuple[Threshold, ...] = ()
         if self.job.options.get("planned", True):
             with self._timed("read_sizes"):
                 thresholds, self.sizes_info = sizes.read(self.job, self.spec, Path(self.ctx.repo_root))
@@ -241,9 +248,9 @@ class Equivalence:
                                     f"read from the wrapper could not run here: " + "; ".join(self.sizes_skipped[:5])))
         if not cases:
             return Outcome(Status.NOT_RUN, notes, reason=f"no case could run here: {why or 'no dtype left'}")
-        results: list[Any] = []
-        refusals: list[Any] = []
-        self.unsupported: list[Any] = []
+        results: list[CaseResult] = []
+        refusals: list[CaseResult] = []
+        self.unsupported: list[CaseResult] = []
         growth = None
         thresholds: list[Finding] = []
         replays: list[Finding] = []
@@ -319,7 +326,7 @@ class Equivalence:
         failed = any(f.severity is Severity.ERROR for f in findings)
         return Outcome(Status.FAILED if failed else Status.PASSED, findings, cases=len(results), extra=extra)
 
-    def _floor_not_reached(self, results: list[Any], cases: list[Any], notes: list[Finding]) -> Outcome:
+    def _floor_not_reached(self, results: list[CaseResult], cases: list[Case], notes: list[Finding]) -> Outcome:
         """The job's time limit came before the floor of cases: nothing this job says is enough to pass."""
         from ..equivalence.floor import floor_missed_reason
         from ..job import Outcome
@@ -360,7 +367,7 @@ class Equivalence:
         # the head's worker's own account (timing only)
         self.finish_times.update({f"head_{k}": v for k, v in done.finish_times.items()})
         if done.specializations:
-            extra.specializations = list(done.specializations)
+            extra.specializations = [dict(s) for s in done.specializations]
         notes = []
         untimed = done.untimed_autotune
         if untimed:
@@ -384,7 +391,8 @@ class Equivalence:
             findings = self._launched_against_base(findings, settings, read)
         return notes + findings
 
-    def _launched_against_base(self, findings: list[Finding], settings: Any, read: set[str]) -> list[Finding]:
+    def _launched_against_base(self, findings: list[Finding], settings: dict[str, object] | None,
+                               read: set[str]) -> list[Finding]:
         """A launched specialization that does not compile at head, or whose PTX computes an offset
         in 32 bits, is the change's only if the base's code, launched by the same cases, does not do
         the same: the base's worker compiles its own launches now (only when the head's show either;
@@ -402,7 +410,8 @@ class Equivalence:
                                           f"base's code ({commit[:12]}): {exc}")]
         return against_base(findings, answer, commit, read)
 
-    def _run_cases(self, cases: list[Any], results: list[Any], refusals: list[Any], notes: list[Finding]) -> None:
+    def _run_cases(self, cases: list[Case], results: list[CaseResult], refusals: list[CaseResult],
+                   notes: list[Finding]) -> None:
         from ..equivalence.floor import floor
 
         must = floor(cases, self.ctx.device) if not self.job.case else set()
@@ -435,7 +444,7 @@ class Equivalence:
                                               f"{self.clock.candidate():.1f} s on top), the floor of {len(must)} "
                                               f"cases included"))
 
-    def _replay(self, results: list[Any]) -> list[Finding]:
+    def _replay(self, results: list[CaseResult]) -> list[Finding]:
         """A few passed cases again, last of all and in reverse order, in plain tensors: the
         canonical case, the largest passed and one between (see ``CaseRunner.replay``). The first
         replay that fails is reported; the rest are not needed."""
@@ -474,7 +483,7 @@ class Equivalence:
                        details={"unsupported_cases": len(self.unsupported), "traceback": r0.trace,
                                 "case": r0.case.describe(), "token": r0.case.token()})
 
-    def _planned(self, cases: list[Any]) -> int:
+    def _planned(self, cases: list[Case]) -> int:
         """The cases the policy asked for (or more, with production shapes): the report says how
         many of them ran, where dtypes were dropped or cases refused."""
         return len(cases) if self.job.case else max(len(cases), int(self.job.options.get("cases") or 0))
@@ -485,7 +494,7 @@ class Equivalence:
     def _error(self, kind: str, message: str) -> Finding:
         return Finding(check="equivalence", kind=kind, message=message, spec=self.spec_id)
 
-    def _summarize(self, results: list[Any], refusals: list[Any]) -> list[Finding]:
+    def _summarize(self, results: list[CaseResult], refusals: list[CaseResult]) -> list[Finding]:
         findings: list[Finding] = []
         groups: dict[tuple[str, str, str], list[Finding]] = {}
         from ..equivalence.engine import chance_debt
@@ -514,7 +523,7 @@ class Equivalence:
         findings += self._fixed(results)
         return [_with_change_note(f) for f in findings]
 
-    def _fixed(self, results: list[Any]) -> list[Finding]:
+    def _fixed(self, results: list[CaseResult]) -> list[Finding]:
         """The base's failures that the head's code no longer has, on the same cases: good news."""
         groups: dict[tuple[str, str], list[Finding]] = {}
         for r in results:
@@ -533,7 +542,7 @@ class Equivalence:
                                         "cases": len(results)}))
         return out
 
-    def _rewritten_reference(self, results: list[Any]) -> list[Finding]:
+    def _rewritten_reference(self, results: list[CaseResult]) -> list[Finding]:
         """Where this change rewrote the spec's reference (the base's judges it), the head's is run on
         the first cases too: a rewrite that gives other results is a weakened rule, since the truth
         the change would be judged by later is then its own. Blocking unless the base's policy says
@@ -570,7 +579,7 @@ class Equivalence:
         return [self._note("reference-rewritten", f"the head's reference, rewritten by this change, gives the same "
                                                   f"results as the base's on {checked} case(s)")] if checked else []
 
-    def _differential_note(self, results: list[Any], findings: list[Finding]) -> list[Finding]:
+    def _differential_note(self, results: list[CaseResult], findings: list[Finding]) -> list[Finding]:
         """What the comparison with the base's code covered, or why there was none."""
         from ...protocol.jobs import base_commit
 
@@ -593,7 +602,7 @@ class Equivalence:
             text += f"; {self.runner.base_lost}: the cases after it are judged by absolute rules only"
         return [self._note("differential", text)]
 
-    def _refusal(self, refusals: list[Any], total: int) -> list[Finding]:
+    def _refusal(self, refusals: list[CaseResult], total: int) -> list[Finding]:
         """What the head's code refused (raised on). In a differential run each refusal is told
         apart by what the base's code did with the same case: refused it too (the repository's
         debt: a canonical case refused at both commits no longer stops the job, the other cases
@@ -627,7 +636,7 @@ class Equivalence:
             out.append(self._refused(other, total, Severity.WARNING, text))
         return out
 
-    def _refused(self, refusals: list[Any], total: int, severity: Severity, text: str) -> Finding:
+    def _refused(self, refusals: list[CaseResult], total: int, severity: Severity, text: str) -> Finding:
         r0 = refusals[0]
         where = innermost_repo_frame(r0.trace or "", self.ctx.repo_root)
         return Finding(check="equivalence", kind="refused", severity=severity, spec=self.spec_id, case=r0.case.id,
@@ -637,7 +646,7 @@ class Equivalence:
                                 "case": r0.case.describe(), "traceback": r0.trace},
                        message=f"{text}, first {r0.case.describe()}: {r0.refused}{_trace_tail(r0.trace)}")
 
-    def _refused_canonical(self, r0: Any, ran: int) -> Finding:
+    def _refused_canonical(self, r0: CaseResult, ran: int) -> Finding:
         """The canonical case refused: nothing was verified, unless the base's code refuses it too
         and other cases ran, when it is the repository's debt (a kernel that no longer compiles for
         that dtype with this Triton at either commit, say)."""
@@ -670,7 +679,7 @@ class Equivalence:
         with self._timed("shrink"):
             return shrink(self.runner, self.spec, finding, deadline)
 
-    def _compile_ahead(self, cases: list[Any]) -> None:
+    def _compile_ahead(self, cases: list[Case]) -> None:
         """On a GPU, have the head's and the base's workers compile the schedule's Triton kernels
         ahead, each in a process beside it (see gpu_gate.worker.ahead): the cases then find most
         of them compiled. Not under compute-sanitizer (the tool would follow the process, and the
@@ -693,13 +702,13 @@ class Equivalence:
 
         return timed_into(self.phases, phase)
 
-    def _timing(self) -> dict[str, Any]:
+    def _timing(self) -> dict[str, object]:
         """Where the job's time went, in seconds: the phases (cases, growth sweep, shrinking, the
         compile of the launched specializations) and, across them, the time the judge waited on the
         candidate's worker (its runs, Triton compiles and transfers), on the base's code and on the
         reference beyond what ran beside the candidate, and building the inputs."""
         w = self.workers
-        out: dict[str, Any] = {f"{k}_s": round(v, 2) for k, v in self.phases.items()}
+        out: dict[str, object] = {f"{k}_s": round(v, 2) for k, v in self.phases.items()}
         out["load_s"] = round(w.load_s, 2)  # the workers' start and spec import, before the first case
         out.update({f"load_{k}": v for k, v in w.load_times.items()})  # the candidate's import of torch, of the spec
         out.update({f"base_load_{k}": v for k, v in w.base_load_times.items()})  # and the base's
@@ -722,13 +731,13 @@ class Equivalence:
                                                      for k, v in done.items()}}
         return out
 
-    def _wire(self) -> dict[str, Any]:
+    def _wire(self) -> dict[str, object]:
         """What crossed the channels, as the judge and each worker counted it (timing only)."""
         from ...protocol import wire
         from ..channel import WorkerLost, WorkerTimeout
         from ..workers import BaseLost, ContextLost, SpecBroken
 
-        out: dict[str, Any] = {"judge": wire.stats()}
+        out: dict[str, object] = {"judge": wire.stats()}
         for side, worker in (("head", self.workers.candidate), ("base", self.workers.base),
                              ("reference", self.workers.reference)):
             if worker is None or getattr(worker.channel, "lost", None) is not None:
@@ -765,7 +774,7 @@ class Equivalence:
         return sweep(self.runner, self.spec, self.job, self.budget, bad, self.deadline, seed=self.seed)
 
 
-def coverage(spec: Any, cases: list[Any]) -> dict[str, Any]:
+def coverage(spec: Spec, cases: list[Case]) -> dict[str, object]:
     """What the cases exercised, per axis: the report shows it and tests assert it."""
     from ...spec import Index
 
@@ -793,7 +802,8 @@ def coverage(spec: Any, cases: list[Any]) -> dict[str, Any]:
 REWRITE_CASES = 4  # cases on which a rewritten reference is run beside the base's
 
 
-def _references_differ(ours: dict[str, Any], theirs: dict[str, Any] | str, torch: Any, as_bytes: Any) -> str | None:
+def _references_differ(ours: dict[str, object], theirs: dict[str, object] | str, torch: ModuleType,
+                       as_bytes: object) -> str | None:
     """Why two float64 references disagree, or None. Rounding differences of a refactoring (1e-9 of
     the output's scale) do not count: at kernel precision they cannot matter."""
     if isinstance(theirs, str):

@@ -24,7 +24,7 @@ from typing import Any
 from ...cuda import sanitizer as cs
 from ...cuda.names import kernel_names_in_file
 from ...cuda.tool_launch import tool_options
-from .outcome import BaseRun, Context, WrapContext, make_outcome
+from .outcome import BaseRun, Context, Outcome, WrapContext, make_outcome
 from ...findings import Finding, Severity, Status
 from ...protocol.jobs import Job
 from ...proc import ProcResult
@@ -37,7 +37,7 @@ _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 # --- inside the wrapped worker -----------------------------------------------------
 
 
-def run(job: Job, ctx: Context) -> Any:
+def run(job: Job, ctx: Context) -> Outcome:
     """Run a few equivalence cases of the spec, with memory pools off, under the tool.
 
     Assumes ``gpu_gate.judge.checks.equivalence.run(job, ctx)`` honours ``options["cases"]``.
@@ -94,7 +94,7 @@ def kernel_names(job: Job, repo_root: Path) -> list[str]:
     return sorted(names)
 
 
-def wrap(job: Job, workdir: Path, ctx: WrapContext) -> list[str] | Any:
+def wrap(job: Job, workdir: Path, ctx: WrapContext) -> list[str] | Outcome:
     """compute-sanitizer's command line, to which the executor appends the worker's sandbox and the
     worker (see :func:`gpu_gate.executor.sandbox.wrap`), or an Outcome saying why it cannot run.
 
@@ -148,7 +148,7 @@ def _interpreter_name() -> str:
     return os.path.basename(os.path.realpath(sys.executable))
 
 
-def collect(job: Job, workdir: Path, proc: ProcResult, inner: Any | None, base: BaseRun | None = None) -> Any:
+def collect(job: Job, workdir: Path, proc: ProcResult, inner: Outcome | None, base: BaseRun | None = None) -> Outcome:
     """Findings from the tool's XML and exit status, merged with the judge's own outcome.
 
     ``base``: the base's code ran the same cases under the same tool. Each report is then new (the
@@ -161,7 +161,7 @@ def collect(job: Job, workdir: Path, proc: ProcResult, inner: Any | None, base: 
     return _merge(tool, findings, failures, inner)
 
 
-def _read_run(job: Job, workdir: Path, proc: ProcResult) -> tuple[list[Finding], list[Finding], dict[str, Any]]:
+def _read_run(job: Job, workdir: Path, proc: ProcResult) -> tuple[list[Finding], list[Finding], dict[str, object]]:
     """The tool's reports in kernels under test (and a note on the others), the failures that mean
     nothing was checked, and what ``wrap`` recorded."""
     tool = job.check
@@ -232,7 +232,7 @@ def _note(tool: str, job: Job, message: str) -> Finding:
     return Finding(tool, "differential", message, Severity.NOTE, spec=job.spec.id if job.spec else None)
 
 
-def _site(f: Finding, root: Path) -> tuple[Any, ...]:
+def _site(f: Finding, root: Path) -> tuple[str, object, str | None, tuple[str, str]]:
     """What a report is about, across the base's tree and the head's: its kind, its kernel, and the
     source line it points at, by the line's text, so that lines moved by the change still match (a
     report with no line: its message, addresses aside)."""
@@ -346,7 +346,7 @@ def finding_kind(record: cs.Record) -> str:
 def findings_from_records(tool: str, records: list[cs.Record], job: Job | None = None,
                           repo_root: str | None = None) -> list[Finding]:
     """One finding per distinct report; repeats (other threads, other launches) are counted."""
-    merged: dict[tuple[Any, ...], list[cs.Record]] = {}
+    merged: dict[tuple[str, str | None, str | None, int | None, str, tuple[tuple[str, str], ...]], list[cs.Record]] = {}
     for r in records:
         r = dataclasses.replace(r, file=_relative(r.file, repo_root))
         key = (finding_kind(r), r.kernel, r.file, r.line, _ADDRESS.sub("0x…", r.text), r.extra)
@@ -381,7 +381,7 @@ def _finding(tool: str, rs: list[cs.Record], spec: str | None) -> Finding:
         msg += " (" + "; ".join(f"{role}: {desc}" for role, desc in first.extra) + ")"
     if count > 1:
         msg += f" [{count} times]"
-    details: dict[str, Any] = {"tool": tool, "kernel": first.kernel, "count": count, "level": first.level,
+    details: dict[str, object] = {"tool": tool, "kernel": first.kernel, "count": count, "level": first.level,
                                "record_kind": first.record_kind}
     for name in ("thread", "block", "address", "size", "allocation"):
         value = getattr(first, name)
@@ -391,7 +391,7 @@ def _finding(tool: str, rs: list[cs.Record], spec: str | None) -> Finding:
     return Finding(tool, kind, msg, severity, spec=spec, file=first.file, line=first.line, details=details)
 
 
-def _merge(tool: str, findings: list[Finding], failures: list[Finding], inner: Any | None) -> Any:
+def _merge(tool: str, findings: list[Finding], failures: list[Finding], inner: Outcome | None) -> Outcome:
     inner_findings = list(getattr(inner, "findings", []) or [])
     cases = int(getattr(inner, "cases", 0) or 0)
     all_findings = failures + findings + inner_findings

@@ -227,7 +227,7 @@ def compare(name: str, cand: Any, ref: Any, base: Any, rule: Rule, *, perturbed:
     norm_r = s["norm_r"]
     err_c = s["norm_d"] / norm_r if norm_r > 0 else s["norm_d"]
     err_b = s["norm_db"] / norm_r if norm_r > 0 else s["norm_db"]
-    details: dict[str, Any] = {"error": err_c, "baseline_error": err_b, "total": numel, "dtype": dt,
+    details: dict[str, object] = {"error": err_c, "baseline_error": err_b, "total": numel, "dtype": dt,
                                "shape": list(shape),
                                "torch_error": s["norm_torch"] / norm_r if norm_r > 0 else s["norm_torch"]}
     if s["out_of_range"]:
@@ -286,7 +286,7 @@ def compare(name: str, cand: Any, ref: Any, base: Any, rule: Rule, *, perturbed:
 
 
 def _constant(name: str, head: str, s: dict[str, float], err_c: float, err_b: float,
-              details: dict[str, Any], spread_allowed: float) -> Comparison | None:
+              details: dict[str, object], spread_allowed: float) -> Comparison | None:
     """A constant (or all-zero) output where the reference varies by more than the tolerance
     and torch's own dtype-precision result is not constant either: the kernel did not compute
     anything. (A spread within the tolerance is rounding, and a constant is then legitimate.)"""

@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from ...findings import Finding, Severity
 from ..workers import (
@@ -29,10 +29,15 @@ from ..workers import (
 from ...spec import Spec
 from ...protocol.cases import Case
 from .compare import EPS, Comparison, Rule, agree, as_bytes, baseline_unusable, compare, storage_witness
-from ...protocol.guard import GUARD_BYTES, canary_intact, geometry, guarded_from
-from ...protocol.inputs import materialize
+from ...protocol.guard import GUARD_BYTES, Guarded, canary_intact, geometry, guarded_from
+from ...protocol.inputs import Materialized, materialize
 from .noise import against_noise, replayed_against_noise
 from .wording import less_accurate
+
+if TYPE_CHECKING:
+    import torch
+
+    from ..reference import Recipe
 
 __all__ = ["CaseResult", "CaseRunner", "ContextLost", "SpecBroken", "bitwise_equal"]
 
@@ -69,7 +74,7 @@ class CaseResult:
 
 
 def _finding(spec_id: str, case: Case, kind: str, message: str, repro: str, severity: Severity = Severity.ERROR,
-             **details: Any) -> Finding:
+             **details: object) -> Finding:
     return Finding(check="equivalence", kind=kind, message=message, severity=severity, spec=spec_id, case=case.id,
                    repro=repro, details={"case": case.describe(), "token": case.token(), **details})
 
@@ -116,11 +121,11 @@ def marked(f: Finding, change: str, note: str | None = None) -> Finding:
 class Truth:
     """The reference worker's answer on one case, computed once for the head's code and the base's."""
 
-    reference: dict[str, Any]
-    baseline: dict[str, Any]
-    conditioning: dict[str, Any]
-    baseline32: dict[str, Any] | None = None
-    storage: dict[str, Any] | None = None  # the envelope of intermediates stored in the data's dtype
+    reference: dict[str, object]
+    baseline: dict[str, object]
+    conditioning: dict[str, object]
+    baseline32: dict[str, object] | None = None
+    storage: dict[str, object] | None = None  # the envelope of intermediates stored in the data's dtype
 
 
 
@@ -212,8 +217,8 @@ class CaseRunner:
                     self._base_wait(base_first, case)
         return result
 
-    def _refused_against_base(self, case: Case, m: Any, upstream: dict[str, Any] | None, repro: str,
-                              result: CaseResult, first: Any) -> None:
+    def _refused_against_base(self, case: Case, m: Materialized, upstream: Recipe | None, repro: str,
+                              result: CaseResult, first: Callable[[], CallReport]) -> None:
         """The head's code refused the case (it raised): what did the base's code do with it? It
         refused it too: the refusal is the repository's debt (``refused_at_base``), as a kernel that
         no longer compiles with this Triton at either commit. It ran it: ``base_passed`` says
@@ -235,7 +240,7 @@ class CaseRunner:
             return
         result.base_passed = not bres.failed
 
-    def _base_later(self, case: Case, m: Any, upstream: dict[str, Any] | None) -> Any:
+    def _base_later(self, case: Case, m: Materialized, upstream: Recipe | None) -> Callable[[], CallReport] | None:
         """The base's first call on the case, sent now; None without a base (or once it is lost)."""
         if self.base is None:
             return None
@@ -245,19 +250,19 @@ class CaseRunner:
             self.base, self.base_lost = None, f"{exc} (case {case.id})"
             return None
 
-    def _base_wait(self, first: Any, case: Case) -> CallReport | None:
+    def _base_wait(self, first: Callable[[], CallReport], case: Case) -> CallReport | None:
         """The base's answer to the call ``_base_later`` sent (None: the base is lost, and dropped)."""
         assert self.base is not None
         try:
             try:
-                return first()  # type: ignore[no-any-return]
+                return first()
             finally:
                 self.base.release()
         except (BaseLost, ContextLost) as exc:
             self.base, self.base_lost = None, f"{exc} (case {case.id})"
             return None
 
-    def _run(self, cand: Candidate, case: Case, m: Any, upstream: dict[str, Any] | None, repro: str,
+    def _run(self, cand: Candidate, case: Case, m: Materialized, upstream: Recipe | None, repro: str,
              sensitivity: bool, truth: Truth | None = None, light: bool = False, first: CallReport | None = None,
              early: TruthPending | None = None) -> tuple[CaseResult, Truth | None]:
         """One code's run of the case: ``cand`` is the head's code, or the base's with the head's
@@ -277,7 +282,7 @@ class CaseRunner:
         snap1 = rep1.outputs
         # The reference worker computes the truth while the candidate's worker runs the second time
         # (or, asked early, ran the first).
-        pending: Any = None
+        pending: TruthPending | None = None
         if truth is None:
             dtypes = output_dtypes(snap1)
             if not light:
@@ -320,7 +325,7 @@ class CaseRunner:
                 findings += self._sensitivity(cand, case, snap1, repro)
         return CaseResult(case, findings, comparisons), truth
 
-    def _compare(self, case: Case, k: str, outs: dict[str, Any], truth: Truth) -> Comparison:
+    def _compare(self, case: Case, k: str, outs: dict[str, object], truth: Truth) -> Comparison:
         r = truth.reference[k]
         cond = truth.conditioning.get(k)
         comp = compare(k, outs[k], r, truth.baseline.get(k), self.rule, perturbed=cond)
@@ -350,8 +355,8 @@ class CaseRunner:
 
     # --- differential runs: the base's code on the same case ------------------------------
 
-    def _against_base(self, case: Case, m: Any, upstream: dict[str, Any] | None, repro: str, sensitivity: bool,
-                      result: CaseResult, truth: Truth | None, first: Any) -> None:
+    def _against_base(self, case: Case, m: Materialized, upstream: Recipe | None, repro: str, sensitivity: bool,
+                      result: CaseResult, truth: Truth | None, first: Callable[[], CallReport]) -> None:
         """Run the base's code on the same inputs, against the same truth, and classify the head's
         failures: pre-existing where the base fails the same way, new otherwise; failures of the
         base the head no longer has are ``result.fixed``. A head that passes has the base run once
@@ -426,7 +431,8 @@ class CaseRunner:
         result.fixed = [marked(f, "fixed") for f in failing if failure_key(f) not in at_head and f.kind not in BY_CHANCE]
 
     def _regressions(self, case: Case, repro: str, head: list[Comparison], base: list[Comparison],
-                     findings: list[Finding], confirm: Any) -> list[Finding]:
+                     findings: list[Finding],
+                     confirm: Callable[[list[str]], dict[str, tuple[list[float], list[float]]]]) -> list[Finding]:
         """The head's error more than ``regression_factor`` x the base's on the same case and output:
         blocking, whether or not both pass the absolute rule (a bf16 accumulation that stays inside
         the tolerance on the cases run, a failure that was there but is now far worse). One run of
@@ -476,13 +482,13 @@ class CaseRunner:
             floor = max(floor, c.baseline_error)
         return floor
 
-    def _confirm(self, case: Case, m: Any, upstream: dict[str, Any] | None, truth: Truth | None,
+    def _confirm(self, case: Case, m: Materialized, upstream: Recipe | None, truth: Truth | None,
                  names: list[str]) -> dict[str, tuple[list[float], list[float]]]:
         """Run the head's and the base's code CONFIRM_RUNS more times each on the case: per output,
         (the head's errors, the base's errors), left out where a side's results changed between runs."""
         assert truth is not None
         runs: dict[str, list[list[float]]] = {k: [[], []] for k in names}
-        firsts: dict[str, list[Any]] = {k: [None, None] for k in names}
+        firsts: dict[str, list[object]] = {k: [None, None] for k in names}
         unstable: set[str] = set()
         for side, cand in enumerate((self.candidate, self.base)):
             if cand is None:
@@ -573,8 +579,8 @@ class CaseRunner:
             return CaseResult(case, [], unsupported=rep.message, trace=rep.trace)
         return CaseResult(case, [], refused=rep.message, trace=rep.trace)
 
-    def _second_run(self, cand: Candidate, case: Case, upstream: dict[str, Any] | None, repro: str,
-                    findings: list[Finding], rep1: CallReport) -> dict[str, Any] | None:
+    def _second_run(self, cand: Candidate, case: Case, upstream: Recipe | None, repro: str,
+                    findings: list[Finding], rep1: CallReport) -> dict[str, object] | None:
         # The first run may have compiled its kernels after queueing them, outrunning the
         # side-stream delay; the second run is warm, so it is checked again where the first
         # switched streams. Outputs bitwise equal to the first run's stay in the worker.
@@ -590,7 +596,7 @@ class CaseRunner:
         findings += self._reused(case, rep2, repro)
         return outs2
 
-    def _unordered(self, case: Case, rep: CallReport, repro: str, final: dict[str, Any] | None = None
+    def _unordered(self, case: Case, rep: CallReport, repro: str, final: dict[str, object] | None = None
                    ) -> list[Finding]:
         """The copy the worker took on the caller's stream as the call returned, against the
         output once the whole device was idle: work finished later on a stream the caller's
@@ -603,7 +609,7 @@ class CaseRunner:
                          f"wait, e.g. torch.cuda.current_stream().wait_stream(side))", repro, output=k)
                 for k, e in rep.early.items() if not bitwise_equal(e, (final or rep.outputs).get(k))]
 
-    def _missing(self, case: Case, k: str, got: dict[str, Any], repro: str) -> Finding:
+    def _missing(self, case: Case, k: str, got: Mapping[str, object], repro: str) -> Finding:
         if k.startswith("grad:"):
             msg = (f"the candidate produced no gradient for {k[5:]!r}: its outputs are not differentiable "
                    f"with respect to it (grads={list(self.spec.grads)}; wrap the kernel in a "
@@ -636,7 +642,7 @@ class CaseRunner:
                          f"its bytes; a subclass can redefine what comparing it means)", repro, output=k)
                 for k, t in rep.types.items()]
 
-    def _guards(self, case: Case, m: Any, rep: CallReport, repro: str) -> list[Finding]:
+    def _guards(self, case: Case, m: Materialized, rep: CallReport, repro: str) -> list[Finding]:
         found = []
         sid = self.spec_id
         for name, buf in rep.inputs_changed.items():
@@ -672,7 +678,8 @@ class CaseRunner:
                                       f"instead of computing a result", repro, output=k))
         return found
 
-    def _declared_write(self, case: Case, name: str, raw: Any, g: Any, rep: CallReport, repro: str) -> list[Finding]:
+    def _declared_write(self, case: Case, name: str, raw: torch.Tensor, g: Guarded, rep: CallReport,
+                        repro: str) -> list[Finding]:
         """An input the spec says the kernel writes in place (``mutates=``): after the call it must
         hold exactly the declared output, whose values the comparison judges like any other."""
         import torch
@@ -692,8 +699,9 @@ class CaseRunner:
                          f"the candidate wrote into its input {name!r}, which the spec allows only to hold output "
                          f"{target!r} afterwards (mutates=), but {why}", repro, input=name)]
 
-    def _relocated(self, cand: Candidate, case: Case, upstream: dict[str, Any] | None, out1: dict[str, Any],
-                   ref: dict[str, Any], base: dict[str, Any], cond: dict[str, Any], repro: str) -> list[Finding]:
+    def _relocated(self, cand: Candidate, case: Case, upstream: Recipe | None, out1: dict[str, object],
+                   ref: Mapping[str, object], base: Mapping[str, object], cond: Mapping[str, object],
+                   repro: str) -> list[Finding]:
         """The same values at other addresses, the old buffers filled with garbage: a kernel whose
         output changes reads memory it was not handed this call (the stale addresses of a CUDA graph
         captured on an earlier call, a pointer cached from one)."""
@@ -718,7 +726,7 @@ class CaseRunner:
                                       output=k))
         return found
 
-    def _sensitivity(self, cand: Candidate, case: Case, out1: dict[str, Any], repro: str) -> list[Finding]:
+    def _sensitivity(self, cand: Candidate, case: Case, out1: dict[str, object], repro: str) -> list[Finding]:
         """New values for the same case, written into the *same* input buffers (the same
         addresses): when an output does not change at all and the old output does not pass
         against the new reference, the kernel ignores its inputs (it returns a cached or constant
@@ -749,11 +757,11 @@ def _input_dtypes(case: Case) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, c.dtype) for k, c in case.inputs.items()))
 
 
-def _bytes(t: Any) -> bytes:
+def _bytes(t: torch.Tensor) -> bytes:
     return bytes(t.numpy().tobytes()) if t.numel() else b""
 
 
-def bitwise_equal(a: Any, b: Any) -> bool:
+def bitwise_equal(a: object, b: object) -> bool:
     import torch
 
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):

@@ -21,16 +21,19 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ...findings import Finding, Severity
+
+if TYPE_CHECKING:
+    from ...protocol.cases import Case
 
 GPU_FLOOR = 16
 CPU_FLOOR = 4
 SLOW_CASE_S = {"cuda": 10.0, "cpu": 60.0}  # a case's candidate calls, by default (interpreted Triton is slow)
 
 
-def floor(cases: Sequence[Any], device: str) -> set[int]:
+def floor(cases: Sequence[Case], device: str) -> set[int]:
     """Indices of the cases no budget may skip (see the module docstring)."""
     picked = set(range(min(GPU_FLOOR if device == "cuda" else CPU_FLOOR, len(cases))))
     seen: set[tuple[str, ...]] = set()

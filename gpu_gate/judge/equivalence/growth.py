@@ -7,7 +7,7 @@ hundreds of times worse at 2**18 (FACTS.md): single cases miss it; the slope doe
 from __future__ import annotations
 
 import shlex
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...findings import Finding, Severity
 from ...spec import Index, Spec
@@ -16,6 +16,11 @@ from .compare import EPS, floor_for
 from .engine import marked
 from .growth_base import finding as against_base
 from .growth_base import grows_faster
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from .engine import CaseRunner
 
 SLOPE_MARGIN = 0.3
 JUMP_RATIO = 1.5  # candidate vs torch at the longest length (both rules)
@@ -45,7 +50,7 @@ def _case(spec: Spec, dim: str, n: int, dtype: str, seed: int, sign: str = "posi
     return Case(f"g-{dim}-{dtype}-{n}{suffix}", seed, dims, inputs)
 
 
-def _dist(allowed: tuple[str, ...] | Any, sign: str) -> str:
+def _dist(allowed: Sequence[str] | None, sign: str) -> str:
     want = SIGNS[sign]
     return want if not allowed or want in allowed else allowed[0]
 
@@ -74,8 +79,8 @@ def growth_repro(spec_id: str, dim: str, dtype: str, seed: int) -> str:
     return f"gpu-gate repro {shlex.quote(spec_id)} --check equivalence --growth {dim}:{dtype} --seed {seed}"
 
 
-def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[str], deadline: float,
-          *, seed: int | None = None) -> dict[str, Any] | None:
+def sweep(runner: CaseRunner, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[str], deadline: float,
+          *, seed: int | None = None) -> dict[str, object] | None:
     """Sweep every reduction dim x dtype. Returns ``{"table": ..., "findings": [...]}``: the
     table is one curve (``dim, dtype, rows, slope_candidate, slope_baseline, flagged``), the
     flagged one first, with every curve under ``curves`` when there are several."""
@@ -92,7 +97,7 @@ def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[
         dtypes = [d for d in dtypes if not want_dtype or d == want_dtype]
     if not reductions or not dtypes:
         return None
-    table: list[dict[str, Any]] = []
+    table: list[dict[str, object]] = []
     findings: list[Finding] = []
     for dim, dtype, sign in [(d, t, g) for d in reductions for t in dtypes for g in signs(spec)]:
         curve = _measure(runner, spec, dim, dtype, sign, top, budget, deadline, seed, findings)
@@ -100,7 +105,8 @@ def sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[
             continue
         sizes, cand, base, last, at_base = curve
         sc, sb, sloped, jump = _flagged(sizes, cand, base, dtype)
-        rows: list[dict[str, Any]] = [{"size": s, "candidate": c, "baseline": b} for s, c, b in zip(sizes, cand, base)]
+        rows: list[dict[str, object]] = [{"size": s, "candidate": c, "baseline": b}
+                                         for s, c, b in zip(sizes, cand, base)]
         if at_base is not None:  # differential runs: the base's code on the same lengths
             for r, e in zip(rows, at_base):
                 r["base"] = e
@@ -135,7 +141,7 @@ THRESHOLD_STEP = 4  # the swept dim grows by this factor from one case to the ne
 THRESHOLD_MIN_LONG = 4096  # the shortest reduction length the sweep still calls long
 
 
-def threshold_sweep(runner: Any, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[str], deadline: float,
+def threshold_sweep(runner: CaseRunner, spec: Spec, job: Any, budget: int, bad_dtypes: frozenset[str], deadline: float,
                     *, seed: int | None = None) -> list[Finding]:
     """Kernels switch code paths by size ("split the reduction when there are many rows", "another
     block size above 256 columns"): every other dim is swept from its smallest size up by factors
@@ -221,7 +227,7 @@ def _growth_finding(job: Any, dim: str, dtype: str, sign: str, seed: int, last: 
                  "slope_candidate": sc, "slope_baseline": sb, "jump": not sloped})
 
 
-def _measure(runner: Any, spec: Spec, dim: str, dtype: str, sign: str, top: int, budget: int, deadline: float,
+def _measure(runner: CaseRunner, spec: Spec, dim: str, dtype: str, sign: str, top: int, budget: int, deadline: float,
              seed: int, findings: list[Finding]
              ) -> tuple[list[int], list[float], list[float], Case, list[float] | None] | None:
     """One curve: (lengths, candidate errors, baseline errors, the longest case, the base's code's

@@ -12,12 +12,14 @@ in one of two runs, its 3-element gradient outside tolerance at the head and ins
 from __future__ import annotations
 
 import dataclasses
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...findings import Finding, Severity
 
 if TYPE_CHECKING:
     from ...protocol.cases import Case
+    from ...protocol.inputs import Materialized
+    from ..reference import Recipe
     from .engine import CaseRunner, Truth
 
 __all__ = ["NOISE_RUNS", "Sample", "against_noise", "replayed_against_noise"]
@@ -39,7 +41,7 @@ class Sample:
     base_varies: dict[str, bool]
 
 
-def against_noise(runner: CaseRunner, case: Case, m: Any, upstream: dict[str, Any] | None, truth: Truth,
+def against_noise(runner: CaseRunner, case: Case, m: Materialized, upstream: Recipe | None, truth: Truth,
                   findings: list[Finding], head_first: dict[str, float], base_first: dict[str, float]
                   ) -> list[Finding]:
     """``findings`` with each new wrong-values failure reclassified on the two sides' runs (see the
@@ -79,7 +81,7 @@ def _judged(f: Finding, head: list[float], base: list[float]) -> Finding:
                   f"{said}: within the base's range")
 
 
-def _sample(runner: CaseRunner, case: Case, m: Any, upstream: dict[str, Any] | None, truth: Truth,
+def _sample(runner: CaseRunner, case: Case, m: Materialized, upstream: Recipe | None, truth: Truth,
             outputs: list[str]) -> Sample | None:
     """NOISE_RUNS more runs of the head's code and the base's on the case (None: a run failed, or
     the base was lost, which drops it as everywhere else)."""
@@ -91,7 +93,7 @@ def _sample(runner: CaseRunner, case: Case, m: Any, upstream: dict[str, Any] | N
     for side, cand in enumerate((runner.candidate, runner.base)):
         if cand is None:
             return None
-        seen: dict[str, Any] = {}
+        seen: dict[str, object] = {}
         for _ in range(NOISE_RUNS):
             try:
                 try:

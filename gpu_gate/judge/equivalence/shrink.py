@@ -8,17 +8,20 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ...findings import Finding
 from ...spec import Spec
 from ...protocol.cases import Case, InputChoice, applicable
 from ...protocol.inputs import shape_of
 
+if TYPE_CHECKING:
+    from .engine import CaseRunner
+
 MILDER = {"offset": (8.0, 64.0), "peaked": (8.0, 12.0, 16.0, 20.0)}
 
 
-def _fails(runner: Any, case: Case, finding: Finding) -> Finding | None:
+def _fails(runner: CaseRunner, case: Case, finding: Finding) -> Finding | None:
     from ..channel import ProtocolViolation
 
     try:
@@ -61,7 +64,7 @@ def _plainer(choice: InputChoice) -> list[InputChoice]:
 
 
 class _Shrinker:
-    def __init__(self, runner: Any, spec: Spec, finding: Finding, case: Case, deadline: float) -> None:
+    def __init__(self, runner: CaseRunner, spec: Spec, finding: Finding, case: Case, deadline: float) -> None:
         self.runner, self.spec, self.finding, self.deadline = runner, spec, finding, deadline
         self.best, self.best_finding, self.steps = case, finding, 0
 
@@ -102,7 +105,7 @@ class _Shrinker:
             self.attempt(dataclasses.replace(self.best, grad_layout="contiguous"))
 
 
-def shrink(runner: Any, spec: Spec, finding: Finding, deadline: float) -> Finding:
+def shrink(runner: CaseRunner, spec: Spec, finding: Finding, deadline: float) -> Finding:
     token = finding.details.get("token")
     if not token:
         return finding

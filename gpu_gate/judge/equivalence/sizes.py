@@ -8,7 +8,6 @@ with the sides that could not run here.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 from ...protocol.jobs import Job, carried
 from ...protocol.shapes import Threshold
@@ -16,7 +15,7 @@ from ...spec import Spec, Tensor
 from ... import shapescan
 
 
-def read(job: Job, spec: Spec, repo_root: Path) -> tuple[tuple[Threshold, ...], dict[str, Any]]:
+def read(job: Job, spec: Spec, repo_root: Path) -> tuple[tuple[Threshold, ...], dict[str, object]]:
     """The thresholds, and what the reading says of itself (for ``extra.thresholds``)."""
     assert job.spec is not None
     base = carried(job)
@@ -27,7 +26,7 @@ def read(job: Job, spec: Spec, repo_root: Path) -> tuple[tuple[Threshold, ...], 
                                             job.python_path, source=source)
     except (RecursionError, ValueError) as exc:  # a reading that breaks down reads nothing, and says so
         return (), {"found": [], "read": [], "why": f"the wrapper could not be read: {exc}"}
-    info: dict[str, Any] = {"found": [{"where": t.where, "text": t.text,
+    info: dict[str, object] = {"found": [{"where": t.where, "text": t.text,
                                        "conditions": [" and ".join(a.text() for a in c) for c in t.any_of]}
                                       for t in reading.thresholds],
                             "read": reading.files}
