@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,6 +20,8 @@ from ..protocol.messages import (CompileFacts, CompileReply, CompileRequest, Dia
                                  Reply, Request, ResourceFacts, TritonBuildFacts, TritonKernelFacts, put_text)
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from .tritonc import JitFunction
 
 CUDA_SUFFIXES = (".cu",)

@@ -18,13 +18,14 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .tritonlaunch import Launch
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     from .tritonc import JitFunction
 
 CHILD_TIMEOUT_S = 600.0

@@ -24,12 +24,13 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from types import FunctionType, ModuleType
 from typing import TYPE_CHECKING, Protocol
 
 from . import interpreter_math as m
 
 if TYPE_CHECKING:
+    from types import FunctionType, ModuleType
+
     import numpy as np
     import numpy.typing as npt
 

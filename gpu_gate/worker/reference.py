@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -39,6 +38,8 @@ from .loader import SpecImportError
 from .stubs import RepositoryCode
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+
     import torch
 
     from ..spec import Dim, Input

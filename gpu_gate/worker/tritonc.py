@@ -14,9 +14,7 @@ import inspect
 import re
 import sys
 import tempfile
-from collections.abc import Mapping
 from pathlib import Path
-from types import FunctionType, ModuleType
 from typing import TYPE_CHECKING, Protocol, cast
 
 from .. import proc
@@ -30,6 +28,9 @@ _PTR_NAME = re.compile(r"ptr|^(x|y|z|a|b|c|o|out|output|input|inp|src|dst|w|weig
 _ANNOTATION_TYPES = {"int": "i32", "float": "fp32", "bool": "i1"}
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from types import FunctionType, ModuleType
+
     class JitFunction(Protocol):
         """``triton.runtime.jit.JITFunction``, as far as gpu-gate reads it (Triton ships no types)."""
         fn: FunctionType  # the kernel's Python function
