@@ -184,7 +184,7 @@ class ReferenceServer:
                 spec = load_spec(self.job, self.repo_root, self.workdir, stub_repository=True,
                                  truth_root=self.truth_root)
                 self.isolated = True
-                return spec  # type: ignore[no-any-return]
+                return spec
             except Exception as exc:  # noqa: BLE001 - the spec needs the repository's code: import it for real
                 self.why = _why(exc)
         if self.isolate and self.truth_missing:  # the repository's code must be the base's, and it is not here
