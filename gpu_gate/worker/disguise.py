@@ -25,7 +25,7 @@ import json
 import sys
 import types
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from collections.abc import Mapping, Sequence
@@ -35,7 +35,7 @@ SCRIPT = "train.py"  # what the worker's sys.argv says it runs
 GATE = "gpu_gate"
 
 
-def boot_program(gate_dir: Path, fd: int, role: str, context: dict[str, Any]) -> bytes:
+def boot_program(gate_dir: Path, fd: int, role: str, context: Mapping[str, object]) -> bytes:
     """The worker's boot program, read by ``python -`` from its standard input: no name of the gate
     in it survives the boot (the text is gone once parsed, and standard input is closed first)."""
     payload = json.dumps({"fd": int(fd), "role": role, "context": context})

@@ -193,7 +193,7 @@ class Kernel:
     file: str  # repo-relative source path
 
     def __call__(self, grid: int | tuple[int, ...], block: int | tuple[int, ...], *args: object,
-                 shared_mem: int = 0, stream: Any = None) -> None:
+                 shared_mem: int = 0, stream: object = None) -> None:
         converted = tuple(_kernel_arg(i, a) for i, a in enumerate(args))
         from .launches import record_cuda
 

@@ -25,6 +25,7 @@ from ..protocol.messages import (Ahead, AheadDone, AheadDoneReply, AheadReply, B
 from ..protocol.roles import COMPILER
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from contextlib import AbstractContextManager
 
     from ..spec import Spec
@@ -349,7 +350,7 @@ def serve(sock: socket.socket, worker: Handler, settings: AbstractContextManager
                 return
 
 
-def answer(worker: Handler, header: dict[str, Any], blobs: list[bytearray]) -> tuple[Reply | None, wire.Blobs]:
+def answer(worker: Handler, header: Mapping[str, object], blobs: list[bytearray]) -> tuple[Reply | None, wire.Blobs]:
     """The worker's reply to a request (None: goodbye). A request that does not parse is answered
     with a protocol error, which the judge reports."""
     op = header.get("op")
