@@ -49,7 +49,8 @@ class CandidateServer:
         self.held: dict[str, object] | None = None  # an earlier call's outputs, kept alive on request
         self.held_copy: dict[str, torch.Tensor] = {}  # and their values then (a static buffer changes under them)
         self._load: tuple[list[torch.cuda.Stream], torch.Tensor] | None = None
-        self._upstream: dict[str, torch.Tensor] | None = None  # the last upstream gradient sent (see Candidate._send_call)
+        # the last upstream gradient sent (see Candidate._send_call)
+        self._upstream: dict[str, torch.Tensor] | None = None
         self.stale: list[torch.Tensor] = []  # input buffers the case moved away from (kept alive, poisoned)
         self._holder = SmHolder()
         self._producer = Producer()

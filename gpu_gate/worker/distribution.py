@@ -41,11 +41,13 @@ class _TreeFinder(importlib.metadata.DistributionFinder):
     def __init__(self, root: Path, name: str, version: str) -> None:
         self.root, self.name, self.dist = root, _normal(name), _TreeDistribution(root, name, version)
 
-    def find_spec(self, *args: object, **kwargs: object) -> None:  # a metadata finder only: modules are not its business
+    # a metadata finder only: modules are not its business
+    def find_spec(self, *args: object, **kwargs: object) -> None:
         return None
 
     def find_distributions(self, context: importlib.metadata.DistributionFinder.Context =
-                           importlib.metadata.DistributionFinder.Context()) -> Iterable[importlib.metadata.Distribution]:
+                           importlib.metadata.DistributionFinder.Context()
+                           ) -> Iterable[importlib.metadata.Distribution]:
         wanted = getattr(context, "name", None)
         if wanted is None or _normal(str(wanted)) == self.name:
             yield self.dist

@@ -19,7 +19,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .tritonlaunch import Launch
 
@@ -32,7 +32,7 @@ CHILD_TIMEOUT_S = 600.0
 
 
 def compile_interpreted(launches: list[tuple[str, Launch]], arch: str, root: Path, python_path: tuple[str, ...],
-                        timeout: float = CHILD_TIMEOUT_S) -> dict[str, Any]:
+                        timeout: float = CHILD_TIMEOUT_S) -> dict[str, object]:
     """``compile_launched``'s answer for ``launches`` (recorded under the interpreter), for ``arch``."""
     from .specializations import MAX_COMPILED
 

@@ -272,7 +272,8 @@ def _atomic(interp: ModuleType, original: Callable[..., object]) -> Callable[...
     import numpy as np
     import triton.language as tl
 
-    ops: dict[object, Callable[[npt.NDArray[np.float32], npt.NDArray[np.float32]], npt.ArrayLike]] = {interp._ir.ATOMIC_OP.FADD: np.add, interp._ir.ATOMIC_OP.MAX: np.maximum,
+    ops: dict[object, Callable[[npt.NDArray[np.float32], npt.NDArray[np.float32]], npt.ArrayLike]] = {
+           interp._ir.ATOMIC_OP.FADD: np.add, interp._ir.ATOMIC_OP.MAX: np.maximum,
            interp._ir.ATOMIC_OP.MIN: np.minimum, interp._ir.ATOMIC_OP.XCHG: lambda old, new: new}
 
     def create_atomic_rmw(self: object, rmw_op: object, ptr: _Handle, val: _Handle, mask: _Handle, sem: object,

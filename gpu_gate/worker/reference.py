@@ -55,7 +55,8 @@ class ReferenceSide:
     def kwargs(self, case: Case) -> dict[str, object]:
         return kwargs_for(self.spec, case.dims)
 
-    def reference(self, m: Materialized, upstream: Mapping[str, torch.Tensor] | None, *, upcast: bool = True) -> dict[str, object]:
+    def reference(self, m: Materialized, upstream: Mapping[str, torch.Tensor] | None, *, upcast: bool = True
+                  ) -> dict[str, object]:
         import torch
 
         inputs = reference_inputs(self.spec, m, upcast=upcast)
@@ -107,7 +108,8 @@ class ReferenceSide:
                 raise
             return self.baseline_fp32(m, upstream, like)
 
-    def baseline_fp32(self, m: Materialized, upstream: Mapping[str, torch.Tensor] | None, like: Mapping[str, torch.dtype]
+    def baseline_fp32(self, m: Materialized, upstream: Mapping[str, torch.Tensor] | None,
+                      like: Mapping[str, torch.dtype]
                       ) -> dict[str, object]:
         """The reference computed in (at least) float32 on the dtype's inputs, rounded to each
         output's dtype (``like``: output name to torch dtype)."""
@@ -172,7 +174,8 @@ class ReferenceServer:
         # ask, not only the first (a judge's probe may ask first and carry on)
         self.unavailable: str | None = None
         # the last case asked: its token and salt, inputs, upstream gradients' recipe and values
-        self._last: tuple[str, int, Materialized, dict[str, dict[str, object]] | None, dict[str, torch.Tensor] | None] | None = None
+        self._last: tuple[str, int, Materialized, dict[str, dict[str, object]] | None,
+                          dict[str, torch.Tensor] | None] | None = None
         self.spec = spec if spec is not None else self._load(isolate)
         self.side = ReferenceSide(self.spec, device)
 
@@ -250,7 +253,8 @@ class ReferenceServer:
         why not, and whose tree the repository code it imported came from."""
         return self.isolated, self.why, "base" if self.truth_root is not None else "head"
 
-    def _case(self, request: CaseRequest) -> tuple[Materialized, dict[str, dict[str, object]] | None, dict[str, torch.Tensor] | None]:
+    def _case(self, request: CaseRequest
+              ) -> tuple[Materialized, dict[str, dict[str, object]] | None, dict[str, torch.Tensor] | None]:
         """The case's inputs, its upstream gradients' recipe and their values."""
         token, salt = request.case, request.salt
         if self._last is not None and self._last[:2] == (token, salt):

@@ -74,7 +74,8 @@ class Finder(importlib.abc.MetaPathFinder):
         self.keep = set(keep)
         self.stubbed: list[str] = []
 
-    def find_spec(self, name: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, name: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
+                  ) -> importlib.machinery.ModuleSpec | None:
         if name in self.keep:
             return None
         parent = name.rpartition(".")[0]

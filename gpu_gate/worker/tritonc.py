@@ -15,7 +15,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .. import proc
 from ..cuda.nvcc import KernelResources, parse_resources
@@ -141,7 +141,7 @@ def _guess_type(name: str, annotation: object) -> str:
     return "*fp32"
 
 
-def config_from_options(fn: JitFunction, given: Mapping[str, Mapping[str, str]]) -> TritonConfig:
+def config_from_options(fn: JitFunction, given: dict[str, Any]) -> TritonConfig:
     """The policy's ``{"signature": {...}, "constexprs": {...}}``, completed with defaults."""
     base = default_config(fn)
     signature = dict(base.signature)

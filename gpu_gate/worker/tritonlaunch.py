@@ -43,7 +43,8 @@ class Launch:
     constexprs: dict[str, Plain]
     signature: dict[str, str]  # non-constexpr arguments: "*fp32", "i32", "fp32", ...
     options: dict[str, object]  # ints
-    fn: JitFunction | None = dataclasses.field(default=None, repr=False, compare=False)  # the JITFunction, to compile it again
+    # the JITFunction, to compile it again
+    fn: JitFunction | None = dataclasses.field(default=None, repr=False, compare=False)
     count: int = 1
     # the constexprs as the call passed them (a tl.dtype stays one), to compile it again; never sent
     values: dict[str, object] = dataclasses.field(default_factory=dict, repr=False, compare=False)
