@@ -42,9 +42,25 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from ..protocol.jobs import Job
+
+if TYPE_CHECKING:
+    from collections.abc import Callable, Iterator, Mapping
+    from types import FrameType
+
+    import torch
+
+    from ..protocol.cases import Case
+    from ..spec import Spec
+    from .specializations import Built
+    from .tritonlaunch import Launch, Recorder
+
+    class Started(TypedDict, total=False):
+        """:meth:`Ahead.start`'s answer: started (``ok``), or why not (``skipped``)."""
+        ok: bool
+        skipped: str
 
 LAUNCHED_WAIT_S = 20.0  # the worker's finish waits this long, at most, for the sibling's builds
 BUDGET_S = 120.0  # the dry runs stop starting cases after this (the compiles they started finish)
@@ -90,7 +106,7 @@ class Ahead:
         return True
 
     def start(self, job: Job, tokens: list[str], repo_root: Path, workdir: Path, device: str,
-              threads: int, *, builds: bool = False) -> dict[str, Any]:
+              threads: int, *, builds: bool = False) -> Started:
         """Compile ``tokens``' kernels: in the sibling started early, or in one started now."""
         why = wanted(device)
         if why is not None:
@@ -125,7 +141,7 @@ class Ahead:
             with contextlib.suppress(OSError):
                 self.proc.stdin.close()
 
-    def builds(self, wait_s: float = LAUNCHED_WAIT_S) -> dict[Any, Any]:
+    def builds(self, wait_s: float = LAUNCHED_WAIT_S) -> Built:
         """The launched specializations the sibling compiled for the compile check (see
         ``specializations.build_ahead``); waits up to ``wait_s`` where it is still compiling them,
         none where it never got there (the worker compiles them itself)."""
@@ -143,7 +159,7 @@ class Ahead:
         except (OSError, ValueError):
             return {}
 
-    def stop(self) -> dict[str, Any]:
+    def stop(self) -> dict[str, float | int | bool]:
         """End the process (if it is still compiling) and say what it did."""
         if self.proc is None or self.dir is None:
             return {}
@@ -181,12 +197,12 @@ class _Hang(Exception):
     pass
 
 
-def _alarm(signum: int, frame: Any) -> None:
+def _alarm(signum: int, frame: FrameType | None) -> None:
     raise _Hang("the dry run took too long")
 
 
-def dry_runs(spec: Any, tokens: list[str], threads: int, budget_s: float = BUDGET_S,
-             record: Any = None, after_case: Any = None) -> dict[str, Any]:
+def dry_runs(spec: Spec, tokens: list[str], threads: int, budget_s: float = BUDGET_S,
+             record: Recorder | None = None, after_case: Callable[[], object] | None = None) -> dict[str, float]:
     """Call the candidate on each case with Triton's launches turned into compiles on ``threads``
     threads; what was started, tried and compiled. ``record``: a ``tritonlaunch.Recorder`` given
     each launch, as the worker's recorder would see it; ``after_case``: called after each case."""
@@ -200,7 +216,7 @@ def dry_runs(spec: Any, tokens: list[str], threads: int, budget_s: float = BUDGE
     from .calling import kwargs_for
 
     start = time.monotonic()
-    stats: dict[str, Any] = {"cases": 0, "failed": 0, "compiled": 0}
+    stats: dict[str, float] = {"cases": 0, "failed": 0, "compiled": 0}
     signal.signal(signal.SIGALRM, _alarm)
     with _launches_compile_only(record) as compiled, ThreadPoolExecutor(max(1, threads)) as pool, \
             AsyncCompileMode(pool):
@@ -231,7 +247,7 @@ def dry_runs(spec: Any, tokens: list[str], threads: int, budget_s: float = BUDGE
     return stats
 
 
-def _case_bytes(spec: Any, case: Any) -> int:
+def _case_bytes(spec: Spec, case: Case) -> int:
     from ..protocol.cases import case_bytes
 
     try:
@@ -240,7 +256,7 @@ def _case_bytes(spec: Any, case: Any) -> int:
         return 0
 
 
-def _dry_call(spec: Any, tensors: dict[str, Any], kwargs: dict[str, Any], grad_layout: str) -> None:
+def _dry_call(spec: Spec, tensors: Mapping[str, torch.Tensor], kwargs: Mapping[str, object], grad_layout: str) -> None:
     """The candidate, forward and (where the spec asks for gradients) backward, with zeros for the
     upstream gradient in the case's layout: the kernels' arguments, as a real call gives them."""
     import torch
@@ -256,7 +272,7 @@ def _dry_call(spec: Any, tensors: dict[str, Any], kwargs: dict[str, Any], grad_l
 
 
 @contextlib.contextmanager
-def _launches_compile_only(record: Any = None) -> Any:
+def _launches_compile_only(record: Recorder | None = None) -> Iterator[list[int]]:
     """Every ``JITFunction`` launch becomes a warmup (compiled, not run); an autotuned kernel is
     skipped (its configs are for the worker's runs to pick). Yields a one-item list: how many
     specializations were sent to compile. ``record``: a recorder given each launch."""
@@ -267,7 +283,7 @@ def _launches_compile_only(record: Any = None) -> Any:
     count = [0]
     run = JITFunction.run
 
-    def warm(self: Any, *args: Any, grid: Any = None, warmup: bool = False, **kwargs: Any) -> Any:
+    def warm(self: object, *args: object, grid: object = None, warmup: bool = False, **kwargs: object) -> object:
         count[0] += 1
         out = run(self, *args, grid=grid, warmup=True, **kwargs)
         if record is not None:
@@ -276,7 +292,7 @@ def _launches_compile_only(record: Any = None) -> Any:
                 record.add(launch)
         return out
 
-    patched: list[tuple[Any, str, Any]] = [(JITFunction, "run", run)]
+    patched: list[tuple[type, str, Callable[..., object]]] = [(JITFunction, "run", run)]
     JITFunction.run = warm
     with contextlib.suppress(ImportError):
         from triton.runtime.autotuner import Autotuner
@@ -329,12 +345,12 @@ class _Builds:
     as soon as the dry runs have launched that many, beside the rest of the dry runs: the worker's
     ``finish``, the job's last step, then finds them built instead of waiting for them."""
 
-    def __init__(self, record: Any, settings: dict[str, Any], job: Job, repo_root: Path, here: Path,
+    def __init__(self, record: Recorder, settings: dict[str, Any], job: Job, repo_root: Path, here: Path,
                  threads: int) -> None:
         self.record, self.settings, self.job, self.repo_root, self.here = record, settings, job, repo_root, here
         self.threads = threads
         self.thread: Any = None
-        self.stats: dict[str, Any] = {}
+        self.stats: dict[str, object] = {}
 
     def start_if_known(self) -> None:
         from .specializations import MAX_COMPILED, repo_launches
@@ -352,7 +368,7 @@ class _Builds:
         self.thread = threading.Thread(target=self._build, args=(launches, early), name="builds", daemon=True)
         self.thread.start()
 
-    def _build(self, launches: list[Any], early: bool) -> None:
+    def _build(self, launches: list[Launch], early: bool) -> None:
         try:
             # beside the dry runs, half the threads: their compiles go on meanwhile
             threads = max(1, self.threads // 2) if early else self.threads
@@ -361,7 +377,7 @@ class _Builds:
         except Exception as exc:  # noqa: BLE001 - the worker builds them itself
             self.stats = {"launched_error": f"{type(exc).__name__}: {exc}"[:300]}
 
-    def done(self) -> dict[str, Any]:
+    def done(self) -> dict[str, object]:
         """After the dry runs: the builds, started now where the dry runs launched fewer."""
         if self.thread is None:
             self._start(early=False)
@@ -369,8 +385,8 @@ class _Builds:
         return self.stats
 
 
-def _build_launched(launches: list[Any], settings: dict[str, Any], job: Job, repo_root: Path, here: Path,
-                    threads: int) -> dict[str, Any]:
+def _build_launched(launches: list[Launch], settings: dict[str, Any], job: Job, repo_root: Path, here: Path,
+                    threads: int) -> dict[str, float]:
     """The dry runs' launches of the job's kernels, compiled for the compile check's archs, into
     ``launched.json`` for the worker's ``finish``; ``building`` says it is under way, and is gone
     once they are written."""

@@ -25,7 +25,6 @@ The kernels whose configs were taken in turn are listed, for the job to say so.
 from __future__ import annotations
 
 import os
-from typing import Any
 
 _TAKEN: list[str] = []  # kernels whose configs were taken in turn, in the order first seen
 
@@ -52,7 +51,7 @@ def take_in_turn(mode: str = "rotate") -> list[str]:
         return _TAKEN
     prune, timed = Autotuner.prune_configs, Autotuner._bench
 
-    def prune_configs(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def prune_configs(self: object, *args: object, **kwargs: object) -> object:
         # A new key: the autotuner prunes, then "times" each pruned config in list order.
         pruned = prune(self, *args, **kwargs)
         state = self.__dict__.setdefault("_gpu_gate_turn", {"keys": 0, "at": 0, "pick": 0})
@@ -61,7 +60,7 @@ def take_in_turn(mode: str = "rotate") -> list[str]:
         state["at"] = 0
         return pruned
 
-    def _bench(self: Any, *args: Any, config: Any = None, **meta: Any) -> list[float]:
+    def _bench(self: object, *args: object, config: object = None, **meta: object) -> list[float]:
         fn = getattr(self, "base_fn", None) or getattr(self, "fn", None)
         name = getattr(fn, "__name__", None) or "a Triton kernel"
         if name not in _TAKEN:

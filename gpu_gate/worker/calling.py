@@ -6,21 +6,24 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
 from ..spec import Spec
+
+if TYPE_CHECKING:
+    import torch
 
 FATAL_MARKERS = ("CUDA error", "illegal memory access", "device-side assert", "unspecified launch failure",
                  "misaligned address", "CUDA_ERROR_", "an illegal instruction")
 
 
-def kwargs_for(spec: Spec, dims: dict[str, int]) -> dict[str, Any]:
+def kwargs_for(spec: Spec, dims: dict[str, int]) -> dict[str, object]:
     """The constant keyword arguments of a call: the spec's params and its dim_args."""
     return {**spec.params, **{d: dims[d] for d in spec.dim_args}}
 
 
-def normalize(out: Any) -> dict[str, Any]:
+def normalize(out: object) -> dict[str, object]:
     if isinstance(out, dict):
         return {str(k): v for k, v in out.items()}
     if isinstance(out, (tuple, list)):
@@ -44,14 +47,14 @@ def sync(device: str) -> None:
 
 
 
-def upstream_recipe(outs: dict[str, Any], seed: int, expanded: bool = False) -> dict[str, Any]:
+def upstream_recipe(outs: Mapping[str, object], seed: int, expanded: bool = False) -> dict[str, dict[str, object]]:
     """What makes each output's random upstream gradient (:func:`upstream_from_recipe`): its shape
     and seed, and whether it is equal along the first dim (an ``expanded`` gradient). Plain JSON:
     a few numbers cross between the processes instead of the gradient's float64 values, and every
     process that makes it from the same recipe, on the same device, gets the same values."""
     import torch
 
-    recipe: dict[str, Any] = {}
+    recipe: dict[str, dict[str, object]] = {}
     for k, o in outs.items():
         if not isinstance(o, torch.Tensor) or not o.is_floating_point():
             continue
@@ -59,13 +62,13 @@ def upstream_recipe(outs: dict[str, Any], seed: int, expanded: bool = False) -> 
     return recipe
 
 
-def upstream_from_recipe(recipe: Any, device: Any) -> dict[str, Any]:
+def upstream_from_recipe(recipe: object, device: torch.device | str) -> dict[str, torch.Tensor]:
     """The upstream gradients a recipe describes, in float64 on ``device``: never all ones."""
     import torch
 
     if not isinstance(recipe, dict):
         raise ValueError("an upstream gradient's recipe is a mapping of outputs")
-    grads: dict[str, Any] = {}
+    grads: dict[str, torch.Tensor] = {}
     for k, r in recipe.items():
         shape, seed = [int(n) for n in r["shape"]], int(r["seed"])
         gen = torch.Generator(device=device)
@@ -75,14 +78,14 @@ def upstream_from_recipe(recipe: Any, device: Any) -> dict[str, Any]:
     return grads
 
 
-def expanded_values(grads: dict[str, Any]) -> dict[str, Any]:
+def expanded_values(grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """Upstream values equal along the first dim, for an ``expanded`` gradient: the reference
     gets the same values, contiguous."""
     return {k: (v[:1].expand(v.shape).clone() if v.dim() >= 1 and v.shape[0] > 1 else v) for k, v in grads.items()}
 
 
 
-def grad_tensor(values: Any, dtype: Any, layout: str) -> Any:
+def grad_tensor(values: torch.Tensor, dtype: torch.dtype, layout: str) -> torch.Tensor:
     """The upstream gradient in ``dtype``; ``strided``: transposed in memory (rank >= 2)
     or every other element of a wider buffer (rank 1); ``expanded``: one row with a stride
     of 0 along the first dim (the values are equal along it, see :func:`expanded_values`)."""
@@ -101,8 +104,9 @@ def grad_tensor(values: Any, dtype: Any, layout: str) -> Any:
 
 
 
-def call_with_grads(spec: Spec, fn: Any, inputs: dict[str, Any], kwargs: dict[str, Any],
-                    upstream: dict[str, Any] | None, grad_layout: str = "contiguous") -> dict[str, Any]:
+def call_with_grads(spec: Spec, fn: Callable[..., object], inputs: Mapping[str, torch.Tensor],
+                    kwargs: Mapping[str, object], upstream: Mapping[str, torch.Tensor] | None,
+                    grad_layout: str = "contiguous") -> dict[str, object]:
     import torch
 
     if not spec.grads:

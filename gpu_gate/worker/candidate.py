@@ -17,7 +17,7 @@ import time
 import traceback
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..protocol import wire
 from ..protocol.guard import GUARD_BYTES, Guarded, geometry, guarded_from
@@ -33,6 +33,9 @@ from ..spec import Spec
 from .calling import (call_with_grads, first_line, interpreter_error, is_fatal, kwargs_for, sync,
                       upstream_from_recipe)
 
+if TYPE_CHECKING:
+    import torch
+
 LOAD_STREAMS = 2
 
 
@@ -42,12 +45,13 @@ class CandidateServer:
     def __init__(self, job: Job, repo_root: Path, device: str, spec: Spec) -> None:
         self.job, self.repo_root, self.device, self.spec = job, repo_root, device, spec
         self.inputs: dict[str, Guarded] = {}
-        self.snapshots: dict[str, Any] = {}
-        self.held: dict[str, Any] | None = None  # an earlier call's outputs, kept alive on request
-        self.held_copy: dict[str, Any] = {}  # and their values then (a static buffer changes under them)
-        self._load: Any = None
-        self._upstream: dict[str, Any] | None = None  # the last upstream gradient sent (see Candidate._send_call)
-        self.stale: list[Any] = []  # input buffers the case moved away from (kept alive, poisoned)
+        self.snapshots: dict[str, torch.Tensor] = {}
+        self.held: dict[str, object] | None = None  # an earlier call's outputs, kept alive on request
+        self.held_copy: dict[str, torch.Tensor] = {}  # and their values then (a static buffer changes under them)
+        self._load: tuple[list[torch.cuda.Stream], torch.Tensor] | None = None
+        # the last upstream gradient sent (see Candidate._send_call)
+        self._upstream: dict[str, torch.Tensor] | None = None
+        self.stale: list[torch.Tensor] = []  # input buffers the case moved away from (kept alive, poisoned)
         self._holder = SmHolder()
         self._producer = Producer()
         self._peak_bytes = 0  # the most the candidate allocated in one unhindered call (CUDA)
@@ -137,7 +141,7 @@ class CandidateServer:
             # the last call's gradient, again: a copy, as the candidate may write into what it is given
             if self._upstream is None:
                 return ErrorReply(request.op, "protocol", "no upstream gradient is held"), []
-            upstream: dict[str, Any] | None = {k: v.clone() if isinstance(v, torch.Tensor) else v
+            upstream: dict[str, torch.Tensor] | None = {k: v.clone() if isinstance(v, torch.Tensor) else v
                                                for k, v in self._upstream.items()}
         elif request.upstream is not None:
             self._upstream = upstream_from_recipe(recipe_json(request.upstream), self.device)
@@ -215,7 +219,8 @@ class CandidateServer:
             held_caller=(unlate or True) if late else None)
         return done, out
 
-    def _outcome(self, request: Call, outs: dict[str, Any], early: dict[str, Any], given: dict[str, Any],
+    def _outcome(self, request: Call, outs: dict[str, object], early: dict[str, torch.Tensor],
+                 given: dict[str, torch.Tensor],
                  watched: list[Guarded], out: wire.Blobs) -> CallDone:
         """What came out of the call, as data (its bytes appended to ``out``); holds the outputs
         where asked."""
@@ -289,7 +294,7 @@ class CandidateServer:
                     torch.mm(a, a)
 
 
-def _same(a: Any, b: Any) -> bool:
+def _same(a: Any, b: Any) -> bool:  # loose: narrowed to tensors, then rebound to tensors.plain's result
     import torch
 
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor):
@@ -396,7 +401,7 @@ def _pools_off() -> bool:
     return True
 
 
-def _plain_copy(view: Any, layout: str) -> Any:
+def _plain_copy(view: torch.Tensor, layout: str) -> torch.Tensor:
     """``view``'s values in a tensor of its own: contiguous, or with the same strides, its storage
     exactly as large as they need, starting at offset 0."""
     import torch
@@ -411,12 +416,12 @@ def _plain_copy(view: Any, layout: str) -> Any:
     return t
 
 
-def _span(t: Any) -> tuple[int, int]:
+def _span(t: torch.Tensor) -> tuple[int, int]:
     s = t.untyped_storage()
     return s.data_ptr(), s.data_ptr() + s.nbytes()
 
 
-def _where(t: Any) -> tuple[int, int]:
+def _where(t: torch.Tensor) -> tuple[int, int]:
     """Where a tensor's data and its storage begin (raw addresses, for the judge's alias checks)."""
     p = tensors.plain(t)
     if not p.numel():

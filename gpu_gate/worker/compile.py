@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import proc
 from ..cuda import nvcc
@@ -18,6 +18,11 @@ from ..protocol import wire
 from ..protocol.archs import arch_number
 from ..protocol.messages import (CompileFacts, CompileReply, CompileRequest, DiagnosticFacts, ErrorReply, NvccFacts,
                                  Reply, Request, ResourceFacts, TritonBuildFacts, TritonKernelFacts, put_text)
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .tritonc import JitFunction
 
 CUDA_SUFFIXES = (".cu",)
 NVCC_TAIL_LINES = 5  # of a failed build's output, where nvcc names no error
@@ -125,7 +130,7 @@ def _triton_file(request: CompileRequest, repo_root: Path, blobs: wire.Blobs) ->
     return CompileFacts(rel, root, "triton", kernels=tuple(facts))
 
 
-def _triton_kernel(name: str, fn: Any, request: CompileRequest, blobs: wire.Blobs) -> TritonKernelFacts:
+def _triton_kernel(name: str, fn: JitFunction | None, request: CompileRequest, blobs: wire.Blobs) -> TritonKernelFacts:
     from . import tritonc
 
     if fn is None:
@@ -153,7 +158,7 @@ def _triton_kernel(name: str, fn: Any, request: CompileRequest, blobs: wire.Blob
                              tuple(builds))
 
 
-def _plain(values: dict[str, Any]) -> dict[str, Any]:
+def _plain(values: Mapping[str, object]) -> dict[str, str | int | float | bool | None]:
     """Constexpr values as data: numbers, bools and text as themselves, anything else by its repr."""
     return {str(k): v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)[:200]
             for k, v in values.items()}

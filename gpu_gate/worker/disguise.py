@@ -25,14 +25,17 @@ import json
 import sys
 import types
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
 
 NEUTRAL = "_kernel_runtime"  # the name the gate's package is loaded under in a worker
 SCRIPT = "train.py"  # what the worker's sys.argv says it runs
 GATE = "gpu_gate"
 
 
-def boot_program(gate_dir: Path, fd: int, role: str, context: dict[str, Any]) -> bytes:
+def boot_program(gate_dir: Path, fd: int, role: str, context: Mapping[str, object]) -> bytes:
     """The worker's boot program, read by ``python -`` from its standard input: no name of the gate
     in it survives the boot (the text is gone once parsed, and standard input is closed first)."""
     payload = json.dumps({"fd": int(fd), "role": role, "context": context})
@@ -58,7 +61,7 @@ def package() -> types.ModuleType:
     return sys.modules[__name__.rsplit(".", 2)[0]]
 
 
-def spec_builtins() -> dict[str, Any] | None:
+def spec_builtins() -> dict[str, object] | None:
     """The ``__builtins__`` a spec module runs with: its ``import gpu_gate`` (and ``from gpu_gate.x
     import y``) answered from the package already loaded, without a ``gpu_gate`` module in
     ``sys.modules``. None where the package is loaded as ``gpu_gate`` itself (in-process runs)."""
@@ -67,8 +70,8 @@ def spec_builtins() -> dict[str, Any] | None:
         return None
     real = builtins.__import__
 
-    def spec_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (),
-                    level: int = 0) -> Any:
+    def spec_import(name: str, globals: Mapping[str, object] | None = None, locals: Mapping[str, object] | None = None,
+                    fromlist: Sequence[str] = (), level: int = 0) -> types.ModuleType:
         if level == 0 and (name == GATE or name.startswith(GATE + ".")):
             inner = real(top.__name__ + name[len(GATE):], globals, locals, fromlist, 0)
             return inner if fromlist else top

@@ -16,7 +16,10 @@ import sys
 import tomllib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import os
 
 
 def _normal(name: str) -> str:
@@ -30,7 +33,7 @@ class _TreeDistribution(importlib.metadata.Distribution):
     def read_text(self, filename: str) -> str | None:
         return self._text if filename in ("METADATA", "PKG-INFO") else None
 
-    def locate_file(self, path: Any) -> Path:
+    def locate_file(self, path: str | os.PathLike[str]) -> Path:
         return self._root / str(path)
 
 
@@ -38,10 +41,12 @@ class _TreeFinder(importlib.metadata.DistributionFinder):
     def __init__(self, root: Path, name: str, version: str) -> None:
         self.root, self.name, self.dist = root, _normal(name), _TreeDistribution(root, name, version)
 
-    def find_spec(self, *args: Any, **kwargs: Any) -> None:  # a metadata finder only: modules are not its business
+    # a metadata finder only: modules are not its business
+    def find_spec(self, *args: object, **kwargs: object) -> None:
         return None
 
-    def find_distributions(self, context: Any = importlib.metadata.DistributionFinder.Context()
+    def find_distributions(self, context: importlib.metadata.DistributionFinder.Context =
+                           importlib.metadata.DistributionFinder.Context()
                            ) -> Iterable[importlib.metadata.Distribution]:
         wanted = getattr(context, "name", None)
         if wanted is None or _normal(str(wanted)) == self.name:

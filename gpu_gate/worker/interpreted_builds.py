@@ -19,15 +19,20 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from .tritonlaunch import Launch
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    from .tritonc import JitFunction
 
 CHILD_TIMEOUT_S = 600.0
 
 
 def compile_interpreted(launches: list[tuple[str, Launch]], arch: str, root: Path, python_path: tuple[str, ...],
-                        timeout: float = CHILD_TIMEOUT_S) -> dict[str, Any]:
+                        timeout: float = CHILD_TIMEOUT_S) -> dict[str, object]:
     """``compile_launched``'s answer for ``launches`` (recorded under the interpreter), for ``arch``."""
     from .specializations import MAX_COMPILED
 
@@ -54,11 +59,11 @@ def compile_interpreted(launches: list[tuple[str, Launch]], arch: str, root: Pat
     return answer if isinstance(answer, dict) else _not_compiled(len(launches), "the compile process answered no object")
 
 
-def _not_compiled(n: int, why: str) -> dict[str, Any]:
+def _not_compiled(n: int, why: str) -> dict[str, object]:
     return {"rows": [], "errors": [], "ptx": [], "root": "", "ptx_left_out": 0, "not_compiled": n, "why": why}
 
 
-def _values(constexprs: dict[str, Any]) -> dict[str, Any]:
+def _values(constexprs: Mapping[str, object]) -> dict[str, object]:
     """The constexprs as the call passed them: a Triton dtype recorded as its name (``"bf16"``)
     is that dtype again."""
     import triton.language as tl
@@ -75,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     request = json.loads(Path(argv[0]).read_text())
     root = Path(request["root"])
     python_path = tuple(request.get("python_path") or ("",))
-    kernels: dict[str, dict[str, Any]] = {}
+    kernels: dict[str, dict[str, JitFunction]] = {}
     launches: list[tuple[str, Launch]] = []
     unknown = 0
     for item in request["launches"][: int(request.get("max") or 16)]:

@@ -24,11 +24,45 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from . import interpreter_math as m
 
-_SAVED: list[tuple[Any, str, Any]] = []  # (object, attribute, original) of every patch in place
+if TYPE_CHECKING:
+    from types import FunctionType, ModuleType
+
+    import numpy as np
+    import numpy.typing as npt
+
+    # What the patches below use of the interpreter's objects (Triton ships no type information).
+
+    class _Type(Protocol):  # triton.language.dtype or block_type
+        @property
+        def scalar(self) -> object: ...
+
+    class _Handle(Protocol):  # triton.runtime.interpreter.TensorHandle
+        data: npt.NDArray[np.generic]
+        dtype: _Type
+
+    class _Tensor(Protocol):  # triton.language.tensor, as the interpreter's reductions and scans get it
+        handle: _Handle
+        dtype: object
+
+    class _Builder(Protocol):  # triton.runtime.interpreter.InterpreterBuilder
+        def cast_impl(self, src: _Handle, dst_type: _Type) -> object: ...
+
+    class _Combine(Protocol):  # triton.runtime.interpreter.ReduceOps / ScanOps
+        axis: int | None
+        keep_dims: bool
+
+        def to_tensor(self, ret: npt.NDArray[np.generic], dtype: object) -> object: ...
+
+    class _Interpreted(Protocol):  # triton.runtime.interpreter.InterpretedFunction
+        fn: object
+
+    NumpyOp = Callable[..., npt.NDArray[np.generic]]  # a numpy function the interpreter computes with
+
+_SAVED: list[tuple[object, str, object]] = []  # (object, attribute, original) of every patch in place
 _INSTALLED: list[str] = []
 _USED: dict[str, set[str]] = {}
 _KERNEL = ["?"]  # the kernel being launched, for the report
@@ -75,13 +109,13 @@ def _note(name: str, what: str | None = None) -> None:
     _USED.setdefault(name, set()).add(what or _KERNEL[0])
 
 
-def _set(obj: Any, attr: str, value: Any) -> None:
+def _set(obj: object, attr: str, value: object) -> None:
     _SAVED.append((obj, attr, getattr(obj, attr)))
     setattr(obj, attr, value)
 
 
-def _naming(run: Callable[..., Any]) -> Callable[..., Any]:
-    def named_run(self: Any, *args: Any, **kwargs: Any) -> Any:
+def _naming(run: Callable[..., object]) -> Callable[..., object]:
+    def named_run(self: _Interpreted, *args: object, **kwargs: object) -> object:
         before, _KERNEL[0] = _KERNEL[0], getattr(self.fn, "__name__", "?")
         try:
             return run(self, *args, **kwargs)
@@ -92,13 +126,13 @@ def _naming(run: Callable[..., Any]) -> Callable[..., Any]:
 
 # --- float arguments --------------------------------------------------------------------------
 
-def _float_arguments(interp: Any) -> None:
+def _float_arguments(interp: ModuleType) -> None:
     import numpy as np
     import triton.language as tl
 
     original = interp._implicit_cvt
 
-    def implicit_cvt(arg: Any) -> Any:
+    def implicit_cvt(arg: object) -> object:
         if isinstance(arg, float):  # as the launcher specializes it: fp32
             _note("float-arguments")
             return tl.tensor(interp.TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
@@ -109,13 +143,13 @@ def _float_arguments(interp: Any) -> None:
 
 # --- bfloat16 ---------------------------------------------------------------------------------
 
-def _is_bf16(handle: Any) -> bool:
+def _is_bf16(handle: _Handle) -> bool:
     import triton.language as tl
 
     return bool(getattr(handle.dtype, "scalar", handle.dtype) == tl.bfloat16)
 
 
-def _bf16_result(interp: Any, out: Any, other_dtype: Any) -> Any:
+def _bf16_result(interp: ModuleType, out: npt.NDArray[np.generic], other_dtype: object) -> object:
     import triton.language as tl
 
     if out.dtype.kind == "f":
@@ -123,7 +157,7 @@ def _bf16_result(interp: Any, out: Any, other_dtype: Any) -> Any:
     return interp.TensorHandle(out, other_dtype)
 
 
-def _bfloat16(interp: Any) -> None:
+def _bfloat16(interp: ModuleType) -> None:
     b = interp.InterpreterBuilder
     for attr, make in (("binary_op", _binary), ("unary_op", _unary), ("ternary_op", _ternary),
                        ("create_fma", _fma), ("cast_impl", _cast), ("create_fp_to_fp", _fp_to_fp),
@@ -134,8 +168,8 @@ def _bfloat16(interp: Any) -> None:
     _set(interp.ScanOps, "cumprod", _scan(interp.ScanOps.cumprod, m.running_product))
 
 
-def _binary(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-    def binary_op(self: Any, lhs: Any, rhs: Any, op: Any) -> Any:
+def _binary(interp: ModuleType, original: Callable[..., object]) -> Callable[..., object]:
+    def binary_op(self: object, lhs: _Handle, rhs: _Handle, op: NumpyOp) -> object:
         lb, rb = _is_bf16(lhs), _is_bf16(rhs)
         if not (lb or rb):
             return original(self, lhs, rhs, op)
@@ -144,8 +178,8 @@ def _binary(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     return binary_op
 
 
-def _unary(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
-    def unary_op(self: Any, arg: Any, op: Any) -> Any:
+def _unary(interp: ModuleType, original: Callable[..., object]) -> Callable[..., object]:
+    def unary_op(self: object, arg: _Handle, op: NumpyOp) -> object:
         if not _is_bf16(arg):
             return original(self, arg, op)
         _note("bfloat16")
@@ -153,10 +187,10 @@ def _unary(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     return unary_op
 
 
-def _ternary(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+def _ternary(interp: ModuleType, original: Callable[..., object]) -> Callable[..., object]:
     import numpy as np
 
-    def ternary_op(self: Any, lhs: Any, rhs: Any, other: Any, op: Any) -> Any:
+    def ternary_op(self: object, lhs: _Handle, rhs: _Handle, other: _Handle, op: NumpyOp) -> object:
         flags = [_is_bf16(h) for h in (lhs, rhs, other)]
         if op is np.where or not any(flags):  # a select moves bits: nothing to round
             return original(self, lhs, rhs, other, op)
@@ -166,11 +200,11 @@ def _ternary(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     return ternary_op
 
 
-def _fma(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+def _fma(interp: ModuleType, original: Callable[..., object]) -> Callable[..., object]:
     import numpy as np
     import triton.language as tl
 
-    def create_fma(self: Any, x: Any, y: Any, z: Any) -> Any:
+    def create_fma(self: object, x: _Handle, y: _Handle, z: _Handle) -> object:
         if not any(_is_bf16(h) for h in (x, y, z)):
             return original(self, x, y, z)
         _note("bfloat16")
@@ -179,11 +213,11 @@ def _fma(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     return create_fma
 
 
-def _cast(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+def _cast(interp: ModuleType, original: Callable[..., object]) -> Callable[..., object]:
     import numpy as np
     import triton.language as tl
 
-    def cast_impl(self: Any, src: Any, dst_type: Any) -> Any:
+    def cast_impl(self: object, src: _Handle, dst_type: _Type) -> object:
         s, d = src.dtype.scalar, dst_type.scalar
         if tl.bfloat16 not in (s, d) or s == d:
             return original(self, src, dst_type)
@@ -196,10 +230,10 @@ def _cast(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     return cast_impl
 
 
-def _fp_to_fp(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+def _fp_to_fp(interp: ModuleType, original: Callable[..., object]) -> Callable[..., object]:
     import triton.language as tl
 
-    def create_fp_to_fp(self: Any, src: Any, dst_type: Any, rounding_mode: Any) -> Any:
+    def create_fp_to_fp(self: _Builder, src: _Handle, dst_type: _Type, rounding_mode: object) -> object:
         s, d = src.dtype.scalar, dst_type.scalar
         if s == tl.float32 and d == tl.bfloat16:
             _note("bfloat16")
@@ -211,19 +245,20 @@ def _fp_to_fp(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     return create_fp_to_fp
 
 
-def _constant(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+def _constant(interp: ModuleType, original: Callable[..., object]) -> Callable[..., object]:
     import numpy as np
     import triton.language as tl
 
-    def get_bf16(self: Any, value: Any) -> Any:
+    def get_bf16(self: object, value: float) -> object:
         return interp.TensorHandle(m.to_bf16(np.array([value], dtype=np.float64)), tl.bfloat16)
     return get_bf16
 
 
-def _dot(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+def _dot(interp: ModuleType, original: Callable[..., object]) -> Callable[..., object]:
     import numpy as np
 
-    def create_dot(self: Any, a: Any, b: Any, d: Any, input_precision: Any, max_num_imprecise_acc: Any) -> Any:
+    def create_dot(self: object, a: _Handle, b: _Handle, d: _Handle, input_precision: object,
+                   max_num_imprecise_acc: object) -> object:
         if not (_is_bf16(a) or _is_bf16(b)):
             return original(self, a, b, d, input_precision, max_num_imprecise_acc)
         _note("bfloat16")
@@ -233,14 +268,16 @@ def _dot(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     return create_dot
 
 
-def _atomic(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+def _atomic(interp: ModuleType, original: Callable[..., object]) -> Callable[..., object]:
     import numpy as np
     import triton.language as tl
 
-    ops: dict[Any, Any] = {interp._ir.ATOMIC_OP.FADD: np.add, interp._ir.ATOMIC_OP.MAX: np.maximum,
+    ops: dict[object, Callable[[npt.NDArray[np.float32], npt.NDArray[np.float32]], npt.ArrayLike]] = {
+           interp._ir.ATOMIC_OP.FADD: np.add, interp._ir.ATOMIC_OP.MAX: np.maximum,
            interp._ir.ATOMIC_OP.MIN: np.minimum, interp._ir.ATOMIC_OP.XCHG: lambda old, new: new}
 
-    def create_atomic_rmw(self: Any, rmw_op: Any, ptr: Any, val: Any, mask: Any, sem: Any, scope: Any) -> Any:
+    def create_atomic_rmw(self: object, rmw_op: object, ptr: _Handle, val: _Handle, mask: _Handle, sem: object,
+                          scope: object) -> object:
         if not _is_bf16(val) or rmw_op not in ops:
             return original(self, rmw_op, ptr, val, mask, sem, scope)
         _note("bfloat16")
@@ -261,10 +298,11 @@ def _atomic(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     return create_atomic_rmw
 
 
-def _min_max(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
+def _min_max(interp: ModuleType, original: Callable[..., object]) -> Callable[..., object]:
     import triton.language as tl
 
-    def min_max(self: Any, input: Any, val_reduce_op: Any, idx_reduce_op: Any = None) -> Any:
+    def min_max(self: _Combine, input: _Tensor | tuple[_Tensor, ...], val_reduce_op: NumpyOp | None,
+                idx_reduce_op: NumpyOp | None = None) -> object:
         x = input[0] if isinstance(input, tuple) else input
         if x.dtype != tl.bfloat16:
             return original(self, input, val_reduce_op, idx_reduce_op)
@@ -280,10 +318,11 @@ def _min_max(interp: Any, original: Callable[..., Any]) -> Callable[..., Any]:
     return min_max
 
 
-def _scan(original: Callable[..., Any], running: Callable[..., Any]) -> Callable[..., Any]:
+def _scan(original: Callable[..., object],
+          running: Callable[[npt.ArrayLike, int, npt.DTypeLike], m.Array]) -> Callable[..., object]:
     import triton.language as tl
 
-    def scan(self: Any, input: Any) -> Any:
+    def scan(self: _Combine, input: _Tensor) -> object:
         if input.dtype != tl.bfloat16:
             return original(self, input)
         _note("bfloat16")
@@ -294,14 +333,14 @@ def _scan(original: Callable[..., Any], running: Callable[..., Any]) -> Callable
 
 # --- sums of half-precision data --------------------------------------------------------------
 
-def _half_sums(interp: Any) -> None:
+def _half_sums(interp: ModuleType) -> None:
     import numpy as np
     import triton.language as tl
 
     original = interp.ReduceOps.sum
     storage = {tl.float16: np.float16, tl.bfloat16: np.uint16}
 
-    def reduce_sum(self: Any, input: Any) -> Any:
+    def reduce_sum(self: _Combine, input: _Tensor) -> object:
         dtype = storage.get(input.dtype)
         if dtype is None:
             return original(self, input)
@@ -314,19 +353,19 @@ def _half_sums(interp: Any) -> None:
 
 # --- libdevice --------------------------------------------------------------------------------
 
-def _libdevice(interp: Any) -> None:
+def _libdevice(interp: ModuleType) -> None:
     import triton.language.extra.cuda.libdevice as cuda
     import triton.language.extra.libdevice as stubs
 
-    wrapped: dict[str, Callable[..., Any]] = {}
+    wrapped: dict[str, Callable[..., object]] = {}
 
-    def through_cuda(name: str) -> Callable[..., Any]:
+    def through_cuda(name: str) -> Callable[..., object]:
         """The libdevice function ``name``, dispatched as the compiler dispatches it (argument dtypes
         checked, broadcast), run by :func:`_extern` below."""
         if name not in wrapped:
             target = getattr(cuda, name)
 
-            def call(*args: Any, **kwargs: Any) -> Any:
+            def call(*args: object, **kwargs: object) -> object:
                 kwargs.pop("_semantic", None)
                 _note("libdevice", name)
                 return target(*args, **kwargs, _semantic=interp.interpreter_semantic)
@@ -336,7 +375,7 @@ def _libdevice(interp: Any) -> None:
     libdevice_modules = (stubs.__name__, cuda.__name__)
     original_patch = interp._patch_lang
 
-    def patch_lang(fn: Any) -> Any:
+    def patch_lang(fn: FunctionType) -> object:
         scope = original_patch(fn)
         module = sys.modules.get(getattr(fn, "__module__", "") or "")
         if module is not None and vars(module) is fn.__globals__:
@@ -354,9 +393,9 @@ def _libdevice(interp: Any) -> None:
     _set(interp.InterpreterBuilder, "create_extern_elementwise", _extern(interp))
 
 
-def _extern(interp: Any) -> Callable[..., Any]:
-    def create_extern_elementwise(self: Any, lib_name: str, lib_path: str, symbol: str, args: list[Any],
-                                  ret_type: Any, is_pure: bool) -> Any:
+def _extern(interp: ModuleType) -> Callable[..., object]:
+    def create_extern_elementwise(self: object, lib_name: str, lib_path: str, symbol: str, args: list[_Handle],
+                                  ret_type: _Type, is_pure: bool) -> object:
         data = [m.widen(a.data, _is_bf16(a)) for a in args]
         out = m.libdevice_call(symbol, data, interp._get_np_dtype(ret_type))
         return interp.TensorHandle(out, ret_type.scalar)

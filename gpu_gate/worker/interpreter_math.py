@@ -14,21 +14,26 @@ arrays (see :mod:`.interpreter`, which puts it in place).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 import numpy as np
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 BF16_NAN = np.uint16(0x7FC0)
 BF16_STORAGE = np.uint16  # how the interpreter holds bfloat16: its bits
 
+Array: TypeAlias = "npt.NDArray[np.generic]"  # an array of any dtype, as the interpreter holds its data
 
-def bf16_to_f32(bits: Any) -> Any:
+
+def bf16_to_f32(bits: npt.ArrayLike) -> npt.NDArray[np.float32]:
     """bfloat16 bits as float32 values (exact)."""
     return (np.asarray(bits).astype(np.uint16).astype(np.uint32) << np.uint32(16)).view(np.float32)
 
 
-def f32_to_bf16(values: Any, toward_zero: bool = False) -> Any:
+def f32_to_bf16(values: npt.ArrayLike, toward_zero: bool = False) -> npt.NDArray[np.uint16]:
     """float32 values rounded to bfloat16 bits: to nearest, ties to even (``toward_zero``: truncated)."""
     x = np.asarray(values, dtype=np.float32)
     bits = x.view(np.uint32)
@@ -40,7 +45,7 @@ def f32_to_bf16(values: Any, toward_zero: bool = False) -> Any:
     return np.where(np.isnan(x), (bits >> np.uint32(16)).astype(np.uint16) | BF16_NAN, out)
 
 
-def f64_to_f32_odd(values: Any) -> Any:
+def f64_to_f32_odd(values: npt.ArrayLike) -> npt.NDArray[np.float32]:
     """float64 values as float32, rounded to odd: a second rounding to a narrower format (bfloat16)
     then rounds once, as a direct conversion would."""
     x = np.asarray(values, dtype=np.float64)
@@ -49,11 +54,11 @@ def f64_to_f32_odd(values: Any) -> Any:
         away = np.abs(f.astype(np.float64)) > np.abs(x)
         f = np.where(away & np.isfinite(x), np.nextafter(f, np.float32(0)), f)
         inexact = (f.astype(np.float64) != x) & np.isfinite(x)
-    bits = f.view(np.uint32) | inexact.astype(np.uint32)
+    bits: npt.NDArray[np.uint32] = f.view(np.uint32) | inexact.astype(np.uint32)
     return bits.view(np.float32)
 
 
-def to_bf16(values: Any) -> Any:
+def to_bf16(values: npt.ArrayLike) -> npt.NDArray[np.uint16]:
     """Any float or integer values rounded once to bfloat16 bits."""
     a = np.asarray(values)
     if a.dtype == np.float32:
@@ -61,14 +66,14 @@ def to_bf16(values: Any) -> Any:
     return f32_to_bf16(f64_to_f32_odd(a.astype(np.float64)))
 
 
-def round_to(values: Any, dtype: Any) -> Any:
+def round_to(values: npt.ArrayLike, dtype: npt.DTypeLike) -> Array:
     """float32 values rounded to ``dtype``'s storage: bfloat16 bits (uint16), or float16."""
     if dtype == np.uint16:
         return f32_to_bf16(values)
     return np.asarray(values).astype(dtype)
 
 
-def widen(data: Any, is_bf16: bool) -> Any:
+def widen(data: npt.ArrayLike, is_bf16: bool) -> Array:
     """Values for arithmetic: bfloat16 bits as float32, float16 as float32, others unchanged."""
     if is_bf16:
         return bf16_to_f32(data)
@@ -76,7 +81,7 @@ def widen(data: Any, is_bf16: bool) -> Any:
     return a.astype(np.float32) if a.dtype == np.float16 else a
 
 
-def tree_sum(values: Any, axis: int | None, keepdims: bool, dtype: Any) -> Any:
+def tree_sum(values: npt.ArrayLike, axis: int | None, keepdims: bool, dtype: npt.DTypeLike) -> Array:
     """The sum of float32 ``values`` along ``axis`` as a GPU's reduction in ``dtype`` (float16, or
     bfloat16 as uint16 bits) makes it: pairwise, every partial sum rounded to ``dtype``. Returns
     the result in ``dtype``'s storage."""
@@ -90,23 +95,24 @@ def tree_sum(values: Any, axis: int | None, keepdims: bool, dtype: Any) -> Any:
         if n % 2:
             a = np.concatenate([a, np.zeros(a.shape[:-1] + (1,), np.float32)], axis=-1)
         pairs = a[..., 0::2] + a[..., 1::2]
-        a = widen(round_to(pairs, dtype), dtype == np.uint16)
+        # float32 sums rounded to float16 or bfloat16 and widened again: float32
+        a = cast("npt.NDArray[np.float32]", widen(round_to(pairs, dtype), dtype == np.uint16))
     out = a[..., 0] if a.shape[-1] == 1 else np.zeros(a.shape[:-1], np.float32)
     if keepdims:
         out = np.expand_dims(out, axis)
     return round_to(out, dtype)
 
 
-def running_sum(values: Any, axis: int, dtype: Any) -> Any:
+def running_sum(values: npt.ArrayLike, axis: int, dtype: npt.DTypeLike) -> Array:
     """A cumulative sum along ``axis`` with every partial sum rounded to ``dtype`` (storage out)."""
     return running(values, axis, dtype, np.add)
 
 
-def running_product(values: Any, axis: int, dtype: Any) -> Any:
+def running_product(values: npt.ArrayLike, axis: int, dtype: npt.DTypeLike) -> Array:
     return running(values, axis, dtype, np.multiply)
 
 
-def running(values: Any, axis: int, dtype: Any, op: Callable[[Any, Any], Any]) -> Any:
+def running(values: npt.ArrayLike, axis: int, dtype: npt.DTypeLike, op: np.ufunc) -> Array:
     """A scan along ``axis`` with every partial result rounded to ``dtype`` (storage out)."""
     a = np.moveaxis(np.asarray(values, dtype=np.float32), axis, 0)
     out = np.empty(a.shape, np.float32)
@@ -119,15 +125,18 @@ def running(values: Any, axis: int, dtype: Any, op: Callable[[Any, Any], Any]) -
 
 # --- libdevice --------------------------------------------------------------------------------
 
-def _vectorized(fn: Callable[[float], float]) -> Callable[[Any], Any]:
+F64: TypeAlias = "npt.NDArray[np.float64]"  # the functions' arguments: computed in float64
+
+
+def _vectorized(fn: Callable[[float], float]) -> Callable[[F64], npt.ArrayLike]:
     return np.vectorize(fn, otypes=[np.float64])
 
 
-def _round_half_away(x: Any) -> Any:
+def _round_half_away(x: F64) -> npt.ArrayLike:
     return np.sign(x) * np.floor(np.abs(x) + 0.5)
 
 
-_UNARY: dict[str, Callable[[Any], Any]] = {
+_UNARY: dict[str, Callable[[F64], npt.ArrayLike]] = {
     "rsqrt": lambda x: 1.0 / np.sqrt(x), "sqrt": np.sqrt, "exp": np.exp, "exp2": np.exp2,
     "exp10": lambda x: np.power(10.0, x), "expm1": np.expm1, "log": np.log, "log2": np.log2, "log10": np.log10,
     "log1p": np.log1p, "sin": np.sin, "cos": np.cos, "tan": np.tan, "sinh": np.sinh, "cosh": np.cosh,
@@ -137,12 +146,12 @@ _UNARY: dict[str, Callable[[Any], Any]] = {
     "round": _round_half_away, "cbrt": np.cbrt, "rcbrt": lambda x: 1.0 / np.cbrt(x), "fabs": np.abs,
     "saturate": lambda x: np.clip(x, 0.0, 1.0), "rcp": lambda x: 1.0 / x,
 }
-_BINARY: dict[str, Callable[[Any, Any], Any]] = {
+_BINARY: dict[str, Callable[[F64, F64], npt.ArrayLike]] = {
     "pow": np.power, "powi": np.power, "atan2": np.arctan2, "hypot": np.hypot, "fmod": np.fmod,
     "copysign": np.copysign, "fdim": lambda x, y: np.maximum(x - y, 0.0), "div": np.divide,
     "nextafter": np.nextafter,
 }
-_PREDICATE: dict[str, Callable[[Any], Any]] = {
+_PREDICATE: dict[str, Callable[[F64], npt.ArrayLike]] = {
     "isnan": np.isnan, "isinf": np.isinf, "signbit": np.signbit, "finite": np.isfinite,
 }
 # libdevice's symbol -> (table entry, its float64 twin's symbol suffix dropped): the symbols of the
@@ -157,7 +166,7 @@ _ALIASES = {
 }
 
 
-def libdevice_function(symbol: str) -> tuple[str, Callable[..., Any]] | None:
+def libdevice_function(symbol: str) -> tuple[str, Callable[..., npt.ArrayLike]] | None:
     """The name and float64 implementation of a libdevice symbol (``__nv_rsqrtf``), or None."""
     name = symbol.removeprefix("__nv_")
     name = _ALIASES.get(name, name)
@@ -169,7 +178,7 @@ def libdevice_function(symbol: str) -> tuple[str, Callable[..., Any]] | None:
     return None
 
 
-def libdevice_call(symbol: str, args: list[Any], out_dtype: Any) -> Any:
+def libdevice_call(symbol: str, args: Sequence[npt.ArrayLike], out_dtype: npt.DTypeLike) -> Array:
     """Compute a libdevice function on numpy arrays in float64, rounded once to ``out_dtype``."""
     found = libdevice_function(symbol)
     if found is None:

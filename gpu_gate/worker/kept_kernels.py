@@ -44,7 +44,7 @@ class Seeding:
             self.error = f"{type(exc).__name__}: {exc}"[:200]
         self.seconds = time.monotonic() - start
 
-    def wait(self) -> dict[str, Any]:
+    def wait(self) -> dict[str, float]:
         start = time.monotonic()
         self._thread.join()
         return {"seed_wait_s": time.monotonic() - start, "seed_s": self.seconds, "seeded": self.copied}

@@ -18,9 +18,12 @@ import os
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import FunctionType
 
 _LOCK = threading.Lock()
 _COMPILE = [0.0]
@@ -43,7 +46,7 @@ class Recorder:
         real = os.path.realpath(filename)
         return real[len(self.root):].replace(os.sep, "/") if real.startswith(self.root) else None
 
-    def triton(self, jitfn: Any) -> None:
+    def triton(self, jitfn: object) -> None:
         key = id(jitfn)
         if key in self._seen:
             return
@@ -66,13 +69,13 @@ class Recorder:
     def files(self) -> list[str]:
         return sorted({k[0] for k in self.kernels} | {h[0] for h in self.helpers})
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"kernels": [{"file": f, "name": n, "language": lang} for f, n, lang in sorted(self.kernels)],
                 "helpers": [{"file": f, "name": n} for f, n in sorted(self.helpers)],
                 "files": self.files()}
 
 
-def _python_function(jitfn: Any) -> Any:
+def _python_function(jitfn: object) -> Any:  # the function (FunctionType), or None
     """The decorated Python function behind a Triton kernel object (autotuners and heuristics
     wrap a JITFunction; each has ``fn``)."""
     fn = jitfn
@@ -84,14 +87,14 @@ def _python_function(jitfn: Any) -> Any:
     return fn if hasattr(fn, "__code__") else None
 
 
-def _is_jit(obj: Any) -> bool:
+def _is_jit(obj: object) -> bool:
     return type(obj).__name__ in ("JITFunction", "InterpretedFunction") and hasattr(obj, "fn")
 
 
-def _jit_dependencies(fn: Any) -> list[Any]:
+def _jit_dependencies(fn: FunctionType) -> list[FunctionType]:
     """``@triton.jit`` functions a kernel calls, transitively, resolved through its globals
     (``helper(...)`` and ``module.helper(...)`` alike)."""
-    found: dict[int, Any] = {}
+    found: dict[int, FunctionType] = {}
     todo = [fn]
     while todo:
         cur = todo.pop()
@@ -112,7 +115,7 @@ def _jit_dependencies(fn: Any) -> list[Any]:
 
 # --- hooks -----------------------------------------------------------------------------------
 
-def _record_triton(jitfn: Any) -> None:
+def _record_triton(jitfn: object) -> None:
     for rec in _active:
         rec.triton(jitfn)
 
@@ -123,7 +126,7 @@ def record_cuda(path: str, name: str) -> None:
         rec.cuda(path, name)
 
 
-_PATCHED: list[tuple[Any, Any]] = []
+_PATCHED: list[tuple[type, Callable[..., object]]] = []
 
 
 def ensure_hooked() -> None:
@@ -152,7 +155,8 @@ def _patch_triton() -> None:
             continue
         original = cls.run
 
-        def run(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
+        def run(self: object, *args: object, __original: Callable[..., object] = original,
+                **kwargs: object) -> object:
             if _active:
                 _record_triton(self)
             return __original(self, *args, **kwargs)
@@ -161,7 +165,8 @@ def _patch_triton() -> None:
         _PATCHED.append((cls, original))
         compile_fn = getattr(cls, "_do_compile", None)
         if compile_fn is not None:
-            def timed(self: Any, *args: Any, __original: Any = compile_fn, **kwargs: Any) -> Any:
+            def timed(self: object, *args: object, __original: Callable[..., object] = compile_fn,
+                      **kwargs: object) -> object:
                 start = time.monotonic()
                 try:
                     return __original(self, *args, **kwargs)

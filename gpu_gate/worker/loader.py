@@ -8,11 +8,14 @@ import os
 import sys
 import traceback
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..protocol.jobs import Job
 from ..protocol.messages import SpecImportFacts
 from . import distribution
+
+if TYPE_CHECKING:
+    from ..spec import Spec
 
 
 class SpecImportError(Exception):
@@ -46,7 +49,7 @@ def _forget_other_roots(root: str) -> None:
 
 
 def load_spec(job: Job, repo_root: Path, workdir: Path, *, stub_repository: bool = False,
-              truth_root: Path | None = None) -> Any:
+              truth_root: Path | None = None) -> Spec:
     """Import the spec module in isolation and return the named spec. A spec that exists at the base is
     loaded from the base's source (gpu_gate.protocol.jobs.base_copy); the head's file judges only when it
     cannot. ``truth_root``: the base's tree the reference worker computes the truth from (see
@@ -70,7 +73,7 @@ def load_spec(job: Job, repo_root: Path, workdir: Path, *, stub_repository: bool
     return _load_spec_file(job, repo_root, path, stub_repository, name)
 
 
-def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool, spec_name: str) -> Any:
+def _load_spec_file(job: Job, repo_root: Path, path: Path, stub_repository: bool, spec_name: str) -> Spec:
     from . import launches
     from ..spec import specs_in_module
     from . import disguise, stubs

@@ -20,11 +20,18 @@ import threading
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy
 
 from ..cuda.nvcc import Diagnostic, parse_diagnostics
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+    from types import ModuleType
+    from typing import TypeGuard
+
+    import torch
 
 int32 = numpy.int32
 int64 = numpy.int64
@@ -34,7 +41,8 @@ float32 = numpy.float32
 float64 = numpy.float64
 
 _LOCK = threading.Lock()
-_CACHE: dict[tuple[Any, ...], Kernel] = {}
+# (file, mtime_ns, kernel name, cc, include dirs, options, name expressions) -> the loaded kernel
+_CACHE: dict[tuple[str, int, str, str, tuple[str, ...], tuple[str, ...], tuple[str, ...]], Kernel] = {}
 _WORKDIR: list[Path] = []
 
 
@@ -179,13 +187,13 @@ def _load_function(cubin: bytes, symbol: str) -> Any:
 class Kernel:
     """A loaded kernel. ``kernel(grid, block, *args, shared_mem=0, stream=None)`` launches it."""
 
-    function: Any  # cupy.RawKernel
+    function: Callable[..., object]  # cupy.RawKernel
     name: str
     symbol: str  # the name in the cubin (mangled for C++ kernels)
     file: str  # repo-relative source path
 
-    def __call__(self, grid: int | tuple[int, ...], block: int | tuple[int, ...], *args: Any,
-                 shared_mem: int = 0, stream: Any = None) -> None:
+    def __call__(self, grid: int | tuple[int, ...], block: int | tuple[int, ...], *args: object,
+                 shared_mem: int = 0, stream: object = None) -> None:
         converted = tuple(_kernel_arg(i, a) for i, a in enumerate(args))
         from .launches import record_cuda
 
@@ -198,7 +206,7 @@ def _dims(d: int | tuple[int, ...]) -> tuple[int, ...]:
     return (int(d),) if isinstance(d, int) else tuple(int(x) for x in d)
 
 
-def _kernel_arg(index: int, value: Any) -> Any:
+def _kernel_arg(index: int, value: object) -> object:
     if isinstance(value, (bool, int, float)):
         kind = type(value).__name__
         raise TypeError(f"kernel argument {index} is a Python {kind}: its width is ambiguous; pass gg.cuda.int32(...), "
@@ -217,22 +225,22 @@ def _kernel_arg(index: int, value: Any) -> Any:
     return value
 
 
-def _is_torch_tensor(value: Any) -> bool:
+def _is_torch_tensor(value: object) -> TypeGuard[torch.Tensor]:
     torch = _torch_if_loaded()
     return torch is not None and isinstance(value, torch.Tensor)
 
 
-def _is_cupy_array(value: Any) -> bool:
+def _is_cupy_array(value: object) -> bool:
     return type(value).__module__.startswith("cupy")
 
 
-def _torch_if_loaded() -> Any:
+def _torch_if_loaded() -> ModuleType | None:
     import sys
 
     return sys.modules.get("torch")
 
 
-def cupy_stream(cupy: Any, stream: Any) -> Any:
+def cupy_stream(cupy: ModuleType, stream: torch.cuda.Stream) -> Any:  # a cupy.cuda.Stream
     """A CuPy stream object for a torch stream: through the CUDA stream protocol where both
     sides have it, else ``ExternalStream`` (deprecated in newer CuPy, same stream)."""
     from_external = getattr(cupy.cuda.Stream, "from_external", None)

@@ -20,7 +20,10 @@ through CuPy (the GPU extra). Decides nothing: the determinism check compares wh
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 SOURCE = r"""
 extern "C" __global__ void gg_produce(const unsigned char* src, unsigned char* dst, unsigned long long n,
@@ -74,7 +77,7 @@ class Producer:
             return False
         return True
 
-    def write(self, pairs: list[tuple[Any, Any]], mode: str, seconds: float) -> bool:
+    def write(self, pairs: list[tuple[torch.Tensor, torch.Tensor]], mode: str, seconds: float) -> bool:
         """Fill each ``dst`` with 0xFF, then copy ``src`` into it with the producer kernel, queued on
         the caller's stream (``stream``) or on another one that the caller's then waits for
         (``event``). ``pairs``: (dst, src) uint8 tensors of the same size. Whether it could."""

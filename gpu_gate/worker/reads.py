@@ -18,7 +18,6 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any
 
 MAX_READS = 512  # files kept per job; more are counted, not named
 _EVENTS = frozenset({"open", "ctypes.dlopen"})
@@ -38,7 +37,7 @@ class Recorder:
         self.files: set[str] = set()
         self.dropped = 0
 
-    def saw(self, path: Any) -> None:
+    def saw(self, path: object) -> None:
         if isinstance(path, bytes):
             path = os.fsdecode(path)
         if not isinstance(path, str) or not path:
@@ -60,7 +59,7 @@ class Recorder:
         return sorted(self.files)
 
 
-def _hook(event: str, args: tuple[Any, ...]) -> None:
+def _hook(event: str, args: tuple[object, ...]) -> None:
     if event not in _EVENTS or not _active or not args or getattr(_inside, "busy", False):
         return
     _inside.busy = True

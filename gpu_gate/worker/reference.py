@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..protocol import wire
 from ..protocol.cases import Case
@@ -37,6 +37,13 @@ from .calling import (call_with_grads, first_line, is_fatal, kwargs_for, normali
 from .loader import SpecImportError
 from .stubs import RepositoryCode
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+
+    import torch
+
+    from ..spec import Dim, Input
+
 
 class ReferenceSide:
     """The reference's computations on one materialized case (in-process; the server below hands
@@ -45,10 +52,11 @@ class ReferenceSide:
     def __init__(self, spec: Spec, device: str) -> None:
         self.spec, self.device = spec, device
 
-    def kwargs(self, case: Case) -> dict[str, Any]:
+    def kwargs(self, case: Case) -> dict[str, object]:
         return kwargs_for(self.spec, case.dims)
 
-    def reference(self, m: Materialized, upstream: dict[str, Any] | None, *, upcast: bool = True) -> dict[str, Any]:
+    def reference(self, m: Materialized, upstream: Mapping[str, torch.Tensor] | None, *, upcast: bool = True
+                  ) -> dict[str, object]:
         import torch
 
         inputs = reference_inputs(self.spec, m, upcast=upcast)
@@ -57,8 +65,8 @@ class ReferenceSide:
         with torch.no_grad():
             return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
 
-    def conditioning(self, m: Materialized, upstream: dict[str, Any] | None, *, storage: bool = False
-                     ) -> dict[str, Any]:
+    def conditioning(self, m: Materialized, upstream: Mapping[str, torch.Tensor] | None, *, storage: bool = False
+                     ) -> dict[str, object]:
         """The float64 reference on inputs moved by up to one ulp of the kernel's arithmetic,
         with the rounding of every operation put back in (see :mod:`gpu_gate.protocol.rounding`):
         how far a correct kernel computing in that precision, accumulating in the spec's declared
@@ -89,7 +97,8 @@ class ReferenceSide:
         """Whether the data's dtype is coarser than the kernel's arithmetic (bfloat16, float16, fp8)."""
         return unit_roundoff(m.case.dtype) > unit_roundoff(arithmetic_dtype(m.case.dtype))
 
-    def baseline(self, m: Materialized, upstream: dict[str, Any] | None, like: dict[str, Any]) -> dict[str, Any]:
+    def baseline(self, m: Materialized, upstream: Mapping[str, torch.Tensor] | None, like: Mapping[str, torch.dtype]
+                 ) -> dict[str, object]:
         """torch in the kernel's dtype; where torch has no kernel for that dtype on this device,
         the float32 result rounded to it (the best the dtype can represent)."""
         try:
@@ -99,8 +108,9 @@ class ReferenceSide:
                 raise
             return self.baseline_fp32(m, upstream, like)
 
-    def baseline_fp32(self, m: Materialized, upstream: dict[str, Any] | None, like: dict[str, Any]
-                      ) -> dict[str, Any]:
+    def baseline_fp32(self, m: Materialized, upstream: Mapping[str, torch.Tensor] | None,
+                      like: Mapping[str, torch.dtype]
+                      ) -> dict[str, object]:
         """The reference computed in (at least) float32 on the dtype's inputs, rounded to each
         output's dtype (``like``: output name to torch dtype)."""
         import torch
@@ -115,7 +125,7 @@ class ReferenceSide:
         return {k: (v.to(like[k]) if isinstance(like.get(k), torch.dtype) and isinstance(v, torch.Tensor) else v)
                 for k, v in outs.items()}
 
-    def upstream(self, m: Materialized, seed: int) -> dict[str, Any] | None:
+    def upstream(self, m: Materialized, seed: int) -> dict[str, dict[str, object]] | None:
         """The recipe of the upstream gradients (see :func:`.calling.upstream_recipe`), sized by a
         float64 forward of the reference (backward specs only)."""
         import torch
@@ -130,7 +140,7 @@ class ReferenceSide:
 
 def describe(spec: Spec) -> SpecDescription:
     """What the judge knows of a spec: everything but its functions."""
-    def plain(obj: Any) -> dict[str, Any]:
+    def plain(obj: Dim | Input) -> dict[str, object]:
         return {"kind": type(obj).__name__, **json.loads(json.dumps(dataclasses.asdict(obj)))}
 
     return SpecDescription(
@@ -164,7 +174,8 @@ class ReferenceServer:
         # ask, not only the first (a judge's probe may ask first and carry on)
         self.unavailable: str | None = None
         # the last case asked: its token and salt, inputs, upstream gradients' recipe and values
-        self._last: tuple[str, int, Materialized, dict[str, Any] | None, dict[str, Any] | None] | None = None
+        self._last: tuple[str, int, Materialized, dict[str, dict[str, object]] | None,
+                          dict[str, torch.Tensor] | None] | None = None
         self.spec = spec if spec is not None else self._load(isolate)
         self.side = ReferenceSide(self.spec, device)
 
@@ -176,7 +187,7 @@ class ReferenceServer:
                 spec = load_spec(self.job, self.repo_root, self.workdir, stub_repository=True,
                                  truth_root=self.truth_root)
                 self.isolated = True
-                return spec  # type: ignore[no-any-return]
+                return spec
             except Exception as exc:  # noqa: BLE001 - the spec needs the repository's code: import it for real
                 self.why = _why(exc)
         if self.isolate and self.truth_missing:  # the repository's code must be the base's, and it is not here
@@ -242,7 +253,8 @@ class ReferenceServer:
         why not, and whose tree the repository code it imported came from."""
         return self.isolated, self.why, "base" if self.truth_root is not None else "head"
 
-    def _case(self, request: CaseRequest) -> tuple[Materialized, dict[str, Any] | None, dict[str, Any] | None]:
+    def _case(self, request: CaseRequest
+              ) -> tuple[Materialized, dict[str, dict[str, object]] | None, dict[str, torch.Tensor] | None]:
         """The case's inputs, its upstream gradients' recipe and their values."""
         token, salt = request.case, request.salt
         if self._last is not None and self._last[:2] == (token, salt):
@@ -280,7 +292,7 @@ class ReferenceServer:
             return self._head_reference(request, up, blobs)
         return ErrorReply(request.op, "protocol", f"unknown request {request.op!r}"), []
 
-    def _head_reference(self, request: HeadReference, up: dict[str, Any] | None, blobs: wire.Blobs
+    def _head_reference(self, request: HeadReference, up: Mapping[str, torch.Tensor] | None, blobs: wire.Blobs
                         ) -> tuple[Reply, wire.Blobs]:
         """The head's spec's reference on the same case and upstream gradients, where this change
         rewrote it: the judge compares it with the base's (a rewritten truth is a weakened rule).

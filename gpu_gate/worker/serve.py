@@ -15,7 +15,7 @@ import sys
 import time
 import types
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..proc import alive_s
 from ..protocol import wire
@@ -23,6 +23,16 @@ from ..protocol.jobs import Job
 from ..protocol.messages import (Ahead, AheadDone, AheadDoneReply, AheadReply, Bye, ErrorReply, Finish, FinishReply,
                                  Load, LoadReply, Reply, Request, SpecImportReply, Stats, StatsReply, read_request)
 from ..protocol.roles import COMPILER
+
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from contextlib import AbstractContextManager
+
+    from ..spec import Spec
+    from . import reads
+    from .candidate import CandidateServer
+    from .kept_kernels import Seeding
+    from .reference import ReferenceServer
 
 
 class Handler(Protocol):
@@ -63,7 +73,7 @@ class Worker:
     ``finish`` (what the candidate launched)."""
 
     def __init__(self, role: str, context: dict[str, Any], workdir: Path, *, isolate: bool = True,
-                 borrow: Worker | None = None, seeding: Any = None) -> None:
+                 borrow: Worker | None = None, seeding: Seeding | None = None) -> None:
         """``borrow``: in one process, the worker whose imported spec this one uses (the spec
         module is imported once); ``seeding``: the copy of the kept kernels under way
         (see :mod:`.kept_kernels`), waited for before ``load`` answers."""
@@ -75,9 +85,9 @@ class Worker:
         self.truth_missing = str(context["truth_missing"]) if context.get("truth_missing") else None
         self.device = context.get("device") or _pick_device()
         self.job: Job | None = None
-        self.server: Any = None
+        self.server: ReferenceServer | CandidateServer | None = None
         self._recorders: Any = None
-        self._reads: Any = None  # the repository files the candidate opened (see worker.reads)
+        self._reads: reads.Recorder | None = None  # the repository files the candidate opened (see worker.reads)
         from .ahead import Ahead
 
         self.ahead = Ahead()  # the sibling that compiles the cases' kernels ahead (see worker.ahead)
@@ -92,7 +102,7 @@ class Worker:
 
             self._reads = reads.start(self.repo_root, ignore=workdir)  # before the spec's import: its module-level loads count
 
-    def load(self, job: Job, spec: Any = None) -> LoadReply | SpecImportReply:
+    def load(self, job: Job, spec: Spec | None = None) -> LoadReply | SpecImportReply:
         """Import the job's spec (again, for a job whose spec changed: the head's after the base's)."""
         from .loader import SpecImportError
 
@@ -318,7 +328,7 @@ def _pick_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def serve(sock: socket.socket, worker: Handler, settings: Any = None) -> None:
+def serve(sock: socket.socket, worker: Handler, settings: AbstractContextManager[object] | None = None) -> None:
     """Answer the judge until it says goodbye; ``settings``: what the answers run under (torch's
     deterministic settings unless given: the compile worker runs no tensor code)."""
     if settings is None:
@@ -340,7 +350,7 @@ def serve(sock: socket.socket, worker: Handler, settings: Any = None) -> None:
                 return
 
 
-def answer(worker: Handler, header: dict[str, Any], blobs: list[bytearray]) -> tuple[Reply | None, wire.Blobs]:
+def answer(worker: Handler, header: Mapping[str, object], blobs: list[bytearray]) -> tuple[Reply | None, wire.Blobs]:
     """The worker's reply to a request (None: goodbye). A request that does not parse is answered
     with a protocol error, which the judge reports."""
     op = header.get("op")

@@ -15,11 +15,14 @@ import dataclasses
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from . import tritonc
 from ..protocol.archs import arch_number, lint_arch
 from .tritonlaunch import Launch
+
+if TYPE_CHECKING:
+    from .tritonc import JitFunction
 
 MAX_COMPILED = 16  # distinct specializations compiled per job (each one costs a compile per arch)
 # Compiles at once: Triton's passes and ptxas run outside the GIL for most of their time. Measured on
@@ -49,7 +52,7 @@ Built = dict[tuple[tuple[str, ...], str], tritonc.TritonBuild]  # (launch key, a
 
 
 def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known: Built | None = None,
-                     root: str = "") -> dict[str, Any]:
+                     root: str = "") -> dict[str, Any]:  # JSON, as FinishReply.compile holds it
     """Compile each launched specialization for each of ``archs`` (normalised, ``sm_90``):
     ``{"rows": [...], "errors": [...], "ptx": [...], "root": ..., "not_compiled": n}``, rows and
     errors in the order of the launches and the archs, whatever the threads' timing; ``ptx``: the
@@ -58,8 +61,9 @@ def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known
     process sees it (the PTX names source files by that path). ``known``: builds already made for
     the same launch and arch (by the worker's compiling sibling, see :mod:`.ahead`), taken as they are."""
     compilable = [(rel, launch) for rel, launch in launches if launch.fn is not None]
-    configs = [(rel, launch,
-                tritonc.launched_config(launch.fn, launch.compile_constexprs, launch.signature, launch.options))
+    configs = [(rel, launch,  # (the casts: a compilable launch has its fn)
+                tritonc.launched_config(cast("JitFunction", launch.fn), launch.compile_constexprs, launch.signature,
+                                        launch.options))
                for rel, launch in compilable[:MAX_COMPILED]]
     tasks = [(rel, launch, config, arch) for rel, launch, config in configs for arch in archs]
     known = known or {}
@@ -70,7 +74,7 @@ def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known
         if done is not None:
             return done
         try:
-            return tritonc.compile_kernel(launch.fn, config, arch_number(arch))
+            return tritonc.compile_kernel(cast("JitFunction", launch.fn), config, arch_number(arch))
         except Exception as exc:  # noqa: BLE001 - Triton raises many types for a compile error
             return exc
 
@@ -80,9 +84,9 @@ def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known
         builds = list(pool.map(build, tasks))  # in the order of the tasks: the report does not depend on timing
     if threads > 1:  # a failure is reported only if it fails alone too: never one of compiling side by side
         builds = [build(task) if isinstance(built, Exception) else built for task, built in zip(tasks, builds)]
-    rows: list[dict[str, Any]] = []
-    errors: list[dict[str, Any]] = []
-    ptx: list[dict[str, Any]] = []
+    rows: list[dict[str, object]] = []
+    errors: list[dict[str, object]] = []
+    ptx: list[dict[str, object]] = []
     read = lint_arch(archs) if archs else None
     ptx_left_out = ptx_bytes = 0
     for (rel, launch, _, arch), built in zip(tasks, builds):
@@ -107,7 +111,7 @@ def compile_launched(launches: list[tuple[str, Launch]], archs: list[str], known
             "not_compiled": max(0, len(compilable) - MAX_COMPILED)}
 
 
-def build_ahead(launches: list[tuple[str, Launch]], archs: list[str], threads: int) -> list[dict[str, Any]]:
+def build_ahead(launches: list[tuple[str, Launch]], archs: list[str], threads: int) -> list[dict[str, object]]:
     """In the compiling sibling (see :mod:`.ahead`): compile the launches its dry runs made, for
     ``archs``, as :func:`compile_launched` would, so that the worker's ``finish`` finds them built.
     Only what compiled is listed (a failure is compiled again, and reported, by the worker)."""
@@ -115,11 +119,12 @@ def build_ahead(launches: list[tuple[str, Launch]], archs: list[str], threads: i
     tasks = [(launch, arch) for launch in compilable for arch in archs]
     read = lint_arch(archs) if archs else None
 
-    def build(task: tuple[Launch, str]) -> dict[str, Any] | None:
+    def build(task: tuple[Launch, str]) -> dict[str, object] | None:
         launch, arch = task
         try:
-            config = tritonc.launched_config(launch.fn, launch.compile_constexprs, launch.signature, launch.options)
-            built = tritonc.compile_kernel(launch.fn, config, arch_number(arch))
+            fn = cast("JitFunction", launch.fn)  # a compilable launch has its fn
+            config = tritonc.launched_config(fn, launch.compile_constexprs, launch.signature, launch.options)
+            built = tritonc.compile_kernel(fn, config, arch_number(arch))
         except Exception:  # noqa: BLE001 - the worker compiles it again and reports the error
             return None
         return {"key": list(launch.key), "arch": arch, "name": built.name,
@@ -130,7 +135,7 @@ def build_ahead(launches: list[tuple[str, Launch]], archs: list[str], threads: i
         return [b for b in pool.map(build, tasks) if b is not None]
 
 
-def builds_from_json(data: Any) -> Built:
+def builds_from_json(data: object) -> Built:
     """The sibling's builds, read back field by field; what does not read is left out (compiled
     again by the worker)."""
     from ..cuda.nvcc import KernelResources

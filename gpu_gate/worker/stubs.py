@@ -17,7 +17,7 @@ import os
 import sys
 import types
 from collections.abc import Sequence
-from typing import Any
+from typing import NoReturn
 
 
 class RepositoryCode(Exception):
@@ -30,15 +30,15 @@ class Stub:
     def __init__(self, name: str) -> None:
         object.__setattr__(self, "_gg_name", name)
 
-    def __getattr__(self, attr: str) -> Any:
+    def __getattr__(self, attr: str) -> Stub:
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
         return Stub(f"{object.__getattribute__(self, '_gg_name')}.{attr}")
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: object, **kwargs: object) -> NoReturn:
         raise RepositoryCode(object.__getattribute__(self, "_gg_name"))
 
-    def _use(self, *args: Any, **kwargs: Any) -> Any:
+    def _use(self, *args: object, **kwargs: object) -> NoReturn:
         raise RepositoryCode(object.__getattribute__(self, "_gg_name"))
 
     __int__ = __float__ = __index__ = __bool__ = __iter__ = __len__ = __getitem__ = _use
@@ -50,7 +50,7 @@ class Stub:
 
 
 class _StubModule(types.ModuleType):
-    def __getattr__(self, attr: str) -> Any:
+    def __getattr__(self, attr: str) -> Stub:
         if attr.startswith("__") and attr.endswith("__"):
             raise AttributeError(attr)
         return Stub(f"{self.__name__}.{attr}")
@@ -74,7 +74,8 @@ class Finder(importlib.abc.MetaPathFinder):
         self.keep = set(keep)
         self.stubbed: list[str] = []
 
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+    def find_spec(self, name: str, path: Sequence[str] | None = None, target: types.ModuleType | None = None
+                  ) -> importlib.machinery.ModuleSpec | None:
         if name in self.keep:
             return None
         parent = name.rpartition(".")[0]

@@ -15,7 +15,7 @@ import re
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from .. import proc
 from ..cuda.nvcc import KernelResources, parse_resources
@@ -27,14 +27,22 @@ _INT_NAME = re.compile(r"^(n|m|k|N|M|K|B|H|D|L|T|V)$|stride|numel|(^|_)(n|num|le
 _PTR_NAME = re.compile(r"ptr|^(x|y|z|a|b|c|o|out|output|input|inp|src|dst|w|weight|bias|grad\w*)$", re.I)
 _ANNOTATION_TYPES = {"int": "i32", "float": "fp32", "bool": "i1"}
 
+if TYPE_CHECKING:
+    from collections.abc import Mapping
+    from types import FunctionType, ModuleType
+
+    class JitFunction(Protocol):
+        """``triton.runtime.jit.JITFunction``, as far as gpu-gate reads it (Triton ships no types)."""
+        fn: FunctionType  # the kernel's Python function
+
 
 @dataclasses.dataclass(frozen=True)
 class TritonConfig:
     signature: dict[str, str]
-    constexprs: dict[str, Any]
+    constexprs: dict[str, object]
     guessed: bool = False  # the signature was derived, not given by the policy
     missing: tuple[str, ...] = ()  # constexpr parameters with no value: the kernel cannot be compiled
-    options: dict[str, Any] = dataclasses.field(default_factory=dict)  # num_warps, num_stages, ...
+    options: dict[str, object] = dataclasses.field(default_factory=dict)  # num_warps, num_stages, ...
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,11 +52,11 @@ class TritonBuild:
     resources: list[KernelResources]
 
 
-def import_kernels(path: Path, repo_root: Path, python_path: tuple[str, ...] = ("",)) -> dict[str, Any]:
+def import_kernels(path: Path, repo_root: Path, python_path: tuple[str, ...] = ("",)) -> dict[str, JitFunction]:
     """The ``@triton.jit`` functions defined in ``path``, by name (autotune/heuristics unwrapped).
     ``python_path``: the policy's import roots (a src/ layout's ``src``), as the specs import."""
     module = _import_file(path, repo_root, python_path)
-    found: dict[str, Any] = {}
+    found: dict[str, JitFunction] = {}
     for value in vars(module).values():
         fn = _unwrap(value)
         if fn is None:
@@ -66,7 +74,7 @@ def _dotted_root(path: Path, repo_root: Path, python_path: tuple[str, ...]) -> P
     return max(under, key=lambda r: len(r.parts)) if under else repo_root.resolve()
 
 
-def _import_file(path: Path, repo_root: Path, python_path: tuple[str, ...] = ("",)) -> Any:
+def _import_file(path: Path, repo_root: Path, python_path: tuple[str, ...] = ("",)) -> ModuleType:
     from .loader import user_path
 
     user_path(repo_root, python_path)  # behind the standard library, never ahead of it
@@ -87,22 +95,22 @@ def _import_file(path: Path, repo_root: Path, python_path: tuple[str, ...] = (""
     return module
 
 
-def _unwrap(value: Any) -> Any:
+def _unwrap(value: object) -> JitFunction | None:
     from triton.runtime.jit import JITFunction
 
     for _ in range(8):
         if isinstance(value, JITFunction):
-            return value
+            return cast("JitFunction", value)
         value = getattr(value, "fn", None)
         if value is None:
             return None
     return None
 
 
-def default_config(fn: Any) -> TritonConfig:
+def default_config(fn: JitFunction) -> TritonConfig:
     """A signature from annotations, parameter names and defaults; constexprs from defaults."""
     signature: dict[str, str] = {}
-    constexprs: dict[str, Any] = {}
+    constexprs: dict[str, object] = {}
     missing: list[str] = []
     for name, param in inspect.signature(fn.fn).parameters.items():
         annotation = param.annotation
@@ -117,12 +125,12 @@ def default_config(fn: Any) -> TritonConfig:
     return TritonConfig(signature, constexprs, guessed=True, missing=tuple(missing))
 
 
-def _is_constexpr(annotation: Any) -> bool:
+def _is_constexpr(annotation: object) -> bool:
     text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
     return "constexpr" in str(text)
 
 
-def _guess_type(name: str, annotation: Any) -> str:
+def _guess_type(name: str, annotation: object) -> str:
     if isinstance(annotation, str) and (annotation.startswith("*") or re.fullmatch(r"[iuf]\w*\d+|bf16|fp8\w*", annotation)):
         return annotation
     key = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", "")
@@ -133,7 +141,7 @@ def _guess_type(name: str, annotation: Any) -> str:
     return "*fp32"
 
 
-def config_from_options(fn: Any, given: dict[str, Any]) -> TritonConfig:
+def config_from_options(fn: JitFunction, given: dict[str, Any]) -> TritonConfig:
     """The policy's ``{"signature": {...}, "constexprs": {...}}``, completed with defaults."""
     base = default_config(fn)
     signature = dict(base.signature)
@@ -147,7 +155,7 @@ def config_from_options(fn: Any, given: dict[str, Any]) -> TritonConfig:
     return TritonConfig(signature, constexprs, guessed=guessed, missing=missing)
 
 
-def compile_kernel(fn: Any, config: TritonConfig, cc: int, *, ptxas_timeout: float = 120) -> TritonBuild:
+def compile_kernel(fn: JitFunction, config: TritonConfig, cc: int, *, ptxas_timeout: float = 120) -> TritonBuild:
     """Compile for ``sm_<cc>``; raises whatever Triton raises on a compile error."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -192,8 +200,8 @@ def triton_ptxas(cc: int) -> str | None:
     return str(bundled) if bundled.is_file() else None
 
 
-def launched_config(fn: Any, constexprs: dict[str, Any], signature: dict[str, str],
-                    options: dict[str, Any] | None = None) -> TritonConfig:
+def launched_config(fn: JitFunction, constexprs: Mapping[str, object], signature: dict[str, str],
+                    options: Mapping[str, object] | None = None) -> TritonConfig:
     """The configuration of a recorded launch (see :mod:`.tritonlaunch`): every value known."""
     full: dict[str, str] = {}
     for name in inspect.signature(fn.fn).parameters:

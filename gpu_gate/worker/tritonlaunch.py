@@ -19,13 +19,20 @@ import contextlib
 import dataclasses
 import inspect
 import threading
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, ClassVar, Protocol, Union
+
+if TYPE_CHECKING:
+    from .tritonc import JitFunction
+
+    class _Launching(Protocol):  # JITFunction, InterpretedFunction
+        run: ClassVar[Callable[..., object]]
 
 # torch dtype name -> Triton's signature type for a pointer to it
 POINTER_TYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16", "float64": "fp64",
                  "float8_e4m3fn": "fp8e4nv", "float8_e5m2": "fp8e5", "int64": "i64", "int32": "i32",
                  "int16": "i16", "int8": "i8", "uint8": "u8", "bool": "i1"}
+Plain = Union[bool, int, float, str, None]  # a constexpr value as JSON data
 OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # launch options that change the compiled code
 
 
@@ -33,16 +40,17 @@ OPTIONS = ("num_warps", "num_stages", "num_ctas", "maxnreg")  # launch options t
 class Launch:
     file: str  # the kernel's source file, as Python reports it
     function: str
-    constexprs: dict[str, Any]
+    constexprs: dict[str, Plain]
     signature: dict[str, str]  # non-constexpr arguments: "*fp32", "i32", "fp32", ...
-    options: dict[str, Any]
-    fn: Any = dataclasses.field(default=None, repr=False, compare=False)  # the JITFunction, to compile it again
+    options: dict[str, object]  # ints
+    # the JITFunction, to compile it again
+    fn: JitFunction | None = dataclasses.field(default=None, repr=False, compare=False)
     count: int = 1
     # the constexprs as the call passed them (a tl.dtype stays one), to compile it again; never sent
-    values: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    values: dict[str, object] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     @property
-    def compile_constexprs(self) -> dict[str, Any]:
+    def compile_constexprs(self) -> dict[str, object]:
         """The constexprs to compile this specialization with: the values the call passed where
         known (``constexprs`` has them as JSON text: ``X_dtype=tl.float32`` is ``"fp32"`` there,
         which Triton would take for a string)."""
@@ -53,7 +61,7 @@ class Launch:
         return (self.file, self.function, repr(sorted(self.constexprs.items())), repr(sorted(self.signature.items())),
                 repr(sorted(self.options.items())))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {"file": self.file, "function": self.function, "constexprs": dict(self.constexprs),
                 "signature": dict(self.signature), "options": dict(self.options), "count": self.count}
 
@@ -80,7 +88,7 @@ class Recorder:
 
 
 _ACTIVE: list[Recorder] = []
-_SAVED: dict[Any, Any] = {}  # class -> its original run
+_SAVED: dict[type[_Launching], Callable[..., object]] = {}  # class -> its original run
 
 
 @contextlib.contextmanager
@@ -107,7 +115,7 @@ def stop(rec: Recorder) -> None:
         _uninstall()
 
 
-def _launch_classes() -> list[Any]:
+def _launch_classes() -> list[type[_Launching]]:
     found = []
     try:
         from triton.runtime.jit import JITFunction
@@ -131,7 +139,8 @@ def _install() -> None:
         original = cls.run
         _SAVED[cls] = original
 
-        def run(self: Any, *args: Any, __original: Any = original, **kwargs: Any) -> Any:
+        def run(self: object, *args: object, __original: Callable[..., object] = original,
+                **kwargs: object) -> object:
             result = __original(self, *args, **kwargs)
             if _ACTIVE and not kwargs.get("warmup"):
                 launch = describe(self, args, kwargs)
@@ -149,7 +158,7 @@ def _uninstall() -> None:
         del _SAVED[cls]
 
 
-def describe(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Launch | None:
+def describe(kernel: object, args: tuple[object, ...], kwargs: Mapping[str, object]) -> Launch | None:
     """The specialization of one launch; None when the arguments cannot be read (then the
     launch is simply not listed: recording never breaks a launch)."""
     fn = getattr(kernel, "fn", None)
@@ -162,8 +171,8 @@ def describe(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Laun
         bound.apply_defaults()
     except (TypeError, ValueError):
         return None
-    constexprs: dict[str, Any] = {}
-    values: dict[str, Any] = {}
+    constexprs: dict[str, Plain] = {}
+    values: dict[str, object] = {}
     signature: dict[str, str] = {}
     for name, param in sig.parameters.items():
         if name not in bound.arguments:
@@ -179,12 +188,12 @@ def describe(kernel: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Laun
                   values=values)
 
 
-def _is_constexpr(annotation: Any) -> bool:
+def _is_constexpr(annotation: object) -> bool:
     text = annotation if isinstance(annotation, str) else getattr(annotation, "__name__", repr(annotation))
     return "constexpr" in str(text)
 
 
-def _jit_function(kernel: Any) -> Any:
+def _jit_function(kernel: object) -> JitFunction | None:
     try:
         from triton.runtime.jit import JITFunction
     except ImportError:
@@ -192,7 +201,7 @@ def _jit_function(kernel: Any) -> Any:
     return kernel if isinstance(kernel, JITFunction) else None
 
 
-def _plain(value: Any) -> Any:
+def _plain(value: object) -> Plain:
     """A constexpr value as JSON data (tl.dtype and other objects by their text)."""
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
@@ -202,7 +211,7 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def arg_type(value: Any) -> str:
+def arg_type(value: object) -> str:
     """Triton's signature type of a runtime argument, as triton.compile spells it."""
     dtype = getattr(value, "dtype", None)
     if dtype is not None and hasattr(value, "data_ptr"):

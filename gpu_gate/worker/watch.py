@@ -6,9 +6,16 @@ from __future__ import annotations
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..protocol.guard import Guarded, contiguous_stride, guarded_strided, poison_value
+
+if TYPE_CHECKING:
+    from typing import TypeVar
+
+    import torch
+
+    _T = TypeVar("_T")
 
 _active = threading.local()
 
@@ -34,7 +41,8 @@ class OutputWatch:
         _active.watch = None
 
 
-def guarded_empty(shape: tuple[Any, ...], *, dtype: Any = None, device: Any = None) -> Any:
+def guarded_empty(shape: tuple[Any, ...], *, dtype: torch.dtype | None = None,
+                  device: torch.device | str | int | None = None) -> Any:  # a torch.Tensor (Guarded.view)
     import torch
 
     if len(shape) == 1 and isinstance(shape[0], (tuple, list, torch.Size)):
@@ -80,8 +88,8 @@ class SideStreams:
         self.device = device
         self.delay = delay
         self.used: set[int] = set()
-        self._undo: list[Any] = []
-        self._launching_on: Any = None
+        self._undo: list[Callable[[], object]] = []
+        self._launching_on: Callable[[int], None] | None = None
 
     def __enter__(self) -> SideStreams:
         if self.device != "cuda":
@@ -94,12 +102,12 @@ class SideStreams:
         caller = torch.cuda.current_stream()
         set_stream = torch.cuda.set_stream
 
-        def switched(stream: Any) -> None:
+        def switched(stream: torch.cuda.Stream | None) -> None:
             if stream is not None and getattr(stream, "stream_id", None) != caller.stream_id:
                 self.used.add(int(stream.stream_id))
                 sleep(SIDE_STREAM_DELAY_CYCLES)  # queued on the stream just made current
 
-        def watched_set_stream(stream: Any) -> None:
+        def watched_set_stream(stream: torch.cuda.Stream) -> None:
             set_stream(stream)
             switched(stream)
 
@@ -118,12 +126,12 @@ class SideStreams:
             finally:
                 set_stream(current)
 
-        raw = getattr(torch._C, "_cuda_setStream", None)
+        raw: Callable[..., None] | None = getattr(torch._C, "_cuda_setStream", None)
         if raw is not None:
             # Every way torch makes a stream current (torch.cuda.set_stream, torch.cuda.stream,
             # ``with stream:``) ends in this one function, and so does a candidate that calls it
             # directly: watching it watches them all.
-            def watched_raw(*args: Any, **kwargs: Any) -> Any:
+            def watched_raw(*args: int, **kwargs: int) -> None:  # stream_id, device_index, device_type
                 result = raw(*args, **kwargs)
                 sid = kwargs.get("stream_id", args[0] if args else None)
                 if sid is not None and sid != caller.stream_id and sid not in self.used:
@@ -148,14 +156,14 @@ class SideStreams:
         self._undo.append(lambda: setattr(_active, "side_streams", None))
         return self
 
-    def _wrap(self, cls: Any, name: str, after: Callable[[Any], None]) -> None:
+    def _wrap(self, cls: type[_T], name: str, after: Callable[[_T], None]) -> None:
         """Make ``cls.name`` call ``after(self)`` once it has run, until the watch ends."""
         inherited = getattr(cls, name, None)
         if inherited is None:
             return
         own = cls.__dict__.get(name)
 
-        def wrapped(obj: Any, *args: Any, **kwargs: Any) -> Any:
+        def wrapped(obj: _T, *args: object, **kwargs: object) -> object:
             result = inherited(obj, *args, **kwargs)
             after(obj)
             return result
