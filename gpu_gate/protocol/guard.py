@@ -29,7 +29,7 @@ def canary_bytes(n: int, phase: int = 0) -> bytes:
     return (CANARY * (n // 2 + 2))[phase % 2:phase % 2 + n]
 
 
-def _canary_tensor(n: int, phase: int, device: torch.device | str) -> torch.Tensor:
+def _canary_tensor(n: int, phase: int, device: torch.device | str | int | None) -> torch.Tensor:
     """The canary as a uint8 tensor on ``device``, made there (a buffer may be gigabytes)."""
     import torch
 
@@ -99,7 +99,7 @@ def _storage_elems(shape: tuple[int, ...], stride: tuple[int, ...], offset: int)
 
 
 def guarded_strided(name: str, shape: tuple[int, ...], stride: tuple[int, ...], offset: int,
-                    dtype: torch.dtype, device: torch.device | str) -> Guarded:
+                    dtype: torch.dtype, device: torch.device | str | int | None) -> Guarded:
     import torch
 
     itemsize = torch.empty((), dtype=dtype).element_size()

@@ -40,6 +40,8 @@ from .stubs import RepositoryCode
 if TYPE_CHECKING:
     from collections.abc import Mapping
 
+    from ..protocol.wire import Json
+
     import torch
 
     from ..spec import Dim, Input
@@ -140,7 +142,7 @@ class ReferenceSide:
 
 def describe(spec: Spec) -> SpecDescription:
     """What the judge knows of a spec: everything but its functions."""
-    def plain(obj: Dim | Input) -> dict[str, object]:
+    def plain(obj: Dim | Input) -> dict[str, Json]:
         return {"kind": type(obj).__name__, **json.loads(json.dumps(dataclasses.asdict(obj)))}
 
     return SpecDescription(

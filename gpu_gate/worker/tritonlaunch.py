@@ -20,9 +20,10 @@ import dataclasses
 import inspect
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, ClassVar, Protocol, Union
+from typing import TYPE_CHECKING, ClassVar, Protocol, Union, cast
 
 if TYPE_CHECKING:
+    from ..protocol.wire import Json
     from .tritonc import JitFunction
 
     class _Launching(Protocol):  # JITFunction, InterpretedFunction
@@ -61,9 +62,10 @@ class Launch:
         return (self.file, self.function, repr(sorted(self.constexprs.items())), repr(sorted(self.signature.items())),
                 repr(sorted(self.options.items())))
 
-    def to_json(self) -> dict[str, object]:
+    def to_json(self) -> dict[str, Json]:
+        options = cast("dict[str, Json]", dict(self.options))  # ints (what Triton's launch options hold)
         return {"file": self.file, "function": self.function, "constexprs": dict(self.constexprs),
-                "signature": dict(self.signature), "options": dict(self.options), "count": self.count}
+                "signature": dict(self.signature), "options": options, "count": self.count}
 
 
 class Recorder:
