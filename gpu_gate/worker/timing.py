@@ -4,9 +4,15 @@ Each timed run gets fresh copies of the case's inputs (new addresses: a kernel o
 by pointer, or keeps a previous result, cannot answer from it) and of the upstream gradient, made
 before the clock starts; on a GPU the L2 cache is overwritten first (a buffer twice its size,
 zeroed), so every run reads its inputs from memory as a training step would; then only the call is
-timed, with CUDA events on the caller's stream, or the wall clock on the CPU. The same worker code
-times the base's code and the head's, so what is left over (the wrapper's Python, allocations) is
-alike on both sides."""
+timed, with CUDA events on the caller's stream, or the wall clock on the CPU.
+
+On a GPU the events measure the GPU's time, not the host's: before the start event the stream is
+held by a short spin on the GPU (``torch.cuda._sleep``), twice as long as the host took to queue the
+call in the warm-up runs, so the call's kernels are all queued when the clock starts. Without it, a
+kernel of tens of microseconds is timed as its Python wrapper's queueing, which differs between two
+processes by more than the kernel does (on an H200 the same Triton kernel in the base's worker and the
+head's measured 0.77x, its interval excluding 1). A wrapper that waits for the GPU itself (a
+``.item()``, a synchronize) still pays for that wait, as it does in training."""
 from __future__ import annotations
 
 import time
@@ -19,6 +25,9 @@ if TYPE_CHECKING:
     import torch
 
 FLUSH_FALLBACK = 256 << 20  # bytes overwritten where the device does not say its L2 size
+QUEUE_MIN_S = 1e-4  # the GPU's spin before a timed call: at least 0.1 ms ...
+QUEUE_MAX_S = 0.05  # ... and at most 50 ms (a wrapper that queues for longer is timed partly as its queueing)
+FALLBACK_MHZ = 2000.0  # the SM clock assumed where the driver does not say it (the spin is then longer or shorter)
 
 
 def time_calls(request: Time, device: str, inputs: Mapping[str, torch.Tensor],
@@ -29,16 +38,25 @@ def time_calls(request: Time, device: str, inputs: Mapping[str, torch.Tensor],
     import torch
 
     flush = _flush_buffer(device) if request.flush else None
+    sleep = getattr(torch.cuda, "_sleep", None) if device == "cuda" else None
+    hz = (_clock_mhz(device) or FALLBACK_MHZ) * 1e6
+    queueing = QUEUE_MIN_S  # the longest the host took to queue one call in the warm-up runs
+    warmup = max(1, request.warmup)
     seconds: list[float] = []
-    for i in range(request.warmup + request.repeats):
+    for i in range(warmup + request.repeats):
         given = {k: copy(v) for k, v in inputs.items()} if request.fresh else dict(inputs)
         if device == "cuda":
             if flush is not None:
                 flush.zero_()
+            if sleep is not None:
+                sleep(int(min(QUEUE_MAX_S, 2 * queueing) * hz))
             start = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]  # torch's stub
             end = torch.cuda.Event(enable_timing=True)  # type: ignore[no-untyped-call]
             start.record()
+            t0 = time.perf_counter()
             run(given)
+            if i < warmup:
+                queueing = max(queueing, time.perf_counter() - t0)
             end.record()
             end.synchronize()
             took = start.elapsed_time(end) / 1e3
@@ -46,7 +64,7 @@ def time_calls(request: Time, device: str, inputs: Mapping[str, torch.Tensor],
             t0 = time.perf_counter()
             run(given)
             took = time.perf_counter() - t0
-        if i >= request.warmup:
+        if i >= warmup:
             seconds.append(max(took, 1e-9))
         del given
     return Timed(tuple(seconds), "cuda-events" if device == "cuda" else "wall", _clock_mhz(device),

@@ -169,6 +169,8 @@ class Speed:
         how = ", ".join(sorted(self.how)) or "?"
         setting = (f"{self.rounds} interleaved rounds per case, each side's figure the median of {self.repeats} "
                    f"timed runs ({how}"
+                   + ("; the GPU's time of the call, queued behind a short GPU spin so that the host's queueing "
+                      "is not timed" if "cuda-events" in self.how else "")
                    + (f"; fresh input buffers each run" if self.fresh else "")
                    + (f"; L2 flushed ({self.flushed >> 20} MiB overwritten) before each run" if self.flushed else "")
                    + (f"; SM clock {min(self.clocks):.0f}-{max(self.clocks):.0f} MHz" if self.clocks else "")
