@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..policy import Policy
@@ -16,7 +16,7 @@ _IGNORED_PREFIXES = ("cache.", "reports.", "runner.labels", "runner.gpus", "runn
                      "checks.equivalence.shrink")
 
 
-def flatten(value: Any, prefix: str = "") -> Flat:
+def flatten(value: object, prefix: str = "") -> Flat:
     if isinstance(value, dict):
         out: Flat = {}
         for key, item in value.items():
@@ -44,7 +44,7 @@ def _judge(key: str) -> Judge:
     return _neutral
 
 
-def _neutral(old: Any, new: Any) -> tuple[Direction, str]:
+def _neutral(old: object, new: object) -> tuple[Direction, str]:
     return "changed", ""
 
 
@@ -70,7 +70,7 @@ def _more_is_looser(old: Any, new: Any) -> tuple[Direction, str]:
     return ("weakened" if new > old else "tightened"), factor
 
 
-def _fixed_tolerance(old: Any, new: Any) -> tuple[Direction, str]:
+def _fixed_tolerance(old: object, new: object) -> tuple[Direction, str]:
     if old is None:  # the baseline-relative rule replaced by a fixed atol/rtol
         return "weakened", " (a fixed tolerance instead of the baseline-relative rule)"
     if new is None:
@@ -78,15 +78,15 @@ def _fixed_tolerance(old: Any, new: Any) -> tuple[Direction, str]:
     return _more_is_looser(old, new)
 
 
-def _true_is_stricter(old: Any, new: Any) -> tuple[Direction, str]:
+def _true_is_stricter(old: object, new: object) -> tuple[Direction, str]:
     return ("tightened" if new else "weakened"), ""
 
 
-def _true_is_looser(old: Any, new: Any) -> tuple[Direction, str]:
+def _true_is_looser(old: object, new: object) -> tuple[Direction, str]:
     return ("weakened" if new else "tightened"), ""
 
 
-def _fewer_is_looser(old: Any, new: Any) -> tuple[Direction, str]:
+def _fewer_is_looser(old: Sequence[object] | None, new: Sequence[object] | None) -> tuple[Direction, str]:
     """Lists that select what is checked; None means all (dtypes, dists, layouts)."""
     if old is None:
         return "weakened", " (narrowed from all)"
@@ -98,7 +98,7 @@ def _fewer_is_looser(old: Any, new: Any) -> tuple[Direction, str]:
     return ("tightened" if added else "changed"), ""
 
 
-def _more_is_looser_list(old: Any, new: Any) -> tuple[Direction, str]:
+def _more_is_looser_list(old: Sequence[object] | None, new: Sequence[object] | None) -> tuple[Direction, str]:
     """Exclusion lists: an added entry checks less."""
     added = [v for v in new or () if v not in (old or ())]
     if added:
@@ -106,7 +106,7 @@ def _more_is_looser_list(old: Any, new: Any) -> tuple[Direction, str]:
     return "tightened", ""
 
 
-def _more_taken(old: Any, new: Any) -> tuple[Direction, str]:
+def _more_taken(old: Sequence[object] | None, new: Sequence[object] | None) -> tuple[Direction, str]:
     """setup_outputs: an added glob lets the jobs run more of what a build step wrote in the work tree."""
     added = [v for v in new or () if v not in (old or ())]
     if added:
@@ -114,13 +114,13 @@ def _more_taken(old: Any, new: Any) -> tuple[Direction, str]:
     return "tightened", ""
 
 
-def _seed(old: Any, new: Any) -> tuple[Direction, str]:
+def _seed(old: object, new: object) -> tuple[Direction, str]:
     if old is None:
         return "weakened", " (the same inputs on every run: a kernel can be fitted to them)"
     return ("tightened", " (fresh inputs on every run)") if new is None else ("changed", "")
 
 
-def _tool(old: Any, new: Any) -> tuple[Direction, str]:
+def _tool(old: object, new: object) -> tuple[Direction, str]:
     return "weakened", " (a tool path chosen by this change: the tool decides what the sanitizer sees)"
 
 
@@ -165,11 +165,11 @@ _JUDGES: list[tuple[str, Judge]] = [
 ]
 
 
-def _numbers(*values: Any) -> bool:
+def _numbers(*values: object) -> bool:
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in values)
 
 
-def _show(value: Any) -> str:
+def _show(value: object) -> str:
     if value is None:
         return "null"
     if isinstance(value, bool):

@@ -100,7 +100,7 @@ def _tolerance(base: SpecRules, head: SpecRules, ctx: Context, add: Add) -> None
                                                                                          f"{a:g} -> {b:g}", "tolerance")
 
 
-def _tol(value: Any) -> dict[str, object]:
+def _tol(value: object) -> dict[str, object]:
     if not isinstance(value, dict):
         return {}
     args = value.get("args") or []
@@ -126,7 +126,7 @@ def _dims(base: SpecRules, head: SpecRules, add: Add) -> None:
             _dim(name, _dim_fields(old[name]), _dim_fields(new[name]), add)
 
 
-def _dim_fields(value: Any) -> dict[str, object]:
+def _dim_fields(value: object) -> dict[str, object]:
     if not isinstance(value, dict):
         return {"raw": value}
     args = list(value.get("args") or [])
@@ -182,7 +182,7 @@ def _inputs(base: SpecRules, head: SpecRules, add: Add) -> None:
             add("changed", f"input {name!r} shape or kind changed", "inputs")
 
 
-def _input_fields(value: Any) -> dict[str, object]:
+def _input_fields(value: object) -> dict[str, object]:
     if not isinstance(value, dict):
         return {}
     args = list(value.get("args") or [])
@@ -256,7 +256,7 @@ def _mutates(base: SpecRules, head: SpecRules, add: Add) -> None:
 def _producer(base: SpecRules, head: SpecRules, add: Add) -> None:
     """``producer=`` names inputs another kernel writes just before the call: one no longer named
     is no longer checked for a read before its producer finished (weakened)."""
-    def names(v: Any) -> Any:
+    def names(v: object) -> object:
         return [v] if isinstance(v, str) else v
 
     old, new = names(base.literal("producer", [])), names(head.literal("producer", []))
@@ -322,5 +322,5 @@ def reference_calls_code_under_review(head: SpecRules, ctx: Context, base: SpecR
     return out
 
 
-def _num(value: Any) -> TypeGuard[float]:
+def _num(value: object) -> TypeGuard[float]:
     return isinstance(value, (int, float)) and not isinstance(value, bool)

@@ -22,7 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
 
 # Machine epsilon per dtype; floors are small multiples of it. One table, keyed by dtype.
 EPS = {"float64": 2.2e-16, "float32": 1.19e-7, "float16": 9.77e-4, "bfloat16": 7.81e-3,
@@ -36,7 +39,7 @@ UNUSABLE_FACTOR = 16.0  # torch's own error beyond 16 epsilons: its low-precisio
 WITNESS_FACTOR = 16.0  # torch's own low-precision deviation still counts within 16x the storage envelope's draw
 
 
-def storage_witness(ref: Any, low: Any, stored: Any) -> Any:
+def storage_witness(ref: Any, low: object, stored: object) -> object:
     """The storage envelope's perturbed reference, with torch's own low-precision result put in where it
     is the larger deviation and still of the size of the rounding of stored intermediates (at most
     :data:`WITNESS_FACTOR` times the envelope's draw there).
@@ -102,7 +105,7 @@ class Comparison:
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-def dtype_name(t: Any) -> str:
+def dtype_name(t: torch.Tensor) -> str:
     return str(t.dtype).replace("torch.", "")
 
 
@@ -118,7 +121,7 @@ def _fmt_idx(idx: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(i) for i in idx) + ("," if len(idx) == 1 else "") + ")"
 
 
-def _structural(name: str, cand: Any, ref: Any, base: Any) -> Comparison | None:
+def _structural(name: str, cand: object, ref: torch.Tensor, base: object) -> Comparison | None:
     import torch
 
     if not isinstance(cand, torch.Tensor):
@@ -133,7 +136,8 @@ def _structural(name: str, cand: Any, ref: Any, base: Any) -> Comparison | None:
     return None
 
 
-def _stats(c: Any, r: Any, b: Any, p: Any) -> tuple[Any, dict[str, float]]:
+def _stats(c: torch.Tensor, r: torch.Tensor, b: torch.Tensor,
+           p: torch.Tensor | None) -> tuple[Any, dict[str, float]]:
     """Masks and every scalar the rule needs, fetched from the device in one transfer.
     The baseline error per element is the larger of torch's own error in the kernel's dtype
     and the reference's shift under a rounding-sized perturbation of the inputs (``p``)."""
@@ -168,7 +172,8 @@ def _stats(c: Any, r: Any, b: Any, p: Any) -> tuple[Any, dict[str, float]]:
     return (judged, cf, d, db, ra), dict(zip(keys, vals))
 
 
-def _stats_finite(c: Any, r: Any, b: Any, p: Any) -> tuple[Any, dict[str, float]]:
+def _stats_finite(c: torch.Tensor, r: torch.Tensor, b: torch.Tensor,
+                  p: torch.Tensor | None) -> tuple[Any, dict[str, float]]:
     """``_stats`` when every element of every tensor is finite: no masks needed."""
     import torch
 
@@ -190,7 +195,7 @@ def _stats_finite(c: Any, r: Any, b: Any, p: Any) -> tuple[Any, dict[str, float]
     return (None, None, d, db, ra), dict(zip(keys, vals))
 
 
-def compare(name: str, cand: Any, ref: Any, base: Any, rule: Rule, *, perturbed: Any = None) -> Comparison:
+def compare(name: str, cand: Any, ref: Any, base: object, rule: Rule, *, perturbed: object = None) -> Comparison:
     """``ref`` is float64; ``base`` is torch's result in the kernel's dtype (may be None);
     ``perturbed`` is the float64 reference on rounding-perturbed inputs (may be None)."""
     import torch
@@ -300,7 +305,7 @@ def _constant(name: str, head: str, s: dict[str, float], err_c: float, err_b: fl
                       f"(range {s['rmin']:.6g} .. {s['rmax']:.6g})", err_c, err_b, details)
 
 
-def agreement_tolerance(ref: Any, base: Any, dt: str, rule: Rule, perturbed: Any = None) -> float:
+def agreement_tolerance(ref: torch.Tensor, base: object, dt: str, rule: Rule, perturbed: object = None) -> float:
     """How far two runs of the candidate on the same inputs may differ. Each run may be off the
     reference by the comparison's own tolerance, in either direction, so two runs may differ by
     twice that (fp32 atomics, and sums whose order depends on which program takes a lock first,
@@ -325,7 +330,7 @@ def agreement_tolerance(ref: Any, base: Any, dt: str, rule: Rule, perturbed: Any
     return 2.0 * float(rule.baseline_factor * max_db + floor * (scale if scale > 0 else 1.0))
 
 
-def as_bytes(t: Any) -> Any:
+def as_bytes(t: torch.Tensor) -> torch.Tensor:
     """The bytes of ``t``'s elements in order. A copy with fresh strides: ``contiguous()``
     keeps the stride of a size-1 dim (a single element with stride 2 counts as contiguous),
     and viewing that as bytes raises."""
@@ -334,8 +339,8 @@ def as_bytes(t: Any) -> Any:
     return t.detach().reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8)
 
 
-def agree(name: str, a: Any, b: Any, *, bitwise: bool, ref: Any, base: Any, rule: Rule,
-          perturbed: Any = None) -> str | None:
+def agree(name: str, a: object, b: object, *, bitwise: bool, ref: torch.Tensor, base: object, rule: Rule,
+          perturbed: object = None) -> str | None:
     """Two runs of the candidate on the same inputs. None if they agree, else why not."""
     import torch
 
