@@ -78,3 +78,20 @@ def test_a_new_spec_has_no_base_to_time_against_and_says_so(make_repo) -> None: 
     notes = _speed(results)
     assert len(notes) == 1 and "no base code to time against" in notes[0]["message"], notes
 
+
+
+GRAD_SPEC = SPEC.replace('reference=lambda x: x.sum(-1),', 'reference=lambda x: x.sum(-1), grads=["x"],')
+GRAD_FAST = "def row_sum(x):\n    return x.sum(-1)\n"
+GRAD_SLOWER = "import time\n\n\ndef row_sum(x):\n    time.sleep(0.02)\n    return x.sum(-1)\n"
+
+
+def test_a_backward_is_timed_with_the_same_upstream_gradient(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """A spec with ``grads=``: each timed run is the forward and the backward, as training runs them."""
+    assert GRAD_SPEC != SPEC
+    r = make_repo("proj", {".gpu-gate.yml": POLICY % "required", "mylib/__init__.py": "", "mylib/ops.py": GRAD_FAST,
+                           "csrc/rows.cu": KERNEL, "gate/rows_gate.py": GRAD_SPEC})
+    r.branch("feature")
+    r.commit("pull request", {"mylib/ops.py": GRAD_SLOWER, "csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")})
+    code, text, results = _check(r)
+    assert code == 1, text
+    assert "slower" in {f["kind"] for f in _speed(results)}, _speed(results)
