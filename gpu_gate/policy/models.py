@@ -175,6 +175,9 @@ class SpeedPolicy(CheckPolicy):
     threshold: float = Field(default=0.05, ge=0, le=10, description=(
         "the slow-down allowed (0.05: 5%): slower is a finding when the whole confidence interval lies beyond it"))
     confidence: float = Field(default=0.95, gt=0.5, lt=1, description="confidence of the interval of head/base time")
+    shapes: tuple[dict[str, int], ...] = Field(default=(), description=(
+        "production shapes to time, each a mapping of dim name to size (e.g. {rows: 8192, hidden: 4096}): a spec "
+        "times every shape whose dims it has, in each of its dtypes, before the largest fuzzed cases"))
     flush_l2: bool = Field(default=True, description="overwrite the GPU's L2 cache before each timed run")
     fresh_buffers: bool = Field(default=True, description=(
         "each timed run on new copies of the inputs (new addresses: no cache keyed by pointers helps)"))

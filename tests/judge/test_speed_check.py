@@ -28,8 +28,8 @@ RENAMED = "def row_sum(values):\n    return values.double().sum(-1).to(values.dt
 SLOWER = "import time\n\n\ndef row_sum(x):\n    time.sleep(0.02)\n    return x.double().sum(-1).to(x.dtype)\n"
 
 
-def _gate(make_repo, head: str, level: str = "required", name: str = "proj"):  # type: ignore[no-untyped-def]
-    r = make_repo(name, {".gpu-gate.yml": POLICY % level, "mylib/__init__.py": "", "mylib/ops.py": FAST,
+def _gate(make_repo, head: str, level: str = "required", name: str = "proj", policy: str = POLICY):  # type: ignore[no-untyped-def]
+    r = make_repo(name, {".gpu-gate.yml": policy % level, "mylib/__init__.py": "", "mylib/ops.py": FAST,
                          "csrc/rows.cu": KERNEL, "gate/rows_gate.py": SPEC})
     r.branch("feature")
     r.commit("pull request", {"mylib/ops.py": head, "csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")})
@@ -59,7 +59,10 @@ def test_the_same_slow_down_is_reported_not_blocking_where_the_check_is_advisory
 
 
 def test_a_change_that_does_nothing_to_the_time_is_green_with_its_figures(make_repo) -> None:  # type: ignore[no-untyped-def]
-    code, text, results = _gate(make_repo, RENAMED)
+    """With a production shape in the policy, that shape is what is timed (before any fuzzed case)."""
+    with_shape = POLICY.replace("threshold: 0.5}", "threshold: 0.5, shapes: [{rows: 48, n: 200}]}")
+    assert with_shape != POLICY
+    code, text, results = _gate(make_repo, RENAMED, policy=with_shape)
     assert code == 0, text
     notes = _speed(results)
     assert [f["kind"] for f in notes] == ["speed"], notes
@@ -67,6 +70,7 @@ def test_a_change_that_does_nothing_to_the_time_is_green_with_its_figures(make_r
     assert d["low"] <= 1.5 and d["low"] <= d["ratio"] <= d["high"], d
     assert "head/base time" in notes[0]["message"]
     assert "### Speed: this change against the base" in text and "head/base time" in text  # the PR comment
+    assert "[rows=48, n=200]" in notes[0]["message"], notes[0]["message"]
 
 
 def test_a_new_spec_has_no_base_to_time_against_and_says_so(make_repo) -> None:  # type: ignore[no-untyped-def]

@@ -65,12 +65,16 @@ class Speed:
         self.how: set[str] = set()
         self.clocks: list[float] = []
         self.flushed = 0
+        self.shapes_skipped: list[str] = []  # production shapes that could not be timed here, and why
 
     # --- which cases ------------------------------------------------------------
 
     def cases(self) -> list[Case]:
-        """The largest plain cases the schedule builds within the case budget, one per dtype first."""
-        from ...protocol.cases import Case, ScheduleOptions, case_bytes, schedule
+        """The policy's production shapes first (``shapes``: each in every dtype the spec allows, up to
+        8 GiB a case on a GPU), then the largest plain cases the schedule builds within the case
+        budget, one per dtype first; ``cases`` of them in all, every production shape kept."""
+        from ...protocol.cases import (PRODUCTION_CASE_BYTES, Case, ScheduleOptions, case_bytes, production_cases,
+                                       schedule)
         from .equivalence import unsupported_dtypes
 
         if self.job.case:
@@ -78,6 +82,8 @@ class Speed:
         bad, _ = unsupported_dtypes(self.ctx, self.workers)
         opts = ScheduleOptions.from_options({**self.job.options, "cases": CANDIDATES}, seed=self.eq.seed,
                                             budget=self.eq.budget, unsupported=bad)
+        roomy = max(self.eq.budget, PRODUCTION_CASE_BYTES) if self.ctx.device == "cuda" else self.eq.budget
+        production, self.shapes_skipped = production_cases(self.spec, opts, roomy)
         plain = [c for c in schedule(self.spec, opts)
                  if all(i.layout == "contiguous" for i in c.inputs.values())
                  and case_bytes(self.spec, c.dims, c.inputs) <= self.eq.budget]
@@ -87,7 +93,7 @@ class Speed:
             if c.dtype not in {x.dtype for x in chosen}:
                 chosen.append(c)
         chosen += [c for c in plain if c not in chosen]
-        return chosen[:self.cases_n]
+        return production + chosen[:max(0, self.cases_n - len(production))]
 
     # --- the run ------------------------------------------------------------------
 
@@ -176,6 +182,7 @@ class Speed:
                    + (f"; SM clock {min(self.clocks):.0f}-{max(self.clocks):.0f} MHz" if self.clocks else "")
                    + ")")
         text = f"speed: {overall.describe()}; {setting}. " + " ".join(lines)
+        skipped = skipped + self.shapes_skipped
         if skipped:
             text += " Not timed: " + "; ".join(skipped)
         return text
