@@ -83,7 +83,8 @@ def tool_binds() -> tuple[str, ...]:
 
 
 def _outside_usr(p: Path) -> bool:
-    return p.is_dir() and p != Path("/") and p != Path("/usr") and not str(p).startswith("/usr/")
+    """A directory (or, for a compiler in a home, a program) outside ``/usr`` that is not ``/`` itself."""
+    return (p.is_dir() or p.is_file()) and p != Path("/") and p != Path("/usr") and not str(p).startswith("/usr/")
 
 
 def compiler_dirs() -> list[Path]:
@@ -92,7 +93,9 @@ def compiler_dirs() -> list[Path]:
     ``clang++`` for C++), and a runner's image may put them under ``/opt`` (a toolset, conda's
     compilers). For each: the directory of the name found (a link such as ``/opt/x/bin/gcc``) and the
     installation its target lives in (``bin/``'s parent, where ``libexec`` and the compiler's own
-    libraries are), so that the program and the programs it runs are there."""
+    libraries are), so that the program and the programs it runs are there. A compiler in a home
+    (``~/.local/bin/gcc``) shows only itself and its own directories (see ``_home_compiler``): the
+    home's other files are the user's secrets."""
     names: list[str] = []
     for var in ("CC", "CXX"):
         words = shlex.split(os.environ.get(var, "") or "")
@@ -105,11 +108,51 @@ def compiler_dirs() -> list[Path]:
             continue
         link = Path(os.path.abspath(exe))
         real = Path(os.path.realpath(exe))
-        for d in (link.parent, real.parent, real.parent.parent if real.parent.name == "bin" else real.parent):
-            d = Path(os.path.realpath(d))
+        prefixes = [x.parent.parent if x.parent.name == "bin" else x.parent for x in (link, real)]
+        if any(_home_like(x) for x in prefixes):
+            shown = _home_compiler(link, real)
+        else:
+            shown = [Path(os.path.realpath(d)) for d in
+                     (link.parent, real.parent, real.parent.parent if real.parent.name == "bin" else real.parent)]
+        for d in shown:
             if _outside_usr(d) and d not in found:
                 found.append(d)
     return found
+
+
+# A compiler's own directories inside its installation prefix (what gcc and clang run and read)
+COMPILER_PARTS = ("lib/gcc", "libexec/gcc", "lib/clang", "lib/gcc-lib", "libexec/clang")
+
+
+def _homes() -> list[Path]:
+    homes = [Path("/root"), Path("/home")]
+    for h in (os.environ.get("HOME"), os.path.expanduser("~")):
+        if h and h != "/":
+            homes.append(Path(os.path.realpath(h)))
+    return homes
+
+
+def _home_like(p: Path) -> bool:
+    """A home (``/root``, ``/home/runner``, ``$HOME``), ``/home`` itself, or a dot-directory directly in
+    a home (``~/.local``): binding it would show the user's keys, tokens and configuration. A deeper
+    installation in a home (a runner's tool cache, a conda under ``~/miniconda3``) is not."""
+    real = Path(os.path.realpath(p))
+    homes = _homes()
+    if real in homes or real.parent == Path("/home"):
+        return True
+    return real.name.startswith(".") and (real.parent in homes or real.parent.parent == Path("/home"))
+
+
+def _home_compiler(link: Path, real: Path) -> list[Path]:
+    """A compiler installed in a home (``~/.local/bin/gcc``): its installation prefix is the home's
+    ``.local`` or the home itself, which holds the user's keys and tokens. Shown: the program (the
+    name found and its target, as files) and the compiler's own directories of the prefix, nothing
+    else of the home."""
+    shown = [link, real]
+    for exe in (link, real):
+        if exe.parent.name == "bin":
+            shown += [exe.parent.parent / part for part in COMPILER_PARTS if (exe.parent.parent / part).is_dir()]
+    return shown
 
 
 def driver_dirs() -> list[Path]:

@@ -158,3 +158,46 @@ def test_without_a_compiler_outside_usr_nothing_more_is_shown(monkeypatch: pytes
     monkeypatch.setenv("PATH", "/usr/bin:/bin")
     monkeypatch.delenv("LD_LIBRARY_PATH", raising=False)
     assert view.compiler_dirs() == [] and view.driver_dirs() == []
+
+
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="no C compiler")
+def test_a_compiler_in_a_home_shows_itself_not_the_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``~/.local/bin/gcc`` (a user-level install or wrapper): its prefix is ``~/.local``, and showing the
+    whole installation showed the home's ``.local`` with whatever keys and tokens live there. The
+    program and the compiler's own directories are shown; ``~/.local/share/keyrings`` and ``~/.ssh``
+    are not, and the compiler still builds."""
+    home = tmp_path / "home" / "runner"
+    local = home / ".local"
+    (local / "bin").mkdir(parents=True)
+    (local / "lib" / "gcc").mkdir(parents=True)
+    wrapper = local / "bin" / "gcc"  # a wrapper script, as user-level installs write them
+    wrapper.write_text(f"#!/bin/sh\nexec {shutil.which('gcc') or '/usr/bin/gcc'} \"$@\"\n")
+    wrapper.chmod(0o755)
+    (local / "share" / "keyrings").mkdir(parents=True)
+    (local / "share" / "keyrings" / "login.keyring").write_text("secret\n")
+    (home / ".ssh").mkdir()
+    (home / ".ssh" / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CC", str(local / "bin" / "gcc"))
+    shown = [str(p) for p in view.compiler_dirs()]
+    assert str(local) not in shown and str(home) not in shown, shown
+    assert str(local / "lib" / "gcc") in shown, shown
+    code = COMPILE + "print('ssh', os.path.lexists(sys.argv[2]))\n"
+    r = _probe(tmp_path, [str(local / "share" / "keyrings" / "login.keyring"), str(home / ".ssh" / "id_ed25519")],
+               code=code)
+    assert r.ok, r.describe()
+    assert "built 0" in r.stdout and "private False" in r.stdout and "ssh False" in r.stdout, r.stdout
+
+
+def test_a_compiler_deeper_in_a_home_shows_its_installation(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compiler installed deeper in a home (a runner's tool cache, a conda) is an installation of its
+    own: shown whole, as under /opt."""
+    home = tmp_path / "home" / "runner"
+    prefix = home / "actions-runner" / "_work" / "_tool" / "gcc" / "13" / "x64"
+    (prefix / "bin").mkdir(parents=True)
+    gcc = prefix / "bin" / "gcc"
+    gcc.write_text("#!/bin/sh\nexit 0\n")
+    gcc.chmod(0o755)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CC", str(gcc))
+    assert prefix in view.compiler_dirs(), view.compiler_dirs()
