@@ -35,10 +35,19 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from ..findings import JobResult
+
+class _Extra(Protocol):
+    bytecode_missing: list[str] | None
+
+
+class _Result(Protocol):
+    """A job's result as far as the keeper reads it (``gpu_gate.findings.JobResult``, which the worker's
+    side, this module's other user, never imports: tests/test_fence.py)."""
+
+    @property
+    def extra(self) -> _Extra: ...
 
 MAX_FILES = 50_000  # the most files one run adds to the store
 MAX_FILE_BYTES = 16 << 20
@@ -129,7 +138,7 @@ class Keeper:
         self._thread: threading.Thread | None = None
         self._roots: list[Path] | None = None
 
-    def take(self, result: JobResult) -> None:
+    def take(self, result: _Result) -> None:
         """``result``: a job's (``gpu_gate.findings.JobResult``, which a worker's side never imports)."""
         listed, result.extra.bytecode_missing = result.extra.bytecode_missing, None  # never kept in the result
         if self.store is None or not listed:
