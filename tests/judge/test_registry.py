@@ -14,7 +14,9 @@ from gpu_gate.protocol.jobs import Job, SpecRef
 
 def test_the_policy_names_the_registrys_checks_in_its_order() -> None:
     assert tuple(Checks.model_fields) == tuple(CHECKS)
-    assert [name for name, _ in Policy().enabled_checks()] == list(CHECKS)
+    off_by_default = {"speed"}  # timing needs a quiet GPU: a repository turns it on
+    assert [name for name, _ in Policy().enabled_checks()] == [n for n in CHECKS if n not in off_by_default]
+    assert {n for n in CHECKS if Policy().check(n).level == "off"} == off_by_default
 
 
 def test_every_module_has_the_interface_and_a_tool_means_wrap_and_collect() -> None:
@@ -59,7 +61,7 @@ def test_what_the_executor_reads_from_the_traits(tmp_path) -> None:  # type: ign
 
 def test_differential_by_what() -> None:
     assert {n for n, c in CHECKS.items() if c.differential == "cases"} == {
-        "equivalence", "determinism", "memcheck", "racecheck", "synccheck", "initcheck"}
+        "equivalence", "determinism", "memcheck", "racecheck", "synccheck", "initcheck", "speed"}
     assert {n for n, c in CHECKS.items() if c.differential == "build"} == {"compile"}
     assert check_info("coverage") is None  # a finding's check that is no registered check
 
