@@ -131,6 +131,15 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return demo.run(Path(args.out), main, gpu=args.gpu)
 
 
+def cmd_audit(args: argparse.Namespace) -> int:
+    from .commands import audit, output
+
+    passed_on = [{0: "-q", 2: "-v"}[output.level()]] if output.level() != output.Level.NORMAL else ["-q"]
+    return audit.run(args.problems, args.submissions, Path(args.out), main, cpu=not args.gpu,
+                     dtypes=[d for d in (args.dtypes or "").split(",") if d], policy=args.policy_file,
+                     flags=[*passed_on, "--color", "always" if output.colour() else "never"])
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     from .commands import init
 
@@ -287,6 +296,26 @@ def _demo_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     d.set_defaults(func=cmd_demo)
 
 
+def _audit_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
+    a = add_parser("audit", help="judge benchmark submissions (KernelBench format) against their problems",
+                   description="For every submission (a module with ModelNew) under SUBMISSIONS, find its problem "
+                               "(a module with Model, get_inputs, get_init_inputs) under PROBLEMS, write a gate spec "
+                               "from the problem, and gate the submission as a pull request against the problem's "
+                               "own Model: same judge, sandbox, cases and findings as `check`. Writes OUT/audit.md, "
+                               "audit.json and audit.xml; keeps each submission's repository and reports under OUT.")
+    a.add_argument("--problems", type=Path, required=True, help="a directory of problem modules (or one module)")
+    a.add_argument("--submissions", type=Path, required=True,
+                   help="a directory of submissions: in a directory named after their problem, or named "
+                        "PROBLEM_*.py (or one module)")
+    a.add_argument("--out", default="gpu-gate-audit", help="a new or empty directory (default: gpu-gate-audit)")
+    a.add_argument("--dtypes", help="more float dtypes to draw inputs in, comma-separated (default: the problem's own)")
+    a.add_argument("--policy", dest="policy_file", type=Path,
+                   help="a .gpu-gate.yml for every submission's gate (default: the default preset)")
+    a.add_argument("--gpu", action="store_true", help="use the GPU if there is one (default: the CPU and the "
+                                                      "Triton interpreter)")
+    a.set_defaults(func=cmd_audit)
+
+
 def _doctor_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     dr = add_parser("doctor", help="check this runner's GPU health and toolchain (NVML)",
                         description="Report driver, CUDA, GPU health (ECC, throttling, other processes) and tool "
@@ -336,7 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
         return parser(name, parents=[common], **kw)
 
     for add in (_check_parser, _plan_parser, _report_parser, _validate_policy_parser, _list_kernels_parser,
-                _repro_parser, _demo_parser, _doctor_parser, _init_parser, _vendor_parser):  # --help's order
+                _repro_parser, _demo_parser, _audit_parser, _doctor_parser, _init_parser, _vendor_parser):  # --help's order
         add(add_parser)
     return p
 

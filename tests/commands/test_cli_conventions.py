@@ -79,7 +79,7 @@ def test_version_names_the_command_and_the_installed_distribution(tmp_path: Path
     assert subprocess.run([str(entry), "--version"], capture_output=True, text=True).stdout == p.stdout
 
 
-@pytest.mark.parametrize("cmd", ["check", "plan", "report", "validate-policy", "list-kernels", "repro", "demo",
+@pytest.mark.parametrize("cmd", ["check", "plan", "report", "validate-policy", "list-kernels", "repro", "demo", "audit",
                                  "doctor", "init", "vendor"])
 def test_every_subcommand_takes_quiet_verbose_and_color(cmd: str, tmp_path: Path) -> None:
     p = gate(cmd, "--help", cwd=tmp_path)

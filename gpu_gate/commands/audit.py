@@ -1,0 +1,228 @@
+"""``gpu-gate audit``: judge a directory of benchmark submissions against their problems.
+
+Each submission is gated as a pull request: a small git repository per submission whose base commit
+holds the problem, the spec gpu-gate wrote from it (``audit/kernelbench.py``) and the problem's own
+``Model`` in the submission's place, and whose head commit puts the submission there. ``gpu-gate check``
+runs on it, so the submission meets the same judge, workers, sandbox, cases and findings as any pull
+request, and its errors are compared with torch's own on the same cases. The repositories and each
+check's reports stay under ``OUT/repos`` and ``OUT/reports``; the table goes to ``OUT/audit.md``,
+``audit.json`` and ``audit.xml`` (JUnit: one test case per submission).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import GateError
+from ..exitcodes import ExitCode
+from ..findings import Finding, Severity
+from .demo import _git
+
+TABLE_FILES = {"markdown": "audit.md", "json": "audit.json", "junit": "audit.xml"}
+
+
+@dataclasses.dataclass
+class Row:
+    problem: str
+    submission: str
+    verdict: str  # "green" | "red" | "error"
+    kinds: list[str] = dataclasses.field(default_factory=list)
+    worst_ratio: float | None = None  # the submission's worst error over torch's own on that case
+    case: str | None = None
+    repro: str | None = None
+    message: str = ""
+    backward: str = ""  # "checked" | "not defined" (forward only) | "" (not differentiable, or not judged)
+    seconds: float = 0.0
+    reports: str | None = None
+
+
+def _identifier(stem: str) -> str:
+    name = re.sub(r"\W", "_", stem)
+    return name if name[:1].isalpha() else f"p_{name}"
+
+
+def find_problems(where: Path) -> list[Path]:
+    from ..audit.kernelbench import is_problem
+
+    files = [where] if where.is_file() else sorted(where.rglob("*.py"))
+    problems = [f for f in files if is_problem(f)]
+    if not problems:
+        raise GateError(f"{where}: no KernelBench problem found (a module with Model, get_inputs and get_init_inputs)",
+                        hint="pass --problems DIR holding the problem modules")
+    return problems
+
+
+def match(submission: Path, root: Path, problems: Sequence[Path]) -> Path | None:
+    """The problem a submission answers: the one whose name is a directory above it, else the longest
+    problem name its file name starts with (``19_ReLU_sample_0.py`` answers ``19_ReLU.py``)."""
+    parts = (root.name, *submission.relative_to(root).parts[:-1]) if submission.is_relative_to(root) else ()
+    by_stem = {p.stem: p for p in problems}
+    for part in reversed(parts):
+        if part in by_stem:
+            return by_stem[part]
+    starts = [p for p in problems if submission.stem == p.stem or submission.stem.startswith(p.stem + "_")]
+    return max(starts, key=lambda p: len(p.stem)) if starts else None
+
+
+def build_repo(dest: Path, problem: Path, submission: Path, spec: str, policy: Path | None) -> None:
+    from ..audit import kernelbench as kb
+
+    dest.mkdir(parents=True)
+    shutil.copyfile(problem, dest / f"{kb.PROBLEM_MODULE}.py")
+    (dest / f"{kb.SUBMISSION_MODULE}.py").write_text(kb.BASE_SUBMISSION)
+    (dest / kb.SPEC_DIR).mkdir()
+    (dest / kb.SPEC_DIR / f"{_identifier(problem.stem)}_gate.py").write_text(spec)
+    if policy is not None:
+        shutil.copyfile(policy, dest / ".gpu-gate.yml")
+    _git(dest, "init", "-q")
+    _git(dest, "add", "-A")
+    _git(dest, "commit", "-q", "-m", f"problem {problem.name}: its Model as the submission")
+    _git(dest, "checkout", "-q", "-b", "submission")
+    shutil.copyfile(submission, dest / f"{kb.SUBMISSION_MODULE}.py")
+    _git(dest, "add", "-A")
+    _git(dest, "commit", "-q", "--allow-empty", "-m", f"submission {submission.name}")
+
+
+def row_from_reports(row: Row, reports: Path, code: int) -> Row:
+    from ..record import RunRecord
+
+    path = reports / "results.json"
+    if not path.is_file():
+        row.verdict, row.message = "error", f"gpu-gate check wrote no results (exit {code})"
+        return row
+    record = RunRecord.read(path)
+    errors = [f for r in record.results if r.level == "required" for f in r.findings if f.severity == Severity.ERROR]
+    errors += [f for f in record.plan_findings if f.severity == Severity.ERROR]
+    failing = [r for r in record.results if r.level == "required" and r.status.value in ("failed", "error")]
+    row.kinds = sorted({f.kind for f in errors} | {f"{r.check}-error" for r in failing if not r.findings})
+    row.verdict = {int(ExitCode.PASSED): "green", int(ExitCode.POLICY_BREACHED): "red"}.get(code, "error")
+    ratios: list[tuple[float, Finding]] = []
+    worst: Finding | None
+    for f in errors:
+        err, base = f.details.get("error"), f.details.get("baseline_error")
+        if isinstance(err, (int, float)) and isinstance(base, (int, float)):
+            ratios.append((float("inf") if base == 0 and err > 0 else (err / base if base else 1.0), f))
+    if ratios:
+        row.worst_ratio, worst = max(ratios, key=lambda t: t[0])
+    else:
+        worst = errors[0] if errors else None
+    if worst is not None:
+        row.case, row.repro, row.message = worst.case, worst.repro, worst.message.splitlines()[0][:300]
+    elif failing:
+        row.message = (failing[0].reason or "")[:300]
+    return row
+
+
+def _ratio(r: float | None) -> str:
+    if r is None:
+        return ""
+    return "inf" if r == float("inf") else f"{r:.3g}x"
+
+
+def markdown(rows: Sequence[Row]) -> str:
+    lines = ["# gpu-gate audit", "",
+             f"{sum(r.verdict == 'green' for r in rows)} green, {sum(r.verdict == 'red' for r in rows)} red, "
+             f"{sum(r.verdict == 'error' for r in rows)} not judged, of {len(rows)} submissions.", "",
+             "| problem | submission | verdict | findings | worst error / torch's | backward | failing case | repro |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for r in rows:
+        repro = f"`{r.repro}`" if r.repro else ""
+        lines.append(f"| {r.problem} | {r.submission} | {r.verdict.upper()} | {', '.join(r.kinds)} | "
+                     f"{_ratio(r.worst_ratio)} | {r.backward} | {r.case or ''} | {repro} |")
+    notes = [r for r in rows if r.message and r.verdict != "green"]
+    if notes:
+        lines += ["", "## Why", ""]
+        lines += [f"- **{r.problem} / {r.submission}**: {r.message}" for r in notes]
+    return "\n".join(lines) + "\n"
+
+
+def junit(rows: Sequence[Row]) -> str:
+    from junit_xml import TestCase, TestSuite, to_xml_report_string
+
+    cases = []
+    for r in rows:
+        case = TestCase(name=r.submission, classname=f"audit.{r.problem}", elapsed_sec=r.seconds)
+        if r.verdict == "red":
+            case.add_failure_info(message=", ".join(r.kinds) or "red", output=r.message)
+        elif r.verdict == "error":
+            case.add_error_info(message="not judged", output=r.message)
+        cases.append(case)
+    return str(to_xml_report_string([TestSuite("gpu-gate audit", cases)]))
+
+
+def write_tables(out: Path, rows: Sequence[Row]) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    paths = {k: out / v for k, v in TABLE_FILES.items()}
+    paths["markdown"].write_text(markdown(rows))
+    paths["json"].write_text(json.dumps({"submissions": [
+        {**dataclasses.asdict(r), "worst_ratio": None if r.worst_ratio in (None, float("inf")) else r.worst_ratio,
+         "worst_ratio_infinite": r.worst_ratio == float("inf")} for r in rows]}, indent=2) + "\n")
+    paths["junit"].write_text(junit(rows))
+    return list(paths.values())
+
+
+def run(problems_dir: Path, submissions_dir: Path, out_dir: Path, check: Callable[[list[str]], int], *,
+        cpu: bool, dtypes: Sequence[str] = (), policy: Path | None = None, flags: Sequence[str] = ()) -> int:
+    from . import output as out
+    from ..audit import kernelbench as kb
+    from ..extras import require
+
+    require(("torch",), "gpu-gate audit")
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise GateError(f"{out_dir}: already exists and is not an empty directory",
+                        hint="pass --out NEW_DIR, or delete it")
+    problems = find_problems(problems_dir)
+    subs = sorted(p for p in ([submissions_dir] if submissions_dir.is_file() else submissions_dir.rglob("*.py"))
+                  if p.name != "__init__.py")
+    if not subs:
+        raise GateError(f"{submissions_dir}: no submission (*.py) found", hint="pass --submissions DIR")
+    rows: list[Row] = []
+    found: dict[Path, dict[str, Any] | GateError] = {}
+    start = time.monotonic()
+    for n, sub in enumerate(subs, 1):
+        t0 = time.monotonic()
+        problem = match(sub, submissions_dir if submissions_dir.is_dir() else sub.parent, problems)
+        name = str(sub.relative_to(submissions_dir)) if submissions_dir.is_dir() else sub.name
+        row = Row(problem=problem.stem if problem else "?", submission=name, verdict="error")
+        if problem is None:
+            row.message = f"{name}: matches no problem (name it after one, or put it in a directory named after one)"
+        else:
+            if problem not in found:
+                try:
+                    found[problem] = kb.probe(problem)
+                except GateError as e:
+                    found[problem] = e
+            probed = found[problem]
+            if isinstance(probed, GateError):
+                row.message = str(probed)
+            else:
+                backward = kb.defines_backward(sub.read_text(errors="replace"))
+                if probed.get("differentiable"):
+                    row.backward = "checked" if backward else "not defined"
+                spec = kb.spec_text(probed, _identifier(problem.stem), dtypes=dtypes, backward=backward)
+                slug = re.sub(r"[^\w.-]", "_", name.removesuffix(".py"))
+                repo = out_dir / "repos" / problem.stem / slug
+                reports = out_dir / "reports" / problem.stem / slug
+                build_repo(repo, problem, sub, spec, policy)
+                code = check(["check", "--repo", str(repo), "--base", "main", "--head", "submission",
+                              "--out", str(reports), "--no-cache", *flags, *(["--cpu"] if cpu else [])])
+                row.reports = str(reports)
+                row_from_reports(row, reports, code)
+                if row.repro:
+                    row.repro = f"cd {repo} && {row.repro}"
+        row.seconds = round(time.monotonic() - t0, 1)
+        rows.append(row)
+        out.verdict(f"[{n}/{len(subs)}] {row.problem} / {row.submission}: {row.verdict.upper()}"
+                    f"{' (' + ', '.join(row.kinds) + ')' if row.kinds else ''} {row.seconds:.1f}s, "
+                    f"{time.monotonic() - start:.0f}s in all")
+    paths = write_tables(out_dir, rows)
+    out.verdict("audit table: " + ", ".join(str(p) for p in paths))
+    if any(r.verdict == "error" for r in rows):
+        return int(ExitCode.INTERNAL_ERROR) if all(r.verdict == "error" for r in rows) else int(ExitCode.POLICY_BREACHED)
+    return int(ExitCode.POLICY_BREACHED if any(r.verdict == "red" for r in rows) else ExitCode.PASSED)
