@@ -297,16 +297,19 @@ def _demo_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
 
 
 def _audit_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
-    a = add_parser("audit", help="judge benchmark submissions (KernelBench format) against their problems",
-                   description="For every submission (a module with ModelNew) under SUBMISSIONS, find its problem "
-                               "(a module with Model, get_inputs, get_init_inputs) under PROBLEMS, write a gate spec "
-                               "from the problem, and gate the submission as a pull request against the problem's "
-                               "own Model: same judge, sandbox, cases and findings as `check`. Writes OUT/audit.md, "
-                               "audit.json and audit.xml; keeps each submission's repository and reports under OUT.")
-    a.add_argument("--problems", type=Path, required=True, help="a directory of problem modules (or one module)")
+    a = add_parser("audit", help="judge benchmark submissions (KernelBench, SOL-ExecBench) against their problems",
+                   description="For every submission under SUBMISSIONS (a KernelBench module with ModelNew, or a "
+                               "SOL-ExecBench solution JSON), find its problem under PROBLEMS (a module with Model, "
+                               "get_inputs, get_init_inputs; or a definition JSON with its workloads), write a gate "
+                               "spec from the problem, and gate the submission as a pull request against the "
+                               "problem's own reference: same judge, sandbox, cases and findings as `check`. Writes "
+                               "OUT/audit.md, audit.json and audit.xml; keeps each submission's repository and "
+                               "reports under OUT.")
+    a.add_argument("--problems", type=Path, required=True,
+                   help="a directory of problem modules or definitions with their workloads (or one file)")
     a.add_argument("--submissions", type=Path, required=True,
-                   help="a directory of submissions: in a directory named after their problem, or named "
-                        "PROBLEM_*.py (or one module)")
+                   help="a directory of submissions: a KernelBench module in a directory named after its problem "
+                        "or named PROBLEM_*.py; a solution JSON names its definition (or one file)")
     a.add_argument("--out", default="gpu-gate-audit", help="a new or empty directory (default: gpu-gate-audit)")
     a.add_argument("--dtypes", help="more float dtypes to draw inputs in, comma-separated (default: the problem's own)")
     a.add_argument("--policy", dest="policy_file", type=Path,

@@ -1,5 +1,5 @@
 """Learn a KernelBench problem's shape from the problem itself: ``python -m gpu_gate.audit.probe FILE``
-prints one JSON object. The problem set is trusted (the base's role), so this runs its ``Model``
+prints one JSON object (and ``--definition FILE SIZES`` which axes a SOL-ExecBench reference reduces over). The problem set is trusted (the base's role), so this runs its ``Model``
 outside the sandbox, in a process of its own, on the CPU.
 
 What it finds:
@@ -225,8 +225,46 @@ def probe(path: Path) -> dict[str, Any]:
     return result
 
 
+def reductions(definition: Path, sizes: dict[str, int], scalars: dict[str, Any]) -> dict[str, bool]:
+    """For a definition (the SOL-ExecBench format): which axes its reference's ``run()`` reduces over."""
+    import torch
+
+    defn = json.loads(definition.read_text())
+    namespace: dict[str, Any] = {"__name__": "_gg_reference"}
+    exec(compile(defn["reference"], f"{definition}:reference", "exec"), namespace)
+    run = namespace["run"]
+    g = torch.Generator().manual_seed(0)
+    args: list[Any] = []
+    for name, t in defn["inputs"].items():
+        if t.get("shape") is None:
+            args.append(scalars[name])
+        else:
+            shape = [sizes[a] for a in t["shape"]]
+            args.append(torch.randn(*shape, generator=g).to(getattr(torch, t["dtype"])).float())
+    with torch.no_grad():
+        before = _first(run(*args))
+    out: dict[str, bool] = {}
+    for axis in defn["axes"]:
+        bumped = [a.clone() if isinstance(a, torch.Tensor) else a for a in args]
+        touched = False
+        for (name, t), b in zip(defn["inputs"].items(), bumped):
+            if not isinstance(b, torch.Tensor) or axis not in (t.get("shape") or ()) or sizes[axis] < 2:
+                continue
+            index = [0] * b.dim()
+            index[list(t["shape"]).index(axis)] = sizes[axis] - 1
+            b[tuple(index)] += 3.0
+            touched = True
+        with torch.no_grad():
+            out[axis] = touched and _first(run(*bumped)) != before
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if len(args) == 3 and args[0] == "--definition":
+        given = json.loads(args[2])
+        print(json.dumps(reductions(Path(args[1]), given["sizes"], given["scalars"])))
+        return 0
     if len(args) != 1:
         print("usage: python -m gpu_gate.audit.probe PROBLEM.py", file=sys.stderr)
         return 2

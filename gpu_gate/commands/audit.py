@@ -47,12 +47,12 @@ def _identifier(stem: str) -> str:
     return name if name[:1].isalpha() else f"p_{name}"
 
 
-def find_problems(where: Path) -> list[Path]:
+def find_problems(where: Path, allow_none: bool = False) -> list[Path]:
     from ..audit.kernelbench import is_problem
 
     files = [where] if where.is_file() else sorted(where.rglob("*.py"))
     problems = [f for f in files if is_problem(f)]
-    if not problems:
+    if not problems and not allow_none:
         raise GateError(f"{where}: no KernelBench problem found (a module with Model, get_inputs and get_init_inputs)",
                         hint="pass --problems DIR holding the problem modules")
     return problems
@@ -70,23 +70,68 @@ def match(submission: Path, root: Path, problems: Sequence[Path]) -> Path | None
     return max(starts, key=lambda p: len(p.stem)) if starts else None
 
 
-def build_repo(dest: Path, problem: Path, submission: Path, spec: str, policy: Path | None) -> None:
-    from ..audit import kernelbench as kb
+@dataclasses.dataclass
+class Gate:
+    """One submission, ready to gate: the base commit's files and the head commit's."""
+    problem: str
+    base: dict[str, str]
+    head: dict[str, str]
+    backward: str = ""
 
+
+def build_repo(dest: Path, gate: Gate, submission: str, policy: Path | None) -> None:
     dest.mkdir(parents=True)
-    shutil.copyfile(problem, dest / f"{kb.PROBLEM_MODULE}.py")
-    (dest / f"{kb.SUBMISSION_MODULE}.py").write_text(kb.BASE_SUBMISSION)
-    (dest / kb.SPEC_DIR).mkdir()
-    (dest / kb.SPEC_DIR / f"{_identifier(problem.stem)}_gate.py").write_text(spec)
+    for files in (gate.base, gate.head):
+        for rel in files:
+            if rel.startswith("/") or ".." in Path(rel).parts:
+                raise GateError(f"{submission}: file {rel!r} leaves the repository")
+    for rel, text in gate.base.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text)
     if policy is not None:
         shutil.copyfile(policy, dest / ".gpu-gate.yml")
     _git(dest, "init", "-q")
     _git(dest, "add", "-A")
-    _git(dest, "commit", "-q", "-m", f"problem {problem.name}: its Model as the submission")
+    _git(dest, "commit", "-q", "-m", f"problem {gate.problem}: its reference in the submission's place")
     _git(dest, "checkout", "-q", "-b", "submission")
-    shutil.copyfile(submission, dest / f"{kb.SUBMISSION_MODULE}.py")
+    for rel, text in gate.head.items():
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        (dest / rel).write_text(text)
     _git(dest, "add", "-A")
-    _git(dest, "commit", "-q", "--allow-empty", "-m", f"submission {submission.name}")
+    _git(dest, "commit", "-q", "--allow-empty", "-m", f"submission {submission}")
+
+
+def _kernelbench_gate(sub: Path, problem: Path, probed: dict[str, Any], dtypes: Sequence[str]) -> Gate:
+    from ..audit import kernelbench as kb
+
+    text = sub.read_text(errors="replace")
+    backward = kb.defines_backward(text)
+    spec = kb.spec_text(probed, _identifier(problem.stem), dtypes=dtypes, backward=backward)
+    return Gate(problem=problem.stem,
+                base={f"{kb.PROBLEM_MODULE}.py": problem.read_text(), f"{kb.SUBMISSION_MODULE}.py": kb.BASE_SUBMISSION,
+                      f"{kb.SPEC_DIR}/{_identifier(problem.stem)}_gate.py": spec},
+                head={f"{kb.SUBMISSION_MODULE}.py": text},
+                backward=("checked" if backward else "not defined") if probed.get("differentiable") else "")
+
+
+def _sol_gate(solution: dict[str, Any], definition: Path, root: Path) -> Gate:
+    from ..audit import sol
+
+    defn = sol.load_json(definition)
+    assert defn is not None
+    why = sol.unsupported(defn) or ([p] if (p := sol.solution_problem(solution)) else [])
+    if why:
+        raise GateError(f"not supported by audit yet: {'; '.join(why)}")
+    loads = sol.workloads(definition, str(defn["name"]), root)
+    reduced = sol.probe_reductions(definition, sol.probe_sizes(defn, loads), sol.scalars(defn, loads))
+    spec = sol.spec_text(defn, loads, reduced, solution)
+    base = {**sol.base_files(defn, solution), f"{sol.SPEC_DIR}/{_identifier(str(defn['name']))}_gate.py": spec}
+    head = sol.solution_files(solution)
+    ours = sorted(p for p in head if p in (f"{sol.REFERENCE_MODULE}.py", ".gpu-gate.yml")
+                  or p.startswith(f"{sol.SPEC_DIR}/"))
+    if ours:
+        raise GateError(f"the solution's sources would replace the audit's own files: {', '.join(sorted(ours))}")
+    return Gate(problem=str(defn["name"]), base=base, head=head)
 
 
 def row_from_reports(row: Row, reports: Path, code: int) -> Row:
@@ -177,45 +222,67 @@ def run(problems_dir: Path, submissions_dir: Path, out_dir: Path, check: Callabl
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise GateError(f"{out_dir}: already exists and is not an empty directory",
                         hint="pass --out NEW_DIR, or delete it")
-    problems = find_problems(problems_dir)
-    subs = sorted(p for p in ([submissions_dir] if submissions_dir.is_file() else submissions_dir.rglob("*.py"))
-                  if p.name != "__init__.py")
+    from ..audit import sol
+
+    problems = find_problems(problems_dir, allow_none=True)
+    defs = sol.definitions(problems_dir)
+    if not problems and not defs:
+        raise GateError(f"{problems_dir}: no problem found (a KernelBench module with Model, get_inputs and "
+                        "get_init_inputs, or a SOL-ExecBench definition.json)", hint="pass --problems DIR")
+    root = submissions_dir if submissions_dir.is_dir() else submissions_dir.parent
+    subs = sorted(p for p in ([submissions_dir] if submissions_dir.is_file() else submissions_dir.rglob("*"))
+                  if p.is_file() and p.name != "__init__.py" and (p.suffix == ".py" or (p.suffix == ".json" and
+                                                                     sol.is_solution(sol.load_json(p)))))
     if not subs:
-        raise GateError(f"{submissions_dir}: no submission (*.py) found", hint="pass --submissions DIR")
+        raise GateError(f"{submissions_dir}: no submission found (a KernelBench *.py with ModelNew, or a "
+                        "SOL-ExecBench solution *.json)", hint="pass --submissions DIR")
     rows: list[Row] = []
     found: dict[Path, dict[str, Any] | GateError] = {}
     start = time.monotonic()
     for n, sub in enumerate(subs, 1):
         t0 = time.monotonic()
-        problem = match(sub, submissions_dir if submissions_dir.is_dir() else sub.parent, problems)
-        name = str(sub.relative_to(submissions_dir)) if submissions_dir.is_dir() else sub.name
-        row = Row(problem=problem.stem if problem else "?", submission=name, verdict="error")
-        if problem is None:
-            row.message = f"{name}: matches no problem (name it after one, or put it in a directory named after one)"
-        else:
-            if problem not in found:
-                try:
-                    found[problem] = kb.probe(problem)
-                except GateError as e:
-                    found[problem] = e
-            probed = found[problem]
-            if isinstance(probed, GateError):
-                row.message = str(probed)
+        name = str(sub.relative_to(root))
+        row = Row(problem="?", submission=name, verdict="error")
+        try:
+            gate = None
+            if sub.suffix == ".json":
+                solution = sol.load_json(sub) or {}
+                definition = defs.get(str(solution.get("definition")))
+                if definition is None:
+                    row.message = f"{name}: its definition {solution.get('definition')!r} is not among the problems"
+                else:
+                    row.problem = str(solution.get("definition"))
+                    gate = _sol_gate(solution, definition, problems_dir if problems_dir.is_dir() else definition.parent)
             else:
-                backward = kb.defines_backward(sub.read_text(errors="replace"))
-                if probed.get("differentiable"):
-                    row.backward = "checked" if backward else "not defined"
-                spec = kb.spec_text(probed, _identifier(problem.stem), dtypes=dtypes, backward=backward)
-                slug = re.sub(r"[^\w.-]", "_", name.removesuffix(".py"))
-                repo = out_dir / "repos" / problem.stem / slug
-                reports = out_dir / "reports" / problem.stem / slug
-                build_repo(repo, problem, sub, spec, policy)
-                code = check(["check", "--repo", str(repo), "--base", "main", "--head", "submission",
-                              "--out", str(reports), "--no-cache", *flags, *(["--cpu"] if cpu else [])])
-                row.reports = str(reports)
-                row_from_reports(row, reports, code)
-                if row.repro:
-                    row.repro = f"cd {repo} && {row.repro}"
+                problem = match(sub, root, problems)
+                if problem is None:
+                    row.message = (f"{name}: matches no problem (name it after one, or put it in a directory named "
+                                   "after one)")
+                else:
+                    row.problem = problem.stem
+                    if problem not in found:
+                        try:
+                            found[problem] = kb.probe(problem)
+                        except GateError as e:
+                            found[problem] = e
+                    probed = found[problem]
+                    if isinstance(probed, GateError):
+                        raise probed
+                    gate = _kernelbench_gate(sub, problem, probed, dtypes)
+        except GateError as e:
+            row.message, gate = str(e), None
+        if gate is not None:
+            row.backward = gate.backward
+            slug = re.sub(r"[^\w.-]", "_", str(Path(name).with_suffix("")))
+            repo = out_dir / "repos" / row.problem / slug
+            reports = out_dir / "reports" / row.problem / slug
+            build_repo(repo, gate, name, policy)
+            code = check(["check", "--repo", str(repo), "--base", "main", "--head", "submission",
+                          "--out", str(reports), "--no-cache", *flags, *(["--cpu"] if cpu else [])])
+            row.reports = str(reports)
+            row_from_reports(row, reports, code)
+            if row.repro:
+                row.repro = f"cd {repo} && {row.repro}"
         row.seconds = round(time.monotonic() - t0, 1)
         rows.append(row)
         out.verdict(f"[{n}/{len(subs)}] {row.problem} / {row.submission}: {row.verdict.upper()}"

@@ -1,9 +1,15 @@
-"""The benchmark's own verifier, as KernelBench runs it: both models built under one seed, one call on
-``get_inputs()``, ``torch.allclose(atol=1e-2, rtol=1e-2)``. ``python benchmark_verifier.py PROBLEM SUBMISSION``
-prints ``pass`` or ``fail: ...``. The tests run it in a process of its own beside ``gpu-gate audit``, to
+"""The benchmarks' own verifiers. KernelBench: both models built under one seed, one call on
+``get_inputs()``, ``torch.allclose(atol=1e-2, rtol=1e-2)``; ``python benchmark_verifier.py PROBLEM SUBMISSION``.
+SOL-ExecBench: each workload's sizes, ``torch.randn`` inputs with norm weights set to ones, the same
+allclose; ``python benchmark_verifier.py --sol DEFINITION WORKLOADS SOLUTION``. Each prints ``pass`` or
+``fail: ...``. The tests run it in a process of its own beside ``gpu-gate audit``, to
 show both verdicts; gpu-gate itself never runs a submission outside its sandbox."""
+import importlib
 import importlib.util
+import json
 import sys
+import tempfile
+from pathlib import Path
 
 import torch
 
@@ -35,5 +41,40 @@ def verify(problem_path: str, submission_path: str) -> str:
     return "pass"
 
 
+def verify_sol(definition_path: str, workloads_path: str, solution_path: str) -> str:
+    defn = json.loads(Path(definition_path).read_text())
+    solution = json.loads(Path(solution_path).read_text())
+    namespace: dict = {}
+    exec(defn["reference"], namespace)
+    with tempfile.TemporaryDirectory() as tmp:
+        for s in solution["sources"]:
+            (Path(tmp) / s["path"]).write_text(s["content"])
+        sys.path.insert(0, tmp)
+        path, _, func = solution["spec"].get("entry_point", "main.py::run").partition("::")
+        run = getattr(importlib.import_module(path[:-3].replace("/", ".")), func)
+        dps = solution["spec"].get("destination_passing_style", True)
+        for line in Path(workloads_path).read_text().splitlines():
+            load = json.loads(line)["workload"]
+            size = {a: v["value"] for a, v in defn["axes"].items() if v["type"] == "const"} | load["axes"]
+            torch.manual_seed(42)
+            args = []
+            for name, t in defn["inputs"].items():
+                if t["shape"] is None:
+                    args.append(load["inputs"][name]["value"])
+                    continue
+                shape = [size[a] for a in t["shape"]]
+                make = torch.ones if "weight" in name else torch.randn
+                args.append(make(*shape).to(getattr(torch, t["dtype"])))
+            want = namespace["run"](*args)
+            if dps:
+                got = torch.empty_like(want)
+                run(*args, got)
+            else:
+                got = run(*args)
+            if not torch.allclose(want.float(), got.float(), atol=1e-2, rtol=1e-2):
+                return f"fail: workload {load['uuid']}: max abs diff {float((want.float() - got.float()).abs().max()):.3g}"
+    return "pass"
+
+
 if __name__ == "__main__":
-    print(verify(sys.argv[1], sys.argv[2]))
+    print(verify_sol(*sys.argv[2:5]) if sys.argv[1] == "--sol" else verify(sys.argv[1], sys.argv[2]))
