@@ -62,6 +62,15 @@ class ProcResult:
             return -self.returncode
         return None
 
+    @property
+    def signal_name(self) -> str | None:
+        if not self.signal:
+            return None
+        try:
+            return signal.Signals(self.signal).name
+        except ValueError:
+            return f"signal {self.signal}"
+
     def describe(self) -> str:
         """One line saying what happened, for error messages."""
         cmd = shlex.join(self.argv)
@@ -70,11 +79,7 @@ class ProcResult:
         if self.timed_out:
             return f"timed out after {self.duration_s:.0f}s: {cmd}"
         if self.signal:
-            try:
-                name = signal.Signals(self.signal).name
-            except ValueError:
-                name = f"signal {self.signal}"
-            return f"killed by {name}: {cmd}"
+            return f"killed by {self.signal_name}: {cmd}"
         return f"exit code {self.returncode}: {cmd}"
 
     def tail(self, lines: int = 30, stream: str = "stderr") -> str:

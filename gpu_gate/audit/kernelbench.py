@@ -7,8 +7,9 @@ The spec (written here, from the trusted problem; the submission never touches i
   change from the smallest the model accepts to twice the problem's, axes the model ties together share
   a dim, and an axis tied to a constructor-sized weight keeps its size; a dim the output's shape ignores
   is a reduction (its error growth is measured);
-- float inputs in the problem's dtype (``dtypes`` adds more), integer inputs as indices below the bound
-  seen, constants passed as they are;
+- float inputs in the problem's dtype (``dtypes`` adds more), integer inputs as indices below the axis the
+  model checks them against (the number of classes, the vocabulary), else below the bound seen;
+  constants passed as they are;
 - both models built from ``get_init_inputs()`` under one seed, then the reference's float parameters
   drawn away from their initial values (a norm weight of ones hides a kernel that ignores it) and loaded
   into the submission's model wherever a parameter has the same name and shape;
@@ -101,10 +102,14 @@ def spec_text(found: dict[str, Any], stem: str, *, dtypes: Sequence[str] = (), s
             floats.append(name)
         else:
             high: object = d["high"]
-            for (j, a), dim_name in dim_of.items():
-                if found["inputs"][j].get("shape", [None] * (a + 1))[a] == high:
-                    high = dim_name
-                    break
+            if d.get("bound"):  # the axis the model checks it against: below that dim, whatever its size
+                j, a = d["bound"]
+                high = dim_of.get((j, a), found["inputs"][j]["shape"][a])
+            else:
+                for (j, a), dim_name in dim_of.items():
+                    if found["inputs"][j].get("shape", [None] * (a + 1))[a] == high:
+                        high = dim_name
+                        break
             inputs.append(f"{name!r}: gg.Index({shape!r}, high={high!r}, dtype={d['dtype']!r}),")
     tied = {k: tuple(dim["axes"][0]) for dim in found["dims"] for k in dim.get("init", [])}
     grads = floats if backward and found.get("differentiable") else []

@@ -6,6 +6,9 @@ What it finds:
 - the inputs ``get_inputs()`` returns, named by ``Model.forward``'s parameters: float tensors, integer
   tensors (index inputs: their values' upper bound) and plain constants;
 - the constructor's arguments ``get_init_inputs()`` returns;
+- for an index input, the axis whose size bounds its values (a label below the number of classes, a
+  token id below the vocabulary): its values may reach that size less one, and the model rejects the size
+  itself; the spec then draws indices below that dim, and couples them to the tensor they index;
 - which axes may change size, and which must change together: every axis of the same size starts in
   one group; an axis that the model accepts changed on its own is a dim of its own; axes that the model
   accepts only changed together (a matmul's inner size in both operands) share a dim; an axis the model
@@ -72,7 +75,8 @@ def _make(described: Sequence[dict[str, Any]], shapes: Sequence[Sequence[int]]) 
         if d["kind"] == "float":
             out.append(torch.randn(*shape, generator=g, dtype=torch.float32))
         elif d["kind"] == "index":
-            out.append(torch.randint(0, max(1, d["high"]), tuple(shape), generator=g, dtype=getattr(torch, d["dtype"])))
+            high = shapes[d["bound"][0]][d["bound"][1]] if d.get("bound") else d["high"]
+            out.append(torch.randint(0, max(1, high), tuple(shape), generator=g, dtype=getattr(torch, d["dtype"])))
         else:
             out.append(d.get("value"))
     return out
@@ -87,8 +91,9 @@ def _first(out: Any) -> list[float]:
 
 def _mixes(model: Any, described: Sequence[dict[str, Any]], shapes: Sequence[Sequence[int]],
            group: Sequence[Axis]) -> bool:
-    """Whether the dim is reduced over: changing the inputs at its last index (index 0 elsewhere)
-    changes the outputs' first element, as a sum, a softmax's denominator or a matmul's inner size do."""
+    """Whether the dim is reduced over: changing the inputs' whole slice at its last index changes the
+    outputs' first element, as a sum, a softmax's denominator or a matmul's inner size do (the whole slice:
+    a row gathered by an index input reads it wherever the index points)."""
     import torch
 
     args = _make(described, shapes)
@@ -98,9 +103,8 @@ def _mixes(model: Any, described: Sequence[dict[str, Any]], shapes: Sequence[Seq
         t = bumped[i]
         if not isinstance(t, torch.Tensor) or not t.dtype.is_floating_point or t.shape[a] < 2:
             continue
-        index = [0] * t.dim()
-        index[a] = t.shape[a] - 1
-        t[tuple(index)] += 3.0
+        piece = t.select(a, t.shape[a] - 1)  # not a constant: a softmax ignores a constant added to a row
+        piece.add_(3.0 * torch.randn(piece.shape, generator=torch.Generator().manual_seed(1)))
         touched = True
     if not touched:
         return False
@@ -109,6 +113,36 @@ def _mixes(model: Any, described: Sequence[dict[str, Any]], shapes: Sequence[Seq
             return _first(model(*args)) != _first(model(*bumped))
     except Exception:
         return False
+
+
+def _bound_axis(model: Any, described: Sequence[dict[str, Any]], shapes: Sequence[Sequence[int]],
+                index: int) -> list[int] | None:
+    """The float input's axis that bounds index input ``index``: filled with that axis's size less one the
+    model runs, filled with the size itself it fails (an index out of range). None: no axis bounds it."""
+    import torch
+
+    found = None
+    for i, (d, shape) in enumerate(zip(described, shapes)):
+        if d["kind"] != "float":
+            continue
+        for a, size in enumerate(shape):
+            if size < described[index]["high"]:
+                continue
+            args = _make(described, shapes)
+            results = []
+            for value in (size - 1, size):
+                args[index] = torch.full_like(args[index], value)
+                try:
+                    with torch.no_grad():
+                        model(*args)
+                    results.append(True)
+                except Exception:
+                    results.append(False)
+            if results == [True, False]:
+                if found is not None and shapes[found[0]][found[1]] != size:
+                    return None  # two axes of different sizes bound it: which one is not clear
+                found = found or [i, a]
+    return found
 
 
 def _differentiable(model: Any, described: Sequence[dict[str, Any]], shapes: Sequence[Sequence[int]]) -> bool:
@@ -167,6 +201,9 @@ def probe(path: Path) -> dict[str, Any]:
     base_shape = runs({})
     if base_shape is None:
         raise SystemExit(f"{path}: Model fails on get_inputs() itself")
+    for i, d in enumerate(described):  # before sizes change: an index stays below the axis that bounds it
+        if d["kind"] == "index":
+            d["bound"] = _bound_axis(model, described, shapes, i)
     axes = [(i, a) for i, s in enumerate(shapes) for a in range(len(s))]
     by_size: dict[int, list[Axis]] = {}
     for ax in axes:

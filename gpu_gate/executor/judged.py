@@ -37,6 +37,13 @@ KEPT = ".kept"  # in a worker's directory: where its sandbox shows the spec's ke
 TRUTH = ".truth"  # in the reference worker's directory: where its sandbox shows the base's tree, read-only
 
 
+# What a signal that killed the candidate's worker most often means, for the finding's message.
+_SIGNAL_CAUSE = {"SIGSEGV": " (a memory access outside what the process owns: an out-of-bounds read or write by "
+                            "the code under test, or a native library's crash)",
+                 "SIGBUS": " (a misaligned or unmapped memory access by the code under test)",
+                 "SIGKILL": " (from outside the job: most often the out-of-memory killer, the runner being out of "
+                            "host memory)",
+                 "SIGABRT": " (an abort: a failed assertion or an uncaught C++ exception in a native library)"}
 WORKER_GRACE_S = 5.0  # after the judge is done, how long a worker may take to exit before it is killed
 
 
@@ -295,8 +302,9 @@ def _judge_result(job: Job, opts: ExecOptions, workdir: Path, jpr: proc.ProcResu
         return dataclasses.replace(res, log_tail=cand.tail(40) or res.log_tail)
     inner.duration_s = jpr.duration_s
     if cand.signal or cand.returncode not in (0, None):  # how the candidate died is the executor's to say
-        _, how = _classify_failure(job, cand, timeout)
-        how = how.replace("the job process died: ", "") if cand.signal else f"it exited with code {cand.returncode}"
+        # The signal, not the sandbox's command line (the log tail keeps what the process printed).
+        how = (f"killed by {cand.signal_name}" + (_SIGNAL_CAUSE.get(cand.signal_name or "", "")) if cand.signal
+               else f"it exited with code {cand.returncode}")
         inner.findings = [dataclasses.replace(f, message=f"{f.message}; {how}") if f.kind == "crash" else f
                           for f in inner.findings]
     if cand.tail(5) or jpr.tail(5):

@@ -2,7 +2,7 @@
 ``get_inputs()``, ``torch.allclose(atol=1e-2, rtol=1e-2)``; ``python benchmark_verifier.py PROBLEM SUBMISSION``.
 SOL-ExecBench: each workload's sizes, ``torch.randn`` inputs with norm weights set to ones, the same
 allclose; ``python benchmark_verifier.py --sol DEFINITION WORKLOADS SOLUTION``. Each prints ``pass`` or
-``fail: ...``. The tests run it in a process of its own beside ``gpu-gate audit``, to
+``fail: ...`` (one line per submission, in order). The tests run it in a process of its own beside ``gpu-gate audit``, to
 show both verdicts; gpu-gate itself never runs a submission outside its sandbox."""
 import importlib
 import importlib.util
@@ -51,6 +51,7 @@ def verify_sol(definition_path: str, workloads_path: str, solution_path: str) ->
             (Path(tmp) / s["path"]).write_text(s["content"])
         sys.path.insert(0, tmp)
         path, _, func = solution["spec"].get("entry_point", "main.py::run").partition("::")
+        sys.modules.pop(path[:-3].replace("/", "."), None)  # the previous solution's module of that name
         run = getattr(importlib.import_module(path[:-3].replace("/", ".")), func)
         dps = solution["spec"].get("destination_passing_style", True)
         for line in Path(workloads_path).read_text().splitlines():
@@ -76,5 +77,21 @@ def verify_sol(definition_path: str, workloads_path: str, solution_path: str) ->
     return "pass"
 
 
+def _guarded(check, *args: str) -> str:  # type: ignore[no-untyped-def]
+    try:
+        return check(*args)
+    except Exception as exc:  # a submission that does not run fails the verifier, as in the benchmark
+        return f"fail: {type(exc).__name__}: {exc}"
+
+
 if __name__ == "__main__":
-    print(verify_sol(*sys.argv[2:5]) if sys.argv[1] == "--sol" else verify(sys.argv[1], sys.argv[2]))
+    # One process for many submissions (torch and Triton imported once): one verdict per line, in order.
+    #   benchmark_verifier.py PROBLEM SUBMISSION [PROBLEM SUBMISSION ...]
+    #   benchmark_verifier.py --sol DEFINITION WORKLOADS SOLUTION [SOLUTION ...]
+    argv = sys.argv[1:]
+    if argv[0] == "--sol":
+        for solution in argv[3:]:
+            print(_guarded(verify_sol, argv[1], argv[2], solution), flush=True)
+    else:
+        for problem, submission in zip(argv[::2], argv[1::2]):
+            print(_guarded(verify, problem, submission), flush=True)

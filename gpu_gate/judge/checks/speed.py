@@ -10,7 +10,10 @@ median of a few timed runs, each on fresh copies of the inputs after the L2 cach
 ``gpu_gate.judge.speed`` turns into a ratio with its confidence interval: per case, and over all pairs.
 
 A slow-down whose interval lies wholly beyond ``1 + threshold`` is a ``slower`` finding, which blocks
-where the check is ``required``; every job says its figures in a ``speed`` note (speed-up, slow-down or
+where the check is ``required``. A speed-up that should not be possible is ``implausible-speedup``: a
+warning where the head is more than ``IMPLAUSIBLE`` times faster at that confidence (KernelBench's own
+warning sign for a kernel that skips work), and an error, under the same level, where the head's time is
+below what writing its outputs once takes at the GPU's peak memory bandwidth (``gpu_gate.judge.roofline``); every job says its figures in a ``speed`` note (speed-up, slow-down or
 no change shown, the interval, the timing method, the SM clock). Without a base (a new spec, or the
 base's code no longer runs) there is nothing to compare: said, not failed. The figures are the workers'
 word: evidence of speed, never of correctness, which the other checks judge.
@@ -34,6 +37,7 @@ ROUNDS = 10  # interleaved rounds per case: each gives one pair (head, base)
 REPEATS = 5  # timed runs per side and round; the round's figure is their median
 WARMUP = 3  # untimed runs per side before a case's first round
 CANDIDATES = 32  # cases the schedule is asked for, to pick the largest from
+IMPLAUSIBLE = 10.0  # a speed-up beyond this (the whole interval) is a warning sign
 
 
 def run(job: Job, ctx: Context) -> Outcome:
@@ -66,6 +70,7 @@ class Speed:
         self.clocks: list[float] = []
         self.flushed = 0
         self.shapes_skipped: list[str] = []  # production shapes that could not be timed here, and why
+        self.output_bytes: dict[str, int] = {}  # per case id: the head's outputs' bytes
 
     # --- which cases ------------------------------------------------------------
 
@@ -137,6 +142,10 @@ class Speed:
         all_h = [t for _, _, h in per_case for t in h]
         overall = compare(all_b, all_h, confidence=self.confidence, threshold=self.threshold)
         findings = [self._note(self._summary(overall, lines, skipped), overall)]
+        implausible = self._implausible(per_case, overall)
+        findings[:0] = implausible
+        if any(f.severity == Severity.ERROR for f in implausible):
+            return Outcome(Status.FAILED, findings, cases=len(per_case))
         if overall.beyond:
             findings.insert(0, self._finding(
                 "slower", f"this change makes the kernel slower than the policy allows: {overall.describe()} "
@@ -155,6 +164,9 @@ class Speed:
             rep = cand.call(case, upstream, inputs=m, inputs_back=False)
             if rep.status != "ok":
                 return f"the {side}'s code did not run it ({rep.status}: {(rep.message or '')[:160]})"
+            if side == "head":
+                self.output_bytes[case.id] = sum(int(t.numel()) * int(t.element_size()) for t in rep.outputs.values()
+                                                 if hasattr(t, "element_size") and hasattr(t, "numel"))
         figures: dict[str, list[float]] = {"head": [], "base": []}
         for r in range(self.rounds):
             order = (("base", base), ("head", head)) if r % 2 == 0 else (("head", head), ("base", base))
@@ -168,6 +180,36 @@ class Speed:
                     self.clocks.append(timed.clock_mhz)
                 figures[side].append(statistics.median(timed.seconds))
         return figures["base"], figures["head"]
+
+    def _implausible(self, per_case: list[tuple[Case, list[float], list[float]]],
+                     overall: SpeedComparison) -> list[Finding]:
+        """A head faster than the hardware allows (an error), or by more than ``IMPLAUSIBLE`` times (a warning)."""
+        from .. import roofline
+
+        found: list[Finding] = []
+        mem = roofline.memory() if self.ctx.device == "cuda" else None
+        for case, _, h in per_case:
+            out = self.output_bytes.get(case.id, 0)
+            if mem is None or not out:
+                continue
+            floor = roofline.write_floor_s(out, mem)
+            head = statistics.median(h)
+            if floor > 0 and head < floor:
+                found.append(self._finding(
+                    "implausible-speedup",
+                    f"case {case.id} ({case.describe()[:100]}): the head's call took {_ms([head])}, less than "
+                    f"writing its {out / 2**20:.1f} MiB of outputs once takes at this GPU's peak memory bandwidth "
+                    f"({floor * 1e3:.3g} ms; {mem.describe()}): the timed call did not do the work (a result "
+                    f"computed earlier, or returned from a cache)", Severity.ERROR))
+                break
+        if overall.high < 1 / IMPLAUSIBLE:
+            found.append(self._finding(
+                "implausible-speedup",
+                f"the head is {1 / overall.ratio:.1f}x faster than the base (interval {1 / overall.high:.1f}-"
+                f"{1 / overall.low:.1f}x): beyond {IMPLAUSIBLE:.0f}x, a speed-up is more often work skipped than "
+                f"work done faster; the other checks' verdicts stand, the timing deserves a look",
+                Severity.WARNING, overall))
+        return found
 
     # --- what is said -------------------------------------------------------------
 
