@@ -223,12 +223,11 @@ def spec_text(defn: dict[str, Any], loads: Sequence[dict[str, Any]], reduced: di
     nl = "\n        "
     return f'''"""Gate spec written by gpu-gate audit from the definition {defn["name"]!r}: its reference's run() is the
 reference, the solution's entry point {module}::{func} the candidate."""
-import importlib
-
 import torch
 
 import gpu_gate as gg
 import {REFERENCE_MODULE}
+import {module} as _solution  # imported with the spec: its kernels are watched from the first call
 
 _CONST = {const!r}
 _AXES_AT = {axes_at!r}  # axis -> (input, dimension) that gives its size
@@ -250,7 +249,7 @@ def _reference({args}):
     name={name!r},
 )
 def {name}_gate({args}):
-    run = getattr(importlib.import_module({module!r}), {func!r})
+    run = getattr(_solution, {func!r})
     if not _DPS:
         return run({args})
     given = {{{", ".join(f"{n!r}: {n}" for n in names)}}}

@@ -38,6 +38,8 @@ class Row:
     repro: str | None = None
     message: str = ""
     backward: str = ""  # "checked" | "not defined" (forward only) | "" (not differentiable, or not judged)
+    speed: dict[str, float] | None = None  # the submission's time over the reference's: ratio, low, high
+    speed_flag: str = ""  # "implausible-speedup" where the speed check found one
     seconds: float = 0.0
     reports: str | None = None
 
@@ -79,7 +81,12 @@ class Gate:
     backward: str = ""
 
 
-def build_repo(dest: Path, gate: Gate, submission: str, policy: Path | None) -> None:
+# The policy of an audit on a GPU when none is given: the defaults, and each submission timed against its
+# problem's reference (speed advisory: the figures and any implausible speed-up are shown, never blocking).
+AUDIT_POLICY = "version: 1\nchecks:\n  speed: advisory\n"
+
+
+def build_repo(dest: Path, gate: Gate, submission: str, policy: Path | None, *, timed: bool = False) -> None:
     dest.mkdir(parents=True)
     for files in (gate.base, gate.head):
         for rel in files:
@@ -90,6 +97,8 @@ def build_repo(dest: Path, gate: Gate, submission: str, policy: Path | None) -> 
         (dest / rel).write_text(text)
     if policy is not None:
         shutil.copyfile(policy, dest / ".gpu-gate.yml")
+    elif timed:  # the submission timed against the reference: in the table, never a verdict of its own
+        (dest / ".gpu-gate.yml").write_text(AUDIT_POLICY)
     _git(dest, "init", "-q")
     _git(dest, "add", "-A")
     _git(dest, "commit", "-q", "-m", f"problem {gate.problem}: its reference in the submission's place")
@@ -157,6 +166,12 @@ def row_from_reports(row: Row, reports: Path, code: int) -> Row:
         row.worst_ratio, worst = max(ratios, key=lambda t: t[0])
     else:
         worst = errors[0] if errors else None
+    for r in record.results:
+        for f in r.findings if r.check == "speed" else ():
+            if f.kind == "speed" and isinstance(f.details.get("ratio"), (int, float)):
+                row.speed = {k: float(f.details[k]) for k in ("ratio", "low", "high")}
+            elif f.kind == "implausible-speedup":
+                row.speed_flag = f.kind
     if worst is not None:
         row.case, row.repro, row.message = worst.case, worst.repro, worst.message.splitlines()[0][:300]
     elif failing:
@@ -170,16 +185,25 @@ def _ratio(r: float | None) -> str:
     return "inf" if r == float("inf") else f"{r:.3g}x"
 
 
+def _speed(r: Row) -> str:
+    """The submission's time over the reference's, with its interval (below 1: faster), and the flag."""
+    if not r.speed:
+        return ""
+    text = f"{r.speed['ratio']:.3g} ({r.speed['low']:.3g}-{r.speed['high']:.3g})"
+    return text + (f" **{r.speed_flag}**" if r.speed_flag else "")
+
+
 def markdown(rows: Sequence[Row]) -> str:
     lines = ["# gpu-gate audit", "",
              f"{sum(r.verdict == 'green' for r in rows)} green, {sum(r.verdict == 'red' for r in rows)} red, "
              f"{sum(r.verdict == 'error' for r in rows)} not judged, of {len(rows)} submissions.", "",
-             "| problem | submission | verdict | findings | worst error / torch's | backward | failing case | repro |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| problem | submission | verdict | findings | worst error / torch's | backward | time / reference's "
+             "| failing case | repro |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for r in rows:
         repro = f"`{r.repro}`" if r.repro else ""
         lines.append(f"| {r.problem} | {r.submission} | {r.verdict.upper()} | {', '.join(r.kinds)} | "
-                     f"{_ratio(r.worst_ratio)} | {r.backward} | {r.case or ''} | {repro} |")
+                     f"{_ratio(r.worst_ratio)} | {r.backward} | {_speed(r)} | {r.case or ''} | {repro} |")
     notes = [r for r in rows if r.message and r.verdict != "green"]
     if notes:
         lines += ["", "## Why", ""]
@@ -276,7 +300,7 @@ def run(problems_dir: Path, submissions_dir: Path, out_dir: Path, check: Callabl
             slug = re.sub(r"[^\w.-]", "_", str(Path(name).with_suffix("")))
             repo = out_dir / "repos" / row.problem / slug
             reports = out_dir / "reports" / row.problem / slug
-            build_repo(repo, gate, name, policy)
+            build_repo(repo, gate, name, policy, timed=not cpu)
             code = check(["check", "--repo", str(repo), "--base", "main", "--head", "submission",
                           "--out", str(reports), "--no-cache", *flags, *(["--cpu"] if cpu else [])])
             row.reports = str(reports)

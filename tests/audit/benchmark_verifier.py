@@ -7,11 +7,15 @@ show both verdicts; gpu-gate itself never runs a submission outside its sandbox.
 import importlib
 import importlib.util
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
 
 import torch
+
+
+DEVICE = os.environ.get("BENCHMARK_DEVICE", "cpu")  # cuda: on the GPU (on the CPU, Triton's interpreter runs)
 
 
 def _load(path: str, name: str):  # type: ignore[no-untyped-def]
@@ -32,6 +36,9 @@ def verify(problem_path: str, submission_path: str) -> str:
     new = sub.ModelNew(*init)
     torch.manual_seed(42)
     inputs = problem.get_inputs()
+    if DEVICE != "cpu":  # as the benchmark runs it on a GPU: models and inputs moved there
+        ref, new = ref.to(DEVICE), new.to(DEVICE)
+        inputs = [x.to(DEVICE) if isinstance(x, torch.Tensor) else x for x in inputs]
     with torch.no_grad():
         want, got = ref(*inputs), new(*inputs)
     if want.shape != got.shape:
@@ -65,7 +72,7 @@ def verify_sol(definition_path: str, workloads_path: str, solution_path: str) ->
                     continue
                 shape = [size[a] for a in t["shape"]]
                 make = torch.ones if "weight" in name else torch.randn
-                args.append(make(*shape).to(getattr(torch, t["dtype"])))
+                args.append(make(*shape).to(getattr(torch, t["dtype"])).to(DEVICE))
             want = namespace["run"](*args)
             if dps:
                 got = torch.empty_like(want)

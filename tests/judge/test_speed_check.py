@@ -66,11 +66,32 @@ def test_a_change_that_does_nothing_to_the_time_is_green_with_its_figures(make_r
     assert code == 0, text
     notes = _speed(results)
     assert [f["kind"] for f in notes] == ["speed"], notes
+    assert not [f for f in notes if f["kind"] == "implausible-speedup"], notes  # a legitimate no-op is not suspect
     d = notes[0]["details"]
     assert d["low"] <= 1.5 and d["low"] <= d["ratio"] <= d["high"], d
     assert "head/base time" in notes[0]["message"]
     assert "### Speed: this change against the base" in text and "head/base time" in text  # the PR comment
     assert "[rows=48, n=200]" in notes[0]["message"], notes[0]["message"]
+
+
+def test_a_speed_up_beyond_ten_times_is_a_warning_that_does_not_block(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The base sleeps 20 ms a call, the head does not: far more than ``IMPLAUSIBLE`` times faster at the
+    stated confidence, a warning sign (work skipped?) that is said, never blocking, even where required."""
+    r = make_repo("proj", {".gpu-gate.yml": POLICY % "required", "mylib/__init__.py": "", "mylib/ops.py": SLOWER,
+                           "csrc/rows.cu": KERNEL, "gate/rows_gate.py": SPEC})
+    r.branch("feature")
+    r.commit("pull request", {"mylib/ops.py": FAST, "csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")})
+    code, text, results = _check(r)
+    assert code == 0, text
+    found = _speed(results)
+    implausible = [f for f in found if f["kind"] == "implausible-speedup"]
+    assert len(implausible) == 1, found
+    f = implausible[0]
+    assert f["severity"] == "warning", f
+    assert "faster than the base" in f["message"] and "interval" in f["message"], f["message"]
+    assert f["details"]["high"] < 0.1, f["details"]
+    assert "slower" not in {x["kind"] for x in found}, found
+    assert [x for x in found if x["kind"] == "speed"], found  # the figures are still said
 
 
 def test_a_new_spec_has_no_base_to_time_against_and_says_so(make_repo) -> None:  # type: ignore[no-untyped-def]
