@@ -90,3 +90,27 @@ def test_the_spec_from_a_definition(tmp_path: Path) -> None:
     assert "'batch_size': gg.Dim(1, 512)" in text and "('batch_size', 1024)" in text and "'eps': 1e-06" in text
     compile(text, "gate.py", "exec")
     assert sol.unsupported({**defn, "inputs": {**defn["inputs"], "mask": {"shape": ["batch_size"], "dtype": "bool"}}})
+
+
+def test_the_table_shows_each_submissions_time_against_the_reference(tmp_path: Path) -> None:
+    """On a GPU each submission is timed against its problem's reference (the speed check, advisory unless
+    the policy says otherwise): the table gives the ratio with its interval, and the implausible flag."""
+    sys.path.insert(0, str(ROOT))
+    from gpu_gate.commands import audit
+
+    rows = [audit.Row("p", "fast.py", "green", speed={"ratio": 0.18, "low": 0.17, "high": 0.19}),
+            audit.Row("p", "cached.py", "green", speed={"ratio": 0.01, "low": 0.009, "high": 0.012},
+                      speed_flag="implausible-speedup"),
+            audit.Row("p", "cpu.py", "green")]
+    md = audit.markdown(rows).splitlines()
+    header = [c.strip() for c in next(line for line in md if line.startswith("| problem")).split("|")]
+    cells = {c[2]: c for c in ([x.strip() for x in line.split("|")] for line in md if line.startswith("| p "))}
+    at = header.index("time / reference's")
+    assert cells["fast.py"][at] == "0.18 (0.17-0.19)"
+    assert cells["cached.py"][at] == "0.01 (0.009-0.012) **implausible-speedup**"
+    assert cells["cpu.py"][at] == ""  # not timed (on the CPU): blank, never a figure
+    gate = audit.Gate(problem="p", base={"a.py": "x = 1\n"}, head={"a.py": "x = 2\n"})
+    audit.build_repo(tmp_path / "gpu", gate, "s.py", None, timed=True)
+    assert "speed: advisory" in (tmp_path / "gpu" / ".gpu-gate.yml").read_text()
+    audit.build_repo(tmp_path / "cpu", gate, "s.py", None)
+    assert not (tmp_path / "cpu" / ".gpu-gate.yml").exists()  # on the CPU, the default preset: nothing timed
