@@ -21,7 +21,7 @@ BUNDLED = ROOT / "examples" / "sol_execbench"
 DEFINITION = BUNDLED / "definitions" / "rmsnorm_h1024.json"
 WORKLOADS = BUNDLED / "workloads" / "rmsnorm_h1024.jsonl"
 VERIFIER = Path(__file__).with_name("benchmark_verifier.py")
-POLICY = ("checks:\n  equivalence:\n    cases: 16\n    growth: false\n    shrink_budget_s: 20\n"
+POLICY = ("checks:\n  equivalence:\n    cases: 16\n    growth: false\n    shrink_budget_s: 8\n"
           + "".join(f"  {c}: off\n" for c in ("determinism", "memcheck", "racecheck", "synccheck", "initcheck")))
 
 EXPECTED = {
