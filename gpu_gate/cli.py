@@ -134,10 +134,25 @@ def cmd_demo(args: argparse.Namespace) -> int:
 def cmd_audit(args: argparse.Namespace) -> int:
     from .commands import audit, output
 
+    json_stdout = args.format == "json"
+    if args.merge:
+        return audit.merge(args.merge, Path(args.out), json_stdout=json_stdout)
+    if args.problems is None or args.submissions is None:
+        raise GateError("gpu-gate audit needs --problems and --submissions (or --merge to join shards' tables)",
+                        hint="gpu-gate audit --problems DIR --submissions DIR --out OUT")
+    shard = None
+    if args.shard:
+        from .plan import parse_shard
+
+        try:
+            shard = parse_shard(args.shard)
+        except ValueError as e:
+            raise GateError(str(e), hint="--shard I/N, e.g. --shard 1/4") from None
     passed_on = [{0: "-q", 2: "-v"}[output.level()]] if output.level() != output.Level.NORMAL else ["-q"]
     return audit.run(args.problems, args.submissions, Path(args.out), main, cpu=not args.gpu,
                      dtypes=[d for d in (args.dtypes or "").split(",") if d], policy=args.policy_file,
-                     flags=[*passed_on, "--color", "always" if output.colour() else "never"])
+                     flags=[*passed_on, "--color", "always" if output.colour() else "never"], shard=shard,
+                     json_stdout=json_stdout)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -305,9 +320,9 @@ def _audit_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
                                "problem's own reference: same judge, sandbox, cases and findings as `check`. Writes "
                                "OUT/audit.md, audit.json and audit.xml; keeps each submission's repository and "
                                "reports under OUT.")
-    a.add_argument("--problems", type=Path, required=True,
+    a.add_argument("--problems", type=Path,
                    help="a directory of problem modules or definitions with their workloads (or one file)")
-    a.add_argument("--submissions", type=Path, required=True,
+    a.add_argument("--submissions", type=Path,
                    help="a directory of submissions: a KernelBench module in a directory named after its problem "
                         "or named PROBLEM_*.py; a solution JSON names its definition (or one file)")
     a.add_argument("--out", default="gpu-gate-audit", help="a new or empty directory (default: gpu-gate-audit)")
@@ -316,6 +331,11 @@ def _audit_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
                    help="a .gpu-gate.yml for every submission's gate (default: the default preset)")
     a.add_argument("--gpu", action="store_true", help="use the GPU if there is one (default: the CPU and the "
                                                       "Triton interpreter)")
+    a.add_argument("--shard", help="only shard I/N of the submissions (sorted, dealt round-robin): one runner of a "
+                                   "matrix; join the shards' tables with --merge")
+    a.add_argument("--merge", nargs="+", type=Path, metavar="DIR",
+                   help="instead of auditing, join the tables of these shards' --out directories into --out")
+    _add_format(a)
     a.set_defaults(func=cmd_audit)
 
 

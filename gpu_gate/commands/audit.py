@@ -225,21 +225,69 @@ def junit(rows: Sequence[Row]) -> str:
     return str(to_xml_report_string([TestSuite("gpu-gate audit", cases)]))
 
 
+def as_json(rows: Sequence[Row]) -> dict[str, Any]:
+    return {"submissions": [
+        {**dataclasses.asdict(r), "worst_ratio": None if r.worst_ratio in (None, float("inf")) else r.worst_ratio,
+         "worst_ratio_infinite": r.worst_ratio == float("inf")} for r in rows]}
+
+
+def rows_from_json(data: dict[str, Any]) -> list[Row]:
+    fields = {f.name for f in dataclasses.fields(Row)}
+    rows = []
+    for d in data["submissions"]:
+        row = Row(**{k: v for k, v in d.items() if k in fields})
+        if d.get("worst_ratio_infinite"):
+            row.worst_ratio = float("inf")
+        rows.append(row)
+    return rows
+
+
 def write_tables(out: Path, rows: Sequence[Row]) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = {k: out / v for k, v in TABLE_FILES.items()}
     paths["markdown"].write_text(markdown(rows))
-    paths["json"].write_text(json.dumps({"submissions": [
-        {**dataclasses.asdict(r), "worst_ratio": None if r.worst_ratio in (None, float("inf")) else r.worst_ratio,
-         "worst_ratio_infinite": r.worst_ratio == float("inf")} for r in rows]}, indent=2) + "\n")
+    paths["json"].write_text(json.dumps(as_json(rows), indent=2) + "\n")
     paths["junit"].write_text(junit(rows))
     return list(paths.values())
 
 
-def run(problems_dir: Path, submissions_dir: Path, out_dir: Path, check: Callable[[list[str]], int], *,
-        cpu: bool, dtypes: Sequence[str] = (), policy: Path | None = None, flags: Sequence[str] = ()) -> int:
+def exit_code(rows: Sequence[Row]) -> int:
+    if any(r.verdict == "error" for r in rows):
+        return int(ExitCode.INTERNAL_ERROR) if all(r.verdict == "error" for r in rows) else int(ExitCode.POLICY_BREACHED)
+    return int(ExitCode.POLICY_BREACHED if any(r.verdict == "red" for r in rows) else ExitCode.PASSED)
+
+
+def merge(shards: Sequence[Path], out_dir: Path, *, json_stdout: bool = False) -> int:
+    """The tables of an audit run in shards (``--shard I/N`` on several runners), as one: each shard's
+    ``audit.json`` read, the rows in submission order, the three tables written to ``out_dir``."""
     from . import output as out
-    from ..audit import kernelbench as kb
+
+    rows: list[Row] = []
+    for d in shards:
+        path = d / TABLE_FILES["json"] if d.is_dir() else d
+        try:
+            rows += rows_from_json(json.loads(path.read_text()))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            raise GateError(f"{path}: not an audit table ({e})", hint="pass the --out directories of the shards") from e
+    seen: dict[str, Row] = {}
+    for r in rows:
+        if r.submission in seen:
+            raise GateError(f"{r.submission}: in two shards' tables", hint="merge each shard's table once")
+        seen[r.submission] = r
+    rows.sort(key=lambda r: r.submission)
+    paths = write_tables(out_dir, rows)
+    out.verdict(f"audit table of {len(shards)} shard(s), {len(rows)} submissions: " + ", ".join(map(str, paths)))
+    if json_stdout:
+        out.data(json.dumps(as_json(rows)))
+    return exit_code(rows)
+
+
+def run(problems_dir: Path, submissions_dir: Path, out_dir: Path, check: Callable[[list[str]], int], *,
+        cpu: bool, dtypes: Sequence[str] = (), policy: Path | None = None, flags: Sequence[str] = (),
+        shard: tuple[int, int] | None = None, json_stdout: bool = False) -> int:
+    """Audit every submission (or shard I/N of them, for a matrix of runners: ``merge`` joins the tables).
+    With ``json_stdout`` the table's JSON is the only thing on stdout (each gate's own output goes to stderr)."""
+    from . import output as out
     from ..extras import require
 
     require(("torch",), "gpu-gate audit")
@@ -260,6 +308,10 @@ def run(problems_dir: Path, submissions_dir: Path, out_dir: Path, check: Callabl
     if not subs:
         raise GateError(f"{submissions_dir}: no submission found (a KernelBench *.py with ModelNew, or a "
                         "SOL-ExecBench solution *.json)", hint="pass --submissions DIR")
+    if shard is not None:  # the same split on every runner: the sorted submissions, dealt round-robin
+        every = len(subs)
+        subs = [s for i, s in enumerate(subs) if i % shard[1] == shard[0] - 1]
+        out.verdict(f"shard {shard[0]}/{shard[1]}: {len(subs)} of {every} submissions")
     rows: list[Row] = []
     found: dict[Path, dict[str, Any] | GateError] = {}
     start = time.monotonic()
@@ -268,45 +320,11 @@ def run(problems_dir: Path, submissions_dir: Path, out_dir: Path, check: Callabl
         name = str(sub.relative_to(root))
         row = Row(problem="?", submission=name, verdict="error")
         try:
-            gate = None
-            if sub.suffix == ".json":
-                solution = sol.load_json(sub) or {}
-                definition = defs.get(str(solution.get("definition")))
-                if definition is None:
-                    row.message = f"{name}: its definition {solution.get('definition')!r} is not among the problems"
-                else:
-                    row.problem = str(solution.get("definition"))
-                    gate = _sol_gate(solution, definition, problems_dir if problems_dir.is_dir() else definition.parent)
-            else:
-                problem = match(sub, root, problems)
-                if problem is None:
-                    row.message = (f"{name}: matches no problem (name it after one, or put it in a directory named "
-                                   "after one)")
-                else:
-                    row.problem = problem.stem
-                    if problem not in found:
-                        try:
-                            found[problem] = kb.probe(problem)
-                        except GateError as e:
-                            found[problem] = e
-                    probed = found[problem]
-                    if isinstance(probed, GateError):
-                        raise probed
-                    gate = _kernelbench_gate(sub, problem, probed, dtypes)
-        except GateError as e:
-            row.message, gate = str(e), None
-        if gate is not None:
-            row.backward = gate.backward
-            slug = re.sub(r"[^\w.-]", "_", str(Path(name).with_suffix("")))
-            repo = out_dir / "repos" / row.problem / slug
-            reports = out_dir / "reports" / row.problem / slug
-            build_repo(repo, gate, name, policy, timed=not cpu)
-            code = check(["check", "--repo", str(repo), "--base", "main", "--head", "submission",
-                          "--out", str(reports), "--no-cache", *flags, *(["--cpu"] if cpu else [])])
-            row.reports = str(reports)
-            row_from_reports(row, reports, code)
-            if row.repro:
-                row.repro = f"cd {repo} && {row.repro}"
+            _audit_one(row, sub, name, root, problems_dir, problems, defs, found, out_dir, check, cpu=cpu,
+                       dtypes=dtypes, policy=policy, flags=flags, json_stdout=json_stdout)
+        except Exception as e:  # noqa: BLE001 - one submission that breaks the audit loses no other's row
+            row.verdict, row.kinds = "error", []
+            row.message = f"internal error in gpu-gate while auditing {name}: {type(e).__name__}: {e}"[:300]
         row.seconds = round(time.monotonic() - t0, 1)
         rows.append(row)
         out.verdict(f"[{n}/{len(subs)}] {row.problem} / {row.submission}: {row.verdict.upper()}"
@@ -314,6 +332,62 @@ def run(problems_dir: Path, submissions_dir: Path, out_dir: Path, check: Callabl
                     f"{time.monotonic() - start:.0f}s in all")
     paths = write_tables(out_dir, rows)
     out.verdict("audit table: " + ", ".join(str(p) for p in paths))
-    if any(r.verdict == "error" for r in rows):
-        return int(ExitCode.INTERNAL_ERROR) if all(r.verdict == "error" for r in rows) else int(ExitCode.POLICY_BREACHED)
-    return int(ExitCode.POLICY_BREACHED if any(r.verdict == "red" for r in rows) else ExitCode.PASSED)
+    if json_stdout:
+        out.data(json.dumps(as_json(rows)))
+    return exit_code(rows)
+
+
+def _audit_one(row: Row, sub: Path, name: str, root: Path, problems_dir: Path, problems: Any,
+               defs: dict[str, Path], found: dict[Path, dict[str, Any] | GateError], out_dir: Path,
+               check: Callable[[list[str]], int], *, cpu: bool, dtypes: Sequence[str], policy: Path | None,
+               flags: Sequence[str], json_stdout: bool) -> None:
+    """Gate one submission and fill its row."""
+    import contextlib
+    import sys
+
+    from ..audit import kernelbench as kb
+    from ..audit import sol
+
+    try:
+        gate = None
+        if sub.suffix == ".json":
+            solution = sol.load_json(sub) or {}
+            definition = defs.get(str(solution.get("definition")))
+            if definition is None:
+                row.message = f"{name}: its definition {solution.get('definition')!r} is not among the problems"
+            else:
+                row.problem = str(solution.get("definition"))
+                gate = _sol_gate(solution, definition, problems_dir if problems_dir.is_dir() else definition.parent)
+        else:
+            problem = match(sub, root, problems)
+            if problem is None:
+                row.message = (f"{name}: matches no problem (name it after one, or put it in a directory named "
+                               "after one)")
+            else:
+                row.problem = problem.stem
+                if problem not in found:
+                    try:
+                        found[problem] = kb.probe(problem)
+                    except GateError as e:
+                        found[problem] = e
+                probed = found[problem]
+                if isinstance(probed, GateError):
+                    raise probed
+                gate = _kernelbench_gate(sub, problem, probed, dtypes)
+    except GateError as e:
+        row.message, gate = str(e), None
+    if gate is not None:
+        row.backward = gate.backward
+        slug = re.sub(r"[^\w.-]", "_", str(Path(name).with_suffix("")))
+        repo = out_dir / "repos" / row.problem / slug
+        reports = out_dir / "reports" / row.problem / slug
+        build_repo(repo, gate, name, policy, timed=not cpu)
+        # With --format json, stdout carries the audit's JSON alone: each gate's own output goes to stderr.
+        quiet = contextlib.redirect_stdout(sys.stderr) if json_stdout else contextlib.nullcontext()
+        with quiet:
+            code = check(["check", "--repo", str(repo), "--base", "main", "--head", "submission",
+                          "--out", str(reports), "--no-cache", *flags, *(["--cpu"] if cpu else [])])
+        row.reports = str(reports)
+        row_from_reports(row, reports, code)
+        if row.repro:
+            row.repro = f"cd {repo} && {row.repro}"
