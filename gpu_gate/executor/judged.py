@@ -41,8 +41,8 @@ TRUTH = ".truth"  # in the reference worker's directory: where its sandbox shows
 _SIGNAL_CAUSE = {"SIGSEGV": " (a memory access outside what the process owns: an out-of-bounds read or write by "
                             "the code under test, or a native library's crash)",
                  "SIGBUS": " (a misaligned or unmapped memory access by the code under test)",
-                 "SIGKILL": " (from outside the job: most often the out-of-memory killer, the runner being out of "
-                            "host memory)",
+                 "SIGKILL": " (from outside the job: most often the kernel's out-of-memory killer, i.e. the runner "
+                            "ran out of host memory)",
                  "SIGABRT": " (an abort: a failed assertion or an uncaught C++ exception in a native library)"}
 WORKER_GRACE_S = 5.0  # after the judge is done, how long a worker may take to exit before it is killed
 
