@@ -24,7 +24,8 @@ from .containment import Contained, _contained_run
 from .control import RunControl, _kill_group
 from .options import ExecOptions, concurrency
 from .leftovers import judge_escapes
-from .results import _classify_failure, _error_result, _interrupted, _outcome_to_result, _read_result, _stuck_result, _with_sandbox_ended
+from .results import (_classify_failure, _error_result, _interrupted, _outcome_to_result, _read_result, _stuck_result,
+                      _with_sandbox_ended, signal_cause)
 
 if TYPE_CHECKING:
     import socket
@@ -37,13 +38,6 @@ KEPT = ".kept"  # in a worker's directory: where its sandbox shows the spec's ke
 TRUTH = ".truth"  # in the reference worker's directory: where its sandbox shows the base's tree, read-only
 
 
-# What a signal that killed the candidate's worker most often means, for the finding's message.
-_SIGNAL_CAUSE = {"SIGSEGV": " (a memory access outside what the process owns: an out-of-bounds read or write by "
-                            "the code under test, or a native library's crash)",
-                 "SIGBUS": " (a misaligned or unmapped memory access by the code under test)",
-                 "SIGKILL": " (from outside the job: most often the kernel's out-of-memory killer, i.e. the runner "
-                            "ran out of host memory)",
-                 "SIGABRT": " (an abort: a failed assertion or an uncaught C++ exception in a native library)"}
 WORKER_GRACE_S = 5.0  # after the judge is done, how long a worker may take to exit before it is killed
 
 
@@ -303,7 +297,7 @@ def _judge_result(job: Job, opts: ExecOptions, workdir: Path, jpr: proc.ProcResu
     inner.duration_s = jpr.duration_s
     if cand.signal or cand.returncode not in (0, None):  # how the candidate died is the executor's to say
         # The signal, not the sandbox's command line (the log tail keeps what the process printed).
-        how = (f"killed by {cand.signal_name}" + (_SIGNAL_CAUSE.get(cand.signal_name or "", "")) if cand.signal
+        how = (f"killed by {cand.signal_name}{signal_cause(cand)}" if cand.signal
                else f"it exited with code {cand.returncode}")
         inner.findings = [dataclasses.replace(f, message=f"{f.message}; {how}") if f.kind == "crash" else f
                           for f in inner.findings]

@@ -13,17 +13,28 @@ from ..protocol.jobs import Job
 from .containment import TOOL_EXIT_GRACE_S, TOOL_START_LIMIT_S
 
 
+# What a signal that killed a job's process most often means, for the finding's message.
+_SIGNAL_CAUSE = {"SIGSEGV": " (a memory access outside what the process owns: an out-of-bounds read or write by "
+                            "the code under test, or a native library's crash)",
+                 "SIGBUS": " (a misaligned or unmapped memory access by the code under test)",
+                 "SIGKILL": " (from outside the job: most often the kernel's out-of-memory killer, i.e. the runner "
+                            "ran out of host memory)",
+                 "SIGABRT": " (an abort: a failed assertion or an uncaught C++ exception in a native library)"}
+
+
+def signal_cause(pr: proc.ProcResult) -> str:
+    """`` (what the signal most often means)`` for a process a signal killed, else ``""``."""
+    return _SIGNAL_CAUSE.get(pr.signal_name or "", "")
+
+
 def _classify_failure(job: Job, pr: proc.ProcResult, timeout_s: float) -> tuple[str, str]:
     if pr.not_found:
         return "internal-error", f"could not start the job process: {pr.stderr.strip()}"
     if pr.timed_out:
         return "timeout", (f"the job did not finish within {timeout_s:.0f}s and was killed with its whole process "
                            f"group (a hang, a deadlock in the kernel, or too slow)")
-    if pr.signal == 9:
-        return "crash", (f"the job process died: {pr.describe()} (SIGKILL from outside the job: most often the "
-                         f"kernel's out-of-memory killer, i.e. the runner ran out of host memory)")
     if pr.signal:
-        return "crash", f"the job process died: {pr.describe()}"
+        return "crash", f"the job process died: {pr.describe()}{signal_cause(pr)}"
     return "crash", f"the job process exited with code {pr.returncode} without writing a result"
 
 

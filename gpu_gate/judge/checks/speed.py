@@ -13,10 +13,11 @@ A slow-down whose interval lies wholly beyond ``1 + threshold`` is a ``slower`` 
 where the check is ``required``. A speed-up that should not be possible is ``implausible-speedup``: a
 warning where the head is more than ``IMPLAUSIBLE`` times faster at that confidence (KernelBench's own
 warning sign for a kernel that skips work), and an error, under the same level, where the head's time is
-below what writing its outputs once takes at the GPU's peak memory bandwidth (``gpu_gate.judge.roofline``); every job says its figures in a ``speed`` note (speed-up, slow-down or
-no change shown, the interval, the timing method, the SM clock). Without a base (a new spec, or the
-base's code no longer runs) there is nothing to compare: said, not failed. The figures are the workers'
-word: evidence of speed, never of correctness, which the other checks judge.
+below what writing its outputs once takes at the GPU's peak memory bandwidth (``gpu_gate.judge.roofline``).
+Every job says its figures in a ``speed`` note (speed-up, slow-down or no change shown, the interval,
+the timing method, the SM clock). Without a base (a new spec, or the base's code no longer runs) there is
+nothing to compare: said, not failed. The figures are the workers' word: evidence of speed, never of
+correctness, which the other checks judge.
 """
 from __future__ import annotations
 
