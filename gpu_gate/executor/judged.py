@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 from ..store import compiled as compiled_store
-from . import sandbox
+from . import disguised, sandbox
 from .. import proc
 from ..judge.checks import CHECKS
 from ..judge.checks.base import WrappingCheck
@@ -92,10 +92,17 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     except OSError as exc:
         return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
     marks["files"] = time.monotonic()
+    threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
     pairs = {role: socket.socketpair() for role in roles}
     context = {**_context(opts, gpu, job), "channels": {role: a.fileno() for role, (a, _) in pairs.items()}}
     if differential:
         context["base_root"] = str(opts.base_root)  # the judge reads the base's kernel files (the compile check)
+    if job.check == "equivalence" and job.options.get("disguised_replay", True):
+        try:  # the disguised replay's programs: the judge starts them when it has chosen their cases
+            context["disguised"] = {role: disguised.launch(opts, gpu, outer, avail, job.check, threads, role)
+                                    for role in roles if role in disguised.DIR}
+        except (OSError, ValueError) as exc:
+            context["disguised_error"] = f"cannot prepare the disguised replay's directory ({exc})"
     job_file, result_file = judge_dir / "in.json", judge_dir / "out.json"
     try:
         job_file.write_text(json.dumps({"job": job.to_json(), "context": context}))
@@ -104,7 +111,6 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
             a.close()
             b.close()
         return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
-    threads = max(1, (os.cpu_count() or 2) // concurrency(opts))
     env = _env_for(opts, gpu, workdir, threads, job.check, avail)
     judge_env = {**env, "TMPDIR": str(judge_dir)}
     wrapping = CHECKS[job.check].wrapping()

@@ -40,6 +40,9 @@ class Context:
     channels: dict[str, Channel] | None = None  # role -> the judge's channel to that worker; None: in this process
     workers: Workers | None = None  # the job's workers, once the spec imported in them
     base_root: Path | None = None  # the base's tree, in a pull request (the compile check reads its kernel files)
+    # the disguised replay's programs, by side (see judge.disguised), as the executor prepared them; or
+    # a string: why it could not; None: not prepared (the workers run in this process)
+    disguised: dict[str, Any] | str | None = None
 
     def open_workers(self, job: Job) -> Workers:
         """The candidate and reference workers with the job's spec imported (again, for a job whose
@@ -268,7 +271,8 @@ def main(argv: list[str] | None = None, context_type: type[Context] = Context) -
     ctx = context_type(repo_root=repo, device=device, workdir=out.parent,
                        sanitizer=given.get("sanitizer") or None, deadline=time.monotonic() + budget,
                        channels=_socket_channels(given.get("channels")),
-                       base_root=Path(given["base_root"]) if given.get("base_root") else None)
+                       base_root=Path(given["base_root"]) if given.get("base_root") else None,
+                       disguised=given.get("disguised") or given.get("disguised_error") or None)
     limit = None
     if ctx.channels is not None:  # the judge of sandboxed workers: what they send cannot exhaust the runner
         from .limits import limit_memory

@@ -128,6 +128,9 @@ class EquivalencePolicy(CheckPolicy):
     slow_case: Literal["warn", "fail"] = Field(default="warn", description=(
         "slow-case findings: warn (the cases still run: slow is not wrong), or fail"))
     growth: bool = Field(default=True, description="check how the error grows with the reduction length")
+    disguised_replay: bool = Field(default=True, description=(
+        "run a few passed cases again in a process started like a user's program (no gpu-gate loaded or installed "
+        "there): a kernel that behaves only inside the gate's worker is a gate-aware finding"))
     shrink: bool = Field(default=True, description="shrink a failing case to a minimal one")
     shrink_budget_s: float = Field(default=60.0, ge=0, description="time allowed for shrinking")
     dists: tuple[FloatDist, ...] | None = Field(default=None, min_length=1, description="float value distributions to use; null: all the spec allows")

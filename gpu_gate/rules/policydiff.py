@@ -155,6 +155,7 @@ _JUDGES: list[tuple[str, Judge]] = [
     ("*.max_case_bytes", _more_is_stricter),
     ("*.time_budget_s", _more_is_stricter),
     ("*.growth", _true_is_stricter),
+    ("*.disguised_replay", _true_is_stricter),
     ("*.concurrent_load", _true_is_stricter),
     ("*.leak_check", _true_is_stricter),
     ("cuda.sanitizer", _tool),

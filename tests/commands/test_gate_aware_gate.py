@@ -49,8 +49,8 @@ def double(x):
 """
 
 
-def _pr(make_repo, wrapper: str, base_wrapper: str | None = None) -> GitRepo:  # type: ignore[no-untyped-def]
-    files = {".gpu-gate.yml": POLICY, "README.md": "x\n"}
+def _pr(make_repo, wrapper: str, base_wrapper: str | None = None, policy: str = POLICY) -> GitRepo:  # type: ignore[no-untyped-def]
+    files = {".gpu-gate.yml": policy, "README.md": "x\n"}
     if base_wrapper is not None:
         files.update({"csrc/k.cu": KERNEL, "mylib/__init__.py": "", "mylib/wrap.py": base_wrapper,
                       "gate/k_gate.py": SPEC})
@@ -128,3 +128,67 @@ def test_a_kernel_that_recognises_the_workers_process_out_of_the_rules_sight_is_
     assert p.returncode == 1, p.stdout + p.stderr
     assert _plan_kinds(r) == []  # the rule did not see it: the worker's disguise did
     assert "FAIL    equivalence gate/k_gate.py::k_gate" in p.stdout, p.stdout
+
+
+# What the worker's disguise cannot hide (the gate's files on disk, the frames of its serving loop, the
+# sandbox's PID 1, the workers' environment), read out of the rule's sight: only the disguised replay,
+# which runs the passed cases again in a program with nothing of the gate in it, sees the other path.
+OUTSIDE = {
+    "frames": ('any("gpu" + "_gate" in f.filename for f in importlib.import_module("trace" + "back")'
+               '.extract_stack())'),
+    "pid1": 'b"start" + b"ed" in open("/pr" + "oc/1/cmdline", "rb").read()',
+    "files": 'importlib.util.find_spec("gpu" + "_gate") is not None',
+    "env": '"TMP" + "DIR" in getattr(importlib.import_module("o" + "s"), "envi" + "ron")',
+}
+HIDDEN_OUTSIDE = "import importlib.util\n" + HIDDEN_READ
+
+
+@pytest.mark.parametrize("look", sorted(OUTSIDE))
+def test_a_kernel_that_recognises_what_the_disguise_cannot_hide_is_caught_by_the_disguised_replay(
+        make_repo, look: str) -> None:  # type: ignore[no-untyped-def]
+    r = _pr(make_repo, HIDDEN_OUTSIDE.format(test=OUTSIDE[look]))
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert _plan_kinds(r) == []  # the rule did not see it
+    found = _equivalence_findings(r)
+    aware = [f for f in found if f["kind"] == "gate-aware"]
+    assert aware and aware[0]["severity"] == "error", found
+    assert aware[0]["details"]["disguised"] is True
+    assert "process started like a user's own program" in aware[0]["message"]
+    assert "output 'out' is wrong" in aware[0]["message"]
+
+
+def test_without_the_disguised_replay_the_same_kernel_passes(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The attack as it defeats the gate without the guard (the base's policy turns the replay off): the
+    worker's disguise alone lets it through."""
+    policy = POLICY.replace("growth: false,", "growth: false, disguised_replay: false,")
+    r = _pr(make_repo, HIDDEN_OUTSIDE.format(test=OUTSIDE["frames"]), policy=policy)
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 0, p.stdout + p.stderr
+
+
+HONEST_LOOKS = """\
+import os
+import sys
+
+def double(x):
+    # reads the process's world, and behaves the same in every process
+    _ = (len(sys.argv), os.getpid(), sorted(os.environ)[:1])
+    return x * 2
+"""
+
+
+def test_an_honest_kernel_passes_the_disguised_replay(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _pr(make_repo, "def double(x):\n    return x + x\n", base_wrapper="def double(x):\n    return x * 2\n")
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    found = _equivalence_findings(r)
+    assert not [f for f in found if f["kind"] in ("gate-aware", "replay-not-run")], found
+    res = json.loads((r.path / ".gpu-gate" / "out" / "results.json").read_text())
+    eq = [j for j in res["results"] if j["check"] == "equivalence"]
+    assert eq and all(j["status"] == "passed" for j in eq)
+
+
+def _equivalence_findings(r: GitRepo) -> list[dict[str, object]]:
+    res = json.loads((r.path / ".gpu-gate" / "out" / "results.json").read_text())
+    return [f for j in res["results"] if j["check"] == "equivalence" for f in j["findings"]]

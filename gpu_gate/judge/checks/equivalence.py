@@ -172,6 +172,7 @@ class Equivalence:
         self.floor_missed: tuple[int, int] | None = None  # (floor cases not run, the floor's size)
         self.phases: dict[str, float] = {}
         self.replayed: list[str] = []  # the cases run again at the end, in plain tensors
+        self.disguised_notes: list[Finding] = []  # what the disguised replay could not run, and why
         self.ahead_started: dict[str, str] = {}  # compiling ahead, per side: "started", or why not
         self.ahead_done: dict[str, dict[str, object]] = {}  # per side, what its sibling said it did
         self.finish_times: dict[str, object] = {}  # the head's worker's answer to finish, as it timed it
@@ -290,6 +291,7 @@ class Equivalence:
             return self._floor_not_reached(results, cases, notes)
         findings = self._summarize(results, refusals)
         findings += [_with_change_note(f) for f in replays]
+        findings += self.disguised_notes
         findings += self._rewritten_reference(results)
         if self.unsupported:
             findings.append(self._unsupported(len(cases)))
@@ -456,14 +458,24 @@ class Equivalence:
         for c in (by_size[-1:] + by_size[len(by_size) // 2:len(by_size) // 2 + 1]):
             if c not in picks and len(picks) < REPLAY_CASES:
                 picks.append(c)
+        done = []
         for case in reversed(picks):
             if time.monotonic() > self.deadline:
                 break
             found = self.runner.replay(case)
             self.replayed.append(case.id)
+            done.append(case)
             if found:
                 return found
-        return []
+        if not self.job.options.get("disguised_replay", True):
+            return []
+        from .. import disguised
+
+        # the same cases in a program started like a user's own (see judge.disguised); its own time
+        # limit comes out of the job's, not the cases' budget
+        found, notes = disguised.replay(self.runner, done, self.ctx.disguised, self.job, self.ctx.deadline)
+        self.disguised_notes = notes
+        return found
 
     def _unsupported(self, total: int) -> Finding:
         """Cases the Triton interpreter could not run (libdevice, inline asm, an op it lacks):
