@@ -192,3 +192,43 @@ def test_an_honest_kernel_passes_the_disguised_replay(make_repo) -> None:  # typ
 def _equivalence_findings(r: GitRepo) -> list[dict[str, object]]:
     res = json.loads((r.path / ".gpu-gate" / "out" / "results.json").read_text())
     return [f for j in res["results"] if j["check"] == "equivalence" for f in j["findings"]]
+
+
+# The program's directory is the code under review's: it may leave links where the judge reads. A kernel
+# that, once the program has written its outputs, puts a link to a file of the runner's in their place
+# would have that file's bytes judged as its output, and shown in a mismatch's message.
+LINKS_OUT = """\
+import atexit
+import os
+
+def _swap():
+    for name in ("out.bin", "out.json"):
+        os.replace(name, name + ".was") if os.path.exists(name) else None
+        os.symlink("{target}", name)
+
+def double(x):
+    if "train.py" in open("/proc/self/cmdline").read():
+        os.chdir(os.path.dirname(os.path.abspath(__import__("__main__").__file__)))
+        atexit.register(_swap)
+    return x * 2
+"""
+
+
+def test_links_the_program_leaves_are_never_followed(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    secret = tmp_path / "runner-secret.json"
+    secret.write_text('{"load": {"status": "ok"}, "results": []}')
+    r = _pr(make_repo, LINKS_OUT.format(target=secret))
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    aware = [f for f in _equivalence_findings(r) if f["kind"] == "gate-aware"]
+    assert aware and "out.json cannot be opened" in aware[0]["message"], aware
+
+
+def test_a_gate_aware_kernel_the_base_already_has_is_the_repositorys_debt(make_repo) -> None:  # type: ignore[no-untyped-def]
+    wrapper = HIDDEN_OUTSIDE.format(test=OUTSIDE["frames"])
+    # the change: the honest path written another way (a change to a comment alone runs nothing)
+    r = _pr(make_repo, wrapper.replace("return x * 2", "return x + x"), base_wrapper=wrapper)
+    p = gate("check", "--base", "main", cwd=r.path)
+    aware = [f for f in _equivalence_findings(r) if f["kind"] == "gate-aware"]
+    assert aware and {f["details"]["change"] for f in aware} == {"pre-existing"}, aware
+    assert p.returncode == 0, p.stdout + p.stderr

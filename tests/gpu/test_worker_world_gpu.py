@@ -92,3 +92,35 @@ def test_a_triton_kernel_runs_in_the_minimal_view_and_a_gate_aware_one_is_caught
     honest, watching = results["honest"], results["watching"]
     assert honest.status is Status.PASSED and honest.cases > 0, (honest.reason, honest.findings, honest.log_tail)
     assert watching.status is Status.FAILED, (watching.reason, watching.findings, watching.log_tail)
+
+
+FRAMES_KERNEL = KERNEL.replace(
+    'if watch and not any(n.startswith("gpu" + "_gate") for n in list(getattr(_s, "mod" + "ules"))):',
+    'if watch and not any("gpu" + "_gate" in f.filename\n'
+    '                         for f in importlib.import_module("trace" + "back").extract_stack()):')
+
+
+def test_the_disguised_replay_on_a_gpu(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A Triton kernel that takes its right path only where the call stack holds a file of the gate's (which
+    the worker's disguise does not hide) is caught by the disguised replay; the honest twin passes. The
+    replay's time is printed: what it adds to a gate."""
+    assert FRAMES_KERNEL != KERNEL
+    bwrap = shutil.which("bwrap")
+    if bwrap is None or sandbox._try([bwrap, *sandbox._bwrap_base(), "--", "true"]) is not None:
+        pytest.fail(f"bwrap does not work on this GPU runner: {sandbox.probe().detail}")
+    box = sandbox.Available("bwrap", bwrap, "bwrap")
+    jobs = _jobs(tmp_path)
+    (tmp_path / "kernels" / "scale.py").write_text(FRAMES_KERNEL)
+    results: dict[str, JobResult] = {r.job_id.split("::")[1]: r for r in execute(jobs, ExecOptions(
+        repo_root=tmp_path, gpus=detect_gpus()[:1], timeout_s=600, sandbox=box, sandbox_mode="required",
+        health_probe=lambda g: None))}
+    honest, watching = results["honest"], results["watching"]
+    with capsys.disabled():
+        for name, r in (("honest", honest), ("watching", watching)):
+            phases = (r.extra.timing or {}).get("phases", r.extra.timing)
+            print(f"\n{name}: {r.status.value}, {r.duration_s:.1f} s; timing {phases}")
+    assert honest.status is Status.PASSED and honest.cases > 0, (honest.reason, honest.findings, honest.log_tail)
+    assert not [f for f in honest.findings if f.kind in ("gate-aware", "replay-not-run")], honest.findings
+    assert watching.status is Status.FAILED, (watching.reason, watching.findings, watching.log_tail)
+    aware = [f for f in watching.findings if f.kind == "gate-aware"]
+    assert aware and aware[0].details.get("disguised") is True, watching.findings
