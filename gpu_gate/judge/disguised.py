@@ -21,7 +21,10 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import stat
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -169,10 +172,6 @@ def _open_regular(path: Path) -> Any:
     return os.fdopen(fd, "rb")
 
 
-def run_program(launch: Launch, timeout: float) -> proc.ProcResult:
-    return proc.run(launch.argv, cwd=launch.cwd, env=launch.env, timeout=timeout)
-
-
 def read_results(launch: Launch, n: int, device: str,
                  truth_of: Callable[[int, dict[str, str]], Mapping[str, torch.Tensor]]) -> list[Ran]:
     """What the program wrote for its ``n`` cases. ``truth_of(i, dtypes)``: the reference's outputs on
@@ -271,45 +270,83 @@ WHERE = ("run again in a process started like a user's own program (python train
          "loaded, none installed in its view, a training job's environment and empty caches)")
 
 
-def replay(runner: CaseRunner, cases: Sequence[Case], launches: object, job: Job,
-           deadline: float) -> tuple[list[Finding], list[Finding]]:
-    """The disguised replay of ``cases`` (passed, and replayed in the worker already): the findings, and
-    notes on what could not be replayed. A case the program gets wrong is replayed in the worker again;
-    only a kernel right there and wrong in the program is ``gate-aware``. In a pull request the base's
-    code is run by the same program on that case before the finding counts as new."""
-    import time
+@dataclasses.dataclass
+class Running:
+    """The program on its way: started in a thread of the judge's, which goes on with the rest of the
+    job (the growth sweep, the worker's own replay) while it imports torch and compiles."""
 
-    from .equivalence.engine import marked
+    launch: Launch
+    cases: list[Case]
+    limit: float
+    base: bool
+    thread: threading.Thread
+    done: list[proc.ProcResult] = dataclasses.field(default_factory=list)
+    pid: list[int] = dataclasses.field(default_factory=list)
 
+    def wait(self) -> proc.ProcResult:
+        self.thread.join()
+        return self.done[0]
+
+    def stop(self) -> None:
+        """Kill the program where it still runs (its result is no longer wanted), and wait for it."""
+        if self.thread.is_alive() and self.pid:
+            try:
+                os.killpg(self.pid[0], signal.SIGKILL)
+            except OSError:
+                pass
+        self.thread.join()
+        clean(self.launch)
+
+
+def begin(runner: CaseRunner, cases: Sequence[Case], launches: object, job: Job,
+          deadline: float) -> Running | list[Finding]:
+    """Start the disguised replay of ``cases`` (passed in the worker); or the notes that say why it
+    does not run. Nothing (an empty list) where it was not prepared: the workers run in the gate's own
+    process."""
     if launches is None or not cases:
-        return [], []  # not prepared: the workers run in the gate's own process
+        return []
     if isinstance(launches, str):
-        return [], [_note(runner, cases[0], launches, Severity.WARNING)]
+        return [_note(runner, cases[0], launches, Severity.WARNING)]
     head = Launch.from_context(launches.get("candidate") if isinstance(launches, dict) else None)
     if head is None:
-        return [], [_note(runner, cases[0], "the executor prepared no program for the head's code",
-                          Severity.WARNING)]
+        return [_note(runner, cases[0], "the executor prepared no program for the head's code", Severity.WARNING)]
     left = deadline - time.monotonic()
     if left < MIN_TIME_S:
-        return [], [_note(runner, cases[0], f"{max(0.0, left):.0f} s of the job's time budget were left",
-                          Severity.NOTE)]
-    failed, notes = _judge_side(runner, head, cases, job, left)
+        return [_note(runner, cases[0], f"{max(0.0, left):.0f} s of the job's time budget were left", Severity.NOTE)]
+    return _start(runner, head, list(cases), job, left)
+
+
+def conclude(runner: CaseRunner, begun: Running | list[Finding], launches: object, job: Job,
+             deadline: float) -> tuple[list[Finding], list[Finding]]:
+    """The findings of a disguised replay :func:`begin` started, and notes on what could not be
+    replayed. A case the program gets wrong is replayed in the worker again; only a kernel right there
+    and wrong in the program is ``gate-aware``. In a pull request the base's code is run by the same
+    program on that case before the finding counts as new."""
+    from .equivalence.engine import marked
+
+    if not isinstance(begun, Running):
+        return [], begun
+    failed, notes = _collect(runner, begun)
     findings: list[Finding] = []
     for case, f in failed:
         again = runner.replay(case)  # the worker's replay of the case, with its own noise and base logic
         if again:
             return again, notes  # wrong in the worker too: not a difference between the processes
         findings.append(f)
-    if not findings:
-        return [], notes
     base = Launch.from_context(launches.get("base") if isinstance(launches, dict) else None)
-    if runner.base is None or base is None:
+    if not findings or runner.base is None or base is None:
         return findings, notes
-    left = deadline - time.monotonic()
-    at_base, _ = _judge_side(runner, base, [f_case(f, cases) for f in findings], job, max(left, MIN_TIME_S),
-                             base=True)
+    left = max(deadline - time.monotonic(), MIN_TIME_S)
+    at_base, _ = _collect(runner, _start(runner, base, [f_case(f, begun.cases) for f in findings], job, left,
+                                         base=True))
     same = {c.id for c, _ in at_base}
     return [marked(f, "pre-existing" if f.case in same else "new") for f in findings], notes
+
+
+def replay(runner: CaseRunner, cases: Sequence[Case], launches: object, job: Job,
+           deadline: float) -> tuple[list[Finding], list[Finding]]:
+    """:func:`begin` and :func:`conclude` in one."""
+    return conclude(runner, begin(runner, cases, launches, job, deadline), launches, job, deadline)
 
 
 def f_case(f: Finding, cases: Sequence[Case]) -> Case:
@@ -322,13 +359,10 @@ def _note(runner: CaseRunner, case: Case, why: str, severity: Severity) -> Findi
     return _finding(runner.spec_id, case, "replay-not-run", launch_note(why), "", severity)
 
 
-def _judge_side(runner: CaseRunner, launch: Launch, cases: Sequence[Case], job: Job, left: float,
-                base: bool = False) -> tuple[list[tuple[Case, Finding]], list[Finding]]:
-    """Run the program on ``cases`` and judge its outputs: (the cases it got wrong, each with its
-    finding; notes)."""
+def _start(runner: CaseRunner, launch: Launch, cases: list[Case], job: Job, left: float,
+           base: bool = False) -> Running:
     from ..protocol.inputs import materialize
     from ..protocol.messages.reference import recipe_json
-    from .equivalence.engine import Truth
 
     layouts = {k: ("contiguous" if "contiguous" in (getattr(inp, "layouts", None) or ("contiguous",)) else "same")
                for k, inp in runner.spec.inputs.items()}
@@ -339,7 +373,23 @@ def _judge_side(runner: CaseRunner, launch: Launch, cases: Sequence[Case], job: 
     write_batch(launch, job, runner.candidate.device, batch, base)
     del batch
     limit = max(10.0, min(left - 5.0, 300.0))
-    pr = run_program(launch, limit)
+    running = Running(launch, cases, limit, base, threading.Thread(target=lambda: None, daemon=True))
+
+    def run() -> None:
+        running.done.append(proc.run(launch.argv, cwd=launch.cwd, env=launch.env, timeout=limit,
+                                     on_start=running.pid.append))
+
+    running.thread = threading.Thread(target=run, daemon=True)
+    running.thread.start()
+    return running
+
+
+def _collect(runner: CaseRunner, running: Running) -> tuple[list[tuple[Case, Finding]], list[Finding]]:
+    """Wait for the program and judge its outputs: (the cases it got wrong, each with its finding; notes)."""
+    from .equivalence.engine import Truth
+
+    pr = running.wait()
+    cases, launch, limit = running.cases, running.launch, running.limit
     truths: dict[int, Truth] = {}
 
     def truth_of(i: int, dtypes: dict[str, str]) -> Mapping[str, torch.Tensor]:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from types import ModuleType
 
     from ...protocol.cases import Case
+    from ..disguised import Running
     from ...protocol.shapes import Threshold
     from ...spec import Spec
     from ..equivalence.compare import Rule
@@ -264,15 +265,22 @@ class Equivalence:
             self._compile_ahead(cases)
             with self._timed("cases"):
                 self._run_cases(cases, results, refusals, notes)
-            want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
-            if want_growth and not _canonical_refused_alone(refusals):
-                with self._timed("growth"):
-                    growth = self._growth()
-                with self._timed("thresholds"):
-                    thresholds = self._thresholds()
-            if not self.job.case and not self.sanitized:
-                with self._timed("replay"):
-                    replays = self._replay(results)
+            begun: Running | list[Finding] = []
+            try:
+                if not self.job.case and not self.sanitized:
+                    begun = self._begin_disguised(results)
+                want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
+                if want_growth and not _canonical_refused_alone(refusals):
+                    with self._timed("growth"):
+                        growth = self._growth()
+                    with self._timed("thresholds"):
+                        thresholds = self._thresholds()
+                if not self.job.case and not self.sanitized:
+                    with self._timed("replay"):
+                        replays = self._replay(results, begun)
+            finally:
+                if not isinstance(begun, list):
+                    begun.stop()  # a replay not concluded (a failure before it): its program is not left running
         except SpecBroken as exc:
             f = Finding(check="equivalence", kind="reference-error", spec=self.spec_id,
                         file=self.job.spec.file if self.job.spec else None, line=self.spec.line or None,
@@ -446,10 +454,8 @@ class Equivalence:
                                               f"{self.clock.candidate():.1f} s on top), the floor of {len(must)} "
                                               f"cases included"))
 
-    def _replay(self, results: list[CaseResult]) -> list[Finding]:
-        """A few passed cases again, last of all and in reverse order, in plain tensors: the
-        canonical case, the largest passed and one between (see ``CaseRunner.replay``). The first
-        replay that fails is reported; the rest are not needed."""
+    def _picks(self, results: list[CaseResult]) -> list[Case]:
+        """The passed cases replayed at the end: the canonical case, the largest passed and one between."""
         passed = [r.case for r in results if not r.refused and not r.failed and r.case.id[:1] != "p"]
         if not passed:
             return []
@@ -458,29 +464,42 @@ class Equivalence:
         for c in (by_size[-1:] + by_size[len(by_size) // 2:len(by_size) // 2 + 1]):
             if c not in picks and len(picks) < REPLAY_CASES:
                 picks.append(c)
-        done = []
-        for case in reversed(picks):
+        return picks
+
+    def _begin_disguised(self, results: list[CaseResult]) -> Running | list[Finding]:
+        """Start the disguised replay of the cases the replay picks (see judge.disguised): the program
+        imports torch and compiles while the judge goes on with the rest of the job."""
+        from .. import disguised
+
+        if not self.job.options.get("disguised_replay", True):
+            return []
+        picks = self._picks(results)
+        if self.ctx.device == "cpu":
+            # Triton's interpreter computes 16-bit floats wrongly unless the worker adapts it (see
+            # worker.interpreter), and the plain program does not: there, only cases whose data is
+            # float32 or wider, the first passed such case where none of the picked ones is
+            passed = [r.case for r in results if not r.refused and not r.failed and r.case.id[:1] != "p"]
+            picks = [c for c in picks if _interpreted_alike(c)] or [c for c in passed if _interpreted_alike(c)][:1]
+        # its own time limit comes out of the job's, not the cases' budget
+        return disguised.begin(self.runner, picks, self.ctx.disguised, self.job, self.ctx.deadline)
+
+    def _replay(self, results: list[CaseResult], begun: Running | list[Finding]) -> list[Finding]:
+        """A few passed cases again, last of all and in reverse order, in plain tensors: the
+        canonical case, the largest passed and one between (see ``CaseRunner.replay``). The first
+        replay that fails is reported; the rest are not needed. Then what the disguised replay of
+        the same cases found (see judge.disguised)."""
+        from .. import disguised
+
+        for case in reversed(self._picks(results)):
             if time.monotonic() > self.deadline:
                 break
             found = self.runner.replay(case)
             self.replayed.append(case.id)
-            done.append(case)
             if found:
                 return found
-        if not self.job.options.get("disguised_replay", True):
-            return []
-        from .. import disguised
-
-        if self.ctx.device == "cpu":
-            # Triton's interpreter computes 16-bit floats wrongly unless the worker adapts it (see
-            # worker.interpreter), and the plain program does not: there, only cases whose data is
-            # float32 or wider, the first passed such case where none of the replayed ones is
-            done = [c for c in done if _interpreted_alike(c)] or [c for c in passed if _interpreted_alike(c)][:1]
-        # the same cases in a program started like a user's own (see judge.disguised); its own time
-        # limit comes out of the job's, not the cases' budget
         with self._timed("disguised_replay"):
-            found, notes = disguised.replay(self.runner, done, self.ctx.disguised, self.job, self.ctx.deadline)
-        self.disguised_notes = notes
+            found, self.disguised_notes = disguised.conclude(self.runner, begun, self.ctx.disguised, self.job,
+                                                             self.ctx.deadline)
         return found
 
     def _unsupported(self, total: int) -> Finding:
