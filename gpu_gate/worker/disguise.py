@@ -16,7 +16,7 @@ serving module, a ``context.json`` and a role. Now:
 What this does not hide (a determined kernel can still look): the files of the gate's installation
 (the modules' ``__file__``, the call stack's frames), the sandbox's PID 1 and the worker's PID. Those
 reads are the ``gate-aware`` rule's to name (``gpu_gate.gateaware``); a kernel that reads them out of
-sight of the rule is what the disguised replay catches (``gpu_gate.judge.replay``).
+sight of the rule is what the disguised replay catches (``gpu_gate.judge.disguised``).
 """
 from __future__ import annotations
 
