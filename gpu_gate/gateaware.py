@@ -40,7 +40,7 @@ _ATTRS: dict[tuple[str, str], str] = {
     ("os", "getpgrp"): "reads a process id",
     ("os", "getsid"): "reads a process id",
 }
-_MODULES = {"psutil": "reads the process table"}
+_MODULES = {"psutil": "reads the process table", "__main__": "reads the main program"}
 _GATE_NAME = re.compile(r"gpu[_-]?(kernel[_-]?)?gate", re.IGNORECASE)
 _PROC = re.compile(r"/proc/(self|thread-self|\d+|\{|%)")
 # CUDA and C++ sources: the same reads, by text (comments stripped first).

@@ -54,3 +54,12 @@ def test_a_new_read_blocks_and_the_same_read_at_base_is_debt() -> None:
     new = _findings(base + "def k(x):\n    return x if os.getpid() == 2 else -x\n", base)
     assert [(f.severity, f.line) for f in new if f.details["change"] == "new"] == [(Severity.ERROR, 4)]
     assert "k.py:4: kernel or wrapper code that reads a process id" in new[-1].message
+
+
+def test_importing_the_main_program_is_a_read() -> None:
+    """The script a process runs says what runs the kernel (a test harness's or a user's): kernel code has no
+    business reading it; an ordinary module import is not a read."""
+    from gpu_gate.gateaware import python_reads
+
+    assert [r.what for r in python_reads("import __main__\npath = __main__.__file__\n")] == ["reads the main program"]
+    assert python_reads("import math\nimport torch\n") == []

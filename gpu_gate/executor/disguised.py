@@ -41,7 +41,7 @@ def gate_files() -> tuple[list[Path], list[Path], Path | None]:
     dirs, files = [pkg], []
     for dist in _gate_distributions(pkg):
         for f in dist.files or ():
-            where = Path(os.path.realpath(dist.locate_file(f)))
+            where = Path(os.path.realpath(str(dist.locate_file(f))))
             if where == pkg or pkg in where.parents:
                 continue
             meta = next((p for p in (where, *where.parents) if p.name.endswith((".dist-info", ".egg-info"))), None)
@@ -85,7 +85,9 @@ def launch(opts: ExecOptions, gpu: str | None, outer: Path, avail: sandbox.Avail
     base = role == "base" and opts.base_root is not None
     remap = avail.protects_files
     # the base's tree is shown at the repository's path, as for the base's worker
-    wopts = dataclasses.replace(opts, repo_root=opts.base_root) if base and not remap else opts
+    wopts = opts
+    if base and not remap and opts.base_root is not None:
+        wopts = dataclasses.replace(opts, repo_root=opts.base_root)
     layout = _layout(wopts, gpu, d, avail, source=opts.base_root if base and remap else None)
     dirs, files, tree = gate_files()
     hidden = [*dirs] + ([tree] if tree is not None else [])

@@ -122,7 +122,7 @@ def write_batch(launch: Launch, job: Job, device: str,
     assert job.spec is not None
     d = launch.dir
     fresh(d)
-    _write_new(d / SCRIPT, PROGRAM.read_bytes())
+    _write_new(d / SCRIPT, program_text().encode())
     repo_root = launch.cwd  # the tree the program runs from: the head's, or the base's
     spec_file, name = spec_source(job, repo_root, d / "spec", base)
     blob = bytearray()
@@ -139,6 +139,23 @@ def write_batch(launch: Launch, job: Job, device: str,
              "path": user_roots(repo_root, job.python_path), "device": device, "cases": listed}
     _write_new(d / "batch.bin", bytes(blob))
     _write_new(d / "batch.json", json.dumps(batch).encode())
+
+
+def program_text() -> str:
+    """The program as it is written out: without its docstrings and comments (a kernel that reads the
+    script it runs under learns what the code does, not what it is for)."""
+    import ast
+
+    tree = ast.parse(PROGRAM.read_text(encoding="utf-8"))
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and isinstance(body, list) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            body.pop(0)
+            if not body:
+                body.append(ast.Pass())
+    return ast.unparse(tree) + "\n"
 
 
 def fresh(d: Path) -> None:
@@ -448,4 +465,4 @@ def _gate_aware(runner: CaseRunner, case: Case, what: str, **details: object) ->
                     f"the candidate passed case {case.id} in the gate's worker, but when the case was {WHERE}, {what}. "
                     f"The kernel behaves differently outside the gate: it may recognise the gate's process "
                     f"(its modules, command line, environment, files or process tree)", repro,
-                    disguised=True, **details)
+                    Severity.ERROR, disguised=True, **details)

@@ -21,6 +21,7 @@ import json
 import os
 import sys
 import types
+from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FACADE = "gpu_gate"
@@ -33,47 +34,48 @@ class Unsupported(Exception):
 
 
 class _Declared:
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.args, self.kwargs = args, kwargs
 
 
-def _facade(torch):
-    declared = {}
+def _facade(torch: Any) -> tuple[types.ModuleType, dict[str, tuple[Any, dict[str, Any]]]]:
+    declared: dict[str, tuple[Any, dict[str, Any]]] = {}
     gg = types.ModuleType(FACADE)
 
-    def spec(**kw):
-        def wrap(fn):
+    def spec(**kw: Any) -> Any:
+        def wrap(fn: Any) -> Any:
             declared[kw.get("name") or fn.__name__] = (fn, kw)
             return fn
         return wrap
 
-    def upcast(t, dtype="float32"):
+    def upcast(t: Any, dtype: str = "float32") -> Any:
         if not isinstance(t, torch.Tensor) or not t.is_floating_point():
             return t
         return t.to(torch.promote_types(t.dtype, getattr(torch, dtype)))
 
-    def empty(*shape, dtype=None, device=None):
+    def empty(*shape: Any, dtype: Any = None, device: Any = None) -> Any:
         return torch.empty(*shape, dtype=dtype, device=device)
 
-    def empty_like(t, *, dtype=None):
+    def empty_like(t: Any, *, dtype: Any = None) -> Any:
         return torch.empty(tuple(t.shape), dtype=dtype or t.dtype, device=t.device)
 
-    def missing(name):
-        raise Unsupported(f"the spec uses {FACADE}.{name}, which only a gate's worker has")
+    def missing(name: str) -> Any:
+        raise Unsupported(f"the spec uses {FACADE}.{name}, which this program does not provide")
 
-    gg.spec, gg.upcast, gg.empty, gg.empty_like = spec, upcast, empty, empty_like
-    gg.Dim = gg.Tensor = gg.Index = gg.Tolerance = _Declared
-    gg.__getattr__ = missing
+    for name, value in (("spec", spec), ("upcast", upcast), ("empty", empty), ("empty_like", empty_like),
+                        ("Dim", _Declared), ("Tensor", _Declared), ("Index", _Declared), ("Tolerance", _Declared),
+                        ("__getattr__", missing)):
+        setattr(gg, name, value)
     return gg, declared
 
 
-def _spec_builtins(gg):
+def _spec_builtins(gg: types.ModuleType) -> dict[str, Any]:
     real = builtins.__import__
 
-    def spec_import(name, globals=None, locals=None, fromlist=(), level=0):
+    def spec_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
         if level == 0 and (name == FACADE or name.startswith(FACADE + ".")):
             if name != FACADE:
-                raise Unsupported(f"the spec imports {name}, which only a gate's worker has")
+                raise Unsupported(f"the spec imports {name}, which this program does not provide")
             return gg
         return real(name, globals, locals, fromlist, level)
 
@@ -82,18 +84,20 @@ def _spec_builtins(gg):
     return own
 
 
-def _load_spec(batch, gg):
+def _load_spec(batch: dict[str, Any], gg: types.ModuleType) -> None:
     import importlib.util
 
     path = batch["spec_file"]
     spec = importlib.util.spec_from_file_location(batch["module"], path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
     module = importlib.util.module_from_spec(spec)
-    module.__builtins__ = _spec_builtins(gg)
+    setattr(module, "__builtins__", _spec_builtins(gg))
     sys.modules[batch["module"]] = module
     spec.loader.exec_module(module)
 
 
-def _tensor(torch, meta, blob, device):
+def _tensor(torch: Any, meta: dict[str, Any], blob: bytes, device: str) -> Any:
     dtype = getattr(torch, meta["dtype"])
     shape, stride = tuple(meta["shape"]), tuple(meta["stride"])
     start, size = int(meta["at"]), int(meta["nbytes"])
@@ -113,7 +117,7 @@ def _tensor(torch, meta, blob, device):
     return out.expand(shape)
 
 
-def _dense_strides(shape, like):
+def _dense_strides(shape: tuple[int, ...], like: list[int]) -> tuple[int, ...]:
     """Strides of a dense tensor of ``shape`` whose dims are ordered in memory as ``like`` orders them."""
     order = sorted(range(len(shape)), key=lambda i: like[i])
     strides, step = [0] * len(shape), 1
@@ -123,7 +127,7 @@ def _dense_strides(shape, like):
     return tuple(strides)
 
 
-def _upstream(torch, recipe, device):
+def _upstream(torch: Any, recipe: Any, device: str) -> dict[str, Any]:
     grads = {}
     for k, r in (recipe or {}).items():
         gen = torch.Generator(device=device)
@@ -135,7 +139,7 @@ def _upstream(torch, recipe, device):
     return grads
 
 
-def _outputs(out):
+def _outputs(out: Any) -> dict[str, Any]:
     if isinstance(out, dict):
         return {str(k): v for k, v in out.items()}
     if isinstance(out, (tuple, list)):
@@ -143,7 +147,8 @@ def _outputs(out):
     return {"out": out}
 
 
-def _call(torch, fn, inputs, kwargs, grads, upstream):
+def _call(torch: Any, fn: Any, inputs: dict[str, Any], kwargs: dict[str, Any], grads: tuple[str, ...],
+          upstream: dict[str, Any]) -> dict[str, Any]:
     if not grads:
         return _outputs(fn(**inputs, **kwargs))
     leaves = {g: inputs[g].detach().requires_grad_(True) for g in grads}
@@ -157,8 +162,9 @@ def _call(torch, fn, inputs, kwargs, grads, upstream):
     return {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in outs.items()}
 
 
-def _interpreter(exc):
-    seen, cur = set(), exc
+def _interpreter(exc: BaseException) -> bool:
+    seen: set[int] = set()
+    cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
         if type(cur).__name__ == "InterpreterError" and type(cur).__module__.startswith("triton"):
@@ -167,12 +173,12 @@ def _interpreter(exc):
     return False
 
 
-def _line(exc):
+def _line(exc: BaseException) -> str:
     text = str(exc).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:400]
 
 
-def _write(torch, outs, blob):
+def _write(torch: Any, outs: dict[str, Any], blob: bytearray) -> dict[str, Any]:
     done = {}
     for k, v in outs.items():
         if isinstance(v, torch.Tensor):
@@ -188,7 +194,7 @@ def _write(torch, outs, blob):
     return done
 
 
-def main():
+def main() -> None:
     with open(os.path.join(HERE, "batch.json"), encoding="utf-8") as f:
         batch = json.load(f)
     with open(os.path.join(HERE, "batch.bin"), "rb") as f:
@@ -205,7 +211,7 @@ def main():
         gg, declared = _facade(torch)
         _load_spec(batch, gg)
         if batch["name"] not in declared:
-            raise Unsupported(f"the spec module declares no spec named {batch['name']!r} outside a gate")
+            raise Unsupported(f"the spec module declares no spec named {batch['name']!r} here")
         fn, kw = declared[batch["name"]]
     except Unsupported as exc:
         load = {"status": "unsupported", "message": str(exc)}
