@@ -82,6 +82,10 @@ def launch(opts: ExecOptions, gpu: str | None, outer: Path, avail: sandbox.Avail
     for name in _WORKER_ONLY_ENV:
         env.pop(name, None)
     env["HOME"] = str(home)
+    if opts.pycache is not None:  # the run's bytecode (torch installed without any: see worker_argv), read-only
+        env["PYTHONPYCACHEPREFIX"] = str(opts.pycache)
+    else:  # never a __pycache__ in the repository (a run without a sandbox shows it writable)
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
     base = role == "base" and opts.base_root is not None
     remap = avail.protects_files
     # the base's tree is shown at the repository's path, as for the base's worker

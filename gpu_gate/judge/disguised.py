@@ -117,8 +117,6 @@ def write_batch(launch: Launch, job: Job, device: str,
                 base: bool = False) -> None:
     """The program, its batch of cases (dims, inputs as bytes, upstream gradients' recipes) and the
     spec's file, into the program's directory (emptied first: nothing of an earlier batch is left)."""
-    from ..worker.loader import user_roots
-
     assert job.spec is not None
     d = launch.dir
     fresh(d)
@@ -136,7 +134,7 @@ def write_batch(launch: Launch, job: Job, device: str,
             blob.extend(raw)
         listed.append({"id": case.id, "dims": dict(case.dims), "inputs": inputs, "upstream": upstream})
     batch = {"spec_file": str(spec_file), "module": module_name(job.spec.file), "name": name,
-             "path": user_roots(repo_root, job.python_path), "device": device, "cases": listed}
+             "path": [str(repo_root / rel) if rel else str(repo_root) for rel in (job.python_path or ("",))], "device": device, "cases": listed}
     _write_new(d / "batch.bin", bytes(blob))
     _write_new(d / "batch.json", json.dumps(batch).encode())
 
@@ -330,7 +328,10 @@ def begin(runner: CaseRunner, cases: Sequence[Case], launches: object, job: Job,
     left = deadline - time.monotonic()
     if left < MIN_TIME_S:
         return [_note(runner, cases[0], f"{max(0.0, left):.0f} s of the job's time budget were left", Severity.NOTE)]
-    return _start(runner, head, list(cases), job, left)
+    try:
+        return _start(runner, head, list(cases), job, left)
+    except OSError as exc:  # the program's directory could not be written (a full disk)
+        return [_note(runner, cases[0], f"its files could not be written ({exc})", Severity.WARNING)]
 
 
 def conclude(runner: CaseRunner, begun: Running | list[Finding], launches: object, job: Job,

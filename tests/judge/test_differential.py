@@ -131,7 +131,7 @@ def test_the_bases_code_has_caches_of_its_own(make_repo) -> None:  # type: ignor
     """A wrapper that keeps a JIT cache (as Triton and CuPy do) runs at the base as at the head: each
     worker's cache directory is its own, writable in its sandbox."""
     cached = ("import os\nimport pathlib\n\n\n" + TRUNCATED.replace(
-        "def row_sum(x):\n", "def row_sum(x):\n    d = pathlib.Path(os.environ['XDG_CACHE_HOME']) / 'mylib'\n"
+        "def row_sum(x):\n", "def row_sum(x):\n    d = pathlib.Path(os.environ.get('XDG_CACHE_HOME') or pathlib.Path.home() / '.cache') / 'mylib'\n"
                              "    d.mkdir(parents=True, exist_ok=True)\n    (d / 'kernel.bin').write_text('jit')\n"))
     r = _repo(make_repo, cached)
     _pr(r, None)
