@@ -35,21 +35,33 @@ def write_floor_s(output_bytes: int, memory: Memory) -> float:
 
 def memory(device_index: int = 0) -> Memory | None:
     """The current GPU's memory figures, or None where they cannot be read."""
+    return memory_or_why(device_index)[0]
+
+
+def memory_or_why(device_index: int = 0) -> tuple[Memory | None, str]:
+    """:func:`memory`, and where it is None, why."""
     try:
         import torch
 
         props = torch.cuda.get_device_properties(device_index)
-    except Exception:
-        return None
+    except Exception as exc:  # noqa: BLE001 - any failure: the figures are unknown, and said why
+        # (NVML has no L2 size: without it, a kernel whose outputs stay in L2 would look impossible)
+        return None, f"PyTorch cannot read the GPU's properties ({type(exc).__name__}: {str(exc)[:200]})"
     l2 = int(getattr(props, "L2_cache_size", 0) or 0)
     clock_khz = int(getattr(props, "memory_clock_rate", 0) or 0)
     bus_bits = int(getattr(props, "memory_bus_width", 0) or 0)
     source = "PyTorch's device properties"
     if not (clock_khz and bus_bits):
-        clock_khz, bus_bits, source = _nvml(device_index)
+        got, why = _from_nvml(device_index, "PyTorch's device properties have no memory clock or bus width")
+        return (dataclasses.replace(got, l2_bytes=l2) if got is not None else None), why
+    return Memory(bandwidth=2.0 * clock_khz * 1e3 * bus_bits / 8, l2_bytes=l2, source=source), ""
+
+
+def _from_nvml(device_index: int, before: str) -> tuple[Memory | None, str]:
+    clock_khz, bus_bits, source = _nvml(device_index)
     if not (clock_khz and bus_bits):
-        return None
-    return Memory(bandwidth=2.0 * clock_khz * 1e3 * bus_bits / 8, l2_bytes=l2, source=source)
+        return None, f"{before}, and NVML none either"
+    return Memory(bandwidth=2.0 * clock_khz * 1e3 * bus_bits / 8, l2_bytes=0, source=source), ""
 
 
 def _nvml(device_index: int) -> tuple[int, int, str]:

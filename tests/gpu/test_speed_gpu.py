@@ -43,3 +43,46 @@ def test_the_same_kernel_is_not_slower(tmp_path: Path) -> None:
     d = got["speed"]["details"]
     assert 0.9 < d["ratio"] < 1.1 and d["low"] <= 1.05, d
     assert "### Speed: this change against the base" in text
+
+
+# A head that returns the output of its first call for every later call of the same shape (a benchmark's
+# timing loop calls it with one input again and again; the equivalence check's refills catch the stale
+# values, the speed check alone does not look at them): its timed calls write nothing. At a production
+# shape whose output is far larger than L2, that is faster than the hardware can write the output once:
+# an error, whatever the speed-up.
+CACHED = KERNEL.replace("def scale_rows(x):\n", """_SEEN = {}
+
+
+def scale_rows(x):
+    key = (tuple(x.shape), x.dtype)
+    if key in _SEEN:
+        return _SEEN[key]
+    _SEEN[key] = y = _scale(x)
+    return y
+
+
+def _scale(x):
+""")
+BIG_SPEC = """\
+import gpu_gate as gg
+from mylib.scale import scale_rows
+
+
+@gg.spec(dims={"rows": gg.Dim(1, 65536), "cols": gg.Dim(1, 4096)},
+         inputs={"x": gg.Tensor(("rows", "cols"), dtypes=["float32"])},
+         reference=lambda x: x * 3)
+def scale_rows_gate(x):
+    return scale_rows(x)
+"""
+BIG_POLICY = SPEED_POLICY.replace("  speed: required\n",
+                                  "  speed: {level: required, cases: 1, shapes: [{rows: 32768, cols: 4096}]}\n")
+
+
+def test_a_head_that_returns_a_cached_output_is_faster_than_the_hardware_allows(tmp_path: Path) -> None:
+    assert CACHED != KERNEL and BIG_POLICY != SPEED_POLICY
+    code, text, findings = _gate(tmp_path, KERNEL, CACHED, spec=BIG_SPEC, policy=BIG_POLICY)
+    implausible = [f for f in findings if f["check"] == "speed" and f["kind"] == "implausible-speedup"]
+    print("\n" + "\n".join(f"{f['severity']}: {f['message']}" for f in implausible))
+    assert code == 1, text
+    errors = [f for f in implausible if f["severity"] == "error"]
+    assert errors and "less than writing its 512.0 MiB of outputs once" in errors[0]["message"], implausible

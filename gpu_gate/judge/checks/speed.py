@@ -72,6 +72,7 @@ class Speed:
         self.flushed = 0
         self.shapes_skipped: list[str] = []  # production shapes that could not be timed here, and why
         self.output_bytes: dict[str, int] = {}  # per case id: the head's outputs' bytes
+        self.unchecked: list[str] = []  # what could not be checked, and why (said in the summary)
 
     # --- which cases ------------------------------------------------------------
 
@@ -142,9 +143,8 @@ class Speed:
         all_b = [t for _, b, _ in per_case for t in b]
         all_h = [t for _, _, h in per_case for t in h]
         overall = compare(all_b, all_h, confidence=self.confidence, threshold=self.threshold)
-        findings = [self._note(self._summary(overall, lines, skipped), overall)]
         implausible = self._implausible(per_case, overall)
-        findings[:0] = implausible
+        findings = [*implausible, self._note(self._summary(overall, lines + self.unchecked, skipped), overall)]
         if any(f.severity == Severity.ERROR for f in implausible):
             return Outcome(Status.FAILED, findings, cases=len(per_case))
         if overall.beyond:
@@ -188,7 +188,9 @@ class Speed:
         from .. import roofline
 
         found: list[Finding] = []
-        mem = roofline.memory() if self.ctx.device == "cuda" else None
+        mem, why = roofline.memory_or_why() if self.ctx.device == "cuda" else (None, "")
+        if why:
+            self.unchecked.append(f"the hardware floor (outputs written once at peak bandwidth) was not checked: {why}")
         for case, _, h in per_case:
             out = self.output_bytes.get(case.id, 0)
             if mem is None or not out:
