@@ -75,7 +75,7 @@ class Launch:
 class Ran:
     """One case as the program ran it: ``ok`` with its outputs (plain tensors or values), or how it failed."""
 
-    status: str  # ok, failed, unsupported, missing (no result: the program stopped before it)
+    status: str  # ok, failed, unsupported, oom, missing (no result: the program stopped before it)
     message: str = ""
     outputs: dict[str, object] = dataclasses.field(default_factory=dict)
     others: dict[str, str] = dataclasses.field(default_factory=dict)  # outputs that were neither: their type
@@ -214,7 +214,7 @@ def read_results(launch: Launch, n: int, device: str,
     with _open_regular(launch.dir / "out.bin") as blob:
         for i in range(n):
             r = results[i] if i < len(results) else None
-            if not isinstance(r, dict) or r.get("status") not in ("ok", "failed", "unsupported"):
+            if not isinstance(r, dict) or r.get("status") not in ("ok", "failed", "unsupported", "oom"):
                 ran.append(Ran("missing", "the program stopped before this case"))
                 continue
             if r["status"] != "ok":
@@ -434,6 +434,10 @@ def _collect(runner: CaseRunner, running: Running) -> tuple[list[tuple[Case, Fin
     for i, (case, r) in enumerate(zip(cases, ran)):
         if r.status == "unsupported":
             notes.append(_note(runner, case, f"case {case.id}: {r.message}", Severity.NOTE))
+            continue
+        if r.status == "oom":  # the workers hold GPU memory of their own meanwhile: the gate's limit, not the kernel's
+            notes.append(_note(runner, case, f"case {case.id}: the program ran out of GPU memory beside the job's "
+                                             f"workers ({r.message})", Severity.WARNING))
             continue
         if r.status != "ok":
             failed.append((case, _gate_aware(runner, case, f"it failed: {r.message}")))

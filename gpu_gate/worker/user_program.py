@@ -230,7 +230,8 @@ def main() -> None:
             except Unsupported as exc:
                 results.append({"status": "unsupported", "message": str(exc)})
             except BaseException as exc:  # noqa: BLE001 - the kernel's failure is the result
-                status = "unsupported" if _interpreter(exc) else "failed"
+                oom = type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc)
+                status = "unsupported" if _interpreter(exc) else "oom" if oom else "failed"
                 results.append({"status": status, "message": _line(exc)})
                 if any(m in str(exc) for m in FATAL):
                     break  # the CUDA context is gone: the other cases cannot run
