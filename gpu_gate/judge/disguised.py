@@ -355,8 +355,11 @@ def conclude(runner: CaseRunner, begun: Running | list[Finding], launches: objec
     if not findings or runner.base is None or base is None:
         return findings, notes
     left = max(deadline - time.monotonic(), MIN_TIME_S)
-    at_base, _ = _collect(runner, _start(runner, base, [f_case(f, begun.cases) for f in findings], job, left,
-                                         base=True))
+    try:
+        at_base, _ = _collect(runner, _start(runner, base, [f_case(f, begun.cases) for f in findings], job, left,
+                                             base=True))
+    except OSError:  # the base's program could not be written: the head's findings stand (fail closed)
+        return findings, notes
     same = {c.id for c, _ in at_base}
     return [marked(f, "pre-existing" if f.case in same else "new") for f in findings], notes
 
