@@ -364,12 +364,6 @@ def conclude(runner: CaseRunner, begun: Running | list[Finding], launches: objec
     return [marked(f, "pre-existing" if f.case in same else "new") for f in findings], notes
 
 
-def replay(runner: CaseRunner, cases: Sequence[Case], launches: object, job: Job,
-           deadline: float) -> tuple[list[Finding], list[Finding]]:
-    """:func:`begin` and :func:`conclude` in one."""
-    return conclude(runner, begin(runner, cases, launches, job, deadline), launches, job, deadline)
-
-
 def f_case(f: Finding, cases: Sequence[Case]) -> Case:
     return next(c for c in cases if c.id == f.case)
 
@@ -385,8 +379,7 @@ def _start(runner: CaseRunner, launch: Launch, cases: list[Case], job: Job, left
     from ..protocol.inputs import materialize
     from ..protocol.messages.reference import recipe_json
 
-    layouts = {k: ("contiguous" if "contiguous" in (getattr(inp, "layouts", None) or ("contiguous",)) else "same")
-               for k, inp in runner.spec.inputs.items()}
+    layouts = runner.plain_layouts()
     batch = []
     for case in cases:
         m = materialize(runner.spec, case, runner.device)

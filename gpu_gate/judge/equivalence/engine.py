@@ -538,10 +538,14 @@ class CaseRunner:
             found = replayed_against_noise(self, case, found)
         return found
 
+    def plain_layouts(self) -> dict[str, str]:
+        """How a replay lays out each input: contiguous where the spec allows it, else as the case has it."""
+        return {k: ("contiguous" if "contiguous" in (getattr(inp, "layouts", None) or ("contiguous",)) else "same")
+                for k, inp in self.spec.inputs.items()}
+
     def _replay_on(self, cand: Candidate, case: Case) -> list[Finding]:
         repro = self.repro_cmd.format(token=case.token())
-        layouts = {k: ("contiguous" if "contiguous" in (getattr(inp, "layouts", None) or ("contiguous",)) else "same")
-                   for k, inp in self.spec.inputs.items()}
+        layouts = self.plain_layouts()
         m = materialize(self.spec, case, self.device)
         upstream = self.ref.upstream(case)
         try:
