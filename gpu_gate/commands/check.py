@@ -248,6 +248,7 @@ def _run_jobs(jobs: list[Job], repo: Path, policy: Policy, gpus: tuple[str, ...]
     from ..executor import sandbox
     from ..executor.options import ExecOptions
     from ..executor.control import RunControl, cancel_on_signals, interrupted_finding
+    from ..executor.reservations import gate_on_runner
     from ..executor.scheduling import execute, sandbox_findings, shared_bytecode
     from ..report.console import gha_group, progress_line
 
@@ -280,7 +281,10 @@ def _run_jobs(jobs: list[Job], repo: Path, policy: Policy, gpus: tuple[str, ...]
     # from the cache does not wait for. It starts from what earlier runs kept (gpu_gate.store.bytecode),
     # where the sandbox keeps jobs from writing to it and the workers run the gate's interpreter.
     store = bytecode.store_dir(cache.cache.dir) if cache and box.protects_files and not worker_python else None
-    with (shared_bytecode(work_root, store) if todo else contextlib.nullcontext(None)) as pycache:
+    # Listed as a gate running on this runner while its jobs may hold the GPU: another gate's doctor
+    # then counts them as a gate's jobs sharing the GPU by reservation, not as a stranger's processes.
+    listed = gate_on_runner() if gpus and todo else contextlib.nullcontext()
+    with (shared_bytecode(work_root, store) if todo else contextlib.nullcontext(None)) as pycache, listed:
         # The doctor runs only when jobs are about to use the GPU (a run served from the cache does
         # not wait for it); its torch probe compiles the bytecode the jobs then share.
         step("bytecode")

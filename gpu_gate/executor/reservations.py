@@ -6,7 +6,12 @@ and its own fit in the GPU's memory (a job alone on its GPU always starts), and 
 reservation back when it ends. A snapshot of the memory free when a job starts is not enough:
 under three gates per GPU on H200s, the jobs that started together each saw the same free memory
 and took it, and a float64 reference ran out of memory. A reservation whose process is gone (a
-gate killed) is dropped by the next one to read the ledger."""
+gate killed) is dropped by the next one to read the ledger.
+
+The gates running on the runner are listed there too (:func:`gate_on_runner`): a gate's doctor counts
+a GPU process started by another gate as that gate's (its memory shared by reservation), not as a
+stranger holding the GPU, so that two gates on one GPU slow each other down and never turn each
+other red."""
 from __future__ import annotations
 
 import contextlib
@@ -20,6 +25,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+GATES = "gates"  # the runner directory's list of running gates, a file per gate
 ENV = "GPU_GATE_RUNNER_DIR"  # where the ledgers live; every gate on a runner must see the same one
 HEADROOM = 512 << 20  # left out of each GPU's memory: the driver's and the CUDA contexts' own
 
@@ -120,3 +126,60 @@ def _alive(pid: int) -> bool:
 def _int(value: object) -> int:
     """A ledger number; anything else (an entry another version wrote, a hand edit) counts as 0."""
     return int(value) if isinstance(value, (int, float, str)) and str(value).lstrip("-").isdigit() else 0
+
+
+@contextlib.contextmanager
+def gate_on_runner(directory: Path | None = None) -> Iterator[None]:
+    """This gate listed as running on the runner while the block runs (a file named by its process
+    id, the process's start time and a token; removed at the end). Where the list cannot be
+    written, the gate runs unlisted: the other gates' doctors then count its processes as
+    strangers', as before."""
+    d = (directory or runner_dir()) / GATES
+    path: Path | None = None
+    try:
+        d.parent.mkdir(parents=True, exist_ok=True, mode=0o1777)
+        d.mkdir(exist_ok=True, mode=0o1777)
+        path = d / f"{os.getpid()}-{_started(os.getpid()) or 0}-{uuid.uuid4().hex[:12]}"
+        path.touch()
+    except OSError:
+        path = None
+    try:
+        yield
+    finally:
+        if path is not None:
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def gates_on_runner(directory: Path | None = None) -> frozenset[int]:
+    """The process ids of the other gates running on the runner. An entry whose process is gone, or
+    whose id now names a process started at another time (a reused id), is removed."""
+    d = (directory or runner_dir()) / GATES
+    try:
+        names = [p.name for p in d.iterdir()]
+    except OSError:
+        return frozenset()
+    own = os.getpid()
+    live: set[int] = set()
+    for name in names:
+        parts = name.split("-")
+        if len(parts) != 3 or not parts[0].isdigit() or not parts[1].isdigit():
+            continue
+        pid = int(parts[0])
+        started = _started(pid) if _alive(pid) else None
+        if started is None or (parts[1] != "0" and int(parts[1]) != started):
+            with contextlib.suppress(OSError):
+                (d / name).unlink()
+            continue
+        if pid != own:
+            live.add(pid)
+    return frozenset(live)
+
+
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks after boot, from /proc); None where /proc cannot say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+        return int(stat[stat.rindex(")") + 1:].split()[19])
+    except (OSError, ValueError, IndexError):
+        return None

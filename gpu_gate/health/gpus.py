@@ -51,7 +51,8 @@ def examine_gpus(*, thresholds: Thresholds | None = None, nvml_lib: Any | None =
     else:
         driver, cuda, on_host = snap.driver_version, snap.cuda_driver_version, len(snap.gpus)
         samples, named = _visible_samples(list(snap.gpus), tokens, problems, notes)
-        gpus = [_judge_gpu(s, t, notes) for s in samples]
+        gates = _other_gates() if any(s.processes for s in samples) else frozenset()
+        gpus = [_judge_gpu(s, t, notes, gates) for s in samples]
         for g, cuda_id in zip(gpus, named):
             g.cuda_id = cuda_id
         if not snap.gpus:
@@ -110,12 +111,31 @@ def _mib(n: int | None) -> int | None:
     return None if n is None else n // MIB
 
 
-def _judge_gpu(s: nvml.GpuSample, t: Thresholds, notes: list[str]) -> GpuHealth:
+def _other_gates() -> frozenset[int]:
+    """The other gates running on this runner (:func:`gpu_gate.executor.reservations.gates_on_runner`)."""
+    from ..executor.reservations import gates_on_runner
+
+    return gates_on_runner()
+
+
+def _gate_of(pid: int, gates: frozenset[int]) -> int | None:
+    """The other gate on this runner that started process ``pid`` (it or one of its ancestors), if any."""
+    if not gates:
+        return None
+    hit = (nvml.ancestors(pid) | {pid}) & gates
+    return min(hit) if hit else None
+
+
+def _judge_gpu(s: nvml.GpuSample, t: Thresholds, notes: list[str], gates: frozenset[int] = frozenset()) -> GpuHealth:
     throttle = nvml.decode_throttle(s.throttle_mask) if s.throttle_mask is not None else []
-    others = [
-        {"pid": p.pid, "name": p.name, "used_memory_mib": _mib(p.used_memory),
-         **({"started_the_gate": True} if p.ancestor else {})} for p in (s.processes or ())
-    ]
+    others: list[dict[str, Any]] = []
+    for p in s.processes or ():
+        entry: dict[str, Any] = {"pid": p.pid, "name": p.name, "used_memory_mib": _mib(p.used_memory)}
+        if p.ancestor:
+            entry["started_the_gate"] = True
+        elif (gate := _gate_of(p.pid, gates)) is not None:
+            entry["another_gate"] = gate
+        others.append(entry)
     health = GpuHealth(
         index=s.index,
         name=s.name,
@@ -156,6 +176,8 @@ def _gpu_problems(h: GpuHealth, s: nvml.GpuSample, t: Thresholds) -> list[str]:
         for p in h.processes or ():
             if p.get("started_the_gate"):
                 continue  # it waits for the gate (a test, a script); its memory counts in the free memory above
+            if p.get("another_gate"):
+                continue  # another gate's job: memory is shared by reservation (executor.reservations)
             who, used = _holder(p)
             out.append(f"another process holds GPU memory: {who}, {used}; the GPU must be free for a gate run")
     out.extend(f"could not read {what} ({err})" for what, err in s.errors.items())
@@ -199,4 +221,9 @@ def _gpu_notes(h: GpuHealth, t: Thresholds) -> list[str]:
             who, used = _holder(p)
             out.append(f"{who}, which started gpu-gate and waits for it, holds {used} of GPU memory: not counted "
                        "as another process (the free memory is checked as always)")
+        elif p.get("another_gate") and not t.allow_other_processes:
+            who, used = _holder(p)
+            out.append(f"{who}, started by another gpu-gate run on this runner (pid {p['another_gate']}), holds "
+                       f"{used} of GPU memory: the gates share the GPU's memory by reservation, so it is not counted "
+                       "as a stranger's process (the free memory is checked as always)")
     return out

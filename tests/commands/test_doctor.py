@@ -273,6 +273,56 @@ def test_the_process_that_started_the_gate_is_not_another_process(tmp_path: Path
                                         "started_the_gate": True}]
 
 
+def test_another_gates_jobs_on_the_gpu_are_not_a_strangers_processes(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two gates on one GPU share its memory by reservation: the first gate's job is no reason for the
+    second gate's doctor to call the GPU busy (on two H200s, a pair of honest gates had one red "the
+    runner failed its health check" from exactly that). A process no gate started is still a
+    problem, and so is one whose listed gate is an id reused by a process started later."""
+    import subprocess
+    import sys
+
+    from gpu_gate.executor import reservations
+
+    monkeypatch.setenv(reservations.ENV, str(tmp_path / "runner"))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    # another gate: listed on the runner, with a job (its child) that holds GPU memory
+    gate_code = ("import subprocess, sys, time; from gpu_gate.executor.reservations import gate_on_runner\n"
+                 "with gate_on_runner():\n"
+                 "    job = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                 "    print(job.pid, flush=True); sys.stdin.read(); job.kill()\n")
+    gate = subprocess.Popen([sys.executable, "-c", gate_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
+    stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert gate.stdout is not None
+        job = int(gate.stdout.readline())
+        shared = doc(FakeGpu(processes=[SimpleNamespace(pid=job, usedGpuMemory=2 * GIB)]))
+        assert shared.healthy, shared.gpus[0].problems
+        assert shared.gpus[0].processes == [{"pid": job, "name": "python3", "used_memory_mib": 2048,
+                                             "another_gate": gate.pid}]
+        assert any(f"started by another gpu-gate run on this runner (pid {gate.pid})" in n for n in shared.notes)
+
+        both = doc(FakeGpu(processes=[SimpleNamespace(pid=job, usedGpuMemory=GIB),
+                                      SimpleNamespace(pid=stranger.pid, usedGpuMemory=GIB)]))
+        assert only_problem(both).startswith(f"GPU 0 (NVIDIA H100 80GB HBM3): another process holds GPU memory: "
+                                             f"pid {stranger.pid}")
+
+        # a listing that names the stranger's id with another start time (an id reused since): dropped
+        forged = tmp_path / "runner" / reservations.GATES / f"{stranger.pid}-1-forged"
+        forged.touch()
+        again = doc(FakeGpu(processes=[SimpleNamespace(pid=stranger.pid, usedGpuMemory=GIB)]))
+        assert not again.healthy and not forged.exists()
+    finally:
+        stranger.kill()
+        assert gate.stdin is not None
+        gate.stdin.close()
+        gate.wait(timeout=30)
+    assert not list((tmp_path / "runner" / reservations.GATES).iterdir()), "a gate leaves the list when it ends"
+    after = doc(FakeGpu(processes=[SimpleNamespace(pid=4242, usedGpuMemory=GIB)]))
+    assert not after.healthy
+
+
 def test_other_processes_can_be_allowed() -> None:
     procs = [SimpleNamespace(pid=4242, usedGpuMemory=None)]
     report = doc(FakeGpu(processes=procs), thresholds=Thresholds(allow_other_processes=True))
