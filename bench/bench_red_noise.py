@@ -39,11 +39,24 @@ TOOL_FAILURES = {"infrastructure", "sanitizer-crash", "sandbox-stuck"}
 QUICK_BUGS = ["L8"]
 
 
-def honest_change(repo: Path, base: str) -> str:
+def default_checks(repo: Path, base: str) -> str:
+    """A commit on ``base`` whose policy runs the default checks (the benchmark's policies turn the
+    sanitizers and the compile check off): the base of a measure of the sanitizer jobs. Its sha."""
+    git(repo, "checkout", "-q", base)
+    policy = repo / ".gpu-gate.yml"
+    off = tuple(f"{check}: off" for check in (*sorted(SANITIZERS), "compile"))
+    text = "".join(line for line in policy.read_text().splitlines(keepends=True) if line.strip() not in off)
+    policy.write_text(text.replace("\nchecks:\n", "\n") if text.endswith("\nchecks:\n") else text)
+    git(repo, "commit", "-q", "-am", "the default checks")
+    return git(repo, "rev-parse", "HEAD")
+
+
+def honest_change(repo: Path, base: str, fix: str | None = None) -> str:
     """Commit N on ``base``: a token added to each kernel file the fix touched that computes
     nothing (an unused module-level name in Python, an unused macro in CUDA). Its sha."""
     git(repo, "checkout", "-q", base)
-    touched = [p for p in git(repo, "diff", "--name-only", f"{base}~1", base).splitlines()
+    fix = fix or base
+    touched = [p for p in git(repo, "diff", "--name-only", f"{fix}~1", fix).splitlines()
                if not p.startswith("gate/") and p.endswith((".py", ".cu", ".cuh"))]
     if not touched:
         raise SystemExit(f"the fix at {base[:12]} touches no kernel file")
@@ -103,6 +116,9 @@ def main() -> int:
     ap.add_argument("--gpu", default="0", help="the GPU both gates of a pair share (CUDA_VISIBLE_DEVICES)")
     ap.add_argument("--tool-launch", default=None, help="GPU_GATE_TOOL_LAUNCH for the gates (see "
                     "gpu_gate/executor/tool_launch.py): plain, args-pipe, filter, blocking, comma-separated")
+    ap.add_argument("--default-checks", action="store_true",
+                    help="run every default check, the sanitizers and the compile check too (the bugs' policies turn "
+                         "them off): the measure of the sanitizer jobs' infrastructure failures")
     ap.add_argument("--gate-path", default=str(Path(__file__).resolve().parent.parent), help="gpu-gate source tree")
     ap.add_argument("--keep", help="keep the scratch repositories and reports here")
     args = ap.parse_args()
@@ -122,7 +138,8 @@ def main() -> int:
         where = root / bug_id
         shas = scratch(Path(libraries[BUGS[bug_id]["library"]]), BUGS[bug_id], where)
         repo = Path(shas["repo"])
-        head = honest_change(repo, shas["F"])
+        base = default_checks(repo, shas["F"]) if args.default_checks else shas["F"]
+        head = honest_change(repo, base, shas["F"])
         clone = where / "clone"
         git(where, "clone", "-q", str(repo), str(clone))
         plan = [("alone", i) for i in range(times)] + [("pair", i) for i in range(times)]
@@ -131,8 +148,8 @@ def main() -> int:
                 skipped.append(f"{bug_id} {how} #{i + 1}")
                 continue
             out = where / f"{how}{i}"
-            found = ([gate(Path(args.gate_path), repo, shas["F"], head, out, env)] if how == "alone"
-                     else pair(Path(args.gate_path), [repo, clone], shas["F"], head, out, env))
+            found = ([gate(Path(args.gate_path), repo, base, head, out, env)] if how == "alone"
+                     else pair(Path(args.gate_path), [repo, clone], base, head, out, env))
             for k, res in enumerate(found):
                 label = f"{how} #{i + 1}" + (f" gate {k + 1}" if how == "pair" else "")
                 print(json.dumps({"bug": bug_id, "run": label, **res}), flush=True)
