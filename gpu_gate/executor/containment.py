@@ -23,7 +23,8 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
                    timeout: float, avail: sandbox.Available, control: RunControl, extra_fds: tuple[int, ...] = (),
                    on_start: Callable[[int], None] | None = None, source: Path | None = None,
                    lent: tuple[tuple[Path, Path], ...] = (),
-                   tool: Sequence[str] = (), stdin: bytes | None = None) -> Contained:
+                   tool: Sequence[str] = (), stdin: bytes | None = None,
+                   on_running: Callable[[], None] | None = None) -> Contained:
     """Run ``argv`` in the sandbox; also return how many processes outlived the worker (they
     are dead by the time this returns), whether a process of the job killed the sandbox's
     waiter, which counts them (possible only where a tool watches from outside: the waiter is then
@@ -35,7 +36,9 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
     gate's, where the sandbox shows it read-only: the kept kernels); ``tool``: compute-sanitizer's
     command line, run with the sandbox as its program (outside a bwrap sandbox; inside an unshare
     one, before the worker). The result's exit code is then the tool's, else the worker's.
-    ``stdin``: what the worker reads on its standard input (a judged worker's boot program)."""
+    ``stdin``: what the worker reads on its standard input (a judged worker's boot program).
+    ``on_running``: called once the sandbox has started the worker (under a tool outside, when the
+    waiter says so; else as soon as the process is started); never for a stuck sandbox."""
     with tempfile.TemporaryFile() as count:
         layout = _layout(opts, gpu, workdir, avail, source, lent)
         feed = tool_launch.feed(avail, layout, tool)
@@ -51,12 +54,14 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
                 on_start(p)
             if feed is not None:
                 feed.start(p)
+            if watch is None and on_running is not None:
+                on_running()
 
         watch = None
         if tool and avail.works and avail.tool_outside and avail.path is not None:
             # The sandbox's leftovers come to the gate, not to init, where the sweep below finds them.
             orphans.become_subreaper()
-            watch = _ToolWatch(count.fileno(), avail.path)
+            watch = _ToolWatch(count.fileno(), avail.path, on_running)
         try:
             pr = proc.run(full, cwd=opts.repo_root, env=env, timeout=timeout, input=stdin,
                           on_start=watch.wrap(started) if watch is not None else started,
@@ -109,7 +114,15 @@ TOOL_EXIT_GRACE_S = 20.0
 TOOL_START_LIMIT_S = 10.0
 
 
-STUCK_ATTEMPTS = 6
+# A stuck sandbox is started again at once, the same worker on the same socket, up to
+# SANDBOX_STARTS times (the other worker of the job runs on meanwhile); a job whose sandbox never
+# started in all of them is run again whole, up to STUCK_ATTEMPTS runs. On two H200s at two gates per
+# GPU, 33 of 56 sanitizer jobs met the hang at least once and 1 met it in six whole runs in a row
+# (each run needs two sandboxes to start): a sandbox's start fails about a third of the time, so six
+# starts of one sandbox all fail about once in a thousand, where six runs of a job did about once in
+# sixty.
+SANDBOX_STARTS = 6
+STUCK_ATTEMPTS = 2
 
 
 class _ToolWatch:
@@ -127,8 +140,9 @@ class _ToolWatch:
     their socket) and the gate, until the job's time limit, and the init outlived them all. When
     the run ends, what the sandbox left re-parented to the gate is killed too (:meth:`finish`)."""
 
-    def __init__(self, fd: int, bwrap: str) -> None:
+    def __init__(self, fd: int, bwrap: str, on_running: Callable[[], None] | None = None) -> None:
         self.fd, self.bwrap = fd, bwrap
+        self.on_running = on_running
         self.root: int | None = None
         self.ended = 0
         self.stuck = False
@@ -159,6 +173,8 @@ class _ToolWatch:
                 return
         if not self.stuck:
             self.started_s = round(time.monotonic() - began, 2)
+            if self.on_running is not None:
+                self.on_running()
             while sandbox.read_waiter(self._said())[0] is None:
                 if self.stop.wait(0.2):
                     return

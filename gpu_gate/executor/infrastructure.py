@@ -21,9 +21,9 @@ Mode = Literal["fail", "not_run"]
 CRASH = "sanitizer-crash"
 INFRASTRUCTURE = "infrastructure"
 
-# How many runs in all before a failure of the tool counts as persistent. A stuck sandbox is cheap
-# to detect (a 10 s start limit) and came up to three times in a row on an H100; a crash costs a
-# whole run.
+# How many runs in all before a failure of the tool counts as persistent. A stuck sandbox is started
+# again inside the run first (containment.SANDBOX_STARTS times), so a run whose sandbox never started
+# is rare, and one more run is enough; a crash costs a whole run.
 ATTEMPTS = {STUCK: STUCK_ATTEMPTS, CRASH: 3}
 
 _WHAT = {STUCK: "its sandbox, watched by compute-sanitizer, never started the worker",

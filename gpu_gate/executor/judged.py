@@ -2,6 +2,7 @@
 its sandboxed workers, talking over socket pairs."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -20,12 +21,12 @@ from ..protocol.jobs import Job
 from ..protocol.jobs import base_commit, truth_commit
 from ..protocol.roles import BASE, serves, worker_roles
 from .argv import _context, _env_for, _niced, _worker_context, judge_argv, worker_argv, worker_boot
-from .containment import Contained, _contained_run
+from .containment import SANDBOX_STARTS, TOOL_START_LIMIT_S, Contained, _contained_run
 from .control import RunControl, _kill_group
 from .options import ExecOptions, concurrency
 from .leftovers import judge_escapes
 from .results import (_classify_failure, _error_result, _interrupted, _outcome_to_result, _read_result, _stuck_result,
-                      _with_sandbox_ended, signal_cause)
+                      _with_sandbox_ended, _with_sandbox_restarted, signal_cause)
 
 if TYPE_CHECKING:
     import socket
@@ -134,8 +135,22 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
             return _outcome_to_result(job, wrapped, 0.0, None)  # fail closed
         tools[role] = wrapped
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
+    began = time.monotonic()
     done: dict[str, Contained] = {}
     pids: dict[str, int] = {}
+
+    restarts: dict[str, int] = {}
+    released: set[str] = set()
+    release_lock = threading.Lock()
+
+    def release(role: str) -> None:
+        # The gate's copy of the worker's end of the socket is closed once the sandbox has started
+        # the worker (the judge then sees the end when the worker ends); until then it is kept, for
+        # a sandbox that never starts to be started again on the same socket.
+        with release_lock:
+            if role not in released:
+                released.add(role)
+                pairs[role][1].close()
 
     def worker(role: str) -> None:
         # Each worker's caches (Triton's, CuPy's, the driver's) and temporary files in its own
@@ -148,10 +163,20 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
 
         other = roots[role] != opts.repo_root
         wopts = opts if remap or not other else dataclasses.replace(opts, repo_root=roots[role])
-        done[role] = _contained_run(argvs[role], wopts, gpu, dirs[role], wenv, timeout + 60, avail, control,
-                                    extra_fds=(b.fileno(),), on_start=started,
-                                    source=roots[role] if remap and other else None, lent=lent.get(role, ()),
-                                    tool=tools.get(role, ()), stdin=boots[role])
+        try:
+            for start in range(1, SANDBOX_STARTS + 1):
+                c = _contained_run(argvs[role], wopts, gpu, dirs[role], wenv, timeout + 60, avail, control,
+                                   extra_fds=(b.fileno(),), on_start=started,
+                                   source=roots[role] if remap and other else None, lent=lent.get(role, ()),
+                                   tool=tools.get(role, ()), stdin=boots[role], on_running=lambda: release(role))
+                done[role] = c
+                if not c.stuck or start == SANDBOX_STARTS or control.reason is not None \
+                        or time.monotonic() > began + timeout - TOOL_START_LIMIT_S:
+                    break
+                restarts[role] = start  # the sandbox never started the worker: nothing ran, start it again
+                _forget_report(tools.get(role, ()))
+        finally:
+            release(role)
 
     running = [threading.Thread(target=worker, args=(role,), daemon=True) for role in roles]
     for t in running:
@@ -162,9 +187,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         marks["judge"] = time.monotonic()
         judge_pid.append(p)
         control.started(p)
-        for _, b in pairs.values():  # the workers hold their ends; the gate keeps none
-            _wait_started(pids, len(roles))
-            b.close()
+        _wait_started(pids, len(roles))  # each worker's end is closed here once its sandbox started it
 
     try:
         jpr = proc.run(_niced(judge_argv(opts, job_file, result_file), opts), cwd=judge_dir, env=judge_env,
@@ -190,7 +213,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         return _interrupted(job, control.reason, jpr)
     stuck = sorted(role for role, c in done.items() if c.stuck)
     if stuck:
-        return _stuck_result(job, stuck, done[stuck[0]].pr)
+        return _stuck_result(job, stuck, done[stuck[0]].pr, restarts)
     cand_pr = done[first][0] if first in done else jpr
     escaped = sum(c.escaped for c in done.values())
     unwatched = any(c.unwatched for c in done.values())
@@ -205,6 +228,8 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         result.findings.append(store_note(dropped))
     if ended:
         result = _with_sandbox_ended(result, ended)
+    if restarts:
+        result = _with_sandbox_restarted(result, restarts)
     if not (escaped or unwatched):
         return result
     how = ("they were killed with the sandbox's PID namespace" if avail.works
@@ -263,6 +288,14 @@ def _time_outside(result: JobResult, marks: dict[str, float], sandbox_start: dic
     if sandbox_start:
         outside["sandbox_start_s"] = sandbox_start
     result.extra.timing["outside"] = outside
+
+
+def _forget_report(tool: list[str] | tuple[str, ...]) -> None:
+    """Before a stuck sandbox is started again: the report the ended tool saved is removed, so that
+    only the run that checked something can be read."""
+    if "--save" in tool:
+        with contextlib.suppress(OSError, IndexError):
+            Path(tool[list(tool).index("--save") + 1]).unlink()
 
 
 def _wait_started(pids: dict[str, int], n: int, limit_s: float = 30.0) -> None:

@@ -58,13 +58,32 @@ def _outcome_to_result(job: Job, outcome: Any, duration: float, log_tail: str | 
 STUCK = "sandbox-stuck"
 
 
-def _stuck_result(job: Job, roles: list[str], pr: proc.ProcResult) -> JobResult:
-    """A job whose sandbox, watched by compute-sanitizer, never started its worker: nothing was
-    checked (fails closed; :func:`run_one` tries such a job once more)."""
+def _stuck_result(job: Job, roles: list[str], pr: proc.ProcResult, restarts: dict[str, int] | None = None) -> JobResult:
+    """A job whose sandbox, watched by compute-sanitizer, never started its worker, however often it
+    was started: nothing was checked (fails closed; :func:`run_one` tries such a job once more)."""
+    starts = max((restarts or {}).get(r, 0) for r in roles) + 1
     res = _error_result(job, STUCK, f"the sandbox of the {' and '.join(roles)} worker did not start it within "
-                        f"{TOOL_START_LIMIT_S:.0f}s under compute-sanitizer (its bwrap init hung in the tool's "
-                        f"injected code, as seen on an H100), and was ended: nothing was checked", pr)
+                        f"{TOOL_START_LIMIT_S:.0f}s under compute-sanitizer"
+                        + (f", {starts} times in a row" if starts > 1 else "")
+                        + " (its bwrap init hung in the tool's injected code, as seen on an H100), and was ended: "
+                        "nothing was checked", pr)
     return dataclasses.replace(res, reason=f"{job.check} could not start its sandboxed worker")
+
+
+def _with_sandbox_restarted(result: JobResult, restarts: dict[str, int]) -> JobResult:
+    """A note that a sandbox watched by compute-sanitizer did not start its worker at first and was
+    started again, on the same inputs, until it did: what was judged is the run that started."""
+    roles = " and ".join(f"the {role}'s {_times(n)}" for role, n in sorted(restarts.items()))
+    f = Finding(check=result.check, kind="retried", severity=Severity.NOTE, spec=result.spec,
+                message=f"a sandbox watched by compute-sanitizer did not start its worker within "
+                        f"{TOOL_START_LIMIT_S:.0f}s ({roles}; the tool's bwrap-init hang) and was started again "
+                        f"on the same inputs: the run judged is the one that started",
+                details={"sandbox_restarts": dict(sorted(restarts.items()))})
+    return dataclasses.replace(result, findings=[*result.findings, f])
+
+
+def _times(n: int) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{n} times")
 
 
 def _with_sandbox_ended(result: JobResult, ended: dict[str, int]) -> JobResult:
