@@ -29,6 +29,20 @@ class Rules:
     # a GPU-only check not run for want of a GPU: "warn" on a local run on the CPU, never in CI
     # (see gpu_gate.checked)
     gpu_not_run_here: Literal["fail", "warn"] = "fail"
+    # a change of the rules that waits for a maintainer's approval: "warn" on a local run on the CPU,
+    # where there is no pull request to approve it on, never in CI (see gpu_gate.checked)
+    approvals_here: Literal["fail", "warn"] = "fail"
+
+
+# Findings that block until a maintainer approves the commit on its pull request (gpu_gate.rules)
+AWAITS_APPROVAL = frozenset({"rules-weakened", "spec-signature-changed"})
+LOCAL_APPROVAL = "a local run, not blocking here (in CI it blocks until a maintainer approves it on the pull request): "
+
+
+def _approval_here(finding: Finding, rules: Rules) -> bool:
+    """A finding that would block until approved, on a local run that lists it without blocking."""
+    return (rules.approvals_here == "warn" and finding.kind in AWAITS_APPROVAL
+            and finding.severity is Severity.ERROR)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,6 +85,8 @@ class Verdict:
 
 
 def _mode_for(finding: Finding, rules: Rules) -> Mode:
+    if _approval_here(finding, rules):
+        return "warn"
     if finding.kind == "refused":
         # an input the base's code ran and passed, that the change makes the kernel refuse: a
         # regression, whatever the policy says of refusals in general, unless it ignores them; a
@@ -108,7 +124,7 @@ def _classify_job(r: JobResult, rules: Rules, blocking: list[Item], warnings: li
         mode = _mode_for(f, rules)
         if mode == "ignore" or f.severity is Severity.NOTE:
             continue
-        item = Item(f.message, finding=f, job=r)
+        item = Item((LOCAL_APPROVAL if _approval_here(f, rules) else "") + f.message, finding=f, job=r)
         (blocking if mode == "fail" and required else warnings).append(item)
 
 
@@ -120,7 +136,7 @@ def decide(record: RunRecord, rules: Rules) -> Verdict:
         if mode == "fail":
             blocking.append(Item(f.message, finding=f))
         elif mode == "warn" and f.severity is not Severity.NOTE:
-            warnings.append(Item(f.message, finding=f))
+            warnings.append(Item((LOCAL_APPROVAL if _approval_here(f, rules) else "") + f.message, finding=f))
     for r in record.results:
         _classify_job(r, rules, blocking, warnings)
     done = {r.job_id for r in record.results}

@@ -46,6 +46,20 @@ def load_policy(repo: Path, policy: PolicyFile) -> LoadedPolicy:
     return loaded
 
 
+def _spec_alone(request: PlanRequest) -> PlanRequest:
+    """``--spec`` with nothing to compare (no --base, no --head, no GitHub event): the specs named run
+    on the work tree by absolute rules, as ``--all --spec`` runs them (what `gpu-gate init` tells a
+    new user to try on the spec it wrote)."""
+    from .. import git
+
+    if (not request.only or request.every_spec or request.staged or request.base or request.head
+            or git.github_event_refs(os.environ) is not None):
+        return request
+    out.say("no --base given: the specs --spec names run on the work tree by absolute rules, as with --all "
+            "(pass --base REF to judge a change against its base)")
+    return dataclasses.replace(request, every_spec=True)
+
+
 def refs(repo: Path, request: PlanRequest) -> tuple[str, str | None]:
     """(base, head); head None means the work tree, as the user sees it (local use)."""
     from .. import git
@@ -92,6 +106,7 @@ def make_plan(request: PlanRequest) -> Planned:
     from ..rules.apply import apply
 
     repo = repo_root(request.repo)
+    request = _spec_alone(request)
     base, head = refs(repo, request)
     choice = policy_in_force(repo, request.policy, base, head)
     scancache.active = scan_store(choice.loaded.policy, repo, request.cache)  # until the command returns

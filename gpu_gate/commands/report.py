@@ -81,12 +81,14 @@ def _report_policy(record: RunRecord, policy: PolicyFile) -> LoadedPolicy:
 
 def local_rules(rules: Rules, record: RunRecord) -> Rules:
     """The policy's rules, where a local run without a GPU lists the GPU-only checks as not run
-    here rather than failing on them (in CI they fail closed: see gpu_gate.checked)."""
+    here rather than failing on them, and a change of the rules that waits for a maintainer's
+    approval as a warning (there is no pull request to approve it on); in CI both fail closed (see
+    gpu_gate.checked)."""
     from ..checked import in_ci
 
     if in_ci() or record.environment.get("gpus"):
         return rules
-    return dataclasses.replace(rules, gpu_not_run_here="warn")
+    return dataclasses.replace(rules, gpu_not_run_here="warn", approvals_here="warn")
 
 
 def finish(record: RunRecord, loaded: LoadedPolicy, output: ReportOutput, roots: dict[str, str] | None = None) -> int:

@@ -117,7 +117,7 @@ def render_summary(record: RunRecord, verdict: Verdict, *, colour: bool = False,
     warned = [i for i in verdict.warnings if i.finding is not None]
     if warned:
         lines += ["", f"Warnings ({len(warned)}, do not block the merge):"]
-        lines += [f"  - {_label(i.finding)}: {first_line(i.finding.message, 200)}" for i in warned if i.finding]
+        lines += [f"  - {_label(i.finding)}: {first_line(i.reason, 200)}" for i in warned if i.finding]
     return "\n".join(lines) + "\n"
 
 

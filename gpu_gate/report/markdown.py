@@ -377,7 +377,7 @@ def _warning_block(item: Item, limit: int | None) -> str:
     advisory = " (advisory)" if item.job is not None and item.job.level != "required" else ""
     target = f" {code(f.spec)}" if f.spec else ""
     where = f" — {code(f.location)}" if f.location else ""
-    line = f"- ⚠️ **{escape(f.check)}**{advisory}{target}: {escape(first_line(f.message, 300))}{where}"
+    line = f"- ⚠️ **{escape(f.check)}**{advisory}{target}: {escape(first_line(item.reason, 300))}{where}"
     if "\n" not in f.message.strip() and not f.repro:
         return line
     body = [fence(_shorten(f.message, limit))]

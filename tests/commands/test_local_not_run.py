@@ -57,3 +57,36 @@ def test_the_same_run_in_ci_fails_closed(make_repo) -> None:  # type: ignore[no-
     assert "PASS    equivalence gate/scale_gate.py::" in p.stdout, text
     blocking = [line for line in p.stdout.splitlines() if "(blocks the merge)" in line]
     assert blocking and all("no GPU on this machine" in line for line in blocking), text
+
+
+def _spec_written(make_repo) -> GitRepo:  # type: ignore[no-untyped-def]
+    """A new user's first step: `gpu-gate init`, the spec filled in, nothing committed yet."""
+    r = triton_repo(make_repo)
+    init = _gate("init", cwd=r.path, ci=False)
+    assert init.returncode == 0, init.stdout + init.stderr
+    fill_in(r)
+    return r
+
+
+def test_the_command_init_suggests_runs_the_new_spec_locally(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """`gpu-gate check --cpu --spec gate/<kernel>_gate.py`, as init prints it, with no base: the spec runs on
+    the work tree by absolute rules (before: "no base to compare against"). Its rules change (a new spec
+    judging a kernel the base had) is listed, not blocking: there is no pull request to approve it on."""
+    r = _spec_written(make_repo)
+    p = _gate("check", "--cpu", "--no-cache", "--spec", "gate/scale_gate.py", cwd=r.path, ci=False)
+    text = p.stdout + p.stderr
+    assert p.returncode == 0, text
+    assert "no --base given" in text and "PASS    equivalence gate/scale_gate.py::" in p.stdout, text
+    warned = [line for line in p.stdout.splitlines() if "rules weakened by this change" in line]
+    assert warned and all("a local run, not blocking here (in CI it blocks until a maintainer approves it" in line
+                          for line in warned), text
+    assert "Blocking:" not in p.stdout, text
+
+
+def test_the_rules_change_still_blocks_in_ci(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _spec_written(make_repo)
+    p = _gate("check", "--cpu", "--no-cache", "--spec", "gate/scale_gate.py", cwd=r.path, ci=True)
+    text = p.stdout + p.stderr
+    assert p.returncode == 1, text
+    blocking = p.stdout.split("Blocking:", 1)[1] if "Blocking:" in p.stdout else ""
+    assert "rules-weakened" in blocking and "a local run" not in blocking, text
