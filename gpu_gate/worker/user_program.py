@@ -62,10 +62,15 @@ def _facade(torch: Any) -> tuple[types.ModuleType, dict[str, tuple[Any, dict[str
     def missing(name: str) -> Any:
         raise Unsupported(f"the spec uses {FACADE}.{name}, which this program does not provide")
 
-    for name, value in (("spec", spec), ("upcast", upcast), ("empty", empty), ("empty_like", empty_like),
-                        ("Dim", _Declared), ("Tensor", _Declared), ("Index", _Declared), ("Tolerance", _Declared),
-                        ("__getattr__", missing)):
-        setattr(gg, name, value)
+    # the spec module's names, at the top (``import gpu_gate as gg``) and where they are defined
+    # (``from gpu_gate.spec import upcast``, as the skeleton `gpu-gate init` writes does)
+    inner = types.ModuleType(FACADE + ".spec")
+    for module in (gg, inner):
+        for name, value in (("spec", spec), ("upcast", upcast), ("empty", empty), ("empty_like", empty_like),
+                            ("Dim", _Declared), ("Tensor", _Declared), ("Index", _Declared), ("Tolerance", _Declared),
+                            ("__getattr__", missing)):
+            setattr(module, name, value)
+    setattr(gg, "_spec_module", inner)
     return gg, declared
 
 
@@ -74,6 +79,8 @@ def _spec_builtins(gg: types.ModuleType) -> dict[str, Any]:
 
     def spec_import(name: str, globals: Any = None, locals: Any = None, fromlist: Any = (), level: int = 0) -> Any:
         if level == 0 and (name == FACADE or name.startswith(FACADE + ".")):
+            if name == FACADE + ".spec" and fromlist:
+                return getattr(gg, "_spec_module")
             if name != FACADE:
                 raise Unsupported(f"the spec imports {name}, which this program does not provide")
             return gg

@@ -167,6 +167,24 @@ def test_without_the_disguised_replay_the_same_kernel_passes(make_repo) -> None:
     assert p.returncode == 0, p.stdout + p.stderr
 
 
+# The spec as `gpu-gate init` writes it: the reference's helper imported from gpu_gate.spec.
+SPEC_INIT_STYLE = SPEC.replace("import gpu_gate as gg\n", "import gpu_gate as gg\nfrom gpu_gate.spec import upcast\n") \
+    .replace("reference=lambda x: x * 2", "reference=lambda x: upcast(x) * 2")
+
+
+def test_a_spec_that_imports_from_gpu_gate_spec_is_replayed_too(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The skeleton `gpu-gate init` writes imports `upcast` from gpu_gate.spec. The replay's stand-in
+    answered only `gpu_gate` itself, so such a spec never replayed ('replay-not-run', a note) and the
+    attack above passed the gate on it."""
+    r = _pr(make_repo, HIDDEN_OUTSIDE.format(test=OUTSIDE["frames"]))
+    r.commit("the spec as init writes it", {"gate/k_gate.py": SPEC_INIT_STYLE})
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    found = _equivalence_findings(r)
+    assert not [f for f in found if f["kind"] == "replay-not-run"], found
+    assert [f for f in found if f["kind"] == "gate-aware" and f["details"].get("disguised")], found
+
+
 HONEST_LOOKS = """\
 import os
 import sys
