@@ -13,7 +13,8 @@ The spec (written here, from the trusted problem; the submission never touches i
 - both models built from ``get_init_inputs()`` under one seed, then the reference's float parameters
   drawn away from their initial values (a norm weight of ones hides a kernel that ignores it) and loaded
   into the submission's model wherever a parameter has the same name and shape;
-- the backward too, where a gradient reaches the inputs.
+- the backward too, where a gradient reaches the inputs: their gradients, and each float parameter's gradient
+  for an upstream gradient drawn from the output's size (a submission's outputs named `param_grad:NAME`).
 """
 from __future__ import annotations
 
@@ -125,6 +126,7 @@ import {PROBLEM_MODULE}
 import {SUBMISSION_MODULE}
 
 _INIT = {found["init"]!r}
+_PARAM_GRADS = {bool(grads)!r}  # the parameters' gradients are outputs too (a submission with a backward)
 _TIED = {tied!r}  # constructor argument -> (input, axis) whose size it is
 _SEED = {seed}
 _STATES = {{}}
@@ -168,7 +170,27 @@ def _call(cls, args):
                                if k in own and tuple(own[k].shape) == tuple(v.shape)}}, strict=False)
         model = model.to(like.device)
         _MODELS[key] = model.to(dtype) if dtype is not None else model
-    return _MODELS[key](*args)
+    if not _PARAM_GRADS:
+        return _MODELS[key](*args)
+    with torch.enable_grad():
+        return _with_parameter_grads(_MODELS[key], _MODELS[key](*args))
+
+
+def _with_parameter_grads(model, out):
+    """The forward's outputs, and the gradient of each float parameter for an upstream gradient drawn
+    from each output's size alone (the same for the submission and the reference): a backward is checked
+    for the parameters it trains, not only for the inputs (whose gradients the gate checks itself)."""
+    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    named = {{f"out{{i}}": o for i, o in enumerate(outs)}} if isinstance(out, (tuple, list)) else {{"out": out}}
+    params = [(n, p) for n, p in model.named_parameters() if p.dtype.is_floating_point]
+    live = [o for o in outs if isinstance(o, torch.Tensor) and o.requires_grad]
+    ups = [torch.randn(tuple(o.shape), generator=torch.Generator().manual_seed(1 + o.numel()))
+           .to(device=o.device, dtype=o.dtype) for o in live]
+    found = (torch.autograd.grad(live, [p for _, p in params], ups, retain_graph=True, allow_unused=True)
+             if live and params else [None] * len(params))
+    for (n, p), g in zip(params, found):
+        named[f"param_grad:{{n}}"] = (torch.zeros_like(p) if g is None else g).detach()
+    return named
 
 
 def _reference({args}):
