@@ -48,6 +48,11 @@ REGRESSION_FLOOR_EPS = 0.25
 BASE_CALL_MIN_S = 30.0  # the base's code may take this long on one case, or BASE_CALL_FACTOR x the head's
 BASE_CALL_FACTOR = 20.0
 CONFIRM_RUNS = 5  # more runs of each side on a case where the head looks less accurate than the base
+# Cases per output on which a failure already new (blocking) is also measured against the base's
+# accuracy over CONFIRM_RUNS more runs of each side: that measure only words the finding (how much
+# less accurate), so after a few cases it is left out; a failure that is not new is always measured
+# (it may make it new).
+WORDED_CASES = 3
 BY_CHANCE = frozenset({"unstable", "unordered-stream", "address-dependent"})  # failures that show some runs only
 BASE_RETRIES = 8  # more runs of the base's code before such a failure of the head's counts as new
 
@@ -156,6 +161,8 @@ class CaseRunner:
         # failure_key: a property of the code, not of the case it happened to show on
         self.chance_at_base: set[tuple[str, str]] = set()
         self.regression_factor = regression_factor
+        self.worded: dict[str, int] = {}  # per output: cases whose new failure was measured against the base
+        self.noise_stood: dict[str, int] = {}  # per output: cases whose new failure stood the noise sampling
         self.inputs_s = 0.0  # time spent building the cases' inputs (the judge's own work)
         # where a case's time goes, in the judge (timing only): each step's seconds, summed over cases
         self.steps: dict[str, float] = {}
@@ -448,6 +455,11 @@ class CaseRunner:
                 continue
             if hc.error > self.regression_factor * max(bc.error, self._floor(hc)):
                 suspects[hc.name] = (hc, bc)
+        for name in [n for n in suspects if self._new_failure(findings, n)]:
+            if self.worded.get(name, 0) >= WORDED_CASES:
+                del suspects[name]  # new already, and worded on earlier cases: more runs change nothing
+            else:
+                self.worded[name] = self.worded.get(name, 0) + 1
         if not suspects:
             return findings
         confirmed = confirm(sorted(suspects))
@@ -471,6 +483,12 @@ class CaseRunner:
                                                        == "pre-existing"}), "new")
                    if f.details.get("output") == name and f.kind == "mismatch" else f for f in out]
         return out
+
+    @staticmethod
+    def _new_failure(findings: list[Finding], output: str) -> bool:
+        """Whether ``output`` already fails this case with a new blocking mismatch."""
+        return any(f.kind == "mismatch" and f.severity is Severity.ERROR and f.details.get("output") == output
+                   and f.details.get("change") == "new" for f in findings)
 
     @staticmethod
     def _floor(c: Comparison) -> float:

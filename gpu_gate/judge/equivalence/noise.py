@@ -29,6 +29,7 @@ __all__ = ["NOISE_RUNS", "Sample", "against_noise", "replayed_against_noise"]
 # with probability 1/C(2n, n): 1 in 252 at n = 5, which a CI run of a comment-only pull request met on a
 # random-order float16 sum; 1 in 48620 at n = 9. The runs are on the few cases that fail this way.
 NOISE_RUNS = 8
+SAMPLED_CASES = 3  # cases per output on which a new failure is sampled; later cases keep their one draw
 WRONG = frozenset({"mismatch", "nan", "nonfinite"})
 
 
@@ -47,9 +48,12 @@ def against_noise(runner: CaseRunner, case: Case, m: Materialized, upstream: Rec
     """``findings`` with each new wrong-values failure reclassified on the two sides' runs (see the
     module's doc); ``head_first``/``base_first``: each side's first run's error per output."""
     outputs = sorted({str(f.details.get("output")) for f in findings if _new_wrong(f)} & set(base_first))
+    # an output whose new failure stood the sampling on SAMPLED_CASES cases already: the job is red for
+    # it whatever this case's sampling says, which could only relabel this case
+    outputs = [k for k in outputs if runner.noise_stood.get(k, 0) < SAMPLED_CASES]
     if not outputs:
         return findings
-    sample = _sample(runner, case, m, upstream, truth, outputs)
+    sample = _sample(runner, case, m, upstream, truth, outputs, base_first, head_first)
     if sample is None:
         return findings
     out = []
@@ -58,6 +62,8 @@ def against_noise(runner: CaseRunner, case: Case, m: Materialized, upstream: Rec
         varies = sample.base_varies.get(k) or len({base_first.get(k), *sample.base.get(k, [])}) > 1
         if _new_wrong(f) and k in outputs and varies:
             f = _judged(f, [head_first[k], *sample.head[k]], [base_first[k], *sample.base[k]])
+        if _new_wrong(f) and k in outputs:
+            runner.noise_stood[k] = runner.noise_stood.get(k, 0) + 1
         out.append(f)
     return out
 
@@ -69,8 +75,11 @@ def _new_wrong(f: Finding) -> bool:
 def _judged(f: Finding, head: list[float], base: list[float]) -> Finding:
     from .engine import marked
 
-    spread = {"head_errors": [min(head), max(head)], "base_errors": [min(base), max(base)], "runs": len(head)}
-    said = (f"over {len(head)} runs of each on the same inputs, the base's code, whose results differ from run to "
+    spread = {"head_errors": [min(head), max(head)], "base_errors": [min(base), max(base)], "runs": len(head),
+              "base_runs": len(base)}
+    runs = (f"{len(head)} runs of each" if len(head) == len(base)
+            else f"{len(base)} runs of the base's code and {len(head)} of this change's")
+    said = (f"over {runs} on the same inputs, the base's code, whose results differ from run to "
             f"run here, is off by {min(base):.3g} to {max(base):.3g}, this change's by {min(head):.3g} to "
             f"{max(head):.3g}")
     f = dataclasses.replace(f, details={**f.details, **spread})
@@ -82,19 +91,25 @@ def _judged(f: Finding, head: list[float], base: list[float]) -> Finding:
 
 
 def _sample(runner: CaseRunner, case: Case, m: Materialized, upstream: Recipe | None, truth: Truth,
-            outputs: list[str]) -> Sample | None:
-    """NOISE_RUNS more runs of the head's code and the base's on the case (None: a run failed, or
-    the base was lost, which drops it as everywhere else)."""
+            outputs: list[str], base_first: dict[str, float] | None = None,
+            head_first: dict[str, float] | None = None) -> Sample | None:
+    """NOISE_RUNS more runs of the base's code and the head's on the case (None: a run failed, or
+    the base was lost, which drops it as everywhere else). The base runs first: where its results
+    never differ, the failure stays new whatever the head's runs say, and the head does not run
+    again; the head's runs stop once each varying output has one within the base's range (the
+    failure is then the base's debt, whatever the later runs say)."""
     from ..workers import BaseLost
     from .engine import ContextLost, bitwise_equal
 
     errors: list[dict[str, list[float]]] = [{k: [] for k in outputs}, {k: [] for k in outputs}]
     varies = dict.fromkeys(outputs, False)
-    for side, cand in enumerate((runner.candidate, runner.base)):
+    for side, cand in ((1, runner.base), (0, runner.candidate)):
         if cand is None:
             return None
         seen: dict[str, object] = {}
         for _ in range(NOISE_RUNS):
+            if side == 0 and _settled(errors, varies, base_first or {}, head_first or {}):
+                break
             try:
                 try:
                     rep = cand.call(case, upstream, inputs=m)
@@ -113,9 +128,28 @@ def _sample(runner: CaseRunner, case: Case, m: Materialized, upstream: Recipe | 
                     if k in seen and not bitwise_equal(seen[k], rep.outputs[k]):
                         varies[k] = True
                     seen.setdefault(k, rep.outputs[k])
-    for k in outputs:  # errors that differ are results that differ, whatever the first run was
-        varies[k] = varies[k] or len(set(errors[1][k])) > 1
+        if side == 1:
+            for k in outputs:  # errors that differ are results that differ, whatever the first run was
+                varies[k] = varies[k] or len(set(errors[1][k])) > 1 \
+                    or (k in (base_first or {}) and len({base_first[k], *errors[1][k]}) > 1)  # type: ignore[index]
+            if not any(varies.values()):
+                break  # a deterministic base: its one draw is its distribution, the failures stay new
     return Sample(errors[0], errors[1], varies)
+
+
+def _settled(errors: list[dict[str, list[float]]], varies: dict[str, bool], base_first: dict[str, float],
+             head_first: dict[str, float]) -> bool:
+    """Whether more runs of the head can change nothing: every output whose base varies has a head run
+    (the first included) within the base's range, so no output can have every head run beyond it."""
+    live = [k for k, v in varies.items() if v]
+    if not live:
+        return True
+    for k in live:
+        base = errors[1][k] + ([base_first[k]] if k in base_first else [])
+        head = errors[0][k] + ([head_first[k]] if k in head_first else [])
+        if not head or min(head) > max(base):
+            return False
+    return True
 
 
 def replayed_against_noise(runner: CaseRunner, case: Case, found: list[Finding]) -> list[Finding]:
