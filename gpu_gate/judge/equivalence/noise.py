@@ -101,6 +101,7 @@ def _sample(runner: CaseRunner, case: Case, m: Materialized, upstream: Recipe | 
     from ..workers import BaseLost
     from .engine import ContextLost, bitwise_equal
 
+    base_first, head_first = base_first or {}, head_first or {}
     errors: list[dict[str, list[float]]] = [{k: [] for k in outputs}, {k: [] for k in outputs}]
     varies = dict.fromkeys(outputs, False)
     for side, cand in ((1, runner.base), (0, runner.candidate)):
@@ -108,7 +109,7 @@ def _sample(runner: CaseRunner, case: Case, m: Materialized, upstream: Recipe | 
             return None
         seen: dict[str, object] = {}
         for _ in range(NOISE_RUNS):
-            if side == 0 and _settled(errors, varies, base_first or {}, head_first or {}):
+            if side == 0 and _settled(errors, varies, base_first, head_first):
                 break
             try:
                 try:
@@ -131,7 +132,7 @@ def _sample(runner: CaseRunner, case: Case, m: Materialized, upstream: Recipe | 
         if side == 1:
             for k in outputs:  # errors that differ are results that differ, whatever the first run was
                 varies[k] = varies[k] or len(set(errors[1][k])) > 1 \
-                    or (k in (base_first or {}) and len({base_first[k], *errors[1][k]}) > 1)  # type: ignore[index]
+                    or (k in base_first and len({base_first[k], *errors[1][k]}) > 1)
             if not any(varies.values()):
                 break  # a deterministic base: its one draw is its distribution, the failures stay new
     return Sample(errors[0], errors[1], varies)
