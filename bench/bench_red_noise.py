@@ -111,6 +111,8 @@ def main() -> int:
     ap.add_argument("--repo", action="append", default=[], help="LIBRARY=PATH of a clone with the bugs' commits")
     ap.add_argument("--bug", action="append", help="bug ids (default: every bug whose library is given)")
     ap.add_argument("--times", type=int, default=2, help="runs alone, and pairs at two gates per GPU (default 2)")
+    ap.add_argument("--alone", type=int, default=None,
+                    help="runs alone (default: --times); 0 with --times N: N pairs only, the two-gates-per-GPU measure")
     ap.add_argument("--quick", action="store_true", help="one bug (L8), one run alone and one pair, within --budget-s")
     ap.add_argument("--budget-s", type=float, help="start no gate after this many seconds (default: 270 with --quick)")
     ap.add_argument("--gpu", default="0", help="the GPU both gates of a pair share (CUDA_VISIBLE_DEVICES)")
@@ -128,6 +130,7 @@ def main() -> int:
     if not bugs:
         raise SystemExit("no bug to run: give --repo LIBRARY=PATH for the bugs' library (liger for --quick)")
     times = 1 if args.quick else max(1, args.times)
+    alone = times if args.alone is None or args.quick else max(0, args.alone)
     budget = args.budget_s if args.budget_s is not None else (270.0 if args.quick else float("inf"))
     env = {"CUDA_VISIBLE_DEVICES": args.gpu, **({"GPU_GATE_TOOL_LAUNCH": args.tool_launch} if args.tool_launch else {})}
     root = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="red-noise-"))
@@ -142,7 +145,7 @@ def main() -> int:
         head = honest_change(repo, base, shas["F"])
         clone = where / "clone"
         git(where, "clone", "-q", str(repo), str(clone))
-        plan = [("alone", i) for i in range(times)] + [("pair", i) for i in range(times)]
+        plan = [("alone", i) for i in range(alone)] + [("pair", i) for i in range(times)]
         for how, i in plan:
             if time.monotonic() - began > budget:
                 skipped.append(f"{bug_id} {how} #{i + 1}")
