@@ -79,9 +79,14 @@ def run(root: Path, file: str, name: str, check: str, *, device: str | None = No
     from .inprocess import Context
     from .judge.job import pick_device, run_job
 
-    job = job_for(root, file, name, check, **kw)
+    from .checked import in_ci
+    from .local_loop import adapt
+
+    device = device or pick_device()
+    # as `gpu-gate check` runs it here: stopping at red outside CI, the CPU's budget (see local_loop)
+    (job,), _ = adapt([job_for(root, file, name, check, **kw)], gpu=device == "cuda", ci=in_ci())
     with tempfile.TemporaryDirectory(prefix="gate-") as tmp:
-        ctx = Context(repo_root=root, device=device or pick_device(), workdir=Path(tmp))
+        ctx = Context(repo_root=root, device=device, workdir=Path(tmp))
         return run_job(job, ctx)
 
 

@@ -133,6 +133,10 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, request: CheckRequest, w
     gpus = detect_gpus() if not request.cpu else ()
     if isinstance(policy.runner.gpus, int):
         gpus = gpus[: policy.runner.gpus]
+    from ..checked import in_ci
+    from ..local_loop import adapt
+
+    jobs, local_notes = adapt(jobs, gpu=bool(gpus), ci=in_ci())
     record = RunRecord(base=plan.base, head=plan.head, rules=plan.rules, policy_source=loaded.source,
                        kernels=plan.kernels,
                        plan_findings=list(plan.findings), planned_jobs=[j.id for j in jobs] if request.shard else all_ids,
@@ -145,6 +149,7 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, request: CheckRequest, w
                                              plan.head)
     if not gpus:
         record.notes.append("no GPU on this machine: GPU-only checks are reported as not run")
+    record.notes += local_notes
     roots = runner_roots([repo])
     if not jobs:
         quiet = not plan.kernels and not plan.selected and not plan.findings
@@ -152,6 +157,8 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, request: CheckRequest, w
     else:
         for sid, why in sorted(record.selected.items()):
             say(f"spec {sid}: {'; '.join(why)}")
+        for note in local_notes:
+            say(note)
         start = time.monotonic()
         with head_checkout(repo, plan.head, policy, request) as head, \
                 base_checkout(repo, plan.base, jobs, record) as base_tree, \

@@ -114,14 +114,16 @@ TOOL_EXIT_GRACE_S = 20.0
 TOOL_START_LIMIT_S = 10.0
 
 
-# A stuck sandbox is started again at once, the same worker on the same socket, up to
-# SANDBOX_STARTS times (the other worker of the job runs on meanwhile); a job whose sandbox never
-# started in all of them is run again whole, up to STUCK_ATTEMPTS runs. On two H200s at two gates per
-# GPU, 33 of 56 sanitizer jobs met the hang at least once and 1 met it in six whole runs in a row
-# (each run needs two sandboxes to start): a sandbox's start fails about a third of the time, so six
-# starts of one sandbox all fail about once in a thousand, where six runs of a job did about once in
-# sixty.
-SANDBOX_STARTS = 6
+# A stuck sandbox is started again, the same worker on the same socket, up to SANDBOX_STARTS
+# times (the other worker of the job runs on meanwhile), after a wait that grows with each start
+# (RESTART_WAITS_S); a job whose sandbox never started in all of them is run again whole, up to
+# STUCK_ATTEMPTS runs. On two H200s at two gates per GPU, 33 of 56 sanitizer jobs met the hang at
+# least once. With six starts at once (no wait), 88 jobs there: 6 of their 176 sandboxes failed all
+# six starts, where independent failures at that rate would do so about once in a thousand, and 5 of
+# those 6 jobs' whole runs again started at once: the hang comes in spells, which starts spread over
+# a minute and a half outlast better than starts in a row.
+SANDBOX_STARTS = 8
+RESTART_WAITS_S = (1.0, 2.0, 4.0, 8.0, 8.0, 8.0, 8.0)  # before the 2nd, 3rd, ... start
 STUCK_ATTEMPTS = 2
 
 

@@ -21,7 +21,7 @@ from ..protocol.jobs import Job
 from ..protocol.jobs import base_commit, truth_commit
 from ..protocol.roles import BASE, serves, worker_roles
 from .argv import _context, _env_for, _niced, _worker_context, judge_argv, worker_argv, worker_boot
-from .containment import SANDBOX_STARTS, TOOL_START_LIMIT_S, Contained, _contained_run
+from .containment import RESTART_WAITS_S, SANDBOX_STARTS, TOOL_START_LIMIT_S, Contained, _contained_run
 from .control import RunControl, _kill_group
 from .options import ExecOptions, concurrency
 from .leftovers import judge_escapes
@@ -40,6 +40,17 @@ TRUTH = ".truth"  # in the reference worker's directory: where its sandbox shows
 
 
 WORKER_GRACE_S = 5.0  # after the judge is done, how long a worker may take to exit before it is killed
+
+
+def _waited_out(seconds: float, control: RunControl) -> bool:
+    """Wait before a stuck sandbox's next start (see containment.RESTART_WAITS_S); True where the
+    run was stopped meanwhile (its time limit, a cancelled gate)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if control.reason is not None:
+            return True
+        time.sleep(min(0.2, max(0.0, end - time.monotonic())))
+    return control.reason is not None
 
 
 def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, control: RunControl,
@@ -170,11 +181,14 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
                                    source=roots[role] if remap and other else None, lent=lent.get(role, ()),
                                    tool=tools.get(role, ()), stdin=boots[role], on_running=lambda: release(role))
                 done[role] = c
+                wait = RESTART_WAITS_S[min(start, len(RESTART_WAITS_S)) - 1]
                 if not c.stuck or start == SANDBOX_STARTS or control.reason is not None \
-                        or time.monotonic() > began + timeout - TOOL_START_LIMIT_S:
+                        or time.monotonic() + wait > began + timeout - TOOL_START_LIMIT_S:
                     break
                 restarts[role] = start  # the sandbox never started the worker: nothing ran, start it again
                 _forget_report(tools.get(role, ()))
+                if _waited_out(wait, control):
+                    break
         finally:
             release(role)
 

@@ -123,6 +123,14 @@ class EquivalencePolicy(CheckPolicy):
         "(every dtype and layout, at least 16 cases on a GPU, 4 on the CPU)"))
     candidate_budget_s: float | None = Field(default=None, gt=0, description=(
         "the kernel's calls may add up to this much on top of time_budget_s; null: as much as time_budget_s"))
+    local_time_budget_s: float | None = Field(default=90.0, gt=0, description=(
+        "a local run on the CPU (outside CI, where the Triton interpreter takes seconds a case): time_budget_s and "
+        "candidate_budget_s are each at most this, so that the loop on one's own machine answers in minutes; the "
+        "report says how many of the planned cases ran; null: as elsewhere"))
+    stop_at_red: Literal["local", "always", "never"] = Field(default="local", description=(
+        "stop running cases once the job is red for a failure that stood its confirmation (new against the base's "
+        "code, outside its run-to-run range; a failure that shows by chance waits for the job's end): local: on a "
+        "run outside CI; always; never: every case runs and every failing output is listed"))
     slow_case_s: float | None = Field(default=None, gt=0, description=(
         "a case whose kernel calls take longer is a slow-case finding; null: 10 s on a GPU, 60 s on the CPU"))
     slow_case: Literal["warn", "fail"] = Field(default="warn", description=(

@@ -140,6 +140,19 @@ def make_rule(spec: Spec, options: dict[str, Any]) -> Rule:
                 atol=fixed[0], rtol=fixed[1])
 
 
+def _confirmed_red(r: CaseResult) -> bool:
+    """Whether the case makes the job red whatever the other cases say: a blocking failure that is
+    the change's (marked new by the differential, which ran the noise sampling and the regression's
+    reruns on it already) or, with no base, any blocking failure. Not a refusal (judged against the
+    base over the whole job), nor a failure that shows by chance (the base may show it on a later
+    case: see CaseRunner.chance_at_base)."""
+    from ..equivalence.engine import BY_CHANCE
+
+    return r.refused is None and any(
+        f.severity is Severity.ERROR and f.kind not in BY_CHANCE and f.details.get("change", "new") == "new"
+        for f in r.findings)
+
+
 class Equivalence:
     def __init__(self, job: Job, ctx: Context, workers: Workers) -> None:
         from ..equivalence.engine import CaseRunner
@@ -180,6 +193,10 @@ class Equivalence:
         self.sizes_info: dict[str, object] | None = None  # the thresholds read from the wrapper (see sizes.read)
         self.sizes_skipped: list[str] = []  # planned sizes that cannot run within the case budget, and why
         self.magnitudes: dict[str, float] = {}  # the scale each extreme-magnitude case took
+        # stop at the first confirmed new failure (stop_at_red, resolved by the gate: see local_loop);
+        # not under a sanitizer, where the cases drive the tool and a wrong result is not the verdict
+        self.stop_at_red = o.get("stop_at_red") is True and not self.sanitized
+        self.stopped_at: tuple[str, int] | None = None  # (the case, how many had run) where it stopped
 
     @property
     def deadline(self) -> float:
@@ -266,16 +283,18 @@ class Equivalence:
             with self._timed("cases"):
                 self._run_cases(cases, results, refusals, notes)
             begun: Running | list[Finding] = []
+            # what follows the cases adds evidence to a job that may pass: none is needed once it is red
+            after = not self.job.case and not self.sanitized and self.stopped_at is None
             try:
-                if not self.job.case and not self.sanitized:
+                if after:
                     begun = self._begin_disguised(results)
-                want_growth = self.job.options.get("growth", True) and not self.job.case and not self.sanitized
+                want_growth = self.job.options.get("growth", True) and after
                 if want_growth and not _canonical_refused_alone(refusals):
                     with self._timed("growth"):
                         growth = self._growth()
                     with self._timed("thresholds"):
                         thresholds = self._thresholds()
-                if not self.job.case and not self.sanitized:
+                if after:
                     with self._timed("replay"):
                         replays = self._replay(results, begun)
             finally:
@@ -444,10 +463,18 @@ class Equivalence:
                     break  # the canonical case cannot run here: nothing can be verified here
                 continue
             results.append(r)
+            if self.stop_at_red and _confirmed_red(r):
+                self.stopped_at = (case.id, i + 1)
+                break
             if r.refused:
                 refusals.append(r)
                 if i == 0 and not self.job.case and r.refused_at_base is None:
                     break  # the canonical case was refused, and not at the base too: nothing was verified
+        if self.stopped_at is not None:
+            at, ran = self.stopped_at
+            notes.append(self._note("stopped-at-red", f"stopped at the first confirmed new failure (case {at}, "
+                                    f"{ran} of {len(cases)} cases run): the other cases, the growth sweep and the "
+                                    f"replays were not run (stop_at_red; in CI every case runs)"))
         if skipped or self.floor_missed:
             notes.append(self._note("budget", f"ran {len(results)} of {len(cases)} cases within the time budget "
                                               f"(gpu-gate's own {self.clock.own_s:g} s; the kernel's calls took "
