@@ -362,3 +362,43 @@ def test_the_timing_counts_the_bases_own_runs_once(make_repo) -> None:  # type: 
     assert steps["base"] > 2.0, steps
     # the head's failing cases have the base's code called again, twice at least (0.4 s): not here
     assert steps["first_call"] + steps.get("second_call", 0.0) < 0.3, steps
+
+
+# A scalar loss, the mean of squares, as torch computes it in float32 and as a kernel would in
+# another order: as accurate, each a unit of rounding or so from the truth. Its error is one draw,
+# not an average over elements: on an H200 a KernelBench cross-entropy submission's scalar loss was
+# off by 1.05 epsilons where torch's own was off by 0.05, and was called 20x less accurate.
+TORCH_LOSS = "def mean_sq(x):\n    return (x * x).mean()\n"
+OTHER_ORDER_LOSS = "def mean_sq(x):\n    return (x * x).flip(-1).t().sum() / x.numel()\n"
+# The same loss accumulated in bfloat16: really less accurate, on a scalar too.
+LOW_PRECISION_LOSS = "def mean_sq(x):\n    return ((x * x).to(torch.bfloat16).sum(dtype=torch.bfloat16) / x.numel()).float()\n"
+
+LOSS_SPEC = """\
+import gpu_gate as gg
+from mylib.ops import mean_sq
+
+
+@gg.spec(dims={"rows": gg.Dim(1, 64), "n": gg.Dim(1, 256, reduction=True)},
+         inputs={"x": gg.Tensor(("rows", "n"), dtypes=["float32"])},
+         reference=lambda x: (x * x).mean(),
+         covers=["csrc/rows.cu"],
+         devices=["cuda", "cpu"])
+def mean_sq_gate(x):
+    return mean_sq(x)
+"""
+
+
+def test_a_scalar_output_as_accurate_another_way_passes(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo, TORCH_LOSS, policy=POLICY.replace("cases: 8", "cases: 24"), spec=LOSS_SPEC)
+    _pr(r, OTHER_ORDER_LOSS)
+    code, text, results = _check(r)
+    assert code == 0, text
+    assert "less-accurate" not in _changes(results).get("new", set()), _findings(results)
+
+
+def test_a_scalar_output_accumulated_in_low_precision_is_less_accurate(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _repo(make_repo, TORCH_LOSS, policy=POLICY.replace("cases: 8", "cases: 24"), spec=LOSS_SPEC)
+    _pr(r, "import torch\n\n\n" + LOW_PRECISION_LOSS)
+    code, text, results = _check(r)
+    assert code == 1, text
+    assert _changes(results).get("new"), _findings(results)
