@@ -21,7 +21,8 @@ from ..protocol.jobs import Job
 from ..protocol.jobs import base_commit, truth_commit
 from ..protocol.roles import BASE, serves, worker_roles
 from .argv import _context, _env_for, _niced, _worker_context, judge_argv, worker_argv, worker_boot
-from .containment import RESTART_WAITS_S, SANDBOX_STARTS, TOOL_START_LIMIT_S, Contained, _contained_run
+from . import containment
+from .containment import SANDBOX_STARTS, TOOL_START_LIMIT_S, Contained, _contained_run
 from .control import RunControl, _kill_group
 from .options import ExecOptions, concurrency
 from .leftovers import judge_escapes
@@ -181,7 +182,8 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
                                    source=roots[role] if remap and other else None, lent=lent.get(role, ()),
                                    tool=tools.get(role, ()), stdin=boots[role], on_running=lambda: release(role))
                 done[role] = c
-                wait = RESTART_WAITS_S[min(start, len(RESTART_WAITS_S)) - 1]
+                waits = containment.RESTART_WAITS_S
+                wait = waits[min(start, len(waits)) - 1]
                 if not c.stuck or start == SANDBOX_STARTS or control.reason is not None \
                         or time.monotonic() + wait > began + timeout - TOOL_START_LIMIT_S:
                     break

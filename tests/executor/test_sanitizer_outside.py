@@ -445,6 +445,8 @@ def test_a_sanitizer_job_whose_sandbox_never_starts_fails_closed_or_is_run_again
     with the tool's errors), with a note that says so. On an H100 one job hung twice in a row (its
     candidate's sandbox, then its base's)."""
     monkeypatch.setattr(containment, "TOOL_START_LIMIT_S", 1.0)
+    # the waits between starts, scaled down with the start limit (10 s to 1 s)
+    monkeypatch.setattr(containment, "RESTART_WAITS_S", tuple(w / 10 for w in containment.RESTART_WAITS_S))
     honest = _memcheck(tmp_path / "repo", "honest", False)
     monkeypatch.setenv("TOOL_STUCK", "1")
     t = time.monotonic()
@@ -459,7 +461,7 @@ def test_a_sanitizer_job_whose_sandbox_never_starts_fails_closed_or_is_run_again
     monkeypatch.setenv("TOOL_STUCK_FIRST", f"2 {count}")
     again = _gate(tmp_path, cpu_sanitizer, honest, box, True, monkeypatch)
     assert again.status is Status.FAILED and "invalid-global-read" in {f.kind for f in again.findings}, again.findings
-    # the stuck sandbox is started again at once, on the same socket; the job is not run again whole
+    # the stuck sandbox is started again after a short wait, on the same socket; the job is not run again whole
     notes = [f for f in again.findings if f.kind == "retried"]
     assert count.read_text() == "xx" and len(notes) == 1, notes
     assert sum(notes[0].details["sandbox_restarts"].values()) == 2, notes[0]
