@@ -10,7 +10,8 @@ from typing import Any, NoReturn
 
 from ..protocol import wire
 from ..protocol.cases import Case
-from ..protocol.messages import (BaselineFp32, BaselineFp32Reply, Describe, DescribeReply, GradRecipe, HeadReference,
+from ..protocol.messages import (BaselineFp32, BaselineFp32Reply, Describe, DescribeReply, Flops, FlopsReply, GradRecipe,
+                                 HeadReference,
                                  HeadReferenceReply, Reply, Request, SpecDescription, Stats, Truth, TruthReply,
                                  Upstream, UpstreamReply, tensors)
 from ..spec import Dim, Index, Spec, Tensor, Tolerance
@@ -150,6 +151,11 @@ class Reference:
         assert got.reference is not None
         with reading(self.channel, "head_reference"):
             return dict(tensors.decode_dict(got.reference, blobs, self.device))
+
+    def flops(self, case: Case) -> int | str:
+        """The reference's floating-point operations on ``case`` (see worker.reference), or why none."""
+        got = expect(self._ask(Flops(case.token(), case.id, 0)), FlopsReply, self.channel)
+        return got.flops if got.flops is not None else str(got.skipped)
 
     def stats(self) -> dict[str, object]:
         """What the worker says it moved through the channel (timing only, never a verdict)."""

@@ -24,7 +24,8 @@ from typing import TYPE_CHECKING
 
 from ..protocol import wire
 from ..protocol.cases import Case
-from ..protocol.messages import (BaselineFp32, BaselineFp32Reply, Describe, DescribeReply, ErrorReply, HeadReference,
+from ..protocol.messages import (BaselineFp32, BaselineFp32Reply, Describe, DescribeReply, ErrorReply, Flops, FlopsReply,
+                                 HeadReference,
                                  HeadReferenceReply, Reply, Request, SpecDescription, Truth, TruthReply, Upstream,
                                  UpstreamReply, tensors)
 from ..protocol.messages.reference import CaseRequest, read_recipe
@@ -66,6 +67,16 @@ class ReferenceSide:
             return call_with_grads(self.spec, self.spec.reference, inputs, self.kwargs(m.case), upstream)
         with torch.no_grad():
             return normalize(self.spec.reference(**inputs, **self.kwargs(m.case)))
+
+    def flops(self, m: Materialized, upstream: Mapping[str, torch.Tensor] | None) -> int:
+        """The floating-point operations of the reference on the case, forward and (for a backward
+        spec) backward, as torch's FLOP counter counts them: matrix products, convolutions and
+        attention; elementwise work and reductions count 0, so the figure is a lower bound."""
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            self.reference(m, upstream)
+        return int(counter.get_total_flops())
 
     def conditioning(self, m: Materialized, upstream: Mapping[str, torch.Tensor] | None, *, storage: bool = False
                      ) -> dict[str, object]:
@@ -292,6 +303,8 @@ class ReferenceServer:
                               tensors.encode_dict(cond, blobs), *status), blobs
         if isinstance(request, HeadReference):
             return self._head_reference(request, up, blobs)
+        if isinstance(request, Flops):
+            return FlopsReply(self.side.flops(m, up), None, *status), blobs
         return ErrorReply(request.op, "protocol", f"unknown request {request.op!r}"), []
 
     def _head_reference(self, request: HeadReference, up: Mapping[str, torch.Tensor] | None, blobs: wire.Blobs

@@ -86,3 +86,49 @@ def test_a_head_that_returns_a_cached_output_is_faster_than_the_hardware_allows(
     assert code == 1, text
     errors = [f for f in implausible if f["severity"] == "error"]
     assert errors and "less than writing its 512.0 MiB of outputs once" in errors[0]["message"], implausible
+
+
+# The compute side: a product with a long inner dimension and a small output (256 x 256 from K = 2^20,
+# 137 GFLOP in bfloat16): writing the output takes no time, doing the product does. A head that returns
+# its first result for every later call of the same shape is below a quarter of the reference's
+# operations at the GPU's peak tensor-core rate; torch's own product, renamed, is not.
+MATMUL = "import torch\n\n\ndef mm(a, b):\n    return torch.matmul(a, b)\n"
+CACHED_MATMUL = MATMUL.replace("def mm(a, b):\n    return torch.matmul(a, b)\n", """_SEEN = {}
+
+
+def mm(a, b):
+    key = (tuple(a.shape), tuple(b.shape), a.dtype)
+    if key not in _SEEN:
+        _SEEN[key] = torch.matmul(a, b)
+    return _SEEN[key]
+""")
+MATMUL_SPEC = """\
+import gpu_gate as gg
+from mylib.scale import mm
+
+
+@gg.spec(dims={"m": gg.Dim(1, 256), "k": gg.Dim(1, 1 << 20, reduction=True), "n": gg.Dim(1, 256)},
+         inputs={"a": gg.Tensor(("m", "k"), dtypes=["bfloat16"]), "b": gg.Tensor(("k", "n"), dtype="like:a")},
+         reference=lambda a, b: a @ b)
+def mm_gate(a, b):
+    return mm(a, b)
+"""
+MATMUL_POLICY = SPEED_POLICY.replace("  speed: required\n",
+                                     "  speed: {level: required, cases: 1, shapes: [{m: 256, k: 1048576, n: 256}]}\n")
+
+
+def test_a_product_returned_from_a_cache_is_faster_than_the_arithmetic_allows(tmp_path: Path) -> None:
+    code, text, findings = _gate(tmp_path, MATMUL, CACHED_MATMUL, spec=MATMUL_SPEC, policy=MATMUL_POLICY)
+    implausible = [f for f in findings if f["check"] == "speed" and f["kind"] == "implausible-speedup"]
+    print("\n" + "\n".join(f"{f['severity']}: {f['message']}" for f in implausible))
+    assert code == 1, text
+    errors = [f for f in implausible if f["severity"] == "error"]
+    assert errors and "GFLOP the reference does on it" in errors[0]["message"], implausible
+
+
+def test_the_product_itself_is_within_the_arithmetic_floor(tmp_path: Path) -> None:
+    code, text, findings = _gate(tmp_path, MATMUL, MATMUL, spec=MATMUL_SPEC, policy=MATMUL_POLICY)
+    got = _speed(findings)
+    print("\n" + got.get("speed", {}).get("message", text))
+    assert code == 0, text
+    assert "implausible-speedup" not in got and "GFLOP: head" in got["speed"]["message"], got

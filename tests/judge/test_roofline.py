@@ -86,3 +86,61 @@ def test_no_device_gives_no_memory(monkeypatch, torch_cuda) -> None:  # type: ig
 
     monkeypatch.setattr(torch_cuda, "get_device_properties", boom)
     assert roofline.memory() is None
+
+
+def _arch_props(major: int, minor: int, sms: int, clock_khz: int = 0) -> object:
+    import types
+
+    return types.SimpleNamespace(major=major, minor=minor, multi_processor_count=sms, clock_rate=clock_khz)
+
+
+def test_the_arithmetic_peak_of_an_h100_from_its_sms_clock_and_architecture() -> None:
+    from gpu_gate.judge.roofline import compute_floor_s, compute_from
+
+    h100, why = compute_from(_arch_props(9, 0, 132), nvml_clock_khz=1_980_000)
+    assert h100 is not None and not why
+    # 132 SMs x 1.98 GHz x 4096 FLOP per SM and clock: 1070 TFLOP/s in bfloat16, above the published 989
+    assert h100.peak("bfloat16") == pytest.approx(132 * 1.98e9 * 4096)
+    assert h100.peak("float8_e4m3fn") == 2 * h100.peak("float16") == 4 * h100.peak("float32")
+    assert h100.peak("float64") == h100.peak("float32")  # the TF32 rate: above anything wider can do
+    # a quarter of a 256 x 2^20 x 256 bfloat16 product's operations at that peak
+    flops = 2 * 256 * (1 << 20) * 256
+    assert compute_floor_s(flops, "bfloat16", h100) == pytest.approx(0.25 * flops / h100.peak("bfloat16"))
+    assert compute_floor_s(0, "bfloat16", h100) == 0.0
+    assert "sm_90" in h100.describe("bfloat16") and "NVML" in h100.describe("bfloat16")
+    # PyTorch's clock where NVML says none
+    via_torch, _ = compute_from(_arch_props(9, 0, 132, clock_khz=1_755_000), nvml_clock_khz=0)
+    assert via_torch is not None and via_torch.clock_hz == 1.755e9 and "PyTorch" in via_torch.source
+
+
+def test_no_arithmetic_floor_where_the_figures_are_unknown() -> None:
+    from gpu_gate.judge.roofline import compute_from
+
+    unknown, why = compute_from(_arch_props(13, 0, 200), nvml_clock_khz=2_000_000)
+    assert unknown is None and "sm_130" in why
+    no_clock, why = compute_from(_arch_props(9, 0, 132), nvml_clock_khz=0)
+    assert no_clock is None and "clock" in why
+
+
+def test_every_published_part_is_under_its_architectures_peak() -> None:
+    """The table's rates are upper bounds: NVIDIA's published dense peaks of parts of each architecture
+    (TFLOP/s: FP16/BF16 tensor, FP8 or INT8 tensor) are at most the peak gpu-gate computes from their SMs
+    and boost clock."""
+    from gpu_gate.judge.roofline import compute_from
+
+    parts = [  # (architecture, SMs, boost MHz, 16-bit dense, 8-bit dense)
+        ((7, 0), 80, 1530, 125, None),     # V100 SXM2
+        ((7, 5), 40, 1590, 65, 130),       # T4
+        ((8, 0), 108, 1410, 312, 624),     # A100
+        ((8, 6), 82, 1695, 142, 284),      # RTX 3090 (FP16 accumulate)
+        ((8, 9), 142, 2520, 362, 733),     # L40S
+        ((9, 0), 132, 1830, 989, 1979),    # H100 SXM
+        ((10, 0), 148, 1965, 2250, 4500),  # B200
+    ]
+    for arch, sms, mhz, sixteen, eight in parts:
+        got, _ = compute_from(_arch_props(*arch, sms), nvml_clock_khz=mhz * 1000)
+        assert got is not None
+        # the published figures are rounded (A100: 108 x 1.41 GHz x 2048 = 311.9, published as 312)
+        assert got.peak("bfloat16") >= 0.995 * sixteen * 1e12, arch
+        if eight is not None:
+            assert got.peak("float8_e4m3fn") >= 0.995 * eight * 1e12, arch

@@ -120,3 +120,38 @@ def test_a_backward_is_timed_with_the_same_upstream_gradient(make_repo) -> None:
     code, text, results = _check(r)
     assert code == 1, text
     assert "slower" in {f["kind"] for f in _speed(results)}, _speed(results)
+
+
+MM_SPEC = """\
+import gpu_gate as gg
+from mylib.ops import mm
+
+
+@gg.spec(dims={"m": gg.Dim(1, 64), "k": gg.Dim(1, 256, reduction=True), "n": gg.Dim(1, 64)},
+         inputs={"a": gg.Tensor(("m", "k"), dtypes=["float32"]), "b": gg.Tensor(("k", "n"), dtype="like:a")},
+         reference=lambda a, b: a @ b, grads=["a", "b"],
+         covers=["csrc/rows.cu"], devices=["cuda", "cpu"])
+def mm_gate(a, b):
+    return mm(a, b)
+"""
+MM = "import torch\n\n\ndef mm(a, b):\n    return torch.matmul(a, b)\n"
+
+
+def test_the_reference_operations_of_a_timed_case_are_counted(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The compute side of the hardware floor: the reference worker counts the reference's operations on
+    each timed case (forward and backward: three products of m x k x n, 2 FLOP each), and the note says
+    the head's rate from them. On the CPU there is no floor to compare with (tests/gpu has the red)."""
+    r = make_repo("proj", {".gpu-gate.yml": POLICY % "required", "mylib/__init__.py": "", "mylib/ops.py": MM,
+                           "csrc/rows.cu": KERNEL, "gate/rows_gate.py": MM_SPEC})
+    r.branch("feature")
+    r.commit("pull request", {"mylib/ops.py": MM.replace("(a, b)", "(x, y)"),
+                              "csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")})
+    code, text, results = _check(r)
+    assert code == 0, text
+    note = next(f for f in _speed(results) if f["kind"] == "speed")
+    import re
+
+    m = re.search(r"\[m=(\d+), k=(\d+), n=(\d+)\].*?the reference's ([0-9.e+-]+) GFLOP: head", note["message"])
+    assert m, note["message"]
+    rows, k, n = (int(m[i]) for i in (1, 2, 3))
+    assert float(m[4]) == float(f"{3 * 2 * rows * k * n / 1e9:.3g}"), note["message"]

@@ -13,7 +13,7 @@ from gpu_gate.protocol.messages import (REPLIES, REQUESTS, Ahead, AheadDone, Ahe
                                         BaselineFp32Reply, Bye, Call, CallDone, CallFailed, CompileFacts, CompileReply,
                                         CompileRequest, Describe, DescribeReply,
                                         ErrorReply, Finish, FinishReply, Geometry, GradRecipe, GuardedInput,
-                                        HeadReference, HeadReferenceReply, Load, LoadReply, Release, ReleaseReply,
+                                        Flops, FlopsReply, HeadReference, HeadReferenceReply, Load, LoadReply, Release, ReleaseReply,
                                         SpecDescription, SpecImportFacts, SpecImportReply, Stats, StatsReply,
                                         TensorMeta, Time, Timed, Truth, TruthReply, Upstream, UpstreamReply, ValueMeta,
                                         Watch,
@@ -38,6 +38,7 @@ REQUESTS_MADE = [
     (Call(dims={"n": 3}, upstream_again=True), []),
     (Upstream("tok", "c0001", 1), []), (Truth("tok", "c0001", 0, {"out": "bfloat16"}), []),
     (BaselineFp32("tok", "c0001", 0, {"out": "float16"}), []), (HeadReference("tok", "c0001"), []),
+    (Flops("tok", "c0001"), []),
     (CompileRequest("lib/k.py", ("sm_80", "sm_90"), "sm_90", ("k",)), []),
     (Time(5, 3, fresh=True, flush=False), []),
 ]
@@ -63,6 +64,7 @@ REPLIES_MADE = [
                 {"out": ValueMeta("tensor", TensorMeta("float64", (2, 3), 2))}), [48, 24, 48]),
     (BaselineFp32Reply({"out": ValueMeta("tensor", TensorMeta("float16", (2, 3), 0))}, None), [12]),
     (HeadReferenceReply(skipped="the head's spec takes other dims"), []),
+    (FlopsReply(flops=3 * 2 * 64 * 97 * 64, isolated=True, tree="base"), []),
     (ErrorReply("truth", "reference", "the spec's reference raised ZeroDivisionError", True, None), []),
     (ErrorReply("truth", "oom", "the spec's reference ran out of GPU memory on case k0", False, "it uses lib", "base"),
      []),
@@ -85,11 +87,11 @@ def test_every_reply_reads_back_as_itself(message: Any, sizes: list[int]) -> Non
     assert read_reply(message.op, _crossed(message), sizes) == message
 
 
-def test_fifteen_requests_each_with_its_reply() -> None:
-    """The protocol's kinds of message: 15 requests (the compile check's and the speed check's among
+def test_sixteen_requests_each_with_its_reply() -> None:
+    """The protocol's kinds of message: 16 requests (the compile check's and the speed check's among
     them); each but ``bye`` gets its own reply (the load its spec-import reply too, and any of them an
     error reply)."""
-    assert len(REQUESTS) == 15 and set(REPLIES) == set(REQUESTS) - {"bye"}
+    assert len(REQUESTS) == 16 and set(REPLIES) == set(REQUESTS) - {"bye"}
     assert {type(m).op for m, _ in REQUESTS_MADE} == set(REQUESTS)
     assert {m.op for m, _ in REPLIES_MADE} == set(REPLIES)
 
@@ -154,3 +156,16 @@ def test_a_dtype_the_judge_did_not_ask_in_is_refused_by_the_worker_too() -> None
 def test_an_unknown_request_is_refused() -> None:
     with pytest.raises(BadMessage, match="an unknown request 'exec'"):
         read_request({"op": "exec", "code": "import os"}, [])
+
+
+@pytest.mark.parametrize("header,said", [
+    ({"op": "flops", "flops": -1}, "flops: -1 is out of range"),
+    ({"op": "flops", "flops": True}, "expected an integer"),
+    ({"op": "flops"}, "expected the count, or why there is none"),
+    ({"op": "flops", "flops": 5, "skipped": "both"}, "expected the count, or why there is none"),
+])
+def test_a_malformed_flops_reply_is_refused(header: Any, said: str) -> None:
+    """The count bounds the speed check's floor: a reference worker's reply that is not one is refused."""
+    with pytest.raises(BadMessage) as e:
+        read_reply("flops", header, [])
+    assert said in str(e.value)

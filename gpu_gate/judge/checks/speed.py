@@ -13,7 +13,8 @@ A slow-down whose interval lies wholly beyond ``1 + threshold`` is a ``slower`` 
 where the check is ``required``. A speed-up that should not be possible is ``implausible-speedup``: a
 warning where the head is more than ``IMPLAUSIBLE`` times faster at that confidence (KernelBench's own
 warning sign for a kernel that skips work), and an error, under the same level, where the head's time is
-below what writing its outputs once takes at the GPU's peak memory bandwidth (``gpu_gate.judge.roofline``).
+below what writing its outputs once takes at the GPU's peak memory bandwidth, or below what the reference's
+operations on the case take at the GPU's peak arithmetic rate (``gpu_gate.judge.roofline``).
 Every job says its figures in a ``speed`` note (speed-up, slow-down or no change shown, the interval,
 the timing method, the SM clock). Without a base (a new spec, or the base's code no longer runs) there is
 nothing to compare: said, not failed. The figures are the workers' word: evidence of speed, never of
@@ -72,6 +73,7 @@ class Speed:
         self.flushed = 0
         self.shapes_skipped: list[str] = []  # production shapes that could not be timed here, and why
         self.output_bytes: dict[str, int] = {}  # per case id: the head's outputs' bytes
+        self.flops: dict[str, int | str] = {}  # per case id: the reference's operations, or why none
         self.unchecked: list[str] = []  # what could not be checked, and why (said in the summary)
 
     # --- which cases ------------------------------------------------------------
@@ -138,7 +140,10 @@ class Speed:
         lines: list[str] = []
         for case, b, h in per_case:
             c = compare(b, h, confidence=self.confidence, threshold=self.threshold)
-            lines.append(f"case {case.id} ({case.describe()[:100]}; base {_ms(b)}, head {_ms(h)} per call): "
+            flops = self.flops.get(case.id)
+            rate = (f"; the reference's {flops / 1e9:.3g} GFLOP: head {flops / statistics.median(h) / 1e12:.3g} "
+                    f"TFLOP/s" if isinstance(flops, int) and flops > 0 and statistics.median(h) > 0 else "")
+            lines.append(f"case {case.id} ({case.describe()[:100]}; base {_ms(b)}, head {_ms(h)} per call{rate}): "
                          f"{c.describe()}")
         all_b = [t for _, b, _ in per_case for t in b]
         all_h = [t for _, _, h in per_case for t in h]
@@ -157,6 +162,7 @@ class Speed:
     def _time_case(self, case: Case, base: Candidate) -> tuple[list[float], list[float]] | str:
         """(the base's figures, the head's), one per round; or why the case could not be timed."""
         from ...protocol.inputs import materialize
+        from ..replies import SpecBroken
 
         head = self.eq.runner.candidate
         m = materialize(self.spec, case, self.ctx.device)
@@ -168,6 +174,10 @@ class Speed:
             if side == "head":
                 self.output_bytes[case.id] = sum(int(t.numel()) * int(t.element_size()) for t in rep.outputs.values()
                                                  if hasattr(t, "element_size") and hasattr(t, "numel"))
+        try:
+            self.flops[case.id] = self.eq.runner.ref.flops(case)
+        except SpecBroken as exc:  # the reference's word on its operations is missing: no compute floor
+            self.flops[case.id] = str(exc)
         figures: dict[str, list[float]] = {"head": [], "base": []}
         for r in range(self.rounds):
             order = (("base", base), ("head", head)) if r % 2 == 0 else (("head", head), ("base", base))
@@ -188,15 +198,34 @@ class Speed:
         from .. import roofline
 
         found: list[Finding] = []
-        mem, why = roofline.memory_or_why() if self.ctx.device == "cuda" else (None, "")
+        gpu = self.ctx.device == "cuda"
+        mem, why = roofline.memory_or_why() if gpu else (None, "")
         if why:
             self.unchecked.append(f"the hardware floor (outputs written once at peak bandwidth) was not checked: {why}")
+        arith, why = roofline.compute_or_why() if gpu else (None, "")
+        if why:
+            self.unchecked.append(f"the hardware floor of the arithmetic (the reference's operations at peak rate) "
+                                  f"was not checked: {why}")
         for case, _, h in per_case:
             out = self.output_bytes.get(case.id, 0)
+            head = statistics.median(h)
+            flops = self.flops.get(case.id)
+            if isinstance(flops, str) and gpu:
+                self.unchecked.append(f"case {case.id}: the reference's operations were not counted: {flops[:200]}")
+            if arith is not None and isinstance(flops, int) and flops > 0:
+                floor = roofline.compute_floor_s(flops, case.dtype, arith)
+                if head < floor:
+                    found.append(self._finding(
+                        "implausible-speedup",
+                        f"case {case.id} ({case.describe()[:100]}): the head's call took {_ms([head])}, less than "
+                        f"a quarter of the {flops / 1e9:.3g} GFLOP the reference does on it take at this GPU's peak "
+                        f"({floor * 1e3:.3g} ms; {arith.describe(case.dtype)}): the timed call did not do the work "
+                        f"(products not computed, a result computed earlier or returned from a cache)",
+                        Severity.ERROR))
+                    break
             if mem is None or not out:
                 continue
             floor = roofline.write_floor_s(out, mem)
-            head = statistics.median(h)
             if floor > 0 and head < floor:
                 found.append(self._finding(
                     "implausible-speedup",

@@ -60,15 +60,15 @@ from .control import (Ahead, AheadDone, AheadDoneReply, AheadReply, Bye, Describ
                       ErrorReply, Finish, FinishReply, Load, LoadReply, Release, ReleaseReply, SpecDescription,
                       SpecImportReply, Stats, StatsReply)
 from .kinds import REPLIES, REQUESTS, Reply, Request, read_reply, read_request  # noqa: E402
-from .reference import (BaselineFp32, BaselineFp32Reply, GradRecipe, HeadReference, HeadReferenceReply,  # noqa: E402
-                        Truth, TruthReply, Upstream, UpstreamReply)
+from .reference import (BaselineFp32, BaselineFp32Reply, Flops, FlopsReply, GradRecipe, HeadReference,  # noqa: E402
+                        HeadReferenceReply, Truth, TruthReply, Upstream, UpstreamReply)
 from .tensors import Ledger, Opaque, TensorMeta, ValueMeta  # noqa: E402
 from .timing import Time, Timed  # noqa: E402
 
 __all__ = ["MAX_TEXT", "REPLIES", "REQUESTS", "Ahead", "AheadDone", "AheadDoneReply", "AheadReply", "BaselineFp32",
            "BaselineFp32Reply", "Bye", "Call", "CallDone", "CallFailed", "CompileFacts", "CompileReply",
            "CompileRequest", "Describe", "DescribeReply", "DiagnosticFacts", "ErrorReply", "Finish", "FinishReply",
-           "Geometry", "GradRecipe", "GuardedInput", "HeadReference", "HeadReferenceReply", "Ledger", "Load",
+           "Flops", "FlopsReply", "Geometry", "GradRecipe", "GuardedInput", "HeadReference", "HeadReferenceReply", "Ledger", "Load",
            "LoadReply", "NvccFacts", "Opaque", "Release", "ReleaseReply", "Reply", "Request", "ResourceFacts",
            "SpecDescription", "SpecImportFacts", "SpecImportReply", "Stats", "StatsReply", "TensorMeta",
            "Time", "Timed", "TritonBuildFacts", "TritonKernelFacts", "Truth", "TruthReply", "Upstream", "UpstreamReply", "ValueMeta",

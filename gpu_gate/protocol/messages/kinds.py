@@ -12,20 +12,20 @@ from .compile import CompileReply, CompileRequest
 from .control import (Ahead, AheadDone, AheadDoneReply, AheadReply, Bye, Describe, DescribeReply, ErrorReply, Finish,
                       FinishReply, Load, LoadReply, Release, ReleaseReply, SpecImportReply, Stats, StatsReply)
 from .fields import Fields
-from .reference import (BaselineFp32, BaselineFp32Reply, HeadReference, HeadReferenceReply, Truth, TruthReply, Upstream,
-                        UpstreamReply)
+from .reference import (BaselineFp32, BaselineFp32Reply, Flops, FlopsReply, HeadReference, HeadReferenceReply, Truth,
+                        TruthReply, Upstream, UpstreamReply)
 from .tensors import Ledger
 from .timing import Time, Timed
 
 Request = Union[Load, Describe, Finish, Ahead, AheadDone, Stats, Release, Bye, Call, Upstream, Truth, BaselineFp32,
-                HeadReference, CompileRequest, Time]
+                HeadReference, Flops, CompileRequest, Time]
 Reply = Union[LoadReply, SpecImportReply, DescribeReply, FinishReply, AheadReply, AheadDoneReply, StatsReply,
               ReleaseReply, CallDone, CallFailed, UpstreamReply, TruthReply, BaselineFp32Reply, HeadReferenceReply,
-              CompileReply, Timed, ErrorReply]
+              FlopsReply, CompileReply, Timed, ErrorReply]
 
 REQUESTS: dict[str, type[Request]] = {cls.op: cls for cls in (Load, Describe, Finish, Ahead, AheadDone, Stats, Release, Bye,
                                                      Call, Upstream, Truth, BaselineFp32, HeadReference,
-                                                     CompileRequest, Time)}
+                                                     Flops, CompileRequest, Time)}
 
 # the reply each request gets (an error aside); bye gets none
 REPLIES: dict[str, Callable[[object, Ledger], Reply]] = {
@@ -33,7 +33,7 @@ REPLIES: dict[str, Callable[[object, Ledger], Reply]] = {
     "ahead": AheadReply.from_json, "ahead_done": AheadDoneReply.from_json, "stats": StatsReply.from_json,
     "release": ReleaseReply.from_json, "call": read_call_reply, "upstream": UpstreamReply.from_json,
     "truth": TruthReply.from_json, "baseline_fp32": BaselineFp32Reply.from_json,
-    "head_reference": HeadReferenceReply.from_json, "compile": CompileReply.from_json, "time": Timed.from_json}
+    "head_reference": HeadReferenceReply.from_json, "flops": FlopsReply.from_json, "compile": CompileReply.from_json, "time": Timed.from_json}
 
 
 def read_request(header: object, sizes: Sequence[int]) -> Request:

@@ -1,7 +1,7 @@
 """What the judge asks of the reference worker on a case (named by its token): the upstream
 gradients' recipe (``upstream``), the truth (``truth``: the float64 reference, the baseline and the
-rounding envelope), torch in float32 (``baseline_fp32``) and the head's rewritten reference
-(``head_reference``); and the replies, each with the worker's isolation (see :func:`isolation`)."""
+rounding envelope), torch in float32 (``baseline_fp32``), the head's rewritten reference
+(``head_reference``) and the reference's operation count (``flops``); and the replies, each with the worker's isolation (see :func:`isolation`)."""
 from __future__ import annotations
 
 import dataclasses
@@ -90,6 +90,15 @@ class Upstream(CaseRequest):
 @dataclasses.dataclass(frozen=True)
 class HeadReference(CaseRequest):
     op: ClassVar[str] = "head_reference"
+
+
+@dataclasses.dataclass(frozen=True)
+class Flops(CaseRequest):
+    """How many floating-point operations the spec's reference does on the case (its matrix products,
+    convolutions and attention, as torch's FLOP counter counts them): the compute side of the speed
+    check's hardware floor."""
+
+    op: ClassVar[str] = "flops"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -213,3 +222,31 @@ class HeadReferenceReply:
             raise BadMessage("head_reference reply: expected the reference, or why there is none")
         return out
 
+
+
+MAX_FLOPS = 1 << 80  # more than any case of any spec does
+
+
+@dataclasses.dataclass(frozen=True)
+class FlopsReply:
+    """The reference's operation count on the case, or why there is none (``skipped``)."""
+
+    flops: int | None = None
+    skipped: str | None = None
+    isolated: bool | None = None
+    why: str | None = None
+    tree: str | None = None
+    op: ClassVar[str] = "flops"
+
+    def to_json(self) -> dict[str, object]:
+        return {"op": self.op, "flops": self.flops, "skipped": self.skipped, "isolated": self.isolated,
+                "why": self.why, "tree": self.tree}
+
+    @classmethod
+    def from_json(cls, d: object, blobs: Ledger) -> FlopsReply:
+        f = Fields(d, "flops reply")
+        flops = f.get("flops")
+        out = cls(None if flops is None else f.integer("flops", 0, MAX_FLOPS), f.opt_text("skipped"), *isolation(f))
+        if (out.flops is None) == (out.skipped is None):
+            raise BadMessage("flops reply: expected the count, or why there is none")
+        return out
