@@ -50,3 +50,18 @@ def test_a_head_outside_the_bases_range_is_red(make_repo) -> None:  # type: igno
     # every run is 12.5% off, so its run-to-run spread is 12.5% wider than the base's too: that
     # it varies more than the base's code ever did (unstable) is true, but never the only finding
     assert new & {"mismatch", "less-accurate"} and new <= {"mismatch", "less-accurate", "unstable"}, new
+
+
+def test_locally_the_rename_stays_green_and_a_worse_head_stops_at_its_confirmed_failure(
+        make_repo, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Outside CI a job stops at its first confirmed new failure (stop_at_red: local): a failure the
+    noise sampling confirmed stops it; one that shows by chance (the base may show it on a later case)
+    does not, so the honest rename of a nondeterministic kernel is as green as in CI."""
+    monkeypatch.delenv("CI", raising=False)
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    code, text, results = _gate(make_repo, RENAMED, "local-rename")
+    assert code == 0, text
+    assert "new" not in _changes(results), _findings(results)
+    code, text, results = _gate(make_repo, WORSE, "local-worse")
+    assert code == 1, text
+    assert [f for f in _findings(results) if f["kind"] == "stopped-at-red"], _findings(results)
