@@ -87,7 +87,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     output = ReportOutput(Path(args.out), json=args.format == "json", publishing=_publishing(args, bool(args.github)))
     return check.run(check.CheckRequest(
         plan=_plan_request(args), output=output, plan_file=args.plan, shard=args.shard, jobs=args.jobs,
-        job_timeout=args.job_timeout, cpu=args.cpu, keep_job_dirs=args.keep_job_dirs, work_dir=args.work_dir,
+        job_timeout=args.job_timeout, cpu=args.cpu, full=args.full, keep_job_dirs=args.keep_job_dirs, work_dir=args.work_dir,
         worker_python=args.worker_python))
 
 
@@ -216,6 +216,9 @@ def _check_parser(add_parser: Callable[..., argparse.ArgumentParser]) -> None:
     c.add_argument("--jobs", type=int, help="jobs at once without a GPU (default: 2); with GPUs: one per GPU")
     c.add_argument("--job-timeout", type=float, help="seconds before a job is killed (default: the policy's)")
     c.add_argument("--cpu", action="store_true", help="ignore any GPU: run what can run on the CPU")
+    c.add_argument("--full", action="store_true",
+                   help="outside CI too, every equivalence case on the policy's budgets: no stop at the first "
+                        "confirmed failure (stop_at_red: local) and no CPU cap (local_time_budget_s)")
     c.add_argument("--no-cache", action="store_true", help="do not reuse cached results")
     c.add_argument("--cache-dir", help="result cache directory (default: the policy's cache.dir)")
     c.add_argument("--keep-job-dirs", action="store_true", help="keep each job's directory (logs, sanitizer XML)")

@@ -12,8 +12,9 @@ the equivalence check make it answer in minutes there without touching what CI d
   and layout, at least 4 cases) still runs; the report says how many of the planned cases ran.
 
 "Outside CI" is :func:`gpu_gate.checked.in_ci` false: neither ``CI`` nor ``GITHUB_ACTIONS`` set, the
-same test that lets a local run list GPU-only checks as not run here. The resolved values travel in
-the job's options, so a result of the local loop is never a cache hit for a CI run."""
+same test that lets a local run list GPU-only checks as not run here; ``check --full`` runs as CI does
+(``gpu-gate audit`` passes it: an audit judges submissions, it is not a developer's loop). The resolved
+values travel in the job's options, so a result of the local loop is never a cache hit for a CI run."""
 from __future__ import annotations
 
 import dataclasses

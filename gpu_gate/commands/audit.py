@@ -385,8 +385,9 @@ def _audit_one(row: Row, sub: Path, name: str, root: Path, problems_dir: Path, p
         # With --format json, stdout carries the audit's JSON alone: each gate's own output goes to stderr.
         quiet = contextlib.redirect_stdout(sys.stderr) if json_stdout else contextlib.nullcontext()
         with quiet:
+            # --full: a judgement of the submission, not a developer's loop (see local_loop)
             code = check(["check", "--repo", str(repo), "--base", "main", "--head", "submission",
-                          "--out", str(reports), "--no-cache", *flags, *(["--cpu"] if cpu else [])])
+                          "--out", str(reports), "--no-cache", "--full", *flags, *(["--cpu"] if cpu else [])])
         row.reports = str(reports)
         row_from_reports(row, reports, code)
         if row.repro:

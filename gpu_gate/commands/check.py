@@ -43,6 +43,7 @@ class CheckRequest:
     jobs: int | None = None  # jobs at once without a GPU
     job_timeout: float | None = None  # seconds; None: the policy's
     cpu: bool = False  # ignore any GPU
+    full: bool = False  # every case on the policy's budgets outside CI too (see local_loop)
     keep_job_dirs: bool = False
     work_dir: str | None = None  # where job directories are made
     worker_python: str | None = None  # the workers' interpreter, as given (checked by :func:`worker_python`)
@@ -136,7 +137,7 @@ def check(repo: Path, loaded: LoadedPolicy, plan: Plan, request: CheckRequest, w
     from ..checked import in_ci
     from ..local_loop import adapt
 
-    jobs, local_notes = adapt(jobs, gpu=bool(gpus), ci=in_ci())
+    jobs, local_notes = adapt(jobs, gpu=bool(gpus), ci=in_ci() or request.full)
     record = RunRecord(base=plan.base, head=plan.head, rules=plan.rules, policy_source=loaded.source,
                        kernels=plan.kernels,
                        plan_findings=list(plan.findings), planned_jobs=[j.id for j in jobs] if request.shard else all_ids,

@@ -43,11 +43,13 @@ def test_a_local_run_stops_at_the_first_confirmed_failure_and_ci_runs_every_case
     assert mismatch and mismatch[0]["details"]["change"] == "new" and mismatch[0]["repro"], eq["findings"]
     assert "stops at its first confirmed new failure" in local.stdout + local.stderr
 
-    ci = _gate("check", "--base", "main", "--cpu", "--no-cache", cwd=r.path, ci=True)
-    assert ci.returncode == 1, ci.stdout + ci.stderr
-    eq = _equivalence(r)
-    assert not [f for f in eq["findings"] if f["kind"] == "stopped-at-red"], eq["findings"]
-    assert eq["cases"] == eq["extra"]["cases_planned"] > 1
+    for how in ({"ci": True, "args": ()}, {"ci": False, "args": ("--full",)}):  # in CI; locally with --full
+        p = _gate("check", "--base", "main", "--cpu", "--no-cache", *how["args"], cwd=r.path, ci=how["ci"])
+        assert p.returncode == 1, p.stdout + p.stderr
+        eq = _equivalence(r)
+        assert not [f for f in eq["findings"] if f["kind"] == "stopped-at-red"], (how, eq["findings"])
+        assert eq["cases"] == eq["extra"]["cases_planned"] > 1, how
+        assert "stops at its first confirmed new failure" not in p.stdout + p.stderr, how
 
 
 def _job(**options: object) -> Job:
