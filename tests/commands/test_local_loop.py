@@ -7,22 +7,16 @@ from __future__ import annotations
 import json
 
 from conftest_git import GitRepo
-from test_init import TRITON, fill_in, triton_repo
-from test_local_not_run import _gate
+from test_init import TRITON
+from test_local_not_run import _gate, changed
 
 from gpu_gate.local_loop import adapt, stops_at_red
 from gpu_gate.protocol.jobs import Job, SpecRef
 
 
 def _wrong_change(make_repo) -> GitRepo:  # type: ignore[no-untyped-def]
-    r = triton_repo(make_repo)
-    assert _gate("init", cwd=r.path, ci=False).returncode == 0
-    fill_in(r)
-    r.commit("gpu-gate init, and the spec filled in")
-    r.branch("feature")
     # wrong on every element: the first case already shows it, whatever the seed draws
-    r.commit("scale", {"src/mylib/ops/scale.py": TRITON.replace("* 2.0,", "* 2.0 + 0.5,")})
-    return r
+    return changed(make_repo, TRITON.replace("* 2.0,", "* 2.0 + 0.5,"))
 
 
 def _equivalence(r: GitRepo) -> dict:  # type: ignore[type-arg]

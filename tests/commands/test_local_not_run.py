@@ -20,14 +20,20 @@ def _gate(*args: str, cwd: Path, ci: bool) -> subprocess.CompletedProcess[str]:
                           env=env, timeout=900)
 
 
-def _correct_change(make_repo) -> GitRepo:  # type: ignore[no-untyped-def]
+def changed(make_repo, kernel: str) -> GitRepo:  # type: ignore[no-untyped-def]
+    """The repository as `gpu-gate init` and a user leave it, and a pull request that makes the kernel
+    ``kernel``."""
     r = triton_repo(make_repo)
     assert _gate("init", cwd=r.path, ci=False).returncode == 0
     fill_in(r)
     r.commit("gpu-gate init, and the spec filled in")
     r.branch("feature")
-    r.commit("faster", {"src/mylib/ops/scale.py": TRITON.replace("128", "256")})
+    r.commit("the kernel changed", {"src/mylib/ops/scale.py": kernel})
     return r
+
+
+def _correct_change(make_repo) -> GitRepo:  # type: ignore[no-untyped-def]
+    return changed(make_repo, TRITON.replace("128", "256"))  # faster, the same values
 
 
 def test_a_local_cpu_run_of_a_correct_change_is_green_and_names_what_did_not_run(make_repo) -> None:  # type: ignore[no-untyped-def]

@@ -65,3 +65,53 @@ def test_locally_the_rename_stays_green_and_a_worse_head_stops_at_its_confirmed_
     code, text, results = _gate(make_repo, WORSE, "local-worse")
     assert code == 1, text
     assert [f for f in _findings(results) if f["kind"] == "stopped-at-red"], _findings(results)
+
+
+# Run-to-run spread judged by its size (the magnitude rule of accuracy, for nondeterminism). A row sum
+# whose calls on the same buffer and values alternate between exact and OFFSET away (a reduction order
+# picked per call: a split counter, atomics): two runs of a case differ by OFFSET, and every first
+# run of a case is within the tolerance. The spec's fixed tolerance (atol 1e-3) makes the band two
+# runs may differ by 2e-3.
+REPEATS_OFF = """\
+import torch
+
+_CALLS = {{}}
+OFFSET = {offset}
+
+
+def row_sum(x):
+    key = (x.data_ptr(), tuple(x.shape), float(x.double().sum()), float(x.double().abs().sum()))
+    n = _CALLS[key] = _CALLS.get(key, -1) + 1
+    out = x.double().sum(-1).to(x.dtype)
+    return out + OFFSET if n % 2 else out
+"""
+FIXED_SPEC = SPEC.replace("devices=[", "tolerance=gg.Tolerance(atol=1e-3, rtol=0.0),\n         devices=[")
+
+
+def _spread_gate(make_repo, base_offset: float, head_offset: float, name: str):  # type: ignore[no-untyped-def]
+    r = make_repo(name, {".gpu-gate.yml": POLICY, "mylib/__init__.py": "",
+                         "mylib/ops.py": REPEATS_OFF.format(offset=base_offset),
+                         "csrc/rows.cu": KERNEL, "gate/rows_gate.py": FIXED_SPEC})
+    r.branch("feature")
+    r.commit("pull request", {"mylib/ops.py": REPEATS_OFF.format(offset=head_offset),
+                              "csrc/rows.cu": KERNEL.replace("int n", "int count")})
+    return _check(r)
+
+
+def test_a_head_that_varies_a_little_more_than_the_base_is_the_bases_debt(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The base's runs land 6e-4 apart (inside the 2e-3 band: no finding at the base), the head's
+    2.2e-3 (outside: unstable). Whether the band was crossed is luck where the base comes near it;
+    3.7x the base's spread is the same nondeterminism, within regression_factor (4): not new. Before
+    the size was judged, this was red."""
+    assert FIXED_SPEC != SPEC
+    code, text, results = _spread_gate(make_repo, 6e-4, 2.2e-3, "spread-near")
+    assert code == 0, text
+    unstable = [f for f in _findings(results) if f["kind"] == "unstable"]
+    assert unstable and all(f["details"]["change"] == "pre-existing" for f in unstable), unstable
+    assert "within 4x (regression_factor)" in unstable[0]["details"]["base_note"], unstable[0]
+
+
+def test_a_head_that_varies_ten_times_more_than_the_base_is_new(make_repo) -> None:  # type: ignore[no-untyped-def]
+    code, text, results = _spread_gate(make_repo, 6e-4, 9e-3, "spread-far")
+    assert code == 1, text
+    assert "unstable" in _changes(results).get("new", set()), _findings(results)

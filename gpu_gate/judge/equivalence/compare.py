@@ -339,6 +339,20 @@ def as_bytes(t: torch.Tensor) -> torch.Tensor:
     return t.detach().reshape(-1).clone(memory_format=torch.contiguous_format).view(torch.uint8)
 
 
+def run_spread(a: object, b: object) -> float | None:
+    """How far two runs' values of one output are apart: the largest elementwise difference (equal
+    non-finite values count as equal); None where it is not a finite number of two comparable tensors."""
+    import torch
+
+    if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape \
+            or not a.is_floating_point() or not b.is_floating_point() or a.numel() == 0:
+        return None
+    a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
+    same = (a64 == b64) | (torch.isnan(a64) & torch.isnan(b64))
+    worst = float(torch.where(same, torch.zeros_like(a64), (a64 - b64).abs()).max())
+    return worst if math.isfinite(worst) else None
+
+
 def agree(name: str, a: object, b: object, *, bitwise: bool, ref: torch.Tensor, base: object, rule: Rule,
           perturbed: object = None) -> str | None:
     """Two runs of the candidate on the same inputs. None if they agree, else why not."""

@@ -29,7 +29,8 @@ from ..workers import (
 )
 from ...spec import Spec
 from ...protocol.cases import Case
-from .compare import EPS, Comparison, Rule, agree, as_bytes, baseline_unusable, compare, storage_witness
+from .compare import (EPS, Comparison, Rule, agree, as_bytes, baseline_unusable, compare, run_spread,
+                      storage_witness)
 from ...protocol.guard import GUARD_BYTES, Guarded, canary_intact, geometry, guarded_from
 from ...protocol.inputs import Materialized, materialize
 from .noise import against_noise, replayed_against_noise
@@ -87,6 +88,8 @@ class CaseResult:
     # (the repository's debt), or whether the base's code ran it and passed (None: not known)
     refused_at_base: str | None = None
     base_passed: bool | None = None
+    # per output: how far apart this code's runs on the case landed (second run, relocated run)
+    spreads: dict[str, float] = dataclasses.field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -127,6 +130,23 @@ def chance_debt(findings: list[Finding], chance_at_base: set[tuple[str, str]]) -
                                           "chance, so not on every case)")
         out.append(f)
     return out
+
+
+def within_spread(head: float, base: float, factor: float) -> bool:
+    """A head whose runs on a case land ``head`` apart, where the base's own runs on the same inputs land
+    ``base`` apart (more than 0: the base's results vary there too), varies as the base does unless
+    it is more than ``factor`` times as far: the magnitude rule of accuracy, for run-to-run spread.
+    Whether the spread crossed the band two runs may differ by is luck where the base's runs come
+    near it (a random-order float16 sum): the size is what the change did."""
+    return base > 0 and head <= factor * base
+
+
+def _spread_into(spreads: dict[str, float], name: str, a: object, b: object) -> float | None:
+    """Record how far apart two runs' values of output ``name`` are (see compare.run_spread)."""
+    apart = run_spread(a, b)
+    if apart is not None:
+        spreads[name] = max(spreads.get(name, 0.0), apart)
+    return apart
 
 
 def marked(f: Finding, change: str, note: str | None = None) -> Finding:
@@ -293,6 +313,7 @@ class CaseRunner:
         asked for before the call, for the output dtypes expected."""
         import torch
 
+        spreads: dict[str, float] = {}
         with self._step("first_call"):
             rep1 = first or cand.call(case, upstream, inputs=m, hold=not light, early=not light)
         if rep1.status != "ok":
@@ -337,15 +358,16 @@ class CaseRunner:
                 if outs2 is not None and comp.kind not in ("shape", "type") and isinstance(r, torch.Tensor):
                     why = agree(k, snap1[k], outs2.get(k), bitwise=self.spec.deterministic, ref=r, base=base.get(k),
                                 rule=self.rule, perturbed=cond.get(k))
+                    apart = _spread_into(spreads, k, snap1[k], outs2.get(k))
                     if why:
-                        findings.append(_finding(self.spec_id, case, "unstable", why, repro, output=k))
+                        findings.append(_finding(self.spec_id, case, "unstable", why, repro, output=k, spread=apart))
         if sensitivity and not findings:
             with self._step("relocated"):
-                findings += self._relocated(cand, case, upstream, snap1, ref, base, cond, repro)
+                findings += self._relocated(cand, case, upstream, snap1, ref, base, cond, repro, spreads)
         if sensitivity and not findings:
             with self._step("sensitivity"):
                 findings += self._sensitivity(cand, case, snap1, repro)
-        return CaseResult(case, findings, comparisons), truth
+        return CaseResult(case, findings, comparisons, spreads=spreads), truth
 
     def _compare(self, case: Case, k: str, outs: dict[str, object], truth: Truth) -> Comparison:
         r = truth.reference[k]
@@ -418,12 +440,19 @@ class CaseRunner:
         # defect showing another way, not this change's.
         wrong_at_base = {out for kind, out in at_base if kind == "wrong-values"}
 
+        # how far apart the base's own runs on the same inputs landed, per output, over its runs here
+        base_spread = dict(bres.spreads)
+
         def old_debt(f: Finding) -> bool:
             kind, out = failure_key(f)
-            return (kind, out) in at_base or (kind == "varies" and out in wrong_at_base)
+            return (kind, out) in at_base or (kind == "varies" and out in wrong_at_base) \
+                or (kind == "varies" and self._within_base_spread(f, base_spread.get(out)))
 
-        wanted = {failure_key(f) for f in result.findings
-                  if f.severity is Severity.ERROR and f.kind in BY_CHANCE and not old_debt(f)}
+        def still_wanted() -> set[tuple[str, str]]:
+            return {failure_key(f) for f in result.findings
+                    if f.severity is Severity.ERROR and f.kind in BY_CHANCE and not old_debt(f)}
+
+        wanted = still_wanted()
         for _ in range(BASE_RETRIES if wanted else 0):
             try:
                 try:
@@ -440,11 +469,13 @@ class CaseRunner:
             # tolerance on some runs: the head's relocated run did, the base's retries did so too)
             found |= {("varies", out) for kind, out in found if kind == "wrong-values"}
             at_base |= found & wanted
-            wanted -= found
+            for out, apart in again.spreads.items():
+                base_spread[out] = max(base_spread.get(out, 0.0), apart)
+            wanted = still_wanted()
             if not wanted:
                 break
         self.chance_at_base |= {key for key in at_base if key[0] in CHANCE_KEYS}
-        findings = [(marked(f, "pre-existing" if old_debt(f) else "new")
+        findings = [(marked(f, "pre-existing" if old_debt(f) else "new", self._spread_note(f, base_spread))
                      if f.severity is Severity.ERROR else f) for f in result.findings]
         if truth is not None:  # one draw of a nondeterministic base is not its accuracy
             findings = against_noise(self, case, m, upstream, truth, findings,
@@ -456,6 +487,23 @@ class CaseRunner:
         at_head = {failure_key(f) for f in findings if f.severity is Severity.ERROR}
         # what shows only some of the time is not called fixed on one quiet run of the head
         result.fixed = [marked(f, "fixed") for f in failing if failure_key(f) not in at_head and f.kind not in BY_CHANCE]
+
+    def _within_base_spread(self, f: Finding, base: float | None) -> bool:
+        """Whether the head's runs on the case land no further apart than ``regression_factor`` times the
+        base's own runs on the same inputs (see :func:`within_spread`)."""
+        head = f.details.get("spread")
+        return (not self.spec.deterministic and isinstance(head, (int, float)) and base is not None
+                and within_spread(float(head), base, self.regression_factor))
+
+    def _spread_note(self, f: Finding, base_spread: Mapping[str, float]) -> str | None:
+        """Why a varying output is the base's debt, where its size says so (None elsewhere)."""
+        kind, out = failure_key(f)
+        base = base_spread.get(out)
+        if kind != "varies" or base is None or not self._within_base_spread(f, base):
+            return None
+        return (f"the base's code's runs on the same inputs land up to {base:.3g} apart on output {out!r}, this "
+                f"change's {float(f.details['spread']):.3g}: within {self.regression_factor:g}x (regression_factor), "
+                f"the same nondeterminism")
 
     def _regressions(self, case: Case, repro: str, head: list[Comparison], base: list[Comparison],
                      findings: list[Finding],
@@ -743,7 +791,7 @@ class CaseRunner:
 
     def _relocated(self, cand: Candidate, case: Case, upstream: Recipe | None, out1: dict[str, object],
                    ref: Mapping[str, object], base: Mapping[str, object], cond: Mapping[str, object],
-                   repro: str) -> list[Finding]:
+                   repro: str, spreads: dict[str, float]) -> list[Finding]:
         """The same values at other addresses, the old buffers filled with garbage: a kernel whose
         output changes reads memory it was not handed this call (the stale addresses of a CUDA graph
         captured on an earlier call, a pointer cached from one)."""
@@ -760,12 +808,13 @@ class CaseRunner:
                 continue
             why = agree(k, a, b, bitwise=self.spec.deterministic, ref=r, base=base.get(k), rule=self.rule,
                         perturbed=cond.get(k))
+            apart = _spread_into(spreads, k, a, b)
             if why:
                 found.append(_finding(self.spec_id, case, "address-dependent",
                                       f"output {k!r} changed when the same inputs were given at other addresses (the "
                                       f"old ones overwritten): the kernel reads memory it was not handed in this call, "
                                       f"e.g. the stale addresses of a CUDA graph captured earlier ({why})", repro,
-                                      output=k))
+                                      output=k, spread=apart))
         return found
 
     def _sensitivity(self, cand: Candidate, case: Case, out1: dict[str, object], repro: str) -> list[Finding]:
