@@ -347,10 +347,19 @@ def run_spread(a: object, b: object) -> float | None:
     if not isinstance(a, torch.Tensor) or not isinstance(b, torch.Tensor) or a.shape != b.shape \
             or not a.is_floating_point() or not b.is_floating_point() or a.numel() == 0:
         return None
+    worst = _apart(a, b)
+    return worst if math.isfinite(worst) else None
+
+
+def _apart(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest elementwise difference of two tensors of one shape, in float64: equal values
+    (equal infinities, NaN against NaN) count 0, a NaN against a number counts infinite."""
+    import torch
+
     a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
     same = (a64 == b64) | (torch.isnan(a64) & torch.isnan(b64))
-    worst = float(torch.where(same, torch.zeros_like(a64), (a64 - b64).abs()).max())
-    return worst if math.isfinite(worst) else None
+    d = torch.where(same, torch.zeros_like(a64), (a64 - b64).abs())
+    return float(torch.nan_to_num(d, nan=float("inf")).max())
 
 
 def agree(name: str, a: object, b: object, *, bitwise: bool, ref: torch.Tensor, base: object, rule: Rule,
@@ -371,10 +380,7 @@ def agree(name: str, a: object, b: object, *, bitwise: bool, ref: torch.Tensor, 
         return None
     if torch.equal(a, b):
         return None
-    a64, b64 = a.detach().to(torch.float64), b.detach().to(torch.float64)
-    same_nonfinite = (a64 == b64) | (torch.isnan(a64) & torch.isnan(b64))
-    d = torch.where(same_nonfinite, torch.zeros_like(a64), (a64 - b64).abs())
-    worst = float(torch.nan_to_num(d, nan=float("inf")).max())
+    worst = _apart(a, b)
     tol = agreement_tolerance(ref, base, dtype_name(a), rule, perturbed)
     if worst > tol:
         return (f"output {name!r}: two runs on the same inputs differ by up to {worst:.6g} "
