@@ -1,12 +1,16 @@
 """The full default gate on one changed real Triton kernel, timed end to end.
 
-    python bench/bench_gate.py --liger PATH [--commit SHA] [--change comment|mask] [--gate-path DIR ...]
-                               [--repeats N]
+    python bench/bench_gate.py --liger PATH [--kernel geglu|layer_norm ...] [--commit SHA]
+                               [--change comment|mask] [--gate-path DIR ...] [--repeats N]
 
-A scratch Liger-Kernel repository gets a forward+backward spec of its GEGLU kernel
-(``LigerGELUMulFunction``) at a base commit; the head changes ``ops/geglu.py``: a comment (the
-kernel is the same, so whatever fails is the base's debt), or ``mask``, the forward leaving the last
-column of rows longer than 1024 unwritten (a bug the change brings). ``gpu-gate check --base --head`` then runs the
+A scratch Liger-Kernel repository gets a forward+backward spec of one of its kernels at a base
+commit: GEGLU (``LigerGELUMulFunction``, ``ops/geglu.py``) or the layer norm
+(``LigerLayerNormFunction``, ``ops/layer_norm.py``, the spec of ``bench/liger_specs``); the head
+changes the kernel's file: a token that computes nothing (the kernel is the same, so whatever fails
+is the base's debt), or, for GEGLU, ``mask``: the forward leaving the last column of rows longer
+than 1024 unwritten (a bug the change brings). Beside each gate, the KernelBench-style check of the
+same spec (``kernelbench_style.py``: one shape, randn, allclose) is timed in a fresh process, the
+baseline the gate's time is measured against. ``gpu-gate check --base --head`` then runs the
 default policy, every check, with no cache. Each ``--gate-path`` is a gpu-gate source tree to time
 (default: this one), one after the other on the same machine, so that two versions compare in one
 run. Prints the wall time, the per-job durations from results.json and the equivalence job's cases
@@ -58,6 +62,13 @@ def geglu_gate(a, b):
 """
 
 
+# kernel: (its file, the spec's path in the scratch repository, the spec's text)
+KERNELS = {
+    "geglu": ("src/liger_kernel/ops/geglu.py", "gate/geglu_gate.py", GEGLU),
+    "layer_norm": ("src/liger_kernel/ops/layer_norm.py", "gate/layer_norm_gate.py",
+                   (Path(__file__).resolve().parent / "liger_specs" / "layer_norm_gate.py").read_text()),
+}
+
 CHANGES = {
     "comment": lambda source: source + "_REVIEWED = True  # a token: a comment alone is no change\n",
     # the first mask of the file (the forward kernel's), one element short for rows longer than 1024
@@ -66,8 +77,9 @@ CHANGES = {
 
 
 def scratch(liger: Path, commit: str, where: Path, change: str = "comment", policy: str = POLICY,
-            spec: str = GEGLU) -> tuple[Path, str, str]:
-    """Base: ``commit`` plus the policy and the spec; head: the base with ``change`` made to geglu.py."""
+            spec: str = GEGLU, kernel: str = "src/liger_kernel/ops/geglu.py",
+            spec_path: str = "gate/geglu_gate.py") -> tuple[Path, str, str]:
+    """Base: ``commit`` plus the policy and the spec; head: the base with ``change`` made to ``kernel``."""
     repo = where / "liger"
     # The scratch borrows the clone's objects (no copy, and a shallow clone that lacks a blob outside
     # the package, as slim clones of large repositories do, still serves the commits it has).
@@ -95,17 +107,16 @@ def scratch(liger: Path, commit: str, where: Path, change: str = "comment", poli
     missing = [e[3] for e, said in zip(staged, checked) if said.endswith(" missing")]
     for start in range(0, len(missing), 500):
         run("rm", "--cached", "-q", "--ignore-unmatch", "--", *missing[start:start + 500])
-    for rel, text in {".gpu-gate.yml": policy, "gate/geglu_gate.py": spec}.items():
+    for rel, text in {".gpu-gate.yml": policy, spec_path: spec}.items():
         run("update-index", "--add", "--cacheinfo", f"100644,{blob(text)},{rel}")
     base = git(repo, "commit-tree", run("write-tree"), "-p", commit, "-m", "gate spec")
-    kernel = "src/liger_kernel/ops/geglu.py"
     source = git(repo, "show", f"{commit}:{kernel}")
     source += "\n"  # git() strips the last newline
     changed = CHANGES[change](source)
     if changed == source:
         raise SystemExit(f"--change {change}: the kernel at {commit} does not have the code this change edits")
     run("update-index", "--cacheinfo", f"100644,{blob(changed)},{kernel}")
-    head = git(repo, "commit-tree", run("write-tree"), "-p", base, "-m", f"geglu: {change}")
+    head = git(repo, "commit-tree", run("write-tree"), "-p", base, "-m", f"{Path(kernel).stem}: {change}")
     git(repo, "update-ref", "refs/heads/main", base)
     git(repo, "update-ref", "refs/heads/change", head)
     git(repo, "symbolic-ref", "HEAD", "refs/heads/change")
@@ -114,9 +125,10 @@ def scratch(liger: Path, commit: str, where: Path, change: str = "comment", poli
 
 
 def another_change(repo: Path, head: str, kernel: str = "src/liger_kernel/ops/geglu.py",
-                   comment: str = "# reviewed again") -> str:
-    """A new head on top of ``head`` that changes the kernel file again (a second comment): the
-    result cache misses, what was compiled for the unchanged kernels still applies."""
+                   comment: str = "_REVIEWED_AGAIN = True  # a token: a comment alone is no change") -> str:
+    """A new head on top of ``head`` that changes the kernel file again (``comment``: a line that adds
+    a token and computes nothing): the result cache misses, what was compiled for the unchanged
+    kernels still applies."""
     path = repo / kernel
     git(repo, "checkout", "-q", head)
     path.write_text(path.read_text() + comment + "\n")
@@ -196,7 +208,8 @@ def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | No
 
 
 def time_gates(repo: Path, base: str, head: str, paths: list[Path], tmp: Path, repeats: int, cached_rerun: bool,
-               warm_head: Callable[[], str] | None = None, keep: Path | None = None) -> None:
+               warm_head: Callable[[], str] | None = None, keep: Path | None = None,
+               tag: dict[str, object] | None = None) -> None:
     """Time the gate of each source tree in ``paths`` on ``base..head``, ``repeats`` times, and print
     one JSON line per tree. ``cached_rerun``: each timed gate writes a fresh result cache and runs
     again on it (``cached_rerun_s``); ``warm_head``: then a new head from it is gated on the same
@@ -220,13 +233,31 @@ def time_gates(repo: Path, base: str, head: str, paths: list[Path], tmp: Path, r
             for at, line in r["timeline"][:40]:  # type: ignore[index]
                 print(f"  {at:7.2f}s  {line}", file=sys.stderr)
             break
-        print(json.dumps({"gate": str(path), "median_wall_s": statistics.median(walls), "runs": runs}))
+        print(json.dumps({**(tag or {}), "gate": str(path), "median_wall_s": statistics.median(walls), "runs": runs}))
+
+
+def kernelbench_style(repo: Path, spec_path: str, gate_path: Path) -> dict[str, object]:
+    """The KernelBench-style check of the same spec, timed as a fresh process (the import of torch
+    and the library, the kernels' compiles, five seeds of one shape, allclose): its verdict and wall."""
+    script = Path(__file__).resolve().parent / "kernelbench_style.py"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(gate_path.resolve()), str(repo / "src")])}
+    t = time.perf_counter()
+    p = subprocess.run([sys.executable, str(script), str(repo), spec_path], cwd=repo, env=env, capture_output=True,
+                       text=True)
+    wall = round(time.perf_counter() - t, 1)
+    try:
+        said = json.loads(p.stdout.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        return {"wall_s": wall, "error": (p.stderr or p.stdout)[-500:]}
+    return {"wall_s": wall, "passed": said.get("passed"), "dims": said.get("dims"), "device": said.get("device")}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--liger", type=Path, required=True,
                     help="a Liger-Kernel clone (work tree or bare; bench/slim_clone.py makes a 5 MiB one of the commit)")
+    ap.add_argument("--kernel", action="append", choices=sorted(KERNELS),
+                    help="the kernel to gate (repeatable; default: geglu and layer_norm)")
     ap.add_argument("--commit", default=LIGER_COMMIT, help=f"the base commit (default: {LIGER_COMMIT[:12]}, Liger-Kernel main on 2026-08-21)")
     ap.add_argument("--gate-path", type=Path, action="append", help="a gpu-gate source tree to time (repeatable)")
     ap.add_argument("--repeats", type=int, default=1)
@@ -244,13 +275,21 @@ def main() -> int:
                     help="copy each timed gate's results.json here (results-N.json)")
     args = ap.parse_args()
     paths = args.gate_path or [Path(__file__).resolve().parents[1]]
-    with tempfile.TemporaryDirectory() as tmp:
-        policy = POLICY + (f"runner: {{jobs_per_gpu: {args.jobs_per_gpu}}}\n" if args.jobs_per_gpu else "")
-        spec = GEGLU.replace('grads=["a", "b"],', 'grads=["a", "b"],\n    mutates={"a": "grad:a", "b": "grad:b"},') \
-            if args.declare_inplace else GEGLU
-        repo, base, head = scratch(args.liger.resolve(), args.commit, Path(tmp), args.change, policy, spec)
-        warm = (lambda: another_change(repo, head)) if args.warm_rerun else None
-        time_gates(repo, base, head, paths, Path(tmp), args.repeats, args.cached_rerun, warm, args.keep_results)
+    for name in args.kernel or ["geglu", "layer_norm"]:
+        kernel, spec_path, spec = KERNELS[name]
+        if args.change != "comment" and name != "geglu":
+            raise SystemExit(f"--change {args.change} edits geglu.py only; run it with --kernel geglu")
+        with tempfile.TemporaryDirectory() as tmp:
+            policy = POLICY + (f"runner: {{jobs_per_gpu: {args.jobs_per_gpu}}}\n" if args.jobs_per_gpu else "")
+            if args.declare_inplace and name == "geglu":
+                spec = spec.replace('grads=["a", "b"],', 'grads=["a", "b"],\n    mutates={"a": "grad:a", "b": "grad:b"},')
+            repo, base, head = scratch(args.liger.resolve(), args.commit, Path(tmp), args.change, policy, spec,
+                                       kernel, spec_path)
+            beside = kernelbench_style(repo, spec_path, paths[0])
+            print(json.dumps({"kernel": name, "kernelbench_style": beside}))
+            warm = (lambda: another_change(repo, head, kernel)) if args.warm_rerun else None
+            time_gates(repo, base, head, paths, Path(tmp), args.repeats, args.cached_rerun, warm, args.keep_results,
+                       {"kernel": name, "kernelbench_style_s": beside.get("wall_s")})
     return 0
 
 

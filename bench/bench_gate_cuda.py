@@ -121,7 +121,8 @@ def main() -> int:
     paths = args.gate_path or [Path(__file__).resolve().parents[1]]
     with tempfile.TemporaryDirectory() as tmp:
         repo, base, head = scratch(Path(tmp))
-        warm = (lambda: another_change(repo, head, "csrc/rmsnorm.cu", "// reviewed again")) if args.warm_rerun else None
+        again = "#define GPU_GATE_REVIEWED_AGAIN 1  // a token: a comment alone is no change"
+        warm = (lambda: another_change(repo, head, "csrc/rmsnorm.cu", again)) if args.warm_rerun else None
         time_gates(repo, base, head, paths, Path(tmp), args.repeats, args.cached_rerun, warm)
     return 0
 
