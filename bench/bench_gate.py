@@ -163,7 +163,8 @@ def one_gate(repo: Path, base: str, head: str, gate_path: Path, cache: Path | No
     """One gate; with ``cache``, that result cache (read and written), else none; ``keep``: a
     directory where its results.json is copied (numbered, one per gate)."""
     out = repo / ".gpu-gate" / "out"
-    env = {**os.environ, "PYTHONPATH": str(gate_path)}
+    # the tree timed first, then whatever the caller's path holds (the dependencies' installs)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(gate_path), os.environ.get("PYTHONPATH")]))}
     caching = ["--cache-dir", str(cache)] if cache else ["--no-cache"]
     t = time.perf_counter()
     p, timeline = _run_timed([sys.executable, "-m", "gpu_gate.cli", "check", "--base", base, "--head", head, *caching],
@@ -240,7 +241,8 @@ def kernelbench_style(repo: Path, spec_path: str, gate_path: Path) -> dict[str, 
     """The KernelBench-style check of the same spec, timed as a fresh process (the import of torch
     and the library, the kernels' compiles, five seeds of one shape, allclose): its verdict and wall."""
     script = Path(__file__).resolve().parent / "kernelbench_style.py"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(gate_path.resolve()), str(repo / "src")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(gate_path.resolve()), str(repo / "src"),
+                                                                      os.environ.get("PYTHONPATH")]))}
     t = time.perf_counter()
     p = subprocess.run([sys.executable, str(script), str(repo), spec_path], cwd=repo, env=env, capture_output=True,
                        text=True)
