@@ -1,6 +1,7 @@
 """What a job's result carries beyond its findings, as typed fields: what the reports show (the
 seed, the rule, what the cases covered and how many were planned, the growth sweep, the size
-thresholds, the compile check's resources, what allows a check not run) and what the gate's stores
+thresholds, the compile check's resources, what allows a check not run and whether the code alone
+decided it) and what the gate's stores
 take (the launches, the modules imported without bytecode).
 
 In ``results.json`` it is the ``extra`` mapping, each field under its own name and only those that
@@ -17,7 +18,7 @@ _TYPES: dict[str, type | tuple[type, ...]] = {
     "seed": int, "rule": str, "coverage": dict, "replayed": list, "growth": dict, "timing": dict,
     "specializations": list, "launch_resources": list, "launches": dict, "bytecode_missing": list,
     "resources": list, "linted": list, "cases_planned": int, "thresholds": dict, "magnitudes": dict,
-    "launches_linted": list, "not_run_allowed_by": str}
+    "launches_linted": list, "not_run_allowed_by": str, "not_run_by_code": str}
 
 
 @dataclasses.dataclass
@@ -39,6 +40,10 @@ class JobExtra:
     magnitudes: dict[str, float] | None = None  # the scale each extreme-magnitude case took
     launches_linted: list[str] | None = None  # the kernels whose launched PTX was read (races, 32-bit offsets)
     not_run_allowed_by: str | None = None  # a NOT_RUN result: the policy setting that allows it
+    # a NOT_RUN result that the code and the policy decided, no machine taking part (what the job's
+    # cache key covers): why. The result cache keeps it like a verdict (the same code is not run again
+    # to find the same nothing); any other NOT_RUN (a missing GPU, a tool) is tried again.
+    not_run_by_code: str | None = None
     other: dict[str, object] = dataclasses.field(default_factory=dict)  # keys this version does not know
 
     def to_json(self) -> dict[str, object]:

@@ -15,7 +15,10 @@ So :class:`JobCache` refuses a cache directory that the repository itself carrie
 entries are the pull request's), and nothing is stored from a run whose jobs ran unsandboxed.
 
 Red (FAILED) and green (PASSED) results are cached. ERROR and NOT_RUN are not: a
-timeout, crash or missing GPU says nothing about the kernel and must be retried.
+timeout, crash or missing GPU says nothing about the kernel and must be retried. The one exception is
+a NOT_RUN that the code and the policy decided with no machine taking part (``not_run_by_code``: the
+compile check finding no constexpr values for any kernel): the key covers all it read, so the same
+code says the same again, and running it again costs a worker's start for nothing.
 
 Layout: ``DIR/<key[:2]>/<key>.json``, each file holding ``{"format", "key", "commit",
 "result"}``. Writes go to a temporary file in the same folder and are moved into
@@ -57,7 +60,10 @@ UNCACHEABLE = frozenset({Status.ERROR, Status.NOT_RUN})
 
 
 def cacheable(result: JobResult) -> bool:
-    """Only results that say something about the kernel (passed or failed) are kept."""
+    """Only results that say something about the kernel (passed or failed) are kept, and a not-run
+    that the code alone decided."""
+    if result.status is Status.NOT_RUN and result.extra.not_run_by_code:
+        return True
     return result.status not in UNCACHEABLE
 
 

@@ -104,6 +104,26 @@ def test_with_no_policy_file_the_compile_check_is_not_what_blocks(make_repo) -> 
     assert not any(line.lstrip("- ").startswith("compile") for line in blocking)
 
 
+@pytest.mark.slow
+def test_a_compile_check_that_found_no_values_is_taken_from_the_cache(make_repo, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    """"0 of 1 compiled: no values known" is decided by the kernel's signature and the policy, which
+    the job's key covers: a second gate of the same change takes it from the result cache instead of
+    starting a worker to find the same nothing (on an H200 that was 18-20 s of every cache hit of a
+    Liger gate). A not-run the machine decided (no GPU for memcheck here) is tried again (the twin)."""
+    policy = CPU_POLICY.replace("  equivalence: {cases: 8, shrink: false}\n", "  equivalence: off\n  determinism: off\n")
+    r = _triton_repo(make_repo, policy)
+    cache = tmp_path / "cache"
+    first = gate("check", "--base", "main", "--cpu", "--cache-dir", str(cache), cwd=r.path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert _results(r.path)["compile"]["status"] == "not_run" and not _results(r.path)["compile"]["cached_from"]
+    again = gate("check", "--base", "main", "--cpu", "--cache-dir", str(cache), cwd=r.path)
+    assert again.returncode == 0, again.stdout + again.stderr
+    results = _results(r.path)
+    assert results["compile"]["status"] == "not_run" and results["compile"]["cached_from"], results["compile"]
+    assert results["compile"]["reason"].startswith("0 of 1 Triton kernel(s) compiled")
+    assert results["memcheck"]["status"] == "not_run" and not results["memcheck"]["cached_from"], results["memcheck"]
+
+
 SRC_KERNEL = '''\
 import triton
 import triton.language as tl

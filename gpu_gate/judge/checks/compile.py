@@ -173,6 +173,8 @@ def _outcome(findings: list[Finding], resources: list[KernelResources], compiled
         # Nothing compiled only for want of values: nothing was checked, so not run (never passed);
         # the policy (no_values: warn) calls that advisory, so it does not fail closed either.
         extra.not_run_allowed_by = "checks.compile.no_values: warn"
+        # what decided it is the kernels' signatures and the policy's values, both under the job's key
+        extra.not_run_by_code = "no constexpr or signature values known for any kernel"
         return make_outcome(Status.NOT_RUN, findings, cases=0, extra=extra,
                             reason=f"0 of {len(unknown)} Triton kernel(s) compiled: no constexpr or signature "
                                    f"values known")
