@@ -123,6 +123,7 @@ class Worker:
         torch_s, start = time.monotonic() - start, time.monotonic()
         if self.context is None and self.device == "cuda":
             self.context = CudaContext()  # created beside the spec's import, not in the first case
+        module_s: float | None = None
         try:
             if self.role == "reference":
                 from .reference import ReferenceServer
@@ -135,7 +136,9 @@ class Worker:
                 from .loader import load_spec
 
                 self.adapted = self.adapted or _interpreter().install()  # before any kernel runs (see worker.interpreter)
+                module_start = time.monotonic()
                 loaded = spec if spec is not None else load_spec(job, self.repo_root, self.workdir)
+                module_s = time.monotonic() - module_start
                 if "triton.runtime.autotuner" in sys.modules:
                     from .autotune import take_in_turn
 
@@ -146,12 +149,15 @@ class Worker:
         except SpecImportError as exc:
             return SpecImportReply(exc.facts)
         spec_s = time.monotonic() - start
+        module_s = spec_s if module_s is None else module_s  # the reference's: its server's start, whole
         late = self.context.late_settings() if self.context is not None else []
         # the kept kernels are in this worker's cache before any case (or the sibling) compiles
         seeded, self.seeding = self.seeding.wait() if self.seeding is not None else {}, None
         # timing, for the job's report: importing torch (at the worker's start) and the spec
         return LoadReply(self.device, torch_import_s=_TORCH_IMPORT_S[0] + torch_s, alive_s=alive_s(),
-                         spec_import_s=spec_s, **{k: float(v or 0.0) for k, v in seeded.items()},
+                         spec_import_s=spec_s, spec_module_s=module_s,
+                         context_s=float(self.context.seconds or 0.0) if self.context is not None else 0.0,
+                         **{k: float(v or 0.0) for k, v in seeded.items()},
                          late_cuda_settings=tuple(late),
                          uses_triton=uses_triton(self.repo_root) if self.role == "candidate" else None,
                          interpreter=tuple(self.adapted))

@@ -156,6 +156,8 @@ class LoadReply:
     torch_import_s: float = 0.0
     alive_s: float = 0.0
     spec_import_s: float = 0.0
+    spec_module_s: float = 0.0  # of spec_import_s: the spec's module and what it imports, alone
+    context_s: float = 0.0  # creating the CUDA context, on its own thread beside the import (0: not yet done)
     seed_s: float = 0.0
     seed_wait_s: float = 0.0
     seeded: float = 0.0
@@ -163,8 +165,8 @@ class LoadReply:
     uses_triton: bool | None = None
     interpreter: tuple[str, ...] = ()  # the interpreter's adaptations switched on (see worker.interpreter)
     op: ClassVar[str] = "load"
-    TIMES: ClassVar[tuple[str, ...]] = ("alive_s", "torch_import_s", "spec_import_s", "seed_s", "seed_wait_s",
-                                        "seeded")
+    TIMES: ClassVar[tuple[str, ...]] = ("alive_s", "torch_import_s", "spec_import_s", "spec_module_s", "context_s",
+                                        "seed_s", "seed_wait_s", "seeded")
 
     def to_json(self) -> dict[str, object]:
         return {"op": self.op, **dataclasses.asdict(self), "late_cuda_settings": list(self.late_cuda_settings),
