@@ -9,12 +9,14 @@ kernel survives its file's rename or a move, so the base's spec that judged it s
 from __future__ import annotations
 
 import functools
+import hashlib
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from .. import coverage, cudascan, discovery, git, kernelscan, pyscan
 from ..changes import matcher
+from ..store import scans as scancache
 
 
 class Side:
@@ -33,16 +35,40 @@ class Side:
             return frozenset()
         if not path.endswith(".py"):
             return None
-        try:
-            found = kernelscan.scan(self.snap.read(path) or b"", path)
-        except pyscan.ParseError:
-            return None
-        if found.language is None and not found.unrecognised:
-            return None
-        return frozenset(k.name for k in found.kernels)
+        return python_kernels(self.snap.read(path) or b"", path)
 
     def is_kernel(self, path: str) -> bool:
         return self.kernel_names(path) is not None
+
+
+def python_kernels(source: bytes, path: str) -> frozenset[str] | None:
+    """The kernels a Python file defines, or None: not a kernel file. Each content is read once per
+    process (the base's and the head's files are mostly the same bytes) and, with the gate's stores,
+    once for all runs (gpu_gate.store.scans)."""
+    key = (hashlib.blake2b(source, digest_size=20).digest(), path)
+    if key in _READ:
+        return _READ[key]
+    store = scancache.active
+    stored = store.get_kernels(source, path) if store is not None else scancache.MISS
+    got: frozenset[str] | None
+    if stored is scancache.MISS:
+        try:
+            found = kernelscan.scan(source, path)
+            got = None if found.language is None and not found.unrecognised else frozenset(k.name for k in found.kernels)
+        except pyscan.ParseError:
+            got = None
+        if store is not None:
+            store.put_kernels(source, path, got)
+    else:
+        got = stored if isinstance(stored, frozenset) else None
+    if len(_READ) >= _READ_MAX:
+        _READ.clear()  # a long-lived process (the pytest plugin) reads on without growing
+    _READ[key] = got
+    return got
+
+
+_READ: dict[tuple[bytes, str], frozenset[str] | None] = {}
+_READ_MAX = 100_000
 
 
 def judged_files(spec: discovery.SpecInfo, side: Side, store: coverage.LaunchStore | None) -> frozenset[str]:

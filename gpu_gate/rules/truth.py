@@ -52,6 +52,7 @@ class TruthTree:
         """Top-level names the spec module and the repository modules it imports import: name -> the file
         that imports it."""
         from .. import pyscan
+        from ..store import scans
 
         files = [spec.file, *sorted(self.graph.closure(spec.file))]
         sources = self.snap.read_many(files)
@@ -60,11 +61,16 @@ class TruthTree:
             raw = sources.get(file)
             if raw is None:
                 continue
-            try:
-                tree = pyscan.parse(raw, file)
-            except pyscan.ParseError:
-                continue
-            for name in sorted(pyscan.imported_names(tree, file)):
+            # what an earlier read of these bytes found (the import graph's own store), else a parse
+            known = scans.active.get(raw, file) if scans.active is not None else None
+            if known is not None:
+                names: set[str] = set(known[0])
+            else:
+                try:
+                    names = pyscan.imported_names(pyscan.parse(raw, file), file)
+                except pyscan.ParseError:
+                    continue
+            for name in sorted(names):
                 out.setdefault(name.split(".")[0], file)
         return out
 

@@ -88,3 +88,36 @@ def test_the_runners_own_store_is_read(make_repo, tmp_path: Path) -> None:  # ty
     _forge(cache / "scan", r, "gate/scale_gate.py")
     assert _selected(_plan(r, "--cache-dir", str(cache))) == []
     assert _selected(_plan(r, "--no-cache")) == ["gate/scale_gate.py::scale_gate"]
+
+
+# --- the kernels a module defines (the rules' reading of which kernel files a spec judges) ---------------
+
+
+def test_kernel_entries_serve_a_second_read_and_new_bytes_are_read_afresh(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from gpu_gate import kernelscan
+    from gpu_gate.rules import judged
+    from gpu_gate.store import scans
+
+    store = ScanStore(tmp_path / "scan")
+    source = KERNEL.encode()
+    with scans.using(store):
+        assert judged.python_kernels(source, "kernels/k.py") == frozenset({"k"})
+        assert judged.python_kernels(b"x = 1\n", "lib/plain.py") is None  # no kernel file: an answer too
+    assert store.get_kernels(source, "kernels/k.py") == frozenset({"k"})
+    assert store.get_kernels(b"x = 1\n", "lib/plain.py") is None
+
+    def unread(*_: object) -> None:
+        raise AssertionError("read again")
+
+    judged._READ.clear()  # a new process: only the store remembers
+    monkeypatch.setattr(kernelscan, "scan", unread)
+    with scans.using(store):
+        assert judged.python_kernels(source, "kernels/k.py") == frozenset({"k"})
+        assert judged.python_kernels(b"x = 1\n", "lib/plain.py") is None
+    monkeypatch.undo()
+    edited = source + b"\n\n@triton.jit\ndef k2(x):\n    pass\n"
+    with scans.using(store):
+        assert judged.python_kernels(edited, "kernels/k.py") == frozenset({"k", "k2"})
+    assert store.get_kernels(source, "kernels/k.py") == frozenset({"k"})  # the old bytes' entry stands
+    assert store.get_kernels(source, "kernels/other.py") is scans.MISS  # the path is part of the key
+
