@@ -57,10 +57,12 @@ class ScanStore:
     def __init__(self, directory: Path) -> None:
         self.dir = directory
 
-    def _path(self, source: bytes, module: str) -> Path:
+    def _path(self, source: bytes, module: str, kind: str = "") -> Path:
+        """An entry's file: keyed by what was read (its bytes and path) and the code that read it
+        (``kind`` "kernels": the kernel finder's; else the import reader's)."""
         h = hashlib.blake2b(digest_size=20)
-        h.update(f"{FORMAT}\0{module}\0".encode())
-        h.update(_reader_digest())
+        h.update(f"{FORMAT}\0{kind}\0{module}\0".encode() if kind else f"{FORMAT}\0{module}\0".encode())
+        h.update(_kernel_reader_digest() if kind == "kernels" else _reader_digest())
         h.update(source)
         key = h.hexdigest()
         return self.dir / key[:2] / f"{key}.json"
@@ -80,20 +82,11 @@ class ScanStore:
     def put(self, source: bytes, module: str, names: frozenset[str], strings: frozenset[str]) -> None:
         self._write(self._path(source, module), {"names": sorted(names), "c_strings": sorted(strings)})
 
-
-    def _kernel_path(self, source: bytes, path: str) -> Path:
-        h = hashlib.blake2b(digest_size=20)
-        h.update(f"{FORMAT}\0kernels\0{path}\0".encode())
-        h.update(_kernel_reader_digest())
-        h.update(source)
-        key = h.hexdigest()
-        return self.dir / key[:2] / f"{key}.json"
-
     def get_kernels(self, source: bytes, path: str) -> frozenset[str] | None | object:
         """The kernels the Python file ``path`` with ``source`` defines, None (not a kernel file), or
         :data:`MISS`."""
         try:
-            doc = json.loads(self._kernel_path(source, path).read_text())
+            doc = json.loads(self._path(source, path, "kernels").read_text())
         except (OSError, ValueError):
             return MISS
         if not isinstance(doc, dict) or "kernels" not in doc:
@@ -106,7 +99,7 @@ class ScanStore:
         return frozenset(kernels)
 
     def put_kernels(self, source: bytes, path: str, kernels: frozenset[str] | None) -> None:
-        self._write(self._kernel_path(source, path), {"kernels": None if kernels is None else sorted(kernels)})
+        self._write(self._path(source, path, "kernels"), {"kernels": None if kernels is None else sorted(kernels)})
 
     @staticmethod
     def _write(path: Path, doc: dict[str, object]) -> None:
