@@ -488,6 +488,7 @@ def _largest(dim: Dim, max_reduction: int) -> int:
 
 
 PRODUCTION_CASE_BYTES = 8 << 30  # a production shape may be this large on a GPU, whatever max_case_bytes says
+OVER_BUDGET = "a case may take here"  # the end of what production_cases says of a shape too large to run
 
 
 def production_cases(spec: Spec, opts: ScheduleOptions, budget: int) -> tuple[list[Case], list[str]]:
@@ -516,8 +517,8 @@ def production_cases(spec: Spec, opts: ScheduleOptions, budget: int) -> tuple[li
                              long_dim=None, budget=budget, opts=opts, fixed=dict(shape))
             size = case_bytes(spec, case.dims, case.inputs)
             if size > budget:
-                skipped.append(f"production shape {{{text}}} in {dtype}: {_size(size)}, over the {_size(budget)} a "
-                               f"case may take here")
+                skipped.append(f"production shape {{{text}}} in {dtype}: {_size(size)}, over the {_size(budget)} "
+                               f"{OVER_BUDGET}")
                 continue
             cases.append(case)
     return cases, skipped

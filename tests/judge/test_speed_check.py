@@ -74,6 +74,30 @@ def test_a_change_that_does_nothing_to_the_time_is_green_with_its_figures(make_r
     assert "[rows=48, n=200]" in notes[0]["message"], notes[0]["message"]
 
 
+BIG_SPEC = SPEC.replace('"rows": gg.Dim(1, 64)', '"rows": gg.Dim(1, 1 << 20)')
+
+
+def test_a_production_shape_too_large_to_time_here_is_a_warning_not_a_note(make_repo) -> None:  # type: ignore[no-untyped-def]
+    """The policy names a production shape this runner cannot hold (a million rows: over the case
+    budget on the CPU): the check times its own smaller cases and says, as a warning, that the shape
+    asked for was not timed (before, only the note's last sentence said it, under a green check).
+    Advisory: the timed cases are the largest the budget allows (a million rows), where the CPU's wall
+    clock once put the same sum, renamed, at 10x the base's (allocations of 8 MiB a call, served
+    differently in two processes); the GPU times with CUDA events and torch's caching allocator."""
+    assert BIG_SPEC != SPEC
+    policy = POLICY.replace("threshold: 0.5}", "threshold: 0.5, shapes: [{rows: 1048576, n: 256}]}")
+    r = make_repo("proj", {".gpu-gate.yml": policy % "advisory", "mylib/__init__.py": "", "mylib/ops.py": FAST,
+                           "csrc/rows.cu": KERNEL, "gate/rows_gate.py": BIG_SPEC})
+    r.branch("feature")
+    r.commit("pull request", {"mylib/ops.py": RENAMED, "csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")})
+    code, text, results = _check(r)
+    assert code == 0, text
+    found = {f["kind"]: f for f in _speed(results)}
+    assert found["shape-not-timed"]["severity"] == "warning", found
+    assert "rows=1048576, n=256" in found["shape-not-timed"]["message"], found["shape-not-timed"]["message"]
+    assert "speed" in found and "head/base time" in found["speed"]["message"], found
+
+
 def test_a_speed_up_beyond_ten_times_is_a_warning_that_does_not_block(make_repo) -> None:  # type: ignore[no-untyped-def]
     """The base sleeps 20 ms a call, the head does not: far more than ``IMPLAUSIBLE`` times faster at the
     stated confidence, a warning sign (work skipped?) that is said, never blocking, even where required."""

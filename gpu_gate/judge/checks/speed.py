@@ -149,7 +149,8 @@ class Speed:
         all_h = [t for _, _, h in per_case for t in h]
         overall = compare(all_b, all_h, confidence=self.confidence, threshold=self.threshold)
         implausible = self._implausible(per_case, overall)
-        findings = [*implausible, self._note(self._summary(overall, lines + self.unchecked, skipped), overall)]
+        findings = [*implausible, *self._untimed_shapes(),
+                    self._note(self._summary(overall, lines + self.unchecked, skipped), overall)]
         if any(f.severity == Severity.ERROR for f in implausible):
             return Outcome(Status.FAILED, findings, cases=len(per_case))
         if overall.beyond:
@@ -260,6 +261,18 @@ class Speed:
         if skipped:
             text += " Not timed: " + "; ".join(skipped)
         return text
+
+    def _untimed_shapes(self) -> list[Finding]:
+        """A production shape the policy names for this spec that was too large to time here: said as
+        a warning, not only in the note (the figures are then of smaller cases than the user asked for).
+        A shape outside the spec's dims is only noted: a policy's shapes serve several specs."""
+        from ...protocol.cases import OVER_BUDGET
+
+        big = [s for s in self.shapes_skipped if s.endswith(OVER_BUDGET)]
+        if not big:
+            return []
+        return [self._finding("shape-not-timed", "not timed, the figures are of smaller cases: " + "; ".join(big),
+                              Severity.WARNING)]
 
     def _note(self, message: str, c: SpeedComparison | None = None) -> Finding:
         return self._finding("speed", message, Severity.NOTE, c)
