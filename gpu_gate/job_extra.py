@@ -1,8 +1,7 @@
 """What a job's result carries beyond its findings, as typed fields: what the reports show (the
 seed, the rule, what the cases covered and how many were planned, the growth sweep, the size
 thresholds, the compile check's resources, what allows a check not run and whether the code alone
-decided it) and what the gate's stores
-take (the launches, the modules imported without bytecode).
+decided it) and what the gate's stores take (the launches, the modules imported without bytecode).
 
 In ``results.json`` it is the ``extra`` mapping, each field under its own name and only those that
 were set, as it always was: a result written before these fields had types reads the same, and a
