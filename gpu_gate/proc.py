@@ -122,6 +122,7 @@ def run(
     input: bytes | None = None,
     pass_fds: Sequence[int] = (),
     on_start: Callable[[int], None] | None = None,
+    stdin_fd: int | None = None,
 ) -> ProcResult:
     """Run ``argv`` in its own process group and wait, at most ``timeout`` seconds.
 
@@ -129,6 +130,8 @@ def run(
     can never block on a full pipe, and only a bounded head and tail is read back.
     ``pass_fds``: descriptors the child inherits. ``on_start(pid)``: called once the child
     runs, with its pid (also its process group), for a caller that may have to kill it early.
+    ``stdin_fd``: a descriptor the child reads as its standard input (the read end of a pipe the
+    caller writes later; closed here once the child has it), instead of ``input`` or nothing.
     """
     argv = tuple(str(a) for a in argv)
     start = time.monotonic()
@@ -138,7 +141,7 @@ def run(
                 argv,
                 cwd=cwd,
                 env=scrubbed_env() if env is None else dict(env),
-                stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+                stdin=stdin_fd if stdin_fd is not None else subprocess.PIPE if input is not None else subprocess.DEVNULL,
                 stdout=out,
                 stderr=err,
                 start_new_session=True,
@@ -146,6 +149,9 @@ def run(
             )
         except (FileNotFoundError, PermissionError) as exc:
             return ProcResult(argv, None, "", str(exc), time.monotonic() - start, not_found=True)
+        finally:
+            if stdin_fd is not None:
+                os.close(stdin_fd)  # the child's copy is its own: the caller keeps only the write end
         with _LIVE_LOCK:
             _LIVE.add(proc.pid)
         if on_start is not None:

@@ -112,17 +112,27 @@ def _bytes_of(t: torch.Tensor) -> bytes:
     return c.reshape(-1).view(torch.uint8).numpy().tobytes() if c.numel() else b""
 
 
-def write_batch(launch: Launch, job: Job, device: str,
-                cases: Sequence[tuple[Case, Materialized, Mapping[str, Any] | None, Mapping[str, str]]],
-                base: bool = False) -> None:
-    """The program, its batch of cases (dims, inputs as bytes, upstream gradients' recipes) and the
-    spec's file, into the program's directory (emptied first: nothing of an earlier batch is left)."""
+def write_program(launch: Launch, job: Job, device: str, base: bool = False) -> None:
+    """The program, the spec's file and what it loads (``job.json``: the spec's file and name, the
+    import path, the device), into the program's directory (emptied first: nothing of an earlier
+    program is left)."""
     assert job.spec is not None
     d = launch.dir
     fresh(d)
     _write_new(d / SCRIPT, program_text().encode())
     repo_root = launch.cwd  # the tree the program runs from: the head's, or the base's
     spec_file, name = spec_source(job, repo_root, d / "spec", base)
+    loads = {"spec_file": str(spec_file), "module": module_name(job.spec.file), "name": name,
+             "path": [str(repo_root / rel) if rel else str(repo_root) for rel in (job.python_path or ("",))],
+             "device": device}
+    _write_new(d / "job.json", json.dumps(loads).encode())
+
+
+def write_batch(launch: Launch, cases: Sequence[tuple[Case, Materialized, Mapping[str, Any] | None,
+                                                     Mapping[str, str]]]) -> None:
+    """The batch of cases (dims, inputs as bytes, upstream gradients' recipes), beside the program.
+    Files the program made under these names refuse the write (:class:`FileExistsError`)."""
+    d = launch.dir
     blob = bytearray()
     listed = []
     for case, m, upstream, layouts in cases:
@@ -133,10 +143,8 @@ def write_batch(launch: Launch, job: Job, device: str,
                          "layout": layouts.get(k, "contiguous"), "at": len(blob), "nbytes": len(raw)}
             blob.extend(raw)
         listed.append({"id": case.id, "dims": dict(case.dims), "inputs": inputs, "upstream": upstream})
-    batch = {"spec_file": str(spec_file), "module": module_name(job.spec.file), "name": name,
-             "path": [str(repo_root / rel) if rel else str(repo_root) for rel in (job.python_path or ("",))], "device": device, "cases": listed}
     _write_new(d / "batch.bin", bytes(blob))
-    _write_new(d / "batch.json", json.dumps(batch).encode())
+    _write_new(d / "batch.json", json.dumps({"cases": listed}).encode())
 
 
 def program_text() -> str:
@@ -295,29 +303,89 @@ class Running:
     limit: float
     base: bool
     thread: threading.Thread
+    go: int | None = None  # the write end of the program's standard input, until its batch is given
     done: list[proc.ProcResult] = dataclasses.field(default_factory=list)
     pid: list[int] = dataclasses.field(default_factory=list)
+    timer: threading.Timer | None = None
 
     def wait(self) -> proc.ProcResult:
         self.thread.join()
+        if self.timer is not None:
+            self.timer.cancel()
         return self.done[0]
 
-    def stop(self) -> None:
-        """Kill the program where it still runs (its result is no longer wanted), and wait for it."""
+    def release(self, cases: list[Case], limit: float) -> None:
+        """Tell the waiting program its batch is written (``go``): from now on it has ``limit`` seconds."""
+        self.cases, self.limit = cases, limit
+        self._say(b"go\n")
+        self.timer = threading.Timer(limit, self._kill)
+        self.timer.daemon = True
+        self.timer.start()
+
+    def _say(self, line: bytes) -> None:
+        fd, self.go = self.go, None
+        if fd is None:
+            return
+        try:
+            os.write(fd, line)
+        except OSError:  # the program is gone (or closed its input): its result says so
+            pass
+        finally:
+            os.close(fd)
+
+    def _kill(self) -> None:
         if self.thread.is_alive() and self.pid:
             try:
                 os.killpg(self.pid[0], signal.SIGKILL)
             except OSError:
                 pass
+
+    def stop(self) -> None:
+        """Kill the program where it still runs (its result is no longer wanted), and wait for it."""
+        self._say(b"")
+        self._kill()
         self.thread.join()
+        if self.timer is not None:
+            self.timer.cancel()
         clean(self.launch)
 
 
+def prestart(runner: CaseRunner, launches: object, job: Job, deadline: float) -> Running | None:
+    """Start the head's program before the job's cases: it imports torch and the spec (for a library
+    that imports much, most of the replay's time) while they run, then waits for its batch, which
+    :func:`begin` writes once the cases are chosen. None where it cannot start now (``begin`` then
+    starts it as it always did)."""
+    head = Launch.from_context(launches.get("candidate")) if isinstance(launches, dict) else None
+    left = deadline - time.monotonic()
+    if head is None or left < MIN_TIME_S:
+        return None
+    try:
+        write_program(head, job, runner.candidate.device)
+    except OSError:
+        return None
+    return _run(head, [], max(10.0, left - 5.0), False, waiting=True)
+
+
 def begin(runner: CaseRunner, cases: Sequence[Case], launches: object, job: Job,
-          deadline: float) -> Running | list[Finding]:
+          deadline: float, early: Running | None = None) -> Running | list[Finding]:
     """Start the disguised replay of ``cases`` (passed in the worker); or the notes that say why it
     does not run. Nothing (an empty list) where it was not prepared: the workers run in the gate's own
-    process."""
+    process. ``early``: the head's program :func:`prestart` started, given its batch where it still
+    waits for one and its directory takes it (a program that wrote files of those names, or exited,
+    is stopped, and a new one started as without it)."""
+    if early is not None and cases and deadline - time.monotonic() >= MIN_TIME_S:
+        limit = max(10.0, min(deadline - time.monotonic() - 5.0, 300.0))
+        if early.thread.is_alive():
+            try:
+                write_batch(early.launch, _batch(runner, list(cases)))
+            except OSError:
+                pass
+            else:
+                early.release(list(cases), limit)
+                return early
+        early.stop()
+    elif early is not None:
+        early.stop()
     if launches is None or not cases:
         return []
     if isinstance(launches, str):
@@ -374,24 +442,34 @@ def _note(runner: CaseRunner, case: Case, why: str, severity: Severity) -> Findi
     return _finding(runner.spec_id, case, "replay-not-run", launch_note(why), "", severity)
 
 
-def _start(runner: CaseRunner, launch: Launch, cases: list[Case], job: Job, left: float,
-           base: bool = False) -> Running:
+def _batch(runner: CaseRunner, cases: list[Case]
+           ) -> list[tuple[Case, Materialized, Mapping[str, Any] | None, Mapping[str, str]]]:
     from ..protocol.inputs import materialize
     from ..protocol.messages.reference import recipe_json
 
     layouts = runner.plain_layouts()
-    batch = []
-    for case in cases:
-        m = materialize(runner.spec, case, runner.device)
-        batch.append((case, m, recipe_json(runner.ref.upstream(case)), layouts))
-    write_batch(launch, job, runner.candidate.device, batch, base)
-    del batch
-    limit = max(10.0, min(left - 5.0, 300.0))
-    running = Running(launch, cases, limit, base, threading.Thread(target=lambda: None, daemon=True))
+    return [(case, materialize(runner.spec, case, runner.device), recipe_json(runner.ref.upstream(case)), layouts)
+            for case in cases]
+
+
+def _start(runner: CaseRunner, launch: Launch, cases: list[Case], job: Job, left: float,
+           base: bool = False) -> Running:
+    write_program(launch, job, runner.candidate.device, base)
+    write_batch(launch, _batch(runner, cases))
+    running = _run(launch, cases, max(10.0, min(left - 5.0, 300.0)), base, waiting=False)
+    running.release(cases, running.limit)
+    return running
+
+
+def _run(launch: Launch, cases: list[Case], limit: float, base: bool, waiting: bool) -> Running:
+    """The program started on a thread of the judge's, reading its standard input from a pipe whose
+    write end the returned :class:`Running` holds (see :meth:`Running.release`)."""
+    read, write = os.pipe()
+    running = Running(launch, cases, limit, base, threading.Thread(target=lambda: None, daemon=True), go=write)
 
     def run() -> None:
         running.done.append(proc.run(launch.argv, cwd=launch.cwd, env=launch.env, timeout=limit,
-                                     on_start=running.pid.append))
+                                     on_start=running.pid.append, stdin_fd=read))
 
     running.thread = threading.Thread(target=run, daemon=True)
     running.thread.start()

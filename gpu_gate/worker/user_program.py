@@ -7,10 +7,14 @@ loadable, the command line, the environment and torch's settings are a training 
 caches start empty in a home directory of its own. A kernel that recognises the gate's worker and
 takes its honest path only there takes its other path here (see :mod:`gpu_gate.judge.disguised`).
 
-It reads ``batch.json`` (the spec's file and name, the cases: dims, inputs, upstream gradients) and
-``batch.bin`` (the inputs' bytes) from its directory, calls the candidate on each case, and writes
-``out.json`` and ``out.bin``: each output's dtype, shape and bytes, or how the call failed. Nothing
-it writes is trusted: the judge reads only what the reference's outputs say may be there.
+It reads ``job.json`` (the spec's file and name, the import path, the device) from its directory,
+imports torch and the spec, and waits for a line on its standard input: ``go`` once the judge has
+written ``batch.json`` (the cases: dims, inputs, upstream gradients) and ``batch.bin`` (the inputs'
+bytes), anything else (the end of the input) to stop. So the import, the slow part for a library that
+imports much, happens while the job's cases run, and the cases are chosen after them. It calls the
+candidate on each case, and writes ``out.json`` and ``out.bin``: each output's dtype, shape and bytes,
+or how the call failed. Nothing it writes is trusted: the judge reads only what the reference's
+outputs say may be there.
 
 The spec's ``import gpu_gate`` (and ``from gpu_gate import ...``) is answered by a stand-in that
 only the spec module sees (through its own ``__import__``): declarations are inert, ``empty`` is
@@ -202,10 +206,8 @@ def _write(torch: Any, outs: dict[str, Any], blob: bytearray) -> dict[str, Any]:
 
 
 def main() -> None:
-    with open(os.path.join(HERE, "batch.json"), encoding="utf-8") as f:
+    with open(os.path.join(HERE, "job.json"), encoding="utf-8") as f:
         batch = json.load(f)
-    with open(os.path.join(HERE, "batch.bin"), "rb") as f:
-        given = f.read()
     import torch
 
     for entry in reversed(batch["path"]):
@@ -224,7 +226,13 @@ def main() -> None:
         load = {"status": "unsupported", "message": str(exc)}
     except BaseException as exc:  # noqa: BLE001 - reported, as a user's run would show it
         load = {"status": "failed", "message": f"the spec did not import: {_line(exc)}"}
-    else:
+    if sys.stdin.readline().strip() != "go":
+        return
+    with open(os.path.join(HERE, "batch.json"), encoding="utf-8") as f:
+        batch["cases"] = json.load(f)["cases"]
+    with open(os.path.join(HERE, "batch.bin"), "rb") as f:
+        given = f.read()
+    if load["status"] == "ok":
         params, dim_args, grads = dict(kw.get("params") or {}), tuple(kw.get("dim_args") or ()), tuple(kw.get("grads") or ())
         for case in batch["cases"]:
             try:

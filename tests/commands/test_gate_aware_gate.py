@@ -250,3 +250,63 @@ def test_a_gate_aware_kernel_the_base_already_has_is_the_repositorys_debt(make_r
     aware = [f for f in _equivalence_findings(r) if f["kind"] == "gate-aware"]
     assert aware and {f["details"]["change"] for f in aware} == {"pre-existing"}, aware
     assert p.returncode == 0, p.stdout + p.stderr
+
+
+# A wrapper whose module takes 4 s to import (as a library that imports much does) and whose calls take
+# 0.2 s. The disguised program imports it before the job's cases (judge.disguised.prestart), beside
+# them, and waits for its batch: by the replay, only the replayed calls are left to wait for. Before,
+# the program started after the cases and the replay waited for the whole import.
+SLOW_IMPORT = """\
+import time
+
+time.sleep(4.0)
+
+
+def double(x):
+    time.sleep(0.2)
+    return x * 2
+"""
+
+
+def test_the_disguised_program_imports_beside_the_cases_not_after_them(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _pr(make_repo, SLOW_IMPORT, policy=POLICY.replace("{cases: 2,", "{cases: 24,"))
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 0, p.stdout + p.stderr
+    res = json.loads((r.path / ".gpu-gate" / "out" / "results.json").read_text())
+    (eq,) = [j for j in res["results"] if j["check"] == "equivalence"]
+    assert eq["status"] == "passed" and eq["extra"]["replayed"], eq
+    assert not [f for f in eq["findings"] if f["kind"] in ("gate-aware", "replay-not-run")], eq["findings"]
+    timing = eq["extra"]["timing"]
+    assert timing["cases_s"] > 6.0, timing  # the cases outlast the program's import
+    assert timing["disguised_replay_s"] < 3.5, timing  # 4 s of import and more without the early start
+
+
+# The attack on the early start: the program's directory is the code under review's, and the program
+# now imports it before its batch is written. A wrapper that, imported there, takes the batch's names
+# first (so that the judge cannot write them) and is wrong in that process: the judge starts a fresh
+# program as before the early start, and the wrapper is still caught there.
+TAKES_THE_BATCH = """\
+import os
+import time
+
+_HERE = os.path.dirname(os.path.abspath(getattr(__import__("__main__"), "__file__", "") or "."))
+_THERE = os.path.exists(os.path.join(_HERE, "job.json"))
+if _THERE and not os.path.exists(os.path.join(_HERE, "batch.json")):  # started early: its batch is to come
+    for name in ("batch.json", "batch.bin"):
+        open(os.path.join(_HERE, name), "w").write("{}")
+
+
+def double(x):
+    time.sleep(0.2)  # the job's cases outlast the program's import: it takes the names before the judge
+    return x * 3 if _THERE else x * 2
+"""
+
+
+def test_a_program_that_takes_its_batchs_names_is_started_afresh_and_still_caught(make_repo) -> None:  # type: ignore[no-untyped-def]
+    r = _pr(make_repo, TAKES_THE_BATCH, policy=POLICY.replace("{cases: 2,", "{cases: 24,"))
+    p = gate("check", "--base", "main", cwd=r.path)
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert not _plan_kinds(r), _plan_kinds(r)  # not the static rule: the replay found it
+    aware = [f for f in _equivalence_findings(r) if f["kind"] == "gate-aware"]
+    assert aware and aware[0]["severity"] == "error", aware
+    assert "output 'out' is wrong" in str(aware[0]["message"]), aware[0]["message"]  # the fresh program's run

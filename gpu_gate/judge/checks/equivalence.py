@@ -273,6 +273,7 @@ class Equivalence:
         growth = None
         thresholds: list[Finding] = []
         replays: list[Finding] = []
+        early = self._prestart_disguised()
         try:
             if not self.job.case:
                 from ..equivalence.magnitude import settle_all
@@ -287,7 +288,7 @@ class Equivalence:
             after = not self.job.case and not self.sanitized and self.stopped_at is None
             try:
                 if after:
-                    begun = self._begin_disguised(results)
+                    begun, early = self._begin_disguised(results, early), None
                 want_growth = self.job.options.get("growth", True) and after
                 if want_growth and not _canonical_refused_alone(refusals):
                     with self._timed("growth"):
@@ -311,6 +312,9 @@ class Equivalence:
             f = Finding(check="equivalence", kind="cuda-error", spec=self.spec_id,
                         message=f"the kernel broke the CUDA context: {exc}")
             return Outcome(Status.FAILED, [f, *notes], cases=len(results), reason="CUDA context lost")
+        finally:
+            if early is not None:
+                early.stop()  # started before the cases, and no replay took it: not left running
         if self.unsupported and not results:
             f = self._unsupported(len(cases))
             return Outcome(Status.NOT_RUN, [f, *notes], reason=f.message.splitlines()[0])
@@ -493,12 +497,24 @@ class Equivalence:
                 picks.append(c)
         return picks
 
-    def _begin_disguised(self, results: list[CaseResult]) -> Running | list[Finding]:
+    def _prestart_disguised(self) -> Running | None:
+        """The head's disguised program, started before the cases so that its imports run beside them
+        (see judge.disguised.prestart); None where this job will not replay."""
+        from .. import disguised
+
+        if self.job.case or self.sanitized or not self.job.options.get("disguised_replay", True):
+            return None
+        return disguised.prestart(self.runner, self.ctx.disguised, self.job, self.ctx.deadline)
+
+    def _begin_disguised(self, results: list[CaseResult], early: Running | None = None) -> Running | list[Finding]:
         """Start the disguised replay of the cases the replay picks (see judge.disguised): the program
-        imports torch and compiles while the judge goes on with the rest of the job."""
+        imports torch and compiles while the judge goes on with the rest of the job (``early``: the
+        program started before the cases, given its batch now)."""
         from .. import disguised
 
         if not self.job.options.get("disguised_replay", True):
+            if early is not None:
+                early.stop()
             return []
         picks = self._picks(results)
         if self.ctx.device == "cpu":
@@ -508,7 +524,7 @@ class Equivalence:
             passed = [r.case for r in results if not r.refused and not r.failed and r.case.id[:1] != "p"]
             picks = [c for c in picks if _interpreted_alike(c)] or [c for c in passed if _interpreted_alike(c)][:1]
         # its own time limit comes out of the job's, not the cases' budget
-        return disguised.begin(self.runner, picks, self.ctx.disguised, self.job, self.ctx.deadline)
+        return disguised.begin(self.runner, picks, self.ctx.disguised, self.job, self.ctx.deadline, early)
 
     def _replay(self, results: list[CaseResult], begun: Running | list[Finding]) -> list[Finding]:
         """A few passed cases again, last of all and in reverse order, in plain tensors: the
