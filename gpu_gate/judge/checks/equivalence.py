@@ -241,6 +241,7 @@ class Equivalence:
 
     def run(self) -> Outcome:
         from ..equivalence.engine import ContextLost, SpecBroken
+        from ...protocol.cases import OVER_BUDGET
         from ..workers import WorkerDied
         from ..job import Outcome
 
@@ -256,7 +257,7 @@ class Equivalence:
         for why_not in getattr(self, "shapes_skipped", []):
             # too large for this machine: not verified, which fails closed like a check not run
             # (not_run: warn lets it through); a shape that does not fit the spec is a warning
-            too_big = "a case may take here" in why_not
+            too_big = why_not.endswith(OVER_BUDGET)
             notes.append(Finding(check="equivalence", kind="shape-not-run", message=why_not, spec=self.spec_id,
                                  severity=Severity.ERROR if too_big else Severity.WARNING))
         if dropped:
