@@ -28,9 +28,10 @@ RENAMED = "def row_sum(values):\n    return values.double().sum(-1).to(values.dt
 SLOWER = "import time\n\n\ndef row_sum(x):\n    time.sleep(0.02)\n    return x.double().sum(-1).to(x.dtype)\n"
 
 
-def _gate(make_repo, head: str, level: str = "required", name: str = "proj", policy: str = POLICY):  # type: ignore[no-untyped-def]
-    r = make_repo(name, {".gpu-gate.yml": policy % level, "mylib/__init__.py": "", "mylib/ops.py": FAST,
-                         "csrc/rows.cu": KERNEL, "gate/rows_gate.py": SPEC})
+def _gate(make_repo, head: str, level: str = "required", name: str = "proj", policy: str = POLICY,  # type: ignore[no-untyped-def]
+          spec: str = SPEC, base: str = FAST):
+    r = make_repo(name, {".gpu-gate.yml": policy % level, "mylib/__init__.py": "", "mylib/ops.py": base,
+                         "csrc/rows.cu": KERNEL, "gate/rows_gate.py": spec})
     r.branch("feature")
     r.commit("pull request", {"mylib/ops.py": head, "csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")})
     return _check(r)
@@ -86,11 +87,7 @@ def test_a_production_shape_too_large_to_time_here_is_a_warning_not_a_note(make_
     differently in two processes); the GPU times with CUDA events and torch's caching allocator."""
     assert BIG_SPEC != SPEC
     policy = POLICY.replace("threshold: 0.5}", "threshold: 0.5, shapes: [{rows: 1048576, n: 256}]}")
-    r = make_repo("proj", {".gpu-gate.yml": policy % "advisory", "mylib/__init__.py": "", "mylib/ops.py": FAST,
-                           "csrc/rows.cu": KERNEL, "gate/rows_gate.py": BIG_SPEC})
-    r.branch("feature")
-    r.commit("pull request", {"mylib/ops.py": RENAMED, "csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")})
-    code, text, results = _check(r)
+    code, text, results = _gate(make_repo, RENAMED, level="advisory", policy=policy, spec=BIG_SPEC)
     assert code == 0, text
     found = {f["kind"]: f for f in _speed(results)}
     assert found["shape-not-timed"]["severity"] == "warning", found
@@ -101,11 +98,7 @@ def test_a_production_shape_too_large_to_time_here_is_a_warning_not_a_note(make_
 def test_a_speed_up_beyond_ten_times_is_a_warning_that_does_not_block(make_repo) -> None:  # type: ignore[no-untyped-def]
     """The base sleeps 20 ms a call, the head does not: far more than ``IMPLAUSIBLE`` times faster at the
     stated confidence, a warning sign (work skipped?) that is said, never blocking, even where required."""
-    r = make_repo("proj", {".gpu-gate.yml": POLICY % "required", "mylib/__init__.py": "", "mylib/ops.py": SLOWER,
-                           "csrc/rows.cu": KERNEL, "gate/rows_gate.py": SPEC})
-    r.branch("feature")
-    r.commit("pull request", {"mylib/ops.py": FAST, "csrc/rows.cu": KERNEL.replace("int n)", "int n, int tuned)")})
-    code, text, results = _check(r)
+    code, text, results = _gate(make_repo, FAST, base=SLOWER)
     assert code == 0, text
     found = _speed(results)
     implausible = [f for f in found if f["kind"] == "implausible-speedup"]
