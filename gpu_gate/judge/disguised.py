@@ -363,7 +363,7 @@ def prestart(runner: CaseRunner, launches: object, job: Job, deadline: float) ->
         write_program(head, job, runner.candidate.device)
     except OSError:
         return None
-    return _run(head, [], max(10.0, left - 5.0), False, waiting=True)
+    return _run(head, [], max(10.0, left - 5.0), False)  # until its batch is given: the job's time
 
 
 def begin(runner: CaseRunner, cases: Sequence[Case], launches: object, job: Job,
@@ -373,18 +373,16 @@ def begin(runner: CaseRunner, cases: Sequence[Case], launches: object, job: Job,
     process. ``early``: the head's program :func:`prestart` started, given its batch where it still
     waits for one and its directory takes it (a program that wrote files of those names, or exited,
     is stopped, and a new one started as without it)."""
-    if early is not None and cases and deadline - time.monotonic() >= MIN_TIME_S:
-        limit = max(10.0, min(deadline - time.monotonic() - 5.0, 300.0))
-        if early.thread.is_alive():
+    if early is not None:
+        left = deadline - time.monotonic()
+        if cases and left >= MIN_TIME_S and early.thread.is_alive():
             try:
                 write_batch(early.launch, _batch(runner, list(cases)))
             except OSError:
-                pass
+                pass  # the program made files of those names (or the disk is full): a fresh one below
             else:
-                early.release(list(cases), limit)
+                early.release(list(cases), _limit(left))
                 return early
-        early.stop()
-    elif early is not None:
         early.stop()
     if launches is None or not cases:
         return []
@@ -456,12 +454,17 @@ def _start(runner: CaseRunner, launch: Launch, cases: list[Case], job: Job, left
            base: bool = False) -> Running:
     write_program(launch, job, runner.candidate.device, base)
     write_batch(launch, _batch(runner, cases))
-    running = _run(launch, cases, max(10.0, min(left - 5.0, 300.0)), base, waiting=False)
+    running = _run(launch, cases, _limit(left), base)
     running.release(cases, running.limit)
     return running
 
 
-def _run(launch: Launch, cases: list[Case], limit: float, base: bool, waiting: bool) -> Running:
+def _limit(left: float) -> float:
+    """A replay's time once its batch is given, from the job's ``left`` seconds."""
+    return max(10.0, min(left - 5.0, 300.0))
+
+
+def _run(launch: Launch, cases: list[Case], limit: float, base: bool) -> Running:
     """The program started on a thread of the judge's, reading its standard input from a pipe whose
     write end the returned :class:`Running` holds (see :meth:`Running.release`)."""
     read, write = os.pipe()
