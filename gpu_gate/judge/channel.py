@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ..protocol import wire
+from ..protocol.shared import Shared
 from ..protocol.messages import Bye, Reply, Request, read_reply, read_request
 
 
@@ -99,10 +100,10 @@ class SocketChannel:
             raise WorkerLost(self.lost)
         asked = self._asked.popleft()
         try:
-            header, sizes = wire.recv_header(self.sock, deadline)
+            header, sizes, shared = wire.recv_header(self.sock, deadline)
             wire.within(sizes, asked.budget)
             reply = read_reply(asked.op, header, sizes)
-            return reply, wire.recv_blobs(self.sock, sizes, deadline)
+            return reply, wire.recv_blobs(self.sock, sizes, deadline, shared)
         except wire.ChannelClosed as exc:
             self.lost = f"the {self.name} worker exited or died ({exc})"
             raise WorkerLost(self.lost) from exc
@@ -159,4 +160,9 @@ class LocalChannel:
 
 
 def _copy(b: wire.Blob) -> bytearray:
+    if isinstance(b, Shared):
+        try:
+            return b.read()
+        finally:
+            b.close()
     return bytearray(memoryview(b).cast("B"))

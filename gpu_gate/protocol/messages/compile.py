@@ -14,6 +14,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import ClassVar, Union
 
+from ..shared import Shared
 from ..wire import BadMessage, Blob, Json
 from .fields import Fields, integer, items, json_mapping, mapping, number, text
 from .tensors import Ledger
@@ -63,7 +64,8 @@ def ptx_text(index: int | None, blobs: Sequence[Blob]) -> str | None:
     """The PTX text of blob ``index`` (read against the reply's ledger: it exists and is bounded)."""
     if index is None:
         return None
-    return bytes(blobs[index]).decode("utf-8", errors="replace")
+    blob = blobs[index]
+    return (blob.read() if isinstance(blob, Shared) else bytes(blob)).decode("utf-8", errors="replace")
 
 
 def scalars(value: object, what: str) -> dict[str, Scalar]:

@@ -13,7 +13,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, cast
 
-from .. import wire
+from .. import shared, wire
+from ..shared import Shared
 from ..wire import BadMessage
 from .fields import MAX_NAME, Fields, mapping, shape, strides, text
 
@@ -203,7 +204,9 @@ def flat_bytes(p: torch.Tensor) -> torch.Tensor:
 
 
 def encode_tensor(t: torch.Tensor, blobs: wire.Blobs) -> TensorMeta:
-    """A tensor's values (in logical order), dtype, shape and where it lived; appends its bytes."""
+    """A tensor's values (in logical order), dtype, shape and where it lived; appends its bytes: a
+    copy the worker cannot change by putting its buffer back, in a sealed memory file from
+    :data:`~gpu_gate.protocol.shared.MIN_BYTES` on (copied there straight from the device)."""
     import torch
 
     p = plain(t)
@@ -212,12 +215,34 @@ def encode_tensor(t: torch.Tensor, blobs: wire.Blobs) -> TensorMeta:
         dtype, dims = str(p.dtype).removeprefix("torch."), tuple(int(n) for n in p.shape)
         stride, device = tuple(int(s) for s in p.stride()), p.device.type
         data = flat_bytes(p)
-        # a copy, also on the CPU: the bytes must not change when the worker puts the buffer back
-        host = data.cpu() if data.device.type != "cpu" else data.clone()
+        blob: wire.Blob | None = _shared_copy(data) if data.numel() >= shared.MIN_BYTES and shared.available() else None
+        if blob is None:
+            host = data.cpu() if data.device.type != "cpu" else data.clone()
+            blob = memoryview(host.numpy())  # type: ignore[arg-type]  # numpy's stubs give ndarray __buffer__ on 3.12+ only
     wire.add(encode_s=time.monotonic() - start)
     meta = TensorMeta(dtype, dims, len(blobs), stride, device)
-    blobs.append(memoryview(host.numpy()))  # type: ignore[arg-type]  # numpy's stubs give ndarray __buffer__ on Python 3.12+ only
+    blobs.append(blob)
     return meta
+
+
+def _shared_copy(data: torch.Tensor) -> Shared | None:
+    """``data`` in a sealed memory file; None where one cannot be made (out of descriptors, or of
+    memory for the file): the bytes then cross in the stream."""
+    import torch
+
+    try:
+        out = Shared(int(data.numel()))
+    except OSError:
+        return None
+    try:
+        with out.writer() as view:
+            target = torch.frombuffer(view, dtype=torch.uint8)
+            target.copy_(data)
+            del target
+        return out.seal()
+    except BaseException:
+        out.close()
+        raise
 
 
 def decode_tensor(meta: TensorMeta, blobs: Sequence[bytearray], device: torch.device | str = "cpu") -> torch.Tensor:
