@@ -91,14 +91,15 @@ def gate(gate_path: Path, repo: Path, base: str, head: str, out: Path, env_extra
             "tail": (p.stdout + p.stderr)[-800:] if p.returncode not in (0, 1) else ""}
 
 
-def pair(gate_path: Path, repos: list[Path], base: str, head: str, out: Path, env: dict[str, str]) -> list[dict[str, object]]:
-    """Two gates at once on one GPU, each on its own clone."""
-    found: list[dict[str, object]] = [{}, {}]
+def together(gate_path: Path, repos: list[Path], base: str, head: str, out: Path, env: dict[str, str]
+             ) -> list[dict[str, object]]:
+    """One gate per repository, all at once on one GPU, each on its own clone."""
+    found: list[dict[str, object]] = [{} for _ in repos]
 
     def one(i: int) -> None:
         found[i] = gate(gate_path, repos[i], base, head, out / f"g{i}", env)
 
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(repos))]
     for t in threads:
         t.start()
     for t in threads:
@@ -115,6 +116,7 @@ def main() -> int:
                     help="runs alone (default: --times); 0 with --times N: N pairs only, the two-gates-per-GPU measure")
     ap.add_argument("--quick", action="store_true", help="one bug (L8), one run alone and one pair, within --budget-s")
     ap.add_argument("--budget-s", type=float, help="start no gate after this many seconds (default: 270 with --quick)")
+    ap.add_argument("--per-gpu", type=int, default=2, help="gates at once on the one GPU in each shared run (default 2)")
     ap.add_argument("--gpu", default="0", help="the GPU both gates of a pair share (CUDA_VISIBLE_DEVICES)")
     ap.add_argument("--tool-launch", default=None, help="GPU_GATE_TOOL_LAUNCH for the gates (see "
                     "gpu_gate/executor/tool_launch.py): plain, args-pipe, filter, blocking, comma-separated")
@@ -143,18 +145,21 @@ def main() -> int:
         repo = Path(shas["repo"])
         base = default_checks(repo, shas["F"]) if args.default_checks else shas["F"]
         head = honest_change(repo, base, shas["F"])
-        clone = where / "clone"
-        git(where, "clone", "-q", str(repo), str(clone))
-        plan = [("alone", i) for i in range(alone)] + [("pair", i) for i in range(times)]
+        clones = [repo]
+        for k in range(1, max(1, args.per_gpu)):
+            clones.append(where / f"clone{k}")
+            git(where, "clone", "-q", str(repo), str(clones[-1]))
+        shared = "pair" if args.per_gpu == 2 else f"{args.per_gpu} at once"
+        plan = [("alone", i) for i in range(alone)] + [(shared, i) for i in range(times)]
         for how, i in plan:
             if time.monotonic() - began > budget:
                 skipped.append(f"{bug_id} {how} #{i + 1}")
                 continue
             out = where / f"{how}{i}"
             found = ([gate(Path(args.gate_path), repo, base, head, out, env)] if how == "alone"
-                     else pair(Path(args.gate_path), [repo, clone], base, head, out, env))
+                     else together(Path(args.gate_path), clones, base, head, out, env))
             for k, res in enumerate(found):
-                label = f"{how} #{i + 1}" + (f" gate {k + 1}" if how == "pair" else "")
+                label = f"{how} #{i + 1}" + (f" gate {k + 1}" if how != "alone" else "")
                 print(json.dumps({"bug": bug_id, "run": label, **res}), flush=True)
                 rows.append((bug_id, label, res))
     reds = [r for r in rows if r[2]["exit"] != 0]
@@ -171,6 +176,13 @@ def main() -> int:
         print(f"| {bug_id} | {label} | {res['exit']} | {res['wall_s']} s | {res['sanitizer_jobs']} | {res['retried']} | "
               f"{res['infrastructure']} | {why or res['tail'][-200:]} |")  # type: ignore[index]
     print(f"| all | {len(rows)} gates | red: {len(reds)} | - | {san} | {retried} | {infra} | target: 0 red, 0 infrastructure |")
+    for bug_id in bugs:  # issue 43's target: each of the gates sharing a GPU within 2x its time alone
+        alone_s = [float(r[2]["wall_s"]) for r in rows if r[0] == bug_id and r[1].startswith("alone")]  # type: ignore[arg-type]
+        shared_s = [float(r[2]["wall_s"]) for r in rows if r[0] == bug_id and not r[1].startswith("alone")]  # type: ignore[arg-type]
+        if alone_s and shared_s:
+            base_s = min(alone_s)
+            print(f"{bug_id}: alone {base_s:.1f} s; {args.per_gpu} per GPU: {min(shared_s):.1f}-{max(shared_s):.1f} s, "
+                  f"at most {max(shared_s) / base_s:.2f}x its time alone (target <= 2x)")
     if not args.keep:
         shutil.rmtree(root, ignore_errors=True)
     return 0
