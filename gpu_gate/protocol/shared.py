@@ -145,6 +145,9 @@ def mapped(fd: int, nbytes: int, bad: type[Exception]) -> mmap.mmap:
             raise bad("a shared-memory blob whose file is not sealed against writes, shrinking and growth")
         if st.st_size != nbytes or nbytes <= 0:
             raise bad(f"a shared-memory blob of {st.st_size} bytes where its header claimed {nbytes}")
-        return mmap.mmap(fd, nbytes, access=mmap.ACCESS_COPY)
+        try:
+            return mmap.mmap(fd, nbytes, access=mmap.ACCESS_COPY)
+        except OSError as exc:
+            raise bad(f"a shared-memory blob that cannot be mapped ({exc.strerror})") from exc
     finally:
         os.close(fd)

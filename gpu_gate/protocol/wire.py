@@ -26,7 +26,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Union
 
-from .shared import MAX_FDS, Shared, mapped, recv_fds, send_fds
+from .shared import MAX_FDS, MIN_BYTES as SHARED_MIN, Shared, mapped, recv_fds, send_fds
 
 MAX_HEADER = 64 << 20  # a header (JSON) larger than this is not a message of gpu-gate's
 MAX_BLOB = 64 << 30
@@ -142,8 +142,10 @@ def recv_header(sock: socket.socket, deadline: float | None = None
         raise BadMessage("a header without its blob sizes")
     shared = header.pop("_shared", [])
     if not isinstance(shared, list) or not all(isinstance(i, int) and not isinstance(i, bool) and 0 <= i < len(sizes)
-                                               and sizes[i] > 0 for i in shared) or len(set(shared)) != len(shared):
+                                               for i in shared) or len(set(shared)) != len(shared):
         raise BadMessage("a header whose shared blobs are not blobs of it")
+    if any(sizes[i] < SHARED_MIN for i in shared):  # each mapping costs the reader one of its process's few
+        raise BadMessage(f"a shared blob smaller than {SHARED_MIN} bytes (those cross in the stream)")
     return header, sizes, frozenset(shared)
 
 

@@ -192,11 +192,14 @@ def test_shared_indices_that_are_not_blobs_of_the_message_are_refused(ix: object
     b.close()
 
 
-def test_an_empty_blob_is_never_shared() -> None:
+@pytest.mark.parametrize("size", [0, 1, 4096])
+def test_a_small_shared_blob_is_refused(size: int) -> None:
+    """Every mapping costs the judge one of its process's few (a worker that sent thousands of
+    one-byte files would starve the other jobs' allocations): small blobs cross in the stream."""
     a, b = socket.socketpair()
-    head = json.dumps({"op": "truth", "_blobs": [0], "_shared": [0]}).encode()
+    head = json.dumps({"op": "truth", "_blobs": [size], "_shared": [0]}).encode()
     b.sendall(struct.pack("<Q", len(head)) + head)
-    with pytest.raises(wire.BadMessage, match="shared blobs are not blobs of it"):
+    with pytest.raises(wire.BadMessage, match="a shared blob smaller than 1048576 bytes"):
         wire.recv(a)
     a.close()
     b.close()
