@@ -11,6 +11,7 @@ import contextlib
 import dataclasses
 import os
 import queue
+import resource
 import shutil
 import sys
 import tempfile
@@ -129,10 +130,32 @@ def sandbox_findings(avail: sandbox.Available, mode: sandbox.Mode) -> list[Findi
                             f"set runner.sandbox: required to refuse such runs)")]
 
 
+OPEN_FILES = 1 << 16
+
+
+def raise_open_files() -> int | None:
+    """Raise the gate's soft limit on open files towards its hard limit (at most ``OPEN_FILES``);
+    the judges and workers it starts inherit it. Large tensors cross as memory files whose
+    descriptors are in flight between a worker and its judge (:mod:`gpu_gate.protocol.shared`), and
+    the kernel bounds one user's descriptors in flight by the sender's limit: a login shell's 1024,
+    shared by every job of every gate on the runner, is not what a gate should fail on. The limit
+    now in force (None: unknown)."""
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        want = OPEN_FILES if hard == resource.RLIM_INFINITY else min(OPEN_FILES, hard)
+        if soft != resource.RLIM_INFINITY and soft < want:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (want, hard))
+            return want
+        return soft
+    except (ValueError, OSError):
+        return None
+
+
 def execute(jobs: Sequence[Job], opts: ExecOptions, progress: ProgressFn | None = None,
             control: RunControl | None = None) -> list[JobResult]:
     """Run every job; one worker per GPU (or ``opts.workers`` CPU workers without one)."""
     control = control or RunControl()
+    raise_open_files()
     if opts.sandbox is None:
         return execute(jobs, dataclasses.replace(opts, sandbox=sandbox.choose(opts.sandbox_mode)), progress, control)
     if opts.sandbox_mode == "required" and not opts.sandbox.works:

@@ -19,6 +19,7 @@ touching the sender's file.
 from __future__ import annotations
 
 import array
+import errno
 import fcntl
 import mmap
 import os
@@ -148,6 +149,8 @@ def mapped(fd: int, nbytes: int, bad: type[Exception]) -> mmap.mmap:
         try:
             return mmap.mmap(fd, nbytes, access=mmap.ACCESS_COPY)
         except OSError as exc:
+            if exc.errno == errno.ENOMEM:  # the reader's own limit (the judge's RLIMIT_DATA): its memory, as a buffer's
+                raise MemoryError(f"mapping a shared blob of {nbytes} bytes: {exc.strerror}") from exc
             raise bad(f"a shared-memory blob that cannot be mapped ({exc.strerror})") from exc
     finally:
         os.close(fd)

@@ -216,3 +216,27 @@ def test_shared_blobs_count_against_the_readers_budget() -> None:
     t.join()
     a.close()
     b.close()
+
+
+def test_a_mapping_beyond_the_readers_own_memory_limit_is_its_memory_error_not_the_senders_fault() -> None:
+    """The judge bounds its own data (RLIMIT_DATA, which counts private writable mappings): a shared
+    blob it cannot map within that is a MemoryError (the job's 'judge-memory' error), as a buffer it
+    could not allocate was, never a protocol finding that blames the worker."""
+    import subprocess
+    import sys
+
+    code = """
+import fcntl, os, resource
+from gpu_gate.protocol import shared, wire
+fd = os.memfd_create("t", os.MFD_ALLOW_SEALING)
+os.ftruncate(fd, 1 << 30)
+fcntl.fcntl(fd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_WRITE | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW)
+soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+resource.setrlimit(resource.RLIMIT_DATA, (512 << 20, hard))
+try:
+    shared.mapped(fd, 1 << 30, wire.BadMessage)
+except MemoryError as exc:
+    print("memory", exc)
+"""
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert p.stdout.startswith("memory mapping a shared blob of 1073741824 bytes"), (p.stdout, p.stderr)
