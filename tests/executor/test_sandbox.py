@@ -147,9 +147,23 @@ def test_a_job_cannot_write_another_jobs_result(tmp_path: Path, box: sandbox.Ava
 # --- nothing outlives its job -----------------------------------------------------------------------------
 
 
-DAEMON = """import subprocess
+# The daemon has escaped before the job returns (an attacker makes sure of that): under load, a daemon
+# still in the job's process group when the job ends dies with it, and there is nothing to find.
+DAEMON = """import os, subprocess, time
     subprocess.run(['sh', '-c', "setsid sh -c ': {marker}; while true; do sleep 0.2; done' >/dev/null 2>&1 &"],
                    check=True)
+    def escaped():
+        for p in os.listdir('/proc'):
+            try:
+                if p.isdigit() and b'{marker}' in open('/proc/' + p + '/cmdline', 'rb').read() and \
+                        os.getpgid(int(p)) != os.getpgid(0):
+                    return True
+            except OSError:
+                pass
+        return False
+    end = time.monotonic() + 20
+    while not escaped() and time.monotonic() < end:
+        time.sleep(0.05)
     return x * 2"""
 
 CHILD = """import subprocess
