@@ -91,15 +91,11 @@ class Shared:
             pass
 
 
-def send_fds(sock: socket.socket, fds: list[int]) -> int:
-    """Hand ``fds`` over, :data:`MAX_FDS` to a control message, each message one marker byte;
-    the number of markers sent."""
-    sent = 0
+def send_fds(sock: socket.socket, fds: list[int]) -> None:
+    """Hand ``fds`` over, :data:`MAX_FDS` to a control message, each message one marker byte."""
     for i in range(0, len(fds), MAX_FDS):
         chunk = array.array("i", fds[i:i + MAX_FDS])
         sock.sendmsg([b"S"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, chunk.tobytes())])
-        sent += 1
-    return sent
 
 
 def recv_fds(sock: socket.socket, n: int, bad: type[Exception]) -> list[int]:

@@ -14,7 +14,6 @@ import dataclasses
 from collections.abc import Sequence
 from typing import ClassVar, Union
 
-from ..shared import Shared
 from ..wire import BadMessage, Blob, Json
 from .fields import Fields, integer, items, json_mapping, mapping, number, text
 from .tensors import Ledger
@@ -60,12 +59,11 @@ def put_text(value: str | None, blobs: list[Blob]) -> int | None:
     return len(blobs) - 1
 
 
-def ptx_text(index: int | None, blobs: Sequence[Blob]) -> str | None:
+def ptx_text(index: int | None, blobs: Sequence[bytearray]) -> str | None:
     """The PTX text of blob ``index`` (read against the reply's ledger: it exists and is bounded)."""
     if index is None:
         return None
-    blob = blobs[index]
-    return (blob.read() if isinstance(blob, Shared) else bytes(blob)).decode("utf-8", errors="replace")
+    return bytes(blobs[index]).decode("utf-8", errors="replace")
 
 
 def scalars(value: object, what: str) -> dict[str, Scalar]:
