@@ -165,18 +165,14 @@ def git(repo: Path, *args: str, input: str | None = None, strip: bool = True) ->
     return out.strip() if strip else out
 
 
-def scratch(library: Path, bug: dict[str, str], where: Path, cpu: bool = False) -> dict[str, str]:
-    """The scratch repository with commits S, F and R (see the module's docstring); their shas.
-
-    It holds what ``LIBRARIES`` keeps of the library, taken from the buggy commit (its ``hollow``
-    files emptied), and the fix's diff of those paths."""
-    repo = where / "repo"
-    repo.mkdir(parents=True)
+def populate(library: Path, name: str, commit: str, repo: Path) -> tuple[list[str], list[str]]:
+    """Write into ``repo`` what ``LIBRARIES[name]`` keeps of the library at ``commit``: its ``hollow`` files
+    emptied (their ``__version__`` kept), its stand-ins written. Returns the paths kept and those hollowed."""
     lib = ["--git-dir", str(library)]
-    config = LIBRARIES[bug["library"]]
-    top = git(repo, *lib, "ls-tree", "--name-only", bug["buggy"]).splitlines()
+    config = LIBRARIES[name]
+    top = git(repo, *lib, "ls-tree", "--name-only", commit).splitlines()
     keep = [p for p in config["keep"] if p in top]
-    archive = subprocess.run(["git", "-c", "safe.directory=*", *lib, "archive", "--format=tar", bug["buggy"], *keep],
+    archive = subprocess.run(["git", "-c", "safe.directory=*", *lib, "archive", "--format=tar", commit, *keep],
                              check=True, capture_output=True).stdout
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
         tar.extractall(repo, filter="data")
@@ -188,10 +184,23 @@ def scratch(library: Path, bug: dict[str, str], where: Path, cpu: bool = False) 
                                  + "".join(f"{line}\n" for line in kept))
     for path, text in config.get("standins", {}).items():
         if (repo / path).exists():
-            raise SystemExit(f"{bug['library']}: the stand-in {path} would replace the library's own file")
+            raise SystemExit(f"{name}: the stand-in {path} would replace the library's own file")
         (repo / path).parent.mkdir(parents=True, exist_ok=True)
         (repo / path).write_text("# a stand-in written by the benchmark for a dependency the GPU machine lacks\n"
                                  + text)
+    return keep, hollow
+
+
+def scratch(library: Path, bug: dict[str, str], where: Path, cpu: bool = False) -> dict[str, str]:
+    """The scratch repository with commits S, F and R (see the module's docstring); their shas.
+
+    It holds what ``LIBRARIES`` keeps of the library, taken from the buggy commit (its ``hollow``
+    files emptied), and the fix's diff of those paths."""
+    repo = where / "repo"
+    repo.mkdir(parents=True)
+    lib = ["--git-dir", str(library)]
+    keep, hollow = populate(library, bug["library"], bug["buggy"], repo)
+    config = LIBRARIES[bug["library"]]
     git(repo, "init", "-q", "-b", "buggy")
     (repo / "gate").mkdir(exist_ok=True)
     for spec in [bug["spec"], *bug.get("also", [])]:  # also: the specs of other files the fix touches
