@@ -132,8 +132,11 @@ class Ahead:
                                                   "builds": builds}))
         argv = [sys.executable, *_interpreter_flags(), "-c", boot(), str(d / "ahead.json")]
         with open(d / "log.txt", "wb") as log:
+            # a process group of its own: Triton's compile threads run ptxas as its children, and
+            # ``stop`` ends them with it (killed alone, it left them to the sandbox's init, an
+            # ``escaped-process`` that the gate's own compiling made)
             self.proc = subprocess.Popen(argv, cwd=d, stdin=subprocess.PIPE, stdout=log, stderr=log,
-                                         env=dict(os.environ))
+                                         env=dict(os.environ), process_group=0)
         self.dir = d
 
     def _close_input(self) -> None:
@@ -164,16 +167,37 @@ class Ahead:
         if self.proc is None or self.dir is None:
             return {}
         self._close_input()
-        if self.proc.poll() is None:
-            self.proc.kill()
+        group = self.proc.pid
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(group, signal.SIGKILL)  # the sibling and the compilers it was running
         with contextlib.suppress(subprocess.TimeoutExpired):
             self.proc.wait(5)
+        _wait_group_gone(group, 5.0)
         self.proc = None
         try:
             done = json.loads((self.dir / "done.json").read_text())
         except (OSError, ValueError):
             return {"finished": False}
         return {"finished": True, **{k: v for k, v in done.items() if isinstance(v, (int, float))}}
+
+
+def _wait_group_gone(group: int, wait_s: float) -> None:
+    """Wait until no live process is left in process group ``group`` (a killed process may take a moment
+    to die; a zombie waiting for its reaper counts as gone)."""
+    deadline = time.monotonic() + wait_s
+    while time.monotonic() < deadline:
+        left = False
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if len(fields) > 2 and fields[2] == str(group) and fields[0] not in ("Z", "X"):
+                left = True
+                break
+        if not left:
+            return
+        time.sleep(0.01)
 
 
 def _interpreter_flags() -> list[str]:

@@ -89,6 +89,46 @@ def test_a_sibling_still_compiling_is_killed_when_the_worker_stops_it(tmp_path: 
         os.kill(proc.pid, 0)
 
 
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie waiting for its reaper is dead)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+def test_the_compilers_a_stopped_sibling_was_running_die_with_it(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """Triton compiles on a pool of threads, each running ptxas as a child process: a sibling killed
+    mid-compile left them running, re-parented to the sandbox's init, and the job was red for an
+    ``escaped-process`` the gate's own compiling had left (seen on an H200, Liger-Kernel's group norm,
+    six ptxas processes). Its children now end with it, before the worker goes on."""
+    repo, job, tokens = _repo(tmp_path / "repo")
+    work = tmp_path / "work"
+    work.mkdir()
+    pids = tmp_path / "compilers.txt"
+    monkeypatch.setattr(ahead, "wanted", lambda device: None)
+    # a stand-in for a compiling sibling: two "ptxas" children, still running
+    monkeypatch.setattr(ahead, "boot", lambda: (
+        "import subprocess, sys, time\n"
+        "kids = [subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)']) for _ in range(2)]\n"
+        f"open({str(pids)!r}, 'w').write(' '.join(str(k.pid) for k in kids))\n"
+        "time.sleep(600)\n"))
+    a = ahead.Ahead()
+    a.start(job, tokens, repo, work, "cuda", 2)
+    for _ in range(300):
+        if pids.exists() and len(pids.read_text().split()) == 2:
+            break
+        time.sleep(0.05)
+    kids = [int(p) for p in pids.read_text().split()]
+    assert all(_alive(k) for k in kids)
+    start = time.monotonic()
+    assert a.stop() == {"finished": False}
+    assert time.monotonic() - start < 5
+    assert not any(_alive(k) for k in kids), "a compiler the sibling started outlived it"
+
+
 def test_launches_become_compiles_only_inside_and_triton_is_as_it_was_after() -> None:
     jit = pytest.importorskip("triton.runtime.jit")
     autotuner = pytest.importorskip("triton.runtime.autotuner")
