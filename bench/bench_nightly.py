@@ -55,7 +55,11 @@ def commit_of(clone: Path, given: str | None) -> str:
     slim = git(clone, "--git-dir", str(clone), "for-each-ref", "--format=%(objectname)", "refs/slim").split()
     if len(slim) == 1:
         return slim[0]
-    return git(clone, "--git-dir", str(clone), "rev-parse", "HEAD")
+    try:
+        return git(clone, "--git-dir", str(clone), "rev-parse", "--verify", "HEAD^{commit}")
+    except subprocess.CalledProcessError:
+        raise SystemExit(f"{clone}: HEAD names no commit and the clone holds {len(slim)} slim commits: "
+                         "give the one to run as --repo LIBRARY=PATH@COMMIT") from None
 
 
 def policy_for(library: str, sanitizers: bool, cpu: bool) -> str:
