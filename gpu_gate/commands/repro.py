@@ -67,7 +67,7 @@ def _job(repo: Path, request: ReproRequest) -> tuple[Any, str | None]:
     """The job the report's reproducer names, with the policy's options for its check (the base's
     policy and spec with ``base``, as on the pull request), and the revision its truth comes from
     (the base branch's tip, as ``check`` reads it; None without ``base``)."""
-    from .. import git
+    from .. import git, pythonpath
     from ..errors import GitError
     from ..plan import job_seed
     from ..protocol.jobs import BASE_SPEC, TRUTH, Job, SpecRef
@@ -112,6 +112,10 @@ def _job(repo: Path, request: ReproRequest) -> tuple[Any, str | None]:
                                   "plumbing": between_sources(ref.file, ref.name, base_source, head_source)}
         if base_source is not None:
             options[TRUTH] = rules
+    # where the spec imports the repository's packages from, as ``check`` plans it (the policy's
+    # python_path, else the pyproject's package directories)
+    pyproject = repo / "pyproject.toml"
+    path = pythonpath.python_path(pyproject.read_bytes() if pyproject.is_file() else None, loaded.policy.python_path)
     job = Job(id=f"{request.check}:{ref.id}", check=request.check, level="required", kernels=(), spec=ref,
-              options=options, seed=seed, case=request.case)
+              options=options, seed=seed, case=request.case, python_path=path)
     return job, rules

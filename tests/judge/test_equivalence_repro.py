@@ -187,3 +187,30 @@ def test_the_repro_of_a_pull_request_judges_by_the_bases_spec(make_repo) -> None
     assert again.returncode == 1 and "mismatch" in again.stdout, again.stdout + again.stderr
     head_only = _cli(mismatch["repro"].replace(f" --base {base[:12]}", ""), r.path)
     assert head_only.returncode == 0, head_only.stdout + head_only.stderr
+
+
+SRC_GATE = '''import torch
+
+import gpu_gate as gg
+from mylib.scale import scale
+
+
+@gg.spec(dims={"n": gg.Dim(1, 256)}, inputs={"x": gg.Tensor(("n",), dtypes=["float32"])},
+         reference=lambda x: x * 2)
+def scale_gate(x):
+    return scale(x)
+'''
+
+
+def test_repro_imports_the_spec_from_the_policys_python_path(repo) -> None:  # type: ignore[no-untyped-def]
+    """A package under src/ (``python_path: [src]``, as Liger-Kernel's is): ``check`` imports the spec from
+    there, and so must the reproducer it prints. It imported from the repository's root, and every
+    repro of such a library was a spec-import error (seen in the nightly on Liger-Kernel)."""
+    repo.commit("a src layout", {".gpu-gate.yml": 'version: 1\nkernels: {include: ["src/**/*.py"]}\n'
+                                                  'specs: ["gate/**/*_gate.py"]\npython_path: [src]\n',
+                                 "src/mylib/__init__.py": "",
+                                 "src/mylib/scale.py": "def scale(x):\n    return x * 2\n",
+                                 "gate/scale_gate.py": SRC_GATE})
+    ran = _cli("gpu-gate repro gate/scale_gate.py::scale_gate", repo.path)
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "spec-import-error" not in ran.stdout and "PASS" in ran.stdout.upper(), ran.stdout
