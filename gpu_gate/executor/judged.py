@@ -116,6 +116,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
                                     for role in roles if role in disguised.DIR}
         except (OSError, ValueError) as exc:
             context["disguised_error"] = f"cannot prepare the disguised replay's directory ({exc})"
+    marks["disguised"] = time.monotonic()
     job_file, result_file = judge_dir / "in.json", judge_dir / "out.json"
     try:
         job_file.write_text(json.dumps({"job": job.to_json(), "context": context}))
@@ -148,6 +149,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         tools[role] = wrapped
     timeout = max(1.0, min(opts.timeout_s, opts.run_deadline - time.monotonic()))
     began = time.monotonic()
+    marks["prepared"] = began
     done: dict[str, Contained] = {}
     pids: dict[str, int] = {}
 
@@ -172,6 +174,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         # The judge keeps the time: a worker outlives it only until it is killed after the judge.
         def started(p: int) -> None:
             pids[role] = p
+            marks.setdefault(f"spawned_{role}", time.monotonic())
 
         other = roots[role] != opts.repo_root
         wopts = opts if remap or not other else dataclasses.replace(opts, repo_root=roots[role])
@@ -299,11 +302,32 @@ def _time_outside(result: JobResult, marks: dict[str, float], sandbox_start: dic
         result.extra.timing = {}
     outside: dict[str, object] = {"files_s": round(marks["files"] - marks["enter"], 2),
                                "start_s": round(marks["judge"] - marks["enter"], 2),
+                               # of start_s: the disguised replay's programs prepared, then the judge's
+                               # and workers' command lines and tools, then each process spawned
+                               "disguised_s": round(marks["disguised"] - marks["files"], 2),
+                               "prepared_s": round(marks["prepared"] - marks["disguised"], 2),
+                               "judge_spawn_s": round(marks["judge"] - marks["prepared"], 2),
+                               **{f"{k.removeprefix('spawned_')}_spawn_s": round(v - marks["prepared"], 2)
+                                  for k, v in marks.items() if k.startswith("spawned_")},
                                "workers_exit_s": round(marks["workers_gone"] - marks["judged"], 2),
                                "keep_s": round(marks["kept"] - marks["workers_gone"], 2)}
     if sandbox_start:
         outside["sandbox_start_s"] = sandbox_start
+    rss = _gate_rss_mb()
+    if rss is not None:  # what each spawn (a fork of the gate's process) has to copy the page tables of
+        outside["gate_rss_mb"] = rss
     result.extra.timing["outside"] = outside
+
+
+def _gate_rss_mb() -> int | None:
+    """The gate's resident memory (MiB), from /proc; None where it cannot be read."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) // 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
 
 
 def _forget_report(tool: list[str] | tuple[str, ...]) -> None:
