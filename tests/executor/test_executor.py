@@ -236,10 +236,17 @@ def test_a_judged_jobs_time_outside_its_judge_is_in_its_timing(tmp_path: Path) -
     jobs = _jobs(tmp_path, {"a": "return x * 2", "b": "return x * 2"})
     results = execute(jobs, ExecOptions(repo_root=tmp_path, gpus=(), timeout_s=120, workers=1))
     for r in results:
-        outside = r.extra.timing["outside"]
-        assert set(outside) == {"files_s", "start_s", "workers_exit_s", "keep_s", "began_s"}, outside
+        outside = dict(r.extra.timing["outside"])
+        rss = outside.pop("gate_rss_mb")  # the gate's resident memory, beside the times
+        assert isinstance(rss, int) and rss > 0, rss
+        assert set(outside) == {"files_s", "start_s", "disguised_s", "prepared_s", "judge_spawn_s",
+                                "candidate_spawn_s", "reference_spawn_s", "workers_exit_s", "keep_s",
+                                "began_s"}, outside
         assert all(isinstance(v, float) and 0 <= v < 60 for v in outside.values()), outside
         assert outside["files_s"] <= outside["start_s"]
+        # the start's parts add up to it (each rounded to 0.01 s)
+        parts = outside["files_s"] + outside["disguised_s"] + outside["prepared_s"] + outside["judge_spawn_s"]
+        assert abs(parts - outside["start_s"]) <= 0.05, outside
     first, second = sorted(results, key=lambda r: r.extra.timing["outside"]["began_s"])
     # one worker: the second job began once the first had ended (the timing is rounded to 0.01 s)
     assert second.extra.timing["outside"]["began_s"] >= round(first.duration_s, 2) - 0.01
