@@ -7,6 +7,7 @@ read from the PTX the GPU's own Triton compiled for the cases' launches; and the
 check's contention cases surviving another gate that takes most of the GPU's memory."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
@@ -23,6 +24,7 @@ TESTS = Path(__file__).parent.parent
 CORPUS = TESTS / "corpus"
 RACES = TESTS / "corpus_races"
 SEEDS = range(5)
+GPU = os.environ.get("GG_TEST_GPU", "0")  # the GPU the executor's jobs run on (as CUDA_VISIBLE_DEVICES names it)
 
 PLANTED = [  # file, bug, twin, the finding kinds that must name the bug ("a|b": either), cases
     ("cross_entropy_undeclared.py", "cross_entropy_undeclared_bf16_true_class",
@@ -60,10 +62,12 @@ def test_a_weak_accumulation_is_new_error_growth_against_the_base_on_the_gpu(see
     import test_growth_against_base as g
 
     # the lengths the CPU reaches (2^16): beyond them the planted running total is no longer weak
-    r = g.run_pr(tmp_path / "bug", g.BASE, g.WEAK, seed, gpus=("0",), max_reduction=1 << 16)
+    r = g.run_pr(tmp_path / "bug", g.BASE, g.WEAK, seed, gpus=(GPU,), max_reduction=1 << 16)
     errors = [(f.kind, f.details.get("against")) for f in r.findings if f.severity is Severity.ERROR]
-    assert ("error-growth", "base") in errors and not [k for k, _ in errors if k != "error-growth"], r.findings
-    twin = g.run_pr(tmp_path / "twin", g.BASE, g.TWIN, seed, gpus=("0",), max_reduction=1 << 16)
+    # a case of the main schedule may catch it too (less-accurate than the base), never anything else
+    assert ("error-growth", "base") in errors and {k for k, _ in errors} <= {"error-growth", "less-accurate"}, \
+        r.findings
+    twin = g.run_pr(tmp_path / "twin", g.BASE, g.TWIN, seed, gpus=(GPU,), max_reduction=1 << 16)
     assert twin.status is Status.PASSED, [f.message for f in twin.findings]
 
 

@@ -92,7 +92,10 @@ def _curves(r: JobResult) -> list[dict]:  # type: ignore[type-arg]
 def test_a_weak_accumulation_that_grows_where_the_base_does_not_is_new_error_growth(seed: int, tmp_path: Path) -> None:
     r = run_pr(tmp_path, BASE, WEAK, seed)
     errors = _errors(r)
-    assert [k for k, _ in errors] == ["error-growth"], errors  # no single case fails: no mismatch, no less-accurate
+    assert "error-growth" in [k for k, _ in errors], errors
+    # the sweep's lengths pass one by one; a case of the main schedule may catch the regression too
+    # (on some seeds a large-offset case makes it 40x less accurate than the base), never a mismatch
+    assert {k for k, _ in errors} <= {"error-growth", "less-accurate"}, errors
     f = next(f for f in r.findings if f.kind == "error-growth")
     assert f.details["change"] == "new" and f.details["against"] == "base", f.details
     assert "faster than the base's code" in f.message

@@ -41,17 +41,18 @@ def grows_faster(sizes: list[int], head: list[float], base: list[float], dtype: 
 
 def finding(job: Any, dim: str, dtype: str, sign: str, seed: int, last: Case, sizes: list[int], head: list[float],
             base: list[float], torch_errors: list[float], sloped: bool, sh: float, sb: float,
-            repro: str) -> Finding:
+            repro: str, draws: int = 1) -> Finding:
     rows = ", ".join(f"{s}: {h:.2g} vs {b:.2g}" for s, h, b in zip(sizes, head, base))
     ratio = head[-1] / max(base[-1], 1e-300)
     how = (f"slope {sh:.2f} vs the base's {sb:.2f} (log-log)" if sloped else
            f"a jump at the longest lengths (slope {sh:.2f} vs the base's {sb:.2f})")
+    pooled = f" (at {sizes[-1]}, the root mean square over {draws} draws of inputs)" if draws > 1 else ""
     message = (f"error grows faster than the base's code along reduction dim {dim!r} in {dtype} on {sign} data, on the "
                f"same inputs: {how}; at {sizes[-1]} it is {ratio:.3g}x the base's error ({head[-1] / max(torch_errors[-1], 1e-300):.3g}x "
                f"torch's), though every single case may be within the tolerance. Errors by length (head vs base): "
-               f"{rows}. Likely an accumulation that now rounds where the base's did not.")
+               f"{rows}{pooled}. Likely an accumulation that now rounds where the base's did not.")
     return Finding(check="equivalence", kind="error-growth", spec=job.spec.id, case=last.id, repro=repro,
                    message=message,
                    details={"dim": dim, "dtype": dtype, "data": sign, "token": last.token(), "case": last.describe(),
                             "slope_candidate": sh, "slope_base": sb, "jump": not sloped, "against": "base",
-                            "change": "new"})
+                            "change": "new", "draws_at_longest": draws})
