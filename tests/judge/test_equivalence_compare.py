@@ -110,6 +110,16 @@ def test_shape_and_dtype_and_type_mismatches() -> None:
     assert compare("out", 3.0, ref, base, RULE).kind == "type"
 
 
+def test_a_wider_output_dtype_than_torchs_is_a_dtype_error_that_says_how_a_spec_states_it() -> None:
+    """A float32 loss from bfloat16 logits (Hugging Face's loss upcasts; Liger-Kernel's and unsloth's now
+    return float32): the spec states the output's dtype through its reference; the message says how."""
+    ref, base = _case(8, torch.bfloat16)
+    wide = compare("out", base.float(), ref, base, RULE)
+    assert wide.kind == "dtype" and not wide.ok and "gg.upcast" in wide.message
+    narrow = compare("out", base.to(torch.float16), ref, base, RULE)
+    assert narrow.kind == "dtype" and "gg.upcast" not in narrow.message
+
+
 def test_fixed_atol_rtol_rule() -> None:
     ref, base = _case(100, torch.float32)
     cand = (ref + 1e-3).to(torch.float32)

@@ -130,9 +130,14 @@ def _structural(name: str, cand: object, ref: torch.Tensor, base: object) -> Com
         return Comparison(name, False, "shape",
                           f"output {name!r}: shape {tuple(cand.shape)} but the reference has {tuple(ref.shape)}")
     if isinstance(base, torch.Tensor) and cand.dtype != base.dtype:
+        wider = (cand.is_floating_point() and base.is_floating_point()
+                 and torch.finfo(cand.dtype).bits > torch.finfo(base.dtype).bits)
         return Comparison(name, False, "dtype",
                           f"output {name!r}: dtype {dtype_name(cand)} but torch gives {dtype_name(base)} "
-                          f"for the same inputs")
+                          f"for the same inputs" + (
+                              f"; if the wider {dtype_name(cand)} is the kernel's contract (a float32 loss from "
+                              f"bfloat16 logits, as Hugging Face's loss upcasts), say so in the spec: a reference "
+                              f"that returns it (gg.upcast)" if wider else ""))
     return None
 
 
