@@ -14,8 +14,9 @@ import dataclasses
 import importlib
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, TypeVar
+
+from . import procstat
 
 T = TypeVar("T")
 
@@ -181,11 +182,10 @@ def ancestors(pid: int | None = None) -> frozenset[int]:
     pid = os.getppid() if pid is None else pid
     while pid > 1 and pid not in out:
         out.add(pid)
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            pid = int(stat[stat.rindex(")") + 1:].split()[1])  # the field after the state: the parent
-        except (OSError, ValueError, IndexError):
+        s = procstat.stat(pid)
+        if s is None:
             break
+        pid = s.ppid
     return frozenset(out)
 
 

@@ -215,9 +215,11 @@ def alive_s() -> float:
     """Seconds since this process started (Linux), 0 where that cannot be read."""
     from pathlib import Path
 
+    from . import procstat
+
+    me = procstat.stat("self")
     try:
-        start_ticks = int(Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()[19])
         uptime = float(Path("/proc/uptime").read_text().split()[0])
-        return max(0.0, uptime - start_ticks / os.sysconf("SC_CLK_TCK"))
     except (OSError, ValueError, IndexError):
         return 0.0
+    return 0.0 if me is None else max(0.0, uptime - me.start_ticks / os.sysconf("SC_CLK_TCK"))

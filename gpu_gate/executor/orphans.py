@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
-from pathlib import Path
 
-from .. import proc
+from .. import proc, procstat
 
 _PR_SET_CHILD_SUBREAPER = 36
 
@@ -35,12 +34,8 @@ def boot_ticks() -> int:
 
 def _stat(pid: str) -> tuple[int, str, int] | None:
     """(parent pid, state, start time in ticks) of a process, or None when it is gone."""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()
-    return int(fields[1]), fields[0], int(fields[19])
+    s = procstat.stat(pid)
+    return None if s is None else (s.ppid, s.state, s.start_ticks)
 
 
 def adopted_since(ticks: int) -> list[int]:

@@ -25,6 +25,8 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from .. import procstat
+
 GATES = "gates"  # the runner directory's list of running gates, a file per gate
 ENV = "GPU_GATE_RUNNER_DIR"  # where the ledgers live; every gate on a runner must see the same one
 HEADROOM = 512 << 20  # left out of each GPU's memory: the driver's and the CUDA contexts' own
@@ -178,8 +180,5 @@ def gates_on_runner(directory: Path | None = None) -> frozenset[int]:
 
 def _started(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks after boot, from /proc); None where /proc cannot say."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        return int(stat[stat.rindex(")") + 1:].split()[19])
-    except (OSError, ValueError, IndexError):
-        return None
+    s = procstat.stat(pid)
+    return None if s is None else s.start_ticks

@@ -23,6 +23,7 @@ import threading
 import time
 from pathlib import Path
 
+from .. import procstat
 from . import orphans, sandbox
 from ..cuda.tool_launch import modes
 
@@ -99,7 +100,7 @@ def _asleep(pid: int) -> bool:
     """Whether every thread of ``pid`` is asleep (S) or stopped in the kernel (D): none running."""
     try:
         tasks = os.listdir(f"/proc/{pid}/task")
-        states = [Path(f"/proc/{pid}/task/{t}/stat").read_text().rsplit(")", 1)[1].split()[0] for t in tasks]
-    except (OSError, IndexError):
+    except OSError:
         return False
-    return bool(states) and all(s in ("S", "D") for s in states)
+    states = [procstat.fields(pid, t) for t in tasks]
+    return bool(states) and all(f is not None and f[:1] in (["S"], ["D"]) for f in states)

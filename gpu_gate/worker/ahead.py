@@ -44,6 +44,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypedDict
 
+from .. import procstat
 from ..protocol.jobs import Job
 
 if TYPE_CHECKING:
@@ -186,15 +187,8 @@ def _wait_group_gone(group: int, wait_s: float) -> None:
     to die; a zombie waiting for its reaper counts as gone)."""
     deadline = time.monotonic() + wait_s
     while time.monotonic() < deadline:
-        left = False
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except (OSError, IndexError):
-                continue
-            if len(fields) > 2 and fields[2] == str(group) and fields[0] not in ("Z", "X"):
-                left = True
-                break
+        left = any(s is not None and s.pgrp == group and s.state not in ("Z", "X")
+                   for s in map(procstat.stat, procstat.pids()))
         if not left:
             return
         time.sleep(0.01)
