@@ -128,6 +128,36 @@ def _classify_job(r: JobResult, rules: Rules, blocking: list[Item], warnings: li
         (blocking if mode == "fail" and required else warnings).append(item)
 
 
+def same_place(f: Finding) -> tuple[object, ...] | None:
+    """What makes two jobs' findings one: the same check and kind at the same file and line, of the
+    same kernel and architecture, with the same change against the base. The compile check and an
+    equivalence job that reads the kernels its cases launched both read a kernel's build; where both
+    find the same thing there, the user is told once. None for a finding that names no line."""
+    if not f.file or not f.line:
+        return None
+    d = f.details
+    return (f.check, f.kind, f.file, f.line, f.severity, str(d.get("kernel", "")), str(d.get("arch", "")),
+            str(d.get("change", "")))
+
+
+def _once(items: list[Item]) -> list[Item]:
+    """``items`` with each finding that several jobs made at the same place listed once: the first in
+    order, with the longest message of them (the one that says the most, e.g. the launched values)."""
+    out: list[Item] = []
+    at: dict[tuple[object, ...], int] = {}
+    for item in items:
+        key = same_place(item.finding) if item.finding is not None else None
+        if key is None:
+            out.append(item)
+        elif key in at:
+            if len(item.reason) > len(out[at[key]].reason):
+                out[at[key]] = item
+        else:
+            at[key] = len(out)
+            out.append(item)
+    return out
+
+
 def decide(record: RunRecord, rules: Rules) -> Verdict:
     blocking: list[Item] = []
     warnings: list[Item] = []
@@ -154,5 +184,6 @@ def decide(record: RunRecord, rules: Rules) -> Verdict:
         "findings": sum(len(r.findings) for r in record.results) + len(record.plan_findings),
     }
     no_changes = not record.kernels and not record.plan_findings and not record.results
-    return Verdict(passed=not blocking, blocking=blocking, warnings=warnings, counts=counts,
+    # blocking items stay one per job (each job's status rests on them); warnings are listed once
+    return Verdict(passed=not blocking, blocking=blocking, warnings=_once(warnings), counts=counts,
                    no_kernel_changes=no_changes, checked=summary(record.results))

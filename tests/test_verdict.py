@@ -73,3 +73,38 @@ def test_a_lost_shard_blocks() -> None:
     assert v.blocking[0].reason.startswith("job memcheck:a produced no result")
     b = RunRecord(results=[_job("memcheck:a", Status.PASSED)], planned_jobs=["memcheck:a"], shard="2/2")
     assert decide(merge([a, b]), Rules()).passed
+
+
+def _int32(job: str, extra: str = "") -> Finding:
+    return Finding(check="compile", kind="int32-offset", severity=Severity.WARNING, file="kernels/k.py", line=11,
+                   message=f"pre-existing: kernels/k.py:11: kernel k computes a 32-bit offset (sm_90){extra}",
+                   details={"kernel": "k", "arch": "sm_90", "change": "pre-existing"}, spec=job)
+
+
+def test_a_warning_two_jobs_found_at_one_place_is_listed_once_with_the_fuller_message() -> None:
+    """The compile check and an equivalence job reading its launched kernels both read a kernel's
+    build: the same int32-offset at the same line was listed twice (the demo showed four lines for two)."""
+    from gpu_gate.github.checkrun import check_annotations
+
+    launched = _int32("g.py::s", " (read from the PTX as the cases launched it: BLOCK=128)")
+    other_line = Finding(check="compile", kind="int32-offset", severity=Severity.WARNING, file="kernels/k.py",
+                         line=15, message="kernels/k.py:15: another", details={"kernel": "k", "arch": "sm_90"})
+    rec = RunRecord(results=[_job("compile:kernels/k.py", Status.PASSED, findings=[_int32(""), other_line]),
+                             _job("equivalence:g.py::s", Status.PASSED, findings=[launched])])
+    v = decide(rec, Rules())
+    assert v.passed and [i.finding.line for i in v.warnings if i.finding] == [11, 15]
+    assert "as the cases launched it" in v.warnings[0].reason
+    anns = check_annotations(rec, v)
+    assert sorted(a["start_line"] for a in anns) == [11, 15]
+
+
+def test_blocking_findings_stay_one_per_job_and_other_architectures_or_lines_stay_apart() -> None:
+    hopper = _int32("")
+    ampere = Finding(check="compile", kind="int32-offset", severity=Severity.WARNING, file="kernels/k.py", line=11,
+                     message="kernels/k.py:11 (sm_80)", details={"kernel": "k", "arch": "sm_80"})
+    error = Finding(check="compile", kind="int32-offset", severity=Severity.ERROR, file="kernels/k.py", line=11,
+                    message="new", details={"kernel": "k", "arch": "sm_90", "change": "new"})
+    rec = RunRecord(results=[_job("compile:a", Status.FAILED, findings=[hopper, ampere, error]),
+                             _job("equivalence:b", Status.FAILED, findings=[error])])
+    v = decide(rec, Rules())
+    assert len(v.warnings) == 2 and len(v.blocking) == 2 and not v.passed

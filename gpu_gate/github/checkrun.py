@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..findings import Finding, JobResult, Severity
 from ..record import RunRecord
-from ..verdict import Verdict
+from ..verdict import Verdict, same_place
 from ..report import locate
 from .client import ApiResponse, GitHubClient
 from .text import CHECK_TEXT_LIMIT, fit_chars, truncation_note
@@ -31,8 +31,14 @@ def check_annotations(record: RunRecord, verdict: Verdict, root: Path | None = N
     """
     blocking = {id(item.finding) for item in verdict.blocking if item.finding is not None}
     out = [_annotation(f, blocking=id(f) in blocking) for f in record.plan_findings if f.file]
+    warned: set[tuple[object, ...]] = set()  # a warning several jobs made at one place: annotated once
     for result in record.results:
-        out += [_annotation(f, blocking=id(f) in blocking) for f in result.findings if f.file]
+        for f in result.findings:
+            key = same_place(f) if f.file and id(f) not in blocking else None
+            if f.file and (key is None or key not in warned):
+                out.append(_annotation(f, blocking=id(f) in blocking))
+            if key is not None:
+                warned.add(key)
         unplaced = [f for f in result.findings if not f.file and id(f) in blocking]
         if unplaced:
             out += _placed(result, unplaced, root or Path.cwd(), record)
