@@ -1,8 +1,9 @@
 """``gpu-gate audit --gpu`` on the bundled problem sets (issue 44): the same verdicts as under the CPU's
 interpreter, with the GPU-only checks on (memcheck, determinism) and each submission timed against its
 problem's reference, beside the benchmark-style verifier run on the GPU, which passes every submission.
-On an H200: KernelBench 5 green, 7 red, 365 s; SOL-ExecBench 2 green, 2 red, 127 s, each solution about
-5x faster than the PyTorch reference (time / reference's 0.155-0.192). Prints both tables (-s)."""
+On an H200: KernelBench 5 green, 8 red, 421 s; SOL-ExecBench 2 green, 2 red, 115 s on one H200 and 95 s
+on two (each submission's jobs spread over both), each solution about 5x faster than the PyTorch
+reference (time / reference's 0.18-0.22). Prints both tables (-s)."""
 from __future__ import annotations
 
 import json
