@@ -40,7 +40,8 @@ def test_a_child_in_a_group_of_its_own() -> None:
     try:
         s = procstat.stat(child.pid)
         assert s is not None and s.pgrp == child.pid and s.ppid == os.getpid()
-        assert all(f[:1] for f in filter(None, (procstat.fields(child.pid, t) for t in os.listdir(f"/proc/{child.pid}/task"))))
+        threads = os.listdir(f"/proc/{child.pid}/task")
+        assert threads and all((procstat.fields(child.pid, t) or ["?"])[0] in "RSD" for t in threads)
     finally:
         child.kill()
         child.wait()

@@ -266,8 +266,9 @@ def _measure(runner: CaseRunner, spec: Spec, dim: str, dtype: str, sign: str, to
         return None
     draws = 1
     if at_base is not None and _undecided(cand[-1], at_base[-1], dtype):
-        cand[-1], base[-1], at_base[-1], draws = _pooled(runner, spec, dim, dtype, sign, sizes[-1], seed, budget, deadline,
-                                                  output, (cand[-1], base[-1], at_base[-1]), findings)
+        first = (cand[-1], base[-1], at_base[-1])
+        cand[-1], base[-1], at_base[-1], draws = _pooled(runner, spec, dim, dtype, sign, sizes[-1], seed, budget,
+                                                         deadline, output, first, findings)
     return sizes, cand, base, last, at_base, draws
 
 
