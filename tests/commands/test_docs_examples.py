@@ -194,7 +194,7 @@ def test_the_fan_out_example_runs_under_act(repo, tmp_path: Path) -> None:
         res = act.run_act(path, event, gh, "fanout.yml", tmp_path / "run", tmp_path / "home")
         log = res.stdout + res.stderr
         assert "setup ran with" in log, log[-6000:]
-        assert "gpu-gate did not pass (report: failure, verdict: " in log, log[-6000:]
+        assert act.verdict_blocked(log, report="failure"), log[-6000:]
         assert res.returncode != 0
         (run,) = gh.check_runs.values()
         assert run["head_sha"] == head and run["conclusion"] == "failure"
