@@ -32,38 +32,29 @@ def boot_ticks() -> int:
     return int(time.clock_gettime(time.CLOCK_BOOTTIME) * os.sysconf("SC_CLK_TCK"))
 
 
-def _stat(pid: str) -> tuple[int, str, int] | None:
-    """(parent pid, state, start time in ticks) of a process, or None when it is gone."""
-    s = procstat.stat(pid)
-    return None if s is None else (s.ppid, s.state, s.start_ticks)
-
-
 def adopted_since(ticks: int) -> list[int]:
     """Processes re-parented to this one (not started by :func:`proc.run`) that began at or after
     ``ticks``: what a job started and left behind. Zombies among them are reaped."""
     me = os.getpid()
     found: list[int] = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+    for pid in procstat.pids():
+        st = procstat.stat(pid)
+        if st is None or st.ppid != me or st.start_ticks < ticks or proc.started_here(pid):
             continue
-        st = _stat(entry)
-        if st is None or st[0] != me or st[2] < ticks or proc.started_here(int(entry)):
+        if st.state == "Z":
+            _reap(pid)
             continue
-        if st[1] == "Z":
-            _reap(int(entry))
-            continue
-        found.append(int(entry))
+        found.append(pid)
     return found
 
 
 def descendants(pid: int) -> list[int]:
     """Every process below ``pid``, from /proc (those that exit meanwhile may be missing)."""
     children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            st = _stat(entry)
-            if st is not None:
-                children.setdefault(st[0], []).append(int(entry))
+    for other in procstat.pids():
+        st = procstat.stat(other)
+        if st is not None:
+            children.setdefault(st.ppid, []).append(other)
     found: list[int] = []
     todo = [pid]
     while todo:
