@@ -244,9 +244,15 @@ def gate(gate_path: Path, repo: Path, checkout: str, args: list[str], out: Path)
     said = sorted({f"{f['check']}/{f['kind']}: {f['message'].splitlines()[0][:300]}"
                    for r in results.get("results", []) for f in r["findings"] if f["severity"] == "error"})
     jobs = {r["check"]: [round(r.get("duration_s") or 0.0, 1), r.get("cases") or 0] for r in results.get("results", [])}
+    # a job that did not pass or fail (not run, an error): its status and why, for a verdict no finding explains
+    unrun = {r["check"]: f"{r['status']}: {str(r.get('reason') or '')[:300]}" for r in results.get("results", [])
+             if r["status"] not in ("passed", "failed")}
+    plan = sorted({f"{f['kind']}: {f['message'].splitlines()[0][:300]}" for f in results.get("plan_findings", [])
+                   if f["severity"] == "error"})
+    unexplained = p.returncode not in (0, 1) or (p.returncode == 1 and not errors)
     return {"exit": p.returncode, "wall_s": round(wall, 1), "jobs": jobs, "findings": errors, "differential": notes,
-            "said": said[:12],
-            "tail": (p.stdout + p.stderr)[-1500:] if p.returncode not in (0, 1) else ""}
+            "said": said[:12], "not_run": unrun, "plan": plan[:6],
+            "tail": (p.stdout + p.stderr)[-1500:] if unexplained else ""}
 
 
 def kernelbench(gate_path: Path, repo: Path, checkout: str, spec: str, cpu: bool) -> dict[str, object]:

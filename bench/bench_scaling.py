@@ -89,6 +89,7 @@ class Run:
     rc: int = -1
     jobs: list[tuple[float, float]] = field(default_factory=list)  # (start, end) from the gate's start
     util: dict[str, float] = field(default_factory=dict)
+    host: float = float("nan")  # the host's CPUs busy, mean over the run (%)
     verdict: str = ""
 
     def longest(self) -> float:
@@ -110,11 +111,24 @@ class Run:
         return max(e for _, e in self.jobs) - last_peak
 
 
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, total) jiffies of all the host's CPUs, from /proc/stat."""
+    try:
+        fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle and iowait
+    return sum(fields) - idle, sum(fields)
+
+
 class Sampler:
-    """nvidia-smi's utilisation of every GPU, every 0.5 s, while a run lasts."""
+    """nvidia-smi's utilisation of every GPU, every 0.5 s, while a run lasts; and the host's CPUs,
+    busy over the whole run (a waiting worker that spins on its GPU counts as busy)."""
 
     def __init__(self) -> None:
         self.samples: dict[str, list[float]] = {}
+        self.host = float("nan")
+        self._cpu0 = _cpu_times()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
 
@@ -125,6 +139,9 @@ class Sampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        end = _cpu_times()
+        if self._cpu0 is not None and end is not None and end[1] > self._cpu0[1]:
+            self.host = 100.0 * (end[0] - self._cpu0[0]) / (end[1] - self._cpu0[1])
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -165,6 +182,7 @@ def measure(name: str, repo: Path, n: int, args: list[str], logs: Path) -> Run:
     with Sampler() as s:
         run.wall, run.rc, run.jobs, run.verdict = gate(repo, ",".join(map(str, range(n))), logs / f"{name}-{n}", args)
     run.util = {g: u for g, u in s.means().items() if int(g) < n}
+    run.host = s.host
     print(f"  {name} on {n} GPU(s): {run.wall:.1f}s exit {run.rc}, {len(run.jobs)} jobs  {run.verdict}", flush=True)
     return run
 
@@ -242,13 +260,13 @@ def main() -> int:
             shutil.rmtree(root, ignore_errors=True)
     print()
     print(f"{'run':<9} {'GPUs':>4} {'jobs':>5} {'wall s':>7} {'speed-up':>8} {'start s':>7} {'longest s':>9} "
-          f"{'tail s':>6} {'exit':>4}  mean utilisation per GPU")
+          f"{'tail s':>6} {'exit':>4} {'host':>5}  mean utilisation per GPU")
     for r in runs:
         one = next((x.wall for x in runs if x.name == r.name and x.gpus == 1), None)
         speed = f"{one / r.wall:.2f}x" if one and r.wall else "-"
         util = " ".join(f"{g}:{u:.0f}%" for g, u in r.util.items())
         print(f"{r.name:<9} {r.gpus:>4} {len(r.jobs):>5} {r.wall:>7.1f} {speed:>8} {r.first_start():>7.1f} "
-              f"{r.longest():>9.1f} {r.tail():>6.1f} {r.rc:>4}  {util}")
+              f"{r.longest():>9.1f} {r.tail():>6.1f} {r.rc:>4} {r.host:>4.0f}%  {util}")
     if gate_rows:
         print()
         print("gates at once (exit 0 = green, 1 = red; none should be 2 or hit a limit)")

@@ -79,7 +79,12 @@ class Verdict:
             here = c.get("not_run_here", 0)
             parts.append(f"{c['not_run']} not run" + (f" ({here} GPU-only, not run here)" if here else ""))
         word = "PASSED" if self.passed else "FAILED"
-        tail = f"; {len(self.blocking)} blocking" if self.blocking else ""
+        # the same finding several jobs made at one place (the compile check's and an equivalence job's
+        # read of one build) is one problem to the reader: counted once, the jobs' count beside it
+        distinct = len(once(self.blocking))
+        tail = f"; {distinct} blocking" if self.blocking else ""
+        if distinct != len(self.blocking):
+            tail += f" ({len(self.blocking)} findings of the jobs)"
         tail += f"; {self.checked}" if self.checked else ""
         return f"gpu-gate: {word} - {', '.join(parts)}{tail}"
 
@@ -140,7 +145,7 @@ def same_place(f: Finding) -> tuple[object, ...] | None:
             str(d.get("change", "")))
 
 
-def _once(items: list[Item]) -> list[Item]:
+def once(items: list[Item]) -> list[Item]:
     """``items`` with each finding that several jobs made at the same place listed once: the first in
     order, with the longest message of them (the one that says the most, e.g. the launched values)."""
     out: list[Item] = []
@@ -185,5 +190,5 @@ def decide(record: RunRecord, rules: Rules) -> Verdict:
     }
     no_changes = not record.kernels and not record.plan_findings and not record.results
     # blocking items stay one per job (each job's status rests on them); warnings are listed once
-    return Verdict(passed=not blocking, blocking=blocking, warnings=_once(warnings), counts=counts,
+    return Verdict(passed=not blocking, blocking=blocking, warnings=once(warnings), counts=counts,
                    no_kernel_changes=no_changes, checked=summary(record.results))

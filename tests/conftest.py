@@ -14,6 +14,11 @@ from pathlib import Path
 # The suite runs as CI does (issue 40): a GPU-only check that cannot run fails closed. The tests of
 # a local run, where such checks are listed as not run here and do not fail, unset CI themselves.
 os.environ.setdefault("CI", "true")
+# OpenMP's threads sleep between parallel regions, as in the gate's judge (gpu_gate.executor.argv.
+# WAIT_POLICY), in this process's torch (the in-process jobs) and, as a runner's own setting, in every
+# gate the tests start: on CI's few cores a spinning thread after each region held a core another test
+# process needed (the in-process corpora ran twice as long).
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # GPU-memory ledgers (gpu_gate.executor.reservations) are shared by every gate on a runner: the tests'
 # fake GPUs keep theirs in a directory of this test process's own, so that test processes running
 # side by side (pytest-xdist) never reserve each other's fake GPU "0". Gates a test starts inherit it.

@@ -108,3 +108,36 @@ def test_blocking_findings_stay_one_per_job_and_other_architectures_or_lines_sta
                              _job("equivalence:b", Status.FAILED, findings=[error])])
     v = decide(rec, Rules())
     assert len(v.warnings) == 2 and len(v.blocking) == 2 and not v.passed
+
+
+def test_a_finding_several_jobs_made_at_one_place_is_one_blocking_problem() -> None:
+    """The compile check and an equivalence job that reads the builds its cases launched both find a
+    32-bit offset at one line of one kernel: one problem to the reader (the headline counts it once and
+    gives the jobs' count beside it; the console and the comment list it once), while each job's status
+    still rests on its own finding. Two places stay two."""
+    from gpu_gate.report.console import render_summary
+    from gpu_gate.report.markdown import render_markdown as render
+
+    def offset(line: int, message: str = "32-bit offset") -> Finding:
+        return Finding(check="compile", kind="int32-offset", message=f"{message} at line {line}", file="k.py",
+                       line=line, details={"kernel": "_k", "arch": "sm_90", "change": "new"})
+
+    rec = RunRecord(results=[_job("compile:x", Status.FAILED, findings=[offset(10), offset(20)]),
+                             _job("equivalence:x", Status.FAILED,
+                                  findings=[offset(10, "32-bit offset, as the cases launched it"), offset(20)])],
+                    planned_jobs=["compile:x", "equivalence:x"])
+    v = decide(rec, Rules())
+    assert not v.passed and len(v.blocking) == 4
+    assert "; 2 blocking (4 findings of the jobs)" in v.headline, v.headline
+    console = render_summary(rec, v)
+    assert console.count("at line 10") == 1 and console.count("at line 20") == 1, console
+    assert "as the cases launched it" in console  # the message that says the most
+    comment = render(rec, v)
+    blocking = comment.split("### Blocking")[1].split("###")[0]
+    assert blocking.count("at line 10") == 1 and blocking.count("at line 20") == 1, blocking
+    from gpu_gate.github.checkrun import check_annotations
+
+    anns = check_annotations(rec, v)
+    assert sorted((a["start_line"], a["annotation_level"]) for a in anns) == [(10, "failure"), (20, "failure")], anns
+    single = RunRecord(results=[_job("compile:x", Status.FAILED, findings=[offset(10)])], planned_jobs=["compile:x"])
+    assert decide(single, Rules()).headline.endswith("; 1 blocking"), decide(single, Rules()).headline

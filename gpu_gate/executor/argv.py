@@ -59,6 +59,20 @@ def _env_for(opts: ExecOptions, gpu: str | None, workdir: Path, threads: int, ch
     return env
 
 
+# OpenMP's wait policy in the judge (see judge_env): its threads (torch's, comparing on the CPU) sleep
+# between parallel regions instead of spinning after each one (libgomp's default), which held a core
+# while the judge waited on its workers, a core the runner's other jobs need. Only in the judge: in a
+# worker or the disguised replay the variable would be one more sign of gpu-gate's process that code
+# under test could read; the runner's own setting, where it has one, reaches every process as it is.
+WAIT_POLICY = "PASSIVE"
+
+
+def judge_env(env: dict[str, str], judge_dir: Path) -> dict[str, str]:
+    """The judge's environment: the job's (``env``), its temporary files in its own directory, and
+    OpenMP's threads asleep when idle (WAIT_POLICY)."""
+    return {**env, "TMPDIR": str(judge_dir), "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY") or WAIT_POLICY}
+
+
 def judge_argv(opts: ExecOptions, job_file: Path, result_file: Path) -> list[str]:
     """The judge's command line: gpu-gate's own process, outside the sandbox."""
     return [sys.executable, "-I", *_flags(opts), "-c", _BOOT, str(job_file), str(result_file)]
@@ -181,5 +195,16 @@ def _niced(argv: list[str], opts: ExecOptions) -> list[str]:
     return [nice, "-n", str(opts.nice), *argv] if nice else argv
 
 
-def _worker_context(opts: ExecOptions, gpu: str | None, root: Path | None = None) -> dict[str, object]:
-    return {"repo_root": str(root or opts.repo_root), "device": None if gpu is not None else "cpu"}
+# How a worker's host thread waits for its GPU (see gpu_gate.worker.cuda_sync): sleeping, by default,
+# so that waiting workers leave the runner's cores to the jobs with host work to do. GPU_GATE_CUDA_SYNC
+# (auto, spin, yield, blocking) overrides it: "auto" is CUDA's own default, which spins. A worker that
+# runs under compute-sanitizer keeps CUDA's default (the tool's own threads wait as they do; the mode
+# has not been measured under it).
+CUDA_SYNC_DEFAULT = "blocking"
+
+
+def _worker_context(opts: ExecOptions, gpu: str | None, root: Path | None = None, *,
+                    under_tool: bool = False) -> dict[str, object]:
+    sync = os.environ.get("GPU_GATE_CUDA_SYNC") or CUDA_SYNC_DEFAULT
+    return {"repo_root": str(root or opts.repo_root), "device": None if gpu is not None else "cpu",
+            **({"cuda_sync": sync} if gpu is not None and not under_tool else {})}

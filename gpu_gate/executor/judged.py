@@ -20,7 +20,7 @@ from ..findings import Finding, JobResult, Severity
 from ..protocol.jobs import Job
 from ..protocol.jobs import base_commit, truth_commit
 from ..protocol.roles import BASE, serves, worker_roles
-from .argv import _context, _env_for, _niced, _worker_context, judge_argv, worker_argv, worker_boot
+from .argv import _context, _env_for, _niced, _worker_context, judge_argv, judge_env, worker_argv, worker_boot
 from . import containment
 from .containment import SANDBOX_STARTS, TOOL_START_LIMIT_S, Contained, _contained_run
 from .control import RunControl, _kill_group
@@ -84,12 +84,14 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     except OSError:
         dropped, shelf = [], None  # a store that cannot be checked is not used
     contexts: dict[str, dict[str, object]] = {}
+    wrapping = CHECKS[job.check].wrapping()  # compute-sanitizer runs the candidate's (and the base's) worker
     try:
         judge_dir.mkdir()
         for role, d in dirs.items():
             d.mkdir(exist_ok=True)
             shown = opts.repo_root if remap else roots[role]
-            context_json = _worker_context(opts, gpu, shown)
+            under_tool = wrapping is not None and role in ("candidate", "base")
+            context_json = _worker_context(opts, gpu, shown, under_tool=under_tool)
             if role == "reference":
                 lent[role] = _lend_truth(job, opts, d, remap, context_json)
             if shelf is not None and shelf.is_dir() and role != "reference":
@@ -126,8 +128,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
             b.close()
         return _error_result(job, "infrastructure", f"cannot write the job's files ({exc}): no disk space left?", None)
     env = _env_for(opts, gpu, workdir, threads, job.check, avail)
-    judge_env = {**env, "TMPDIR": str(judge_dir)}
-    wrapping = CHECKS[job.check].wrapping()
+    jenv = judge_env(env, judge_dir)
     argvs = {role: worker_argv(opts, dirs[role] / "context.json", role=serves(job.check, role), fd=b.fileno())
              for role, (_, b) in pairs.items()}
     boots = {role: worker_boot(b.fileno(), serves(job.check, role), contexts[role]) for role, (_, b) in pairs.items()}
@@ -209,7 +210,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
         _wait_started(pids, len(roles))  # each worker's end is closed here once its sandbox started it
 
     try:
-        jpr = proc.run(_niced(judge_argv(opts, job_file, result_file), opts), cwd=judge_dir, env=judge_env,
+        jpr = proc.run(_niced(judge_argv(opts, job_file, result_file), opts), cwd=judge_dir, env=jenv,
                        timeout=timeout,
                        pass_fds=tuple(a.fileno() for a, _ in pairs.values()), on_start=judge_started)
     finally:

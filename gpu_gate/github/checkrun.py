@@ -31,14 +31,16 @@ def check_annotations(record: RunRecord, verdict: Verdict, root: Path | None = N
     """
     blocking = {id(item.finding) for item in verdict.blocking if item.finding is not None}
     out = [_annotation(f, blocking=id(f) in blocking) for f in record.plan_findings if f.file]
-    warned: set[tuple[object, ...]] = set()  # a warning several jobs made at one place: annotated once
+    # a finding several jobs made at one place: annotated once (blocking and warnings apart)
+    seen: set[tuple[object, ...]] = set()
     for result in record.results:
         for f in result.findings:
-            key = same_place(f) if f.file and id(f) not in blocking else None
-            if f.file and (key is None or key not in warned):
+            place = same_place(f) if f.file else None
+            key = (id(f) in blocking, *place) if place is not None else None
+            if f.file and (key is None or key not in seen):
                 out.append(_annotation(f, blocking=id(f) in blocking))
             if key is not None:
-                warned.add(key)
+                seen.add(key)
         unplaced = [f for f in result.findings if not f.file and id(f) in blocking]
         if unplaced:
             out += _placed(result, unplaced, root or Path.cwd(), record)

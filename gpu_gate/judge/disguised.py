@@ -543,8 +543,13 @@ def _gate_aware(runner: CaseRunner, case: Case, what: str, **details: object) ->
     from .equivalence.engine import _finding
 
     repro = runner.repro_cmd.format(token=case.token())
+    tuned = sorted(runner.autotuned)
+    # An autotuned kernel runs there the config its autotuner times fastest, in the worker the one whose
+    # turn it was: a config wrong on this case shows there only (a defect, whichever the name says).
+    also = (f", or one of the configs of its autotuned kernels ({', '.join(n[:80] for n in tuned[:5])}) is wrong "
+            f"here: the program's autotuner picks its own, the worker's took them in turn" if tuned else "")
     return _finding(runner.spec_id, case, "gate-aware",
                     f"the candidate passed case {case.id} in the gate's worker, but when the case was {WHERE}, {what}. "
                     f"The kernel behaves differently outside the gate: it may recognise the gate's process "
-                    f"(its modules, command line, environment, files or process tree)", repro,
+                    f"(its modules, command line, environment, files or process tree){also}", repro,
                     Severity.ERROR, disguised=True, **details)

@@ -64,6 +64,8 @@ class CallReport:
     held_sms: bool | str | None = None  # with hold_sms: True, or why the SMs could not be held
     produced: bool | str | None = None  # with produce: True, or why the producer could not run
     held_caller: bool | str | None = None  # with hold_caller: True, or why the caller's stream was not held
+    # the config each autotuned kernel ran for each key, as the worker says (kernel -> {key: config})
+    configs: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
 
 class Candidate:
@@ -82,6 +84,9 @@ class Candidate:
         # under compute-sanitizer: the worker hands the candidate tensors with no guard band, so
         # that the tool sees every access past a tensor's end (the guard band would absorb it)
         self.exact = False
+        # configs its autotuned kernels are to run on, per key, with every call (the base's code on the
+        # head's configs: see gpu_gate.worker.autotune); empty: its own
+        self.autotune: dict[str, dict[str, str]] = {}
 
     def call(self, *args: Any, **kwargs: Any) -> CallReport:
         import time
@@ -141,7 +146,8 @@ class Candidate:
         request = Call(dims=dict(case.dims), grad_layout=case.grad_layout, hold=hold, early=early, load=load,
                        compare_held=compare_held, relocate=relocate, plain=plain, hold_sms=hold_sms, exact=self.exact,
                        produce=produce, producer=tuple(producer), hold_caller=hold_caller, inputs_back=inputs_back,
-                       upstream=None if again else upstream, upstream_again=again, inputs=sent, refill=again_refill)
+                       upstream=None if again else upstream, upstream_again=again, inputs=sent, refill=again_refill,
+                       autotune=self.autotune)
         self._send(request, blobs, self._budget(case))
 
     def _budget(self, case: Case) -> int:
@@ -194,7 +200,7 @@ class Candidate:
                             if m is not None},
             watch=[(list(w.shape), bytes(got[w.head.blob]), bytes(got[w.tail.blob])) for w in done.watch],
             side_streams=done.side_streams, held_sms=done.held_sms, produced=done.produced,
-            held_caller=done.held_caller)
+            held_caller=done.held_caller, configs=done.configs)
 
     def time(self, repeats: int, warmup: int = 1, *, fresh: bool = True, flush: bool = True) -> Timed | str:
         """Time the last call's case again (the speed check; see worker.timing): each run's seconds as

@@ -10,7 +10,7 @@ from typing import Literal
 from ..checked import case_words, gpu_only_not_run, planned
 from ..findings import Finding, JobResult, Severity, Status
 from ..record import RunRecord
-from ..verdict import Item, Verdict
+from ..verdict import Item, Verdict, once
 from . import (blocking_findings, clean_text, first_line, group_not_run, job_target, missing_items, not_run_jobs,
                reason_key, short_sha, targets_phrase, warning_findings)
 
@@ -101,7 +101,8 @@ def render_summary(record: RunRecord, verdict: Verdict, *, colour: bool = False,
     """The verdict line, then what blocks, what did not run and what warns. ``full``: whole
     messages (``-v``) instead of their first lines."""
     lines = [paint_headline(verdict.headline, colour)]
-    blockers = [i for i in verdict.blocking if i.finding is not None]  # the rest are listed as not run
+    # the rest are listed as not run; a finding several jobs made at one place, once (see verdict.same_place)
+    blockers = [i for i in once(verdict.blocking) if i.finding is not None]
     if blockers:
         lines += ["", paint("Blocking:", "red", colour)]
         for item in blockers:

@@ -22,7 +22,7 @@ from ..checked import case_words, planned
 from ..findings import Finding, JobResult, Severity, Status
 from ..judge.checks import check_info
 from ..record import ChangedKernel, RunRecord
-from ..verdict import Item, Verdict
+from ..verdict import Item, Verdict, once
 from . import (blocking_findings, blocking_jobs, check_order, clean_text, first_line, group_not_run, job_target,
                missing_items, reason_key, short_sha)
 from .mdfit import Section as _Section, assemble as _assemble, fit as _fit
@@ -167,7 +167,7 @@ def _blocking_lines(items: list[Item]) -> list[str]:
     """One line per blocking finding; jobs that did not run share one line per reason."""
     lines: list[str] = []
     groups: dict[tuple[str, str], list[JobResult]] = {}
-    for item in items:
+    for item in once(items):  # a finding several jobs made at one place: one line (see verdict.same_place)
         job = item.job
         if item.finding is None and job is not None and job.status in (Status.NOT_RUN, Status.ERROR):
             key = (_verb(job), reason_key(job))

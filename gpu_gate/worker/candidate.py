@@ -24,6 +24,7 @@ from ..protocol.guard import GUARD_BYTES, Guarded, geometry, guarded_from
 from ..protocol.messages import (Call, CallDone, CallFailed, ErrorReply, Release, ReleaseReply, Reply, Request, Time,
                                  TensorMeta, ValueMeta, Watch, tensors)
 from ..protocol.messages.reference import recipe_json
+from . import autotune
 from .hold_sms import SmHolder
 from .producer import Producer
 from .watch import OutputWatch, SideStreams
@@ -191,7 +192,7 @@ class CandidateServer:
         before = _allocated(self.device)
         try:
             with OutputWatch(exact, quiet=quiet) as watch, SideStreams(self.device, delay=not quiet) as streams, \
-                    _no_fill(quiet):
+                    _no_fill(quiet), autotune.per_call(request.autotune) as configs:
                 if late and not _hold_caller(self._last_run_s):
                     unlate = unlate or "this torch cannot queue a sleep on a stream (torch.cuda._sleep)"
                 outs = call_with_grads(self.spec, self.spec.fn, given, kwargs_for(self.spec, dims), upstream,
@@ -216,7 +217,7 @@ class CandidateServer:
             done, side_streams=len(streams.used), run_s=run_s, compile_s=compile_seconds(),
             held_sms=None if held is None else held if held else str(self._holder.why_not),
             produced=None if not produce else True if produced else str(self._producer.why_not or "not on this device"),
-            held_caller=(unlate or True) if late else None)
+            held_caller=(unlate or True) if late else None, configs={k: dict(v) for k, v in configs.items()})
         return done, out
 
     def _outcome(self, request: Call, outs: dict[str, object], early: dict[str, torch.Tensor],

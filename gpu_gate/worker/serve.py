@@ -84,6 +84,7 @@ class Worker:
         self.truth_root = Path(context["truth_root"]) if context.get("truth_root") else None
         self.truth_missing = str(context["truth_missing"]) if context.get("truth_missing") else None
         self.device = context.get("device") or _pick_device()
+        self.cuda_sync = str(context["cuda_sync"]) if context.get("cuda_sync") else None  # see .cuda_sync
         self.job: Job | None = None
         self.server: ReferenceServer | CandidateServer | None = None
         self._recorders: Any = None
@@ -122,7 +123,7 @@ class Worker:
             pass
         torch_s, start = time.monotonic() - start, time.monotonic()
         if self.context is None and self.device == "cuda":
-            self.context = CudaContext()  # created beside the spec's import, not in the first case
+            self.context = CudaContext(self.cuda_sync)  # created beside the spec's import, not in the first case
         module_s: float | None = None
         try:
             if self.role == "reference":
@@ -286,14 +287,18 @@ class CudaContext:
 
     Settings read when the context is created (``CUDA_*``, ``PYTORCH_CUDA_*``, ``PYTORCH_NO_CUDA_*``)
     are then taken from the worker's environment, before the spec's import could change them: a
-    spec that sets one at import gets it reported (:meth:`late_settings`), not silently dropped."""
+    spec that sets one at import gets it reported (:meth:`late_settings`), not silently dropped.
+    ``sync``: how the host waits for the GPU (see :mod:`.cuda_sync`), set before the context exists;
+    ``sync_error`` says why it could not be, if so (the worker then runs with CUDA's default)."""
 
     PREFIXES = ("CUDA_", "PYTORCH_CUDA_", "PYTORCH_NO_CUDA_")
 
-    def __init__(self) -> None:
+    def __init__(self, sync: str | None = None) -> None:
         import threading
 
         self.seconds: float | None = None
+        self.sync = sync
+        self.sync_error: str | None = None
         self.before = self._settings()
         self.thread = threading.Thread(target=self._create, name="cuda-context", daemon=True)
         self.thread.start()
@@ -304,6 +309,10 @@ class CudaContext:
 
     def _create(self) -> None:
         start = time.monotonic()
+        if self.sync:
+            from .cuda_sync import set_mode
+
+            self.sync_error = set_mode(self.sync)
         try:
             import torch
 
@@ -394,7 +403,10 @@ def _run(context: dict[str, Any], fd: int, role: str, workdir: Path) -> int:
         serve(sock, CompileWorker(context, workdir), contextlib.nullcontext())
         sock.close()
     else:
+        from .heap import steady
         from .kept_kernels import start as start_seeding
+
+        steady()  # before torch allocates anything: the base's worker and the head's alike (see .heap)
 
         seeding = start_seeding(context)  # first: it runs while torch is imported (see kept_kernels)
         worker = Worker(role, context, workdir, seeding=seeding)

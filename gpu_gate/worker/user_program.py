@@ -173,15 +173,29 @@ def _call(torch: Any, fn: Any, inputs: dict[str, Any], kwargs: dict[str, Any], g
     return {k: (v.detach() if isinstance(v, torch.Tensor) else v) for k, v in outs.items()}
 
 
-def _interpreter(exc: BaseException) -> bool:
+def _interpreter(exc: BaseException) -> str | None:
+    """What Triton's interpreter cannot run, said (None: not that): an operation it lacks, or an
+    autotuned kernel, whose autotuner times its configs on a GPU driver there is none of (raised from
+    Triton's own driver)."""
     seen: set[int] = set()
     cur: BaseException | None = exc
     while cur is not None and id(cur) not in seen:
         seen.add(id(cur))
         if type(cur).__name__ == "InterpreterError" and type(cur).__module__.startswith("triton"):
-            return True
+            return _line(exc)
+        if (os.environ.get("TRITON_INTERPRET") == "1" and type(cur) is RuntimeError
+                and str(cur).startswith("0 active drivers") and _raised_in(cur, os.path.join("triton", "runtime"))):
+            return f"Triton's interpreter cannot autotune (no GPU to time the configs on): {_line(cur)}"
         cur = cur.__cause__ or cur.__context__
-    return False
+    return None
+
+
+def _raised_in(exc: BaseException, where: str) -> bool:
+    tb = exc.__traceback__
+    last = None
+    while tb is not None:
+        last, tb = tb, tb.tb_next
+    return last is not None and where in last.tb_frame.f_code.co_filename
 
 
 def _line(exc: BaseException) -> str:
@@ -246,8 +260,9 @@ def main() -> None:
                 results.append({"status": "unsupported", "message": str(exc)})
             except BaseException as exc:  # noqa: BLE001 - the kernel's failure is the result
                 oom = type(exc).__name__ == "OutOfMemoryError" or "out of memory" in str(exc)
-                status = "unsupported" if _interpreter(exc) else "oom" if oom else "failed"
-                results.append({"status": status, "message": _line(exc)})
+                unsupported = _interpreter(exc)
+                status = "unsupported" if unsupported else "oom" if oom else "failed"
+                results.append({"status": status, "message": unsupported or _line(exc)})
                 if any(m in str(exc) for m in FATAL):
                     break  # the CUDA context is gone: the other cases cannot run
     with open(os.path.join(HERE, "out.bin"), "wb") as f:

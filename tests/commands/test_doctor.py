@@ -19,6 +19,7 @@ from gpu_gate.commands.doctor import Thresholds, ToolInfo, doctor_main, infrastr
 from gpu_gate.findings import Severity
 
 GIB = 1024**3
+MIB = 1024**2
 NOT_SUPPORTED, GPU_IS_LOST = 3, 15
 
 
@@ -273,6 +274,27 @@ def test_the_process_that_started_the_gate_is_not_another_process(tmp_path: Path
                                         "started_the_gate": True}]
 
 
+def _another_gate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, int]:
+    """Another gate on this runner (listed there, in a runner directory of the test's own) and the
+    pid of its job, a child of it that stands for a process holding GPU memory. The gate ends, and
+    kills its job, when its stdin is closed."""
+    import subprocess
+    import sys
+
+    from gpu_gate.executor import reservations
+
+    monkeypatch.setenv(reservations.ENV, str(tmp_path / "runner"))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
+    gate_code = ("import subprocess, sys; from gpu_gate.executor.reservations import gate_on_runner\n"
+                 "with gate_on_runner():\n"
+                 "    job = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+                 "    print(job.pid, flush=True); sys.stdin.read(); job.kill()\n")
+    gate = subprocess.Popen([sys.executable, "-c", gate_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True, env=env)
+    assert gate.stdout is not None
+    return gate, int(gate.stdout.readline())
+
+
 def test_another_gates_jobs_on_the_gpu_are_not_a_strangers_processes(tmp_path: Path,
                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """Two gates on one GPU share its memory by reservation: the first gate's job is no reason for the
@@ -284,19 +306,9 @@ def test_another_gates_jobs_on_the_gpu_are_not_a_strangers_processes(tmp_path: P
 
     from gpu_gate.executor import reservations
 
-    monkeypatch.setenv(reservations.ENV, str(tmp_path / "runner"))
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[2])}
-    # another gate: listed on the runner, with a job (its child) that holds GPU memory
-    gate_code = ("import subprocess, sys, time; from gpu_gate.executor.reservations import gate_on_runner\n"
-                 "with gate_on_runner():\n"
-                 "    job = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-                 "    print(job.pid, flush=True); sys.stdin.read(); job.kill()\n")
-    gate = subprocess.Popen([sys.executable, "-c", gate_code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True, env=env)
+    gate, job = _another_gate(tmp_path, monkeypatch)
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
     try:
-        assert gate.stdout is not None
-        job = int(gate.stdout.readline())
         shared = doc(FakeGpu(processes=[SimpleNamespace(pid=job, usedGpuMemory=2 * GIB)]))
         assert shared.healthy, shared.gpus[0].problems
         assert shared.gpus[0].processes == [{"pid": job, "name": "python3", "used_memory_mib": 2048,
@@ -321,6 +333,34 @@ def test_another_gates_jobs_on_the_gpu_are_not_a_strangers_processes(tmp_path: P
     assert not list((tmp_path / "runner" / reservations.GATES).iterdir()), "a gate leaves the list when it ends"
     after = doc(FakeGpu(processes=[SimpleNamespace(pid=4242, usedGpuMemory=GIB)]))
     assert not after.healthy
+
+
+def test_memory_another_gate_holds_for_a_while_does_not_leave_the_gpu_out(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two gates on one GPU: the first gate's job holds nearly all the GPU's memory for a large case
+    when the second gate's doctor looks. Its memory is shared by reservation (the second gate's jobs
+    wait for it), so the GPU is not left out for want of free memory (which would leave the second
+    gate's GPU jobs not run, and the gate red for nothing its change did). A stranger holding the
+    same memory still leaves the GPU out, and so does too little memory when the other gate's share
+    does not make up for it."""
+    gate, job = _another_gate(tmp_path, monkeypatch)
+    try:
+        full = 81000 * MIB
+        busy = doc(FakeGpu(free=80 * MIB, processes=[SimpleNamespace(pid=job, usedGpuMemory=full)]))
+        assert busy.healthy, busy.gpus[0].problems
+        unknown = doc(FakeGpu(free=80 * MIB, processes=[SimpleNamespace(pid=job, usedGpuMemory=None)]))
+        assert unknown.healthy, unknown.gpus[0].problems  # what it holds is unknown: its reservation says
+        # the other gate holds little: the memory is short for another reason
+        short = doc(FakeGpu(free=80 * MIB, processes=[SimpleNamespace(pid=job, usedGpuMemory=100 * MIB)]))
+        assert only_problem(short).endswith("only 80 MiB of 81559 MiB memory free (need 1024)")
+        # a stranger holding it: left out, as before (for the memory and for the stranger)
+        stranger = doc(FakeGpu(free=80 * MIB, processes=[SimpleNamespace(pid=4242, usedGpuMemory=full)]),
+                       thresholds=Thresholds(allow_other_processes=True))
+        assert only_problem(stranger).endswith("only 80 MiB of 81559 MiB memory free (need 1024)")
+    finally:
+        assert gate.stdin is not None
+        gate.stdin.close()
+        gate.wait(timeout=30)
 
 
 def test_other_processes_can_be_allowed() -> None:

@@ -121,15 +121,17 @@ def test_jobs_share_a_gpu_only_when_its_memory_allows() -> None:
 # shows the repository read-only and no other job's directory).
 RECORD = ("import json, os, sys, time; t0 = time.time(); time.sleep(1.0); "
           "print('seen', json.dumps([os.environ['CUDA_VISIBLE_DEVICES'], t0, time.time(), "
-          "os.environ['OMP_NUM_THREADS']]), file=sys.stderr, flush=True); return x * 2")
+          "os.environ['OMP_NUM_THREADS'], os.environ.get('OMP_WAIT_POLICY')]), file=sys.stderr, flush=True); "
+          "return x * 2")
 
 
-def test_one_worker_per_gpu_each_job_sees_only_its_own_gpu(tmp_path: Path) -> None:
+def test_one_worker_per_gpu_each_job_sees_only_its_own_gpu(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Four (injected) GPUs, eight jobs: all four GPUs are used at once, every job sees exactly one
     GPU in CUDA_VISIBLE_DEVICES, and two jobs never overlap on one GPU (jobs_per_gpu 1). The four
     jobs running at once share the CPU cores out between them."""
     import json
 
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)  # what the gate sets, not what the tests' process has
     jobs = _jobs(tmp_path, {f"k{i}": RECORD for i in range(8)})
     opts = ExecOptions(repo_root=tmp_path, gpus=("0", "1", "2", "3"), timeout_s=300,
                        health_probe=lambda g: None, free_memory=lambda g: None)
@@ -137,8 +139,9 @@ def test_one_worker_per_gpu_each_job_sees_only_its_own_gpu(tmp_path: Path) -> No
     assert [r.status for r in results] == [Status.PASSED] * 8, [r.reason for r in results]
     logged = [json.loads(line[5:]) for r in results for line in (r.log_tail or "").splitlines()
               if line.startswith("seen ")]
-    assert {omp for *_, omp in logged} == {str(max(1, (os.cpu_count() or 2) // 4))}
-    spans = [(gpu, a, b) for gpu, a, b, _ in logged]
+    assert {omp for *_, omp, _ in logged} == {str(max(1, (os.cpu_count() or 2) // 4))}
+    assert {wait for *_, wait in logged} == {None}  # the judge's wait policy is not a sign a kernel can read
+    spans = [(gpu, a, b) for gpu, a, b, _, _ in logged]
     assert len(spans) >= 8  # each case-running call of the candidate logs once
     assert {gpu for gpu, _, _ in spans} == {"0", "1", "2", "3"}
     for gpu in "0123":
@@ -227,6 +230,24 @@ def test_jobs_number_gpus_as_nvidia_smi_and_the_doctor_do(tmp_path: Path, monkey
     assert "CUDA_DEVICE_ORDER" not in argv._env_for(opts, None, tmp_path, 4, "equivalence", box)  # CPU job
     monkeypatch.setenv("CUDA_DEVICE_ORDER", "FASTEST_FIRST")  # the runner's own choice is kept
     assert argv._env_for(opts, "2", tmp_path, 4, "equivalence", box)["CUDA_DEVICE_ORDER"] == "FASTEST_FIRST"
+
+
+def test_the_judges_openmp_threads_sleep_between_regions_and_no_worker_sees_the_setting(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """libgomp's default spins after each parallel region: in the judge, which mostly waits on its workers,
+    that holds a core the runner's other jobs need. The judge's OMP_WAIT_POLICY is PASSIVE; a worker's and
+    the disguised replay's environment do not get it (it would be a sign of gpu-gate's process that code
+    under test could read); a runner's own OMP_WAIT_POLICY is kept."""
+    box = sandbox.Available("unshare", "unshare", "unshare")
+    opts = ExecOptions(repo_root=tmp_path, gpus=("0",))
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    for gpu, check in ((None, "equivalence"), ("0", "compile")):
+        env = argv._env_for(opts, gpu, tmp_path, 2, check, box)
+        assert "OMP_WAIT_POLICY" not in env
+        assert argv.judge_env(env, tmp_path / "judge")["OMP_WAIT_POLICY"] == "PASSIVE"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")
+    env = argv._env_for(opts, None, tmp_path, 2, "equivalence", box)
+    assert env["OMP_WAIT_POLICY"] == argv.judge_env(env, tmp_path / "judge")["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_a_judged_jobs_time_outside_its_judge_is_in_its_timing(tmp_path: Path) -> None:

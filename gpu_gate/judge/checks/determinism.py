@@ -99,6 +99,9 @@ class Determinism:
         self.contention_budget: int | None = None  # bytes the contention cases were built for
         self.max_reduction: int | None = None  # the schedule's longest reduction, as they were built
         self.memory_notes: list[Finding] = []  # cases run smaller, or not at all, for want of GPU memory
+        # per case: the configs the head's autotuned kernels ran on its first call, which the base's code
+        # is asked to run when it repeats the case (see CaseRunner._on_the_heads_configs)
+        self._head_configs: dict[str, dict[str, dict[str, str]]] = {}
 
     def cases(self) -> list[Case]:
         """The contention cases first (many programs sharing locks, partial rows and hot
@@ -314,6 +317,9 @@ class Determinism:
         from ..workers import ReferenceOutOfMemory
         from .fitting import free_cached, is_oom
 
+        # the same configs as the head's ran, where the base's lists have them: a config that varies
+        # from run to run is the base's debt too, whichever config its own turn gave this case
+        base.autotune = self._head_configs.get(case.id, {})
         try:
             again = self._timed_case(case, base, "base")
         except (BaseLost, ContextLost) as exc:
@@ -328,6 +334,7 @@ class Determinism:
             again = "oom"
         finally:
             base_off, self._errors_of = self._errors_of or {}, None
+            base.autotune = {}
         if again == "oom":  # not known: judged by absolute rules
             return marked(finding, "new", "the base's code was not repeated: out of GPU memory")
         if isinstance(again, str):
@@ -366,6 +373,8 @@ class Determinism:
         # (what the call wrote into its inputs is not looked at here: put back by the worker, unsent)
         rep = cand.call(case, upstream, inputs=m, hold=True, inputs_back=False)
         self._lap("first_run_s", t)
+        if cand is r.candidate:
+            self._head_configs[case.id] = rep.configs
         try:
             if rep.status != "ok":
                 return "oom" if rep.status == "oom" else "refused"  # the equivalence check reports it

@@ -679,6 +679,14 @@ class Equivalence:
         if self.runner.base_refused:
             text += (f"; the base's code refused {len(self.runner.base_refused)} case(s), where the head's failures "
                      f"count as new (first {self.runner.base_refused[0][:300]})")
+        if self.runner.on_head_configs:
+            text += (f"; on {len(self.runner.on_head_configs)} case(s) the head's autotuned kernels ran other configs "
+                     f"than the base's, and the base's code was judged on the head's configs (first "
+                     f"{self.runner.on_head_configs[0]})")
+        if self.runner.configs_missing:
+            where, what = self.runner.configs_missing[0]
+            text += (f"; on {len(self.runner.configs_missing)} case(s) the base's code could not run the head's "
+                     f"autotune configs and was judged on its own (first {where}: {what[:300]})")
         if self.runner.base_lost:
             text += f"; {self.runner.base_lost}: the cases after it are judged by absolute rules only"
         return [self._note("differential", text)]

@@ -90,6 +90,8 @@ class CaseResult:
     base_passed: bool | None = None
     # per output: how far apart this code's runs on the case landed (second run, relocated run)
     spreads: dict[str, float] = dataclasses.field(default_factory=dict)
+    # the config each autotuned kernel ran for each key, on the first call (kernel -> {key: config})
+    configs: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
 
     @property
     def failed(self) -> bool:
@@ -192,6 +194,11 @@ class CaseRunner:
         self.base = base  # the base's code, in a differential run
         self.base_lost: str | None = None  # why the base stopped answering, from which case on
         self.base_refused: list[str] = []  # the cases the base's code refused, and why
+        # the cases the base's code ran again on the head's autotune configs (see _on_the_heads_configs), and
+        # those where its config lists lack some of them: (case, what was missing)
+        self.on_head_configs: list[str] = []
+        self.configs_missing: list[tuple[str, str]] = []
+        self.autotuned: set[str] = set()  # the head's autotuned kernels that had a choice of configs, as it says
         # failures that show by chance (BY_CHANCE) the base's code showed, on any case of the job, by
         # failure_key: a property of the code, not of the case it happened to show on
         self.chance_at_base: set[tuple[str, str]] = set()
@@ -244,6 +251,7 @@ class CaseRunner:
             result, truth = self._run(self.candidate, case, m, upstream, repro, sensitivity, early=early)
         finally:
             self.candidate.release()
+        self.autotuned.update(result.configs)
         if early is not None and not early.taken:
             with self._step("truth"):
                 early()  # not needed (the head's code did not run): read, so that the next answer is the next
@@ -367,7 +375,7 @@ class CaseRunner:
         if sensitivity and not findings:
             with self._step("sensitivity"):
                 findings += self._sensitivity(cand, case, snap1, repro)
-        return CaseResult(case, findings, comparisons, spreads=spreads), truth
+        return CaseResult(case, findings, comparisons, spreads=spreads, configs=rep1.configs), truth
 
     def _compare(self, case: Case, k: str, outs: dict[str, object], truth: Truth) -> Comparison:
         r = truth.reference[k]
@@ -406,9 +414,49 @@ class CaseRunner:
         base the head no longer has are ``result.fixed``. A head that passes has the base run once
         (the comparisons); a head that fails has it run the same probes, so that a probe's finding
         is classified like any other. A base that dies or hangs is dropped: the rest of the job is
-        judged by absolute rules, never more leniently."""
+        judged by absolute rules, never more leniently. Where the two ran different autotune configs,
+        the base's code is judged on the head's (see _on_the_heads_configs)."""
         base = self.base
         assert base is not None
+        try:
+            self._against_base_on(base, case, m, upstream, repro, sensitivity, result, truth, first)
+        finally:
+            base.autotune = {}  # its own configs again, for the next case
+
+    def _on_the_heads_configs(self, base: Candidate, case: Case, m: Materialized, upstream: Recipe | None,
+                              repro: str, sensitivity: bool, truth: Truth | None, light: bool, result: CaseResult,
+                              bres: CaseResult) -> CaseResult:
+        """The base's run of the case to compare with: where the head's autotuned kernels ran other
+        configs than the base's did on some keys (a pull request that drops or adds a config shifts
+        every later turn; timing on a GPU picks by noise), the base's code runs the case again on the
+        head's configs, and that run, and every later run of the base on this case, is the one
+        compared: a failure that only one config shows is then new only if the base's code does not
+        show it on that config too. The head's worker names the configs; only configs the base's own
+        lists have are run (matched by their settings), so what the base shows is its own code's doing.
+        Where its lists lack one, its run on its own configs stands, and the job says so."""
+        asked = {k: {key: c for key, c in keys.items() if bres.configs.get(k, {}).get(key) != c}
+                 for k, keys in result.configs.items()}
+        asked = {k: keys for k, keys in asked.items() if keys}
+        if not asked:
+            return bres
+        base.autotune = asked  # until the case ends (see _against_base)
+        try:
+            again, _ = self._run(base, case, m, upstream, repro, sensitivity and not light, truth, light=light)
+        finally:
+            base.release()
+        lacking = [f"{k} {c}" for k, keys in asked.items() for key, c in keys.items()
+                   if again.configs.get(k, {}).get(key) != c]
+        if lacking or again.refused is not None or again.unsupported is not None:
+            base.autotune = {}
+            self.configs_missing.append((case.id, lacking[0] if lacking else
+                                         f"it refused the case on them: {again.refused or again.unsupported}"))
+            return bres
+        self.on_head_configs.append(case.id)
+        return again
+
+    def _against_base_on(self, base: Candidate, case: Case, m: Materialized, upstream: Recipe | None, repro: str,
+                         sensitivity: bool, result: CaseResult, truth: Truth | None,
+                         first: Callable[[], CallReport]) -> None:
         light = not result.failed
         rep1 = self._base_wait(first, case)  # the first call, made beside the head's
         if rep1 is None:
@@ -425,6 +473,13 @@ class CaseRunner:
         except (BaseLost, ContextLost) as exc:
             self.base, self.base_lost = None, f"{exc} (case {case.id})"
             return
+        if result.configs and bres.refused is None and bres.unsupported is None:
+            try:
+                bres = self._on_the_heads_configs(base, case, m, upstream, repro, sensitivity, truth, light, result,
+                                                  bres)
+            except (BaseLost, ContextLost) as exc:
+                self.base, self.base_lost = None, f"{exc} (case {case.id})"
+                return
         if bres.refused is not None or bres.unsupported is not None:
             why = "the base's code refused this case" if bres.refused else "the base's code could not run this case"
             self.base_refused.append(f"{case.id}: {bres.refused or bres.unsupported}")

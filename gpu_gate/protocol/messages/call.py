@@ -49,6 +49,13 @@ class GuardedInput:
                    Geometry.from_json(f.get("geometry"), f"{what} geometry"))
 
 
+def _configs(value: object, what: str) -> dict[str, dict[str, str]]:
+    """Autotuned kernels' configs: kernel -> {key: config}, as ``worker.autotune`` names them."""
+    return {text(k, what, MAX_NAME): {text(key, f"{what}[{k!r}]", MAX_NAME): text(c, f"{what}[{k!r}][{key!r}]", MAX_NAME)
+                                      for key, c in mapping(v, f"{what}[{k!r}]").items()}
+            for k, v in mapping(value, what).items()}
+
+
 @dataclasses.dataclass(frozen=True)
 class Call:
     """Run the candidate on the case. ``inputs``: new guarded inputs (else the last call's);
@@ -73,6 +80,9 @@ class Call:
     upstream_again: bool = False
     inputs: dict[str, GuardedInput] | None = None
     refill: dict[str, TensorMeta] | None = None
+    # the configs to run autotuned kernels on for some keys, where their lists have them (see
+    # worker.autotune): the base's code, on the configs the head's ran
+    autotune: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)
     op: ClassVar[str] = "call"
     FLAGS: ClassVar[tuple[str, ...]] = ("hold", "early", "load", "compare_held", "relocate", "hold_sms", "exact",
                                         "hold_caller", "inputs_back")
@@ -87,6 +97,8 @@ class Call:
             d["inputs"] = {k: g.to_json() for k, g in self.inputs.items()}
         if self.refill is not None:
             d["refill"] = tensors_json(self.refill)
+        if self.autotune:
+            d["autotune"] = self.autotune
         return d
 
     @classmethod
@@ -110,6 +122,7 @@ class Call:
             inputs=None if inputs is None else {text(k, "call inputs", MAX_NAME): GuardedInput.from_json(
                 v, blobs, f"call inputs[{k!r}]") for k, v in mapping(inputs, "call inputs").items()},
             refill=None if refill is None else tensor_map(refill, blobs, "call refill"),
+            autotune=_configs(f.get("autotune", {}), "call autotune"),
             **{k: f.flag(k, k == "inputs_back") for k in cls.FLAGS})
 
 
@@ -179,6 +192,7 @@ class CallDone:
     held_sms: bool | str | None = None
     produced: bool | str | None = None
     held_caller: bool | str | None = None
+    configs: dict[str, dict[str, str]] = dataclasses.field(default_factory=dict)  # autotuned kernels' (see Call)
     op: ClassVar[str] = "call"
     status: ClassVar[str] = "ok"
 
@@ -191,7 +205,7 @@ class CallDone:
                 "inputs_changed": {k: m.to_json() if m is not None else None for k, m in self.inputs_changed.items()},
                 "watch": [w.to_json() for w in self.watch], "side_streams": self.side_streams, "run_s": self.run_s,
                 "compile_s": self.compile_s, "held_sms": self.held_sms, "produced": self.produced,
-                "held_caller": self.held_caller}
+                "held_caller": self.held_caller, "configs": self.configs}
 
     @classmethod
     def from_json(cls, d: object, blobs: Ledger) -> CallDone:
@@ -205,7 +219,8 @@ class CallDone:
                    tensor_map(f.get("early", {}), blobs, "call reply early"), f.names("same_as_held"),
                    _spans(f, "where"), _spans(f, "held_where"), _spans(f, "input_spans"), changed, watch,
                    f.integer("side_streams", 0, 1 << 20), f.number("run_s", 0.0), f.number("compile_s", 0.0),
-                   f.either("held_sms"), f.either("produced"), f.either("held_caller"))
+                   f.either("held_sms"), f.either("produced"), f.either("held_caller"),
+                   _configs(f.get("configs", {}), "call reply configs"))
 
 
 def read_call_reply(d: object, blobs: Ledger) -> CallDone | CallFailed:
