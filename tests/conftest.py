@@ -33,3 +33,28 @@ for _folder in sorted(p for p in _HERE.iterdir() if p.is_dir() and list(p.glob("
         sys.path.append(str(_folder))
 
 from conftest_git import GitRepo, git_env, make_repo, repo  # noqa: E402,F401 - fixtures for every test module
+
+
+# Modules that each take minutes on CI's two cores (from the durations CI prints: the bundled audits,
+# the interpreter corpora, the corpus wrappers, the demo's runs, the adversarial corpus). Under
+# ``--dist loadfile`` a module is handed out whole, in collection order: started last, one of them ran
+# alone for its minutes while the other core idled. They are collected first; the rest keep their order.
+LONG_MODULES = (
+    "audit/test_audit_kernelbench.py",
+    "judge/test_equivalence_triton_interpreter.py",
+    "worker/test_interpreter_low_precision_corpus.py",
+    "judge/test_corpus_wrappers.py",
+    "commands/test_cli_conventions.py",
+    "audit/test_audit_sol.py",
+    "judge/test_judge_adversarial.py",
+    "judge/test_case_floor.py",
+    "commands/test_selection.py",
+)
+
+
+def pytest_collection_modifyitems(config: object, items: list[object]) -> None:
+    def rank(item: object) -> int:
+        path = Path(str(getattr(item, "path", ""))).as_posix()
+        return next((i for i, m in enumerate(LONG_MODULES) if path.endswith("tests/" + m)), len(LONG_MODULES))
+
+    items[:] = sorted(items, key=rank)  # stable: the order within each module, and of the rest, is kept

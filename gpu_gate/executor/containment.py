@@ -65,7 +65,7 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
         try:
             pr = proc.run(full, cwd=opts.repo_root, env=env, timeout=timeout, input=stdin,
                           on_start=watch.wrap(started) if watch is not None else started,
-                          pass_fds=((count.fileno(),) if avail.works else ()) + extra_fds
+                          pass_fds=(count.fileno(),) + extra_fds
                           + ((feed.read_fd,) if feed is not None else ()))
         finally:
             if feed is not None:
@@ -84,7 +84,18 @@ def _contained_run(argv: list[str], opts: ExecOptions, gpu: str | None, workdir:
                          and not pr.timed_out and control.reason is None)
             return Contained(pr, n, unwatched, ended, watch is not None and watch.stuck,
                              watch.started_s if watch is not None else None, tuple(read_left(text)))
-        return Contained(pr, _hunt_orphans(start), False, 0)
+        # No sandbox: the worker's reaper (gpu_gate.executor.reaper) counted and killed what it left.
+        count.seek(0)
+        text = count.read().decode(errors="replace")
+        status, n = sandbox.read_waiter(text)
+        if status is not None and pr.returncode is not None:
+            pr = dataclasses.replace(pr, returncode=status)  # the worker's (or the tool's), not the reaper's
+        # A reaper that did not finish (killed at the job's end or its timeout, or by the code under
+        # test) left the job's leftovers to gpu-gate: hunted and counted here. Where it finished,
+        # what gpu-gate adopted meanwhile is another job's whose reaper was killed: killed, not
+        # counted against this job (that job's own hunt counts what it finds first).
+        strays = _hunt_orphans(start)
+        return Contained(pr, n + (strays if status is None else 0), False, 0, left=tuple(read_left(text)))
 
 
 class Contained(NamedTuple):

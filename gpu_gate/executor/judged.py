@@ -253,7 +253,7 @@ def _run_judged(job: Job, opts: ExecOptions, gpu: str | None, workdir: Path, con
     if not (escaped or unwatched):
         return result
     how = ("they were killed with the sandbox's PID namespace" if avail.works
-           else "they were found re-parented to gpu-gate and killed")
+           else "they were found re-parented to the worker's reaper and killed")
     return judge_escapes(result, {role: c.escaped for role, c in done.items() if c.escaped},
                          {role: c.left for role, c in done.items()}, [workdir, *dirs.values()],
                          "base" in done, unwatched, how, head=first)

@@ -75,7 +75,7 @@ def _describe(p: Left, siblings: Sequence[Left]) -> str:
     if parent is not None:
         who = f"started by PID {parent.pid} ({parent.cmdline[:80]})"
     elif p.ppid <= 2:
-        who = "its parent gone (re-parented to the sandbox's init)"
+        who = "its parent gone (re-parented to the sandbox's init, or without a sandbox to the worker's reaper)"
     else:
         who = f"started by PID {p.ppid}"
     helper = known_helper(p.cmdline)

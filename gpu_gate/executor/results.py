@@ -104,7 +104,7 @@ def _with_escapes(result: JobResult, n: int, avail: sandbox.Available, unwatched
     Required whatever the job's level: an escape attempt is about the gate's integrity, not the
     kernel's quality."""
     how = ("they were killed with the sandbox's PID namespace" if avail.works
-           else "they were found re-parented to gpu-gate and killed")
+           else "they were found re-parented to the worker's reaper and killed")
     message = (f"the job left {n} process(es) running after its worker exited ({how}): code under "
                f"test must not outlive its job")
     if unwatched:

@@ -355,7 +355,7 @@ def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int, tool: 
          args_fd: int | None = None) -> list[str]:
     """``inner`` (the worker's command line) run inside the sandbox; ``fd``: where the waiter
     writes the worker's exit status and the count of processes that outlived it (read it with
-    :func:`read_waiter`; ignored without a sandbox).
+    :func:`read_waiter`; without a sandbox, gpu_gate.executor.reaper writes the same).
 
     ``tool``: a program that runs the sandbox as its own program, from outside it
     (compute-sanitizer's front end, which writes the report), where the sandbox is bwrap; inside
@@ -377,7 +377,15 @@ def wrap(avail: Available, layout: Layout, inner: Sequence[str], fd: int, tool: 
     if avail.kind == "unshare":  # the tool inside the sandbox (see Available.tool_outside)
         assert avail.path is not None
         return unshare_argv(avail.path, layout, [*tool, *inner], fd)
-    return [*tool, *inner]
+    # No sandbox: the worker's own subreaper, which writes on ``fd`` what the waiter writes
+    return [*reaper_argv(fd), *tool, *inner]
+
+
+def reaper_argv(fd: int) -> list[str]:
+    """The command line that runs a program under gpu_gate.executor.reaper, which writes on ``fd``."""
+    from . import reaper
+
+    return [sys.executable, "-I", "-S", os.path.abspath(reaper.__file__), str(int(fd))]
 
 
 def read_waiter(text: str) -> tuple[int | None, int]:

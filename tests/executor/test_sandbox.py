@@ -195,6 +195,46 @@ def test_a_setsid_daemon_is_killed_and_reported_and_a_waited_child_is_fine(tmp_p
     assert res["child"].status is Status.PASSED and not res["child"].findings
 
 
+LINGER = """import subprocess, time
+    if not globals().get('started'):  # one daemon, on the first call
+        globals()['started'] = True
+        subprocess.run(['sh', '-c', "setsid sh -c ': {marker}; while true; do sleep 0.2; done' >/dev/null 2>&1 &"],
+                       check=True)
+        time.sleep(4)  # the job runs on after its daemon escaped: the other job ends first
+    return x * 2"""
+
+WAIT_FOR = """import os, time
+    def seen():
+        for p in os.listdir('/proc'):
+            try:
+                if p.isdigit() and b'{marker}' in open('/proc/' + p + '/cmdline', 'rb').read():
+                    return True
+            except OSError:
+                pass
+        return False
+    end = time.monotonic() + 3  # in a sandbox it is out of sight: the job ends anyway
+    while not seen() and time.monotonic() < end:
+        time.sleep(0.05)
+    return x * 2"""
+
+
+@pytest.mark.parametrize("box", [*BOXES, NONE], ids=_ids([*BOXES, NONE]))
+def test_a_daemon_is_blamed_on_the_job_that_started_it_not_on_one_that_ended_meanwhile(
+        tmp_path: Path, box: sandbox.Available) -> None:
+    """Without a sandbox, a daemon is re-parented out of its job's process tree: the job that
+    started it must still be the one blamed, even when another job's workers end while it runs
+    (before, the first job to end after the escape found it and was failed for it)."""
+    marker = f"lingering-daemon-{box.kind}-{os.getpid()}"
+    jobs = [_job(tmp_path, "linger", LINGER.format(marker=marker)), _job(tmp_path, "bystander",
+                                                                          WAIT_FOR.format(marker=marker))]
+    res = _run(tmp_path, jobs, box)
+    assert not _alive_with(marker), "the daemon outlived its job"
+    assert any(f.kind == "escaped-process" for f in res["linger"].findings), res["linger"].findings
+    assert res["linger"].status is Status.FAILED
+    assert res["bystander"].status is Status.PASSED, res["bystander"].findings
+    assert not res["bystander"].findings
+
+
 def test_an_escape_blocks_even_in_an_advisory_job(tmp_path: Path) -> None:
     job = _job(tmp_path, "daemon", DAEMON.format(marker=f"advisory-{os.getpid()}"))
     job = Job(**{**job.__dict__, "level": "advisory"})
