@@ -11,48 +11,57 @@ below it, and writes what a sandbox's waiter writes (see :data:`gpu_gate.executo
 started, in clock ticks after the reaper), then ``STATUS COUNT`` (the worker's exit status, 128 plus
 the signal for a signal, and how many processes outlived it).
 
-It is run by path, ``python -I -S reaper.py FD PROGRAM ARGS...``, on the standard library alone.
+It is run by path, ``python -I -S reaper.py FD PROGRAM ARGS...``, on the standard library and
+gpu-gate's reader of /proc (:mod:`gpu_gate.procstat`, loaded from its file) alone.
 It is not a boundary: code under test that runs as gpu-gate's user can kill it (then its leftovers
 go to gpu-gate, which hunts them as before: :mod:`gpu_gate.executor.containment`).
 """
 from __future__ import annotations
 
 import ctypes
+import importlib.util
 import os
 import signal
 import sys
 import time
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from gpu_gate.procstat import Stat
 
 PR_SET_CHILD_SUBREAPER = 36
 MAX_NAMED = 20  # as the sandbox's waiter (gpu_gate.executor.leftovers.MAX_NAMED)
 ROUNDS = 20  # a killed process's own children come to the reaper next: looked for again
 
 
-def _stat(pid: int) -> list[str] | None:
-    """The fields of /proc/PID/stat after the command name (state, ppid, ..., starttime at 19)."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            text = f.read().decode(errors="replace")
-    except OSError:
-        return None
-    return text[text.rfind(")") + 2:].split()
+def _procstat() -> ModuleType:
+    """gpu_gate/procstat.py, the one reader of /proc/PID/stat, loaded from its file: this program runs
+    without site-packages (``-S``) and imports nothing of gpu-gate's package itself."""
+    spec = importlib.util.spec_from_file_location("gpu_gate_procstat", Path(__file__).resolve().parent.parent
+                                                  / "procstat.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses looks its module up
+    spec.loader.exec_module(module)
+    return module
 
 
-def _below(me: int) -> list[tuple[int, list[str]]]:
-    """Every live process below this one, with its stat fields (zombies are only reaped)."""
-    children: dict[int, list[tuple[int, list[str]]]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            fields = _stat(int(entry))
-            if fields is not None and len(fields) > 19:
-                children.setdefault(int(fields[1]), []).append((int(entry), fields))
-    found: list[tuple[int, list[str]]] = []
+def _below(procstat: ModuleType, me: int) -> list[tuple[int, Stat]]:
+    """Every live process below this one, with its Stat (zombies are only reaped)."""
+    children: dict[int, list[tuple[int, Stat]]] = {}
+    for pid in procstat.pids():
+        st = procstat.stat(pid)
+        if st is not None:
+            children.setdefault(st.ppid, []).append((pid, st))
+    found: list[tuple[int, Stat]] = []
     todo = [me]
     while todo:
-        for pid, fields in children.get(todo.pop(), []):
+        for pid, st in children.get(todo.pop(), []):
             todo.append(pid)
-            if fields[0] != "Z":
-                found.append((pid, fields))
+            if st.state != "Z":
+                found.append((pid, st))
     return found
 
 
@@ -82,8 +91,9 @@ def main(argv: list[str]) -> int:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     except (OSError, AttributeError):
         pass  # leftovers then go to gpu-gate, which hunts them
-    mine = _stat(me)
-    t0 = int(mine[19]) if mine is not None and len(mine) > 19 else 0
+    procstat = _procstat()
+    mine = procstat.stat(me)
+    t0 = mine.start_ticks if mine is not None else 0
     out = os.fdopen(fd, "w", buffering=1)
     out.write("started\n")
     child = os.fork()
@@ -100,17 +110,17 @@ def main(argv: list[str]) -> int:
             break
     code = os.waitstatus_to_exitcode(status)
     rc = 128 - code if code < 0 else code
-    seen: set[tuple[int, str]] = set()
+    seen: set[tuple[int, int]] = set()
     for _ in range(ROUNDS):
-        left = [(pid, fields) for pid, fields in _below(me) if (pid, fields[19]) not in seen]
+        left = [(pid, st) for pid, st in _below(procstat, me) if (pid, st.start_ticks) not in seen]
         if not left:
             break
-        for pid, fields in left:
+        for pid, st in left:
             if len(seen) < MAX_NAMED:
                 # a parent of 1: adopted by the reaper, as a sandbox's init adopts (see leftovers)
-                ppid = 1 if int(fields[1]) == me else int(fields[1])
-                out.write(f"left {pid} {ppid} {int(fields[19]) - t0} {_name(pid)}\n")
-            seen.add((pid, fields[19]))
+                ppid = 1 if st.ppid == me else st.ppid
+                out.write(f"left {pid} {ppid} {st.start_ticks - t0} {_name(pid)}\n")
+            seen.add((pid, st.start_ticks))
         for pid, _ in left:
             try:
                 os.kill(pid, signal.SIGKILL)
